@@ -1,0 +1,34 @@
+"""renaissance_nb: a Jupyter-first static-graph deep-learning trainer and plan inspector.
+
+Declare a model as a BluePrint, build a DeepLearningTask, and step it through
+PLANNING -> MEMORY_LOCKED -> COMPILED; training then replays the compiled step.
+"""
+from . import datasets
+from .blueprint import (BluePrint, dropout, fc, flatten, gelu, identity, leaky_relu, relu, repeat, seq, sigmoid,
+                        silu, tanh)
+from .deep_task import DeepLearningTask
+from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DownloadError, NumericalError,
+                     PhaseError, PlanError, RenaissanceError, ShapeError)
+from .graph.atlas import GraphAtlas
+from .graph.graph import ComputationGraph, GraphNode, node
+from .graph.ids import GraphId, StreamKind
+from .memory.dtensor import DTensor
+from .memory.plan import MemoryPlan
+from .memory.region import Region
+from .result import EpochRecord, TrainingResult
+from .task import Phase, TaskBase
+from .train.losses import CrossEntropyLoss
+from .train.optimizers import SGD, Adam, AdamW
+from .train.schedulers import (ConstantLR, CosineAnnealingLR, ExponentialLR, MultiStepLR, PolynomialLR,
+                               Scheduler, StepLR)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "datasets", "BluePrint", "dropout", "fc", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
+    "sigmoid", "silu", "tanh", "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
+    "ConfigError", "DataError", "DownloadError", "NumericalError", "PhaseError", "PlanError", "RenaissanceError",
+    "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
+    "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
+    "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
+]

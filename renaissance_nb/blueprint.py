@@ -1,0 +1,195 @@
+"""BluePrint: an immutable declaration of a model, built from small layer builders.
+
+``seq(fc(1024), relu(), fc(10))`` says what the model is and nothing about how it
+runs: the compiler turns it into tensors, regions and graph nodes. BluePrints are
+frozen values: they compare by content, hash, and print as a readable tree.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .errors import BluePrintError, bad_argument
+
+ACTIVATIONS = ("relu", "tanh", "sigmoid", "silu", "leaky_relu", "gelu")
+
+
+@dataclass(frozen=True)
+class BluePrint:
+    """Base of every node of a model declaration."""
+
+    def leaves(self) -> list["Layer"]:
+        """The layers in execution order, containers unrolled."""
+        raise NotImplementedError
+
+    def tree(self) -> str:
+        return "\n".join(self._lines())
+
+    def _lines(self) -> list[str]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.tree()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython
+        p.text(self.tree())
+
+
+@dataclass(frozen=True, repr=False)
+class Layer(BluePrint):
+    """A leaf layer: a kind and its parameters."""
+
+    kind: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def p(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    def leaves(self) -> list["Layer"]:
+        return [self]
+
+    def signature(self) -> str:
+        p = self.p
+        if self.kind == "fc":
+            return f"fc({p['out']}, bias={p['bias']})"
+        args = ", ".join(f"{k}={v}" for k, v in self.params)
+        return f"{self.kind}({args})"
+
+    def _lines(self) -> list[str]:
+        return [self.signature()]
+
+
+@dataclass(frozen=True, repr=False)
+class Seq(BluePrint):
+    """Layers applied one after the other."""
+
+    children: tuple[BluePrint, ...]
+
+    def leaves(self) -> list[Layer]:
+        return [leaf for c in self.children for leaf in c.leaves()]
+
+    def _lines(self) -> list[str]:
+        out = ["seq"]
+        for i, c in enumerate(self.children):
+            last = i == len(self.children) - 1
+            sub = c._lines()
+            out.append(("└─ " if last else "├─ ") + sub[0])
+            out.extend(("   " if last else "│  ") + s for s in sub[1:])
+        return out
+
+    def __iter__(self) -> Iterator[BluePrint]:
+        return iter(self.children)
+
+    def __len__(self) -> int:
+        return len(self.children)
+
+
+@dataclass(frozen=True, repr=False)
+class Repeat(BluePrint):
+    """A body repeated n times; each copy has its own parameters."""
+
+    body: BluePrint
+    n: int
+
+    def leaves(self) -> list[Layer]:
+        return [leaf for _ in range(self.n) for leaf in self.body.leaves()]
+
+    def _lines(self) -> list[str]:
+        sub = self.body._lines()
+        return [f"repeat x{self.n}"] + ["└─ " + sub[0]] + ["   " + s for s in sub[1:]]
+
+
+# ---- validation helpers ---------------------------------------------------------------
+def _positive_int(where: str, name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise bad_argument(BluePrintError, where, name, v, "a positive int",
+                           f"pass a whole number >= 1, e.g. {where.split('(')[0]}(128)")
+    return v
+
+
+def _probability(where: str, name: str, v: Any, *, allow_one: bool = False) -> float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not ok or v < 0 or v > 1 or (v == 1 and not allow_one):
+        raise bad_argument(BluePrintError, where, name, v, "a float in [0, 1)",
+                           "use a drop probability such as 0.1 or 0.5")
+    return float(v)
+
+
+def _bool(where: str, name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise bad_argument(BluePrintError, where, name, v, "True or False", f"pass {name}=True or {name}=False")
+    return v
+
+
+# ---- builders -------------------------------------------------------------------------
+def fc(out: int, bias: bool = True) -> Layer:
+    """Fully connected layer y = x W^T + b, W shaped (out, in) as in PyTorch's nn.Linear."""
+    return Layer("fc", (("out", _positive_int("fc", "out", out)), ("bias", _bool("fc", "bias", bias))))
+
+
+def relu() -> Layer:
+    return Layer("relu")
+
+
+def tanh() -> Layer:
+    return Layer("tanh")
+
+
+def sigmoid() -> Layer:
+    return Layer("sigmoid")
+
+
+def silu() -> Layer:
+    return Layer("silu")
+
+
+def gelu() -> Layer:
+    """GELU with the exact erf form (PyTorch's default, approximate='none')."""
+    return Layer("gelu")
+
+
+def leaky_relu(negative_slope: float = 0.01) -> Layer:
+    ok = isinstance(negative_slope, (int, float)) and not isinstance(negative_slope, bool)
+    if not ok or not math.isfinite(negative_slope) or negative_slope < 0:
+        raise bad_argument(BluePrintError, "leaky_relu", "negative_slope", negative_slope,
+                           "a finite float >= 0", "use a small slope such as 0.01")
+    return Layer("leaky_relu", (("negative_slope", float(negative_slope)),))
+
+
+def dropout(p: float = 0.5) -> Layer:
+    """Inverted dropout: zero each element with probability p in training, identity in inference."""
+    return Layer("dropout", (("p", _probability("dropout", "p", p)),))
+
+
+def flatten() -> Layer:
+    """Collapse every dimension but the batch into one."""
+    return Layer("flatten")
+
+
+def identity() -> Layer:
+    return Layer("identity")
+
+
+def seq(*layers: BluePrint) -> Seq:
+    """Layers applied in order. ``seq(fc(10))``; nested seqs are allowed."""
+    if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+        layers = tuple(layers[0])
+    if not layers:
+        raise BluePrintError("seq: got no layers; expected at least one layer. "
+                             "Fix: pass layers, e.g. seq(fc(10)).")
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, BluePrint):
+            hint = " (did you forget the parentheses, e.g. relu() instead of relu?)" if callable(layer) else ""
+            raise bad_argument(BluePrintError, "seq", f"layer #{i}", layer, "a layer such as fc(10) or relu()",
+                               "build every element with a layer builder" + hint)
+    return Seq(tuple(layers))
+
+
+def repeat(body: BluePrint, n: int) -> Repeat:
+    """``body`` applied n times in sequence, each copy with its own weights."""
+    if not isinstance(body, BluePrint):
+        raise bad_argument(BluePrintError, "repeat", "body", body, "a layer or seq",
+                           "pass a BluePrint, e.g. repeat(seq(fc(64), relu()), 3)")
+    return Repeat(body, _positive_int("repeat", "n", n))

@@ -1,0 +1,245 @@
+"""In-memory data sets and the checks that turn user arrays into them.
+
+Everything downstream (the planner, the kernels) assumes float32 C-contiguous inputs
+and int32 labels in ``[0, num_classes)``. Checking that once, here, with messages that
+name the argument and the fix, saves the user from a NumPy traceback deep inside a
+training step.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError, bad_argument
+
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """One labelled set: ``x`` float32 (N, ...) C-contiguous, ``y`` int32 (N,)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    name: str
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one sample (``x.shape[1:]``): what the model's input layer must accept."""
+        return tuple(int(d) for d in self.x.shape[1:])
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset({self.name!r}, N={len(self)}, sample_shape={self.sample_shape}, "
+            f"classes={self.num_classes})"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class DataSplits:
+    """A training set and an optional validation set that share their classes."""
+
+    train: Dataset
+    val: Dataset | None
+    name: str
+
+    @property
+    def num_classes(self) -> int:
+        return self.train.num_classes
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.train.sample_shape
+
+    def __repr__(self) -> str:
+        val = "None" if self.val is None else str(len(self.val))
+        return (
+            f"DataSplits({self.name!r}, train={len(self.train)}, val={val}, "
+            f"sample_shape={self.sample_shape}, classes={self.num_classes})"
+        )
+
+
+def _as_array(value: Any, where: str, argument: str) -> np.ndarray:
+    """np.asarray with the failure modes (None, str, dict, ragged lists) turned into DataError."""
+    if value is None or isinstance(value, (str, bytes, dict, set)):
+        raise bad_argument(
+            DataError, where, argument, value, "an array-like of numbers (NumPy array or nested list)",
+            f"pass {argument} as a NumPy array, e.g. np.asarray(...)",
+        )
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise bad_argument(
+            DataError, where, argument, value,
+            f"an array-like of numbers with a regular shape (NumPy said: {exc})",
+            "make every sample the same shape and pass a NumPy array",
+        ) from None
+
+
+def _check_x(x_in: Any, where: str, arg: str) -> np.ndarray:
+    x = _as_array(x_in, where, arg)
+    if x.dtype.kind not in "biuf":
+        raise bad_argument(
+            DataError, where, arg, x, "a numeric array (bool, int, uint or float dtype)",
+            f"convert {arg} to numbers first, e.g. x.astype(np.float32)",
+        )
+    if x.ndim < 2:
+        raise bad_argument(
+            DataError, where, arg, x, "an array of rank >= 2, shape (N, features...) with one sample per row",
+            "for a single feature use x.reshape(-1, 1); for one sample use x.reshape(1, -1)",
+        )
+    if x.shape[0] == 0:
+        raise bad_argument(
+            DataError, where, arg, x, "at least one sample (N > 0)",
+            f"pass a non-empty {arg}; check the filter or slice that produced it",
+        )
+    if x.size == 0:
+        raise bad_argument(
+            DataError, where, arg, x, "samples with at least one value each (no zero-sized dimension)",
+            f"check the shape of {arg}",
+        )
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below as Inf
+        x32 = np.ascontiguousarray(x, dtype=np.float32)
+    finite = np.isfinite(x32)
+    if not finite.all():
+        bad = ~finite
+        n_nan = int(np.isnan(x32).sum())
+        n_inf = int(bad.sum()) - n_nan
+        first = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad.ravel())), x32.shape))
+        overflow = x.dtype.kind == "f" and bool(np.isfinite(x).all())
+        cause = " (values too large for float32)" if overflow else ""
+        raise bad_argument(
+            DataError, where, arg, x,
+            f"only finite numbers; found {n_nan} NaN and {n_inf} Inf{cause}, "
+            f"first at sample {first[0]} (index {first})",
+            f"clean or impute {arg} (e.g. np.nan_to_num) or drop those samples",
+        )
+    return x32
+
+
+def _check_y(y_in: Any, n: int, where: str, arg: str, x_arg: str, num_classes: int | None) -> tuple[np.ndarray, int]:
+    y = _as_array(y_in, where, arg)
+    if y.ndim != 1:
+        fix = "pass class indices, not one-hot rows: y.argmax(axis=1)" if y.ndim == 2 else "flatten the labels with y.reshape(-1)"
+        raise bad_argument(DataError, where, arg, y, "a 1-D array of integer class labels, shape (N,)", fix)
+    if y.dtype.kind == "O":
+        try:  # Python ints beyond int64 land here; let them fail loudly, not wrap.
+            y = y.astype(np.int64)
+        except (OverflowError, TypeError, ValueError):
+            raise bad_argument(
+                DataError, where, arg, y_in, "integer class labels that fit in int32",
+                f"convert {arg} to small non-negative integers (0 .. num_classes-1)",
+            ) from None
+    if y.dtype.kind not in "biuf":
+        raise bad_argument(
+            DataError, where, arg, y, "integer class labels (int, uint, or integral float dtype)",
+            f"map label names to integers first, e.g. np.unique(y, return_inverse=True)[1]",
+        )
+    if len(y) != n:
+        raise bad_argument(
+            DataError, where, arg, y, f"one label per sample of {x_arg}, i.e. length {n}, got {len(y)}",
+            f"make {x_arg} and {arg} the same length (one label per row of {x_arg})",
+        )
+    if y.dtype.kind == "f":
+        frac = ~np.isfinite(y) | (y != np.round(y))
+        if frac.any():
+            i = int(np.argmax(frac))
+            raise bad_argument(
+                DataError, where, arg, y,
+                f"integer-valued labels; {int(frac.sum())} are not whole numbers, first {arg}[{i}]={y[i].item()!r}",
+                "labels are class indices: round or map them to integers 0 .. num_classes-1",
+            )
+    if y.dtype.kind == "b":
+        y = y.astype(np.int64)
+    lo, hi = (y.min().item(), y.max().item())
+    if lo < 0:
+        i = int(np.argmax(y < 0))
+        raise bad_argument(
+            DataError, where, arg, y, f"labels >= 0; first negative is {arg}[{i}]={y[i].item()!r}",
+            "shift or remap the labels to 0 .. num_classes-1",
+        )
+    if num_classes is None:
+        if hi >= _INT32_MAX:
+            raise bad_argument(
+                DataError, where, arg, y, f"labels < {_INT32_MAX} (int32); the largest is {hi!r}",
+                f"remap the labels to 0 .. num_classes-1, e.g. np.unique(y, return_inverse=True)[1]",
+            )
+        num_classes = max(int(hi) + 1, 2)
+    elif hi >= num_classes:
+        i = int(np.argmax(y >= num_classes))
+        raise bad_argument(
+            DataError, where, arg, y,
+            f"labels in [0, {num_classes}) for num_classes={num_classes}; found {arg}[{i}]={y[i].item()!r}",
+            "raise num_classes or remap the labels to 0 .. num_classes-1",
+        )
+    return np.ascontiguousarray(y, dtype=np.int32), num_classes
+
+
+def _check_num_classes(num_classes: Any, where: str) -> int | None:
+    if num_classes is None:
+        return None
+    if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or not (2 <= num_classes <= _INT32_MAX):
+        raise bad_argument(
+            DataError, where, "num_classes", num_classes, "None or an int >= 2",
+            "pass the number of classes (e.g. 10 for digits) or None to infer it from the labels",
+        )
+    return int(num_classes)
+
+
+def validate_arrays(
+    x: Any, y: Any, *, what: str = "train", num_classes: int | None = None, where: str = "validate_arrays"
+) -> Dataset:
+    """Check and convert ``(x, y)`` into a :class:`Dataset` (float32 x, int32 y), or raise DataError.
+
+    ``num_classes`` defaults to ``max(y) + 1`` (at least 2). ``what`` names the set in
+    messages ("train X", "val y") and becomes the Dataset's name.
+    """
+    nc = _check_num_classes(num_classes, where)
+    x_arg, y_arg = f"{what} X", f"{what} y"
+    x32 = _check_x(x, where, x_arg)
+    y32, nc = _check_y(y, int(x32.shape[0]), where, y_arg, x_arg, nc)
+    return Dataset(x=x32, y=y32, num_classes=nc, name=what)
+
+
+def _unpack(pair: Any, where: str, argument: str) -> tuple[Any, Any]:
+    if isinstance(pair, (tuple, list)) and len(pair) == 2:
+        return pair[0], pair[1]
+    raise bad_argument(
+        DataError, where, argument, pair, "a pair (X, y) of samples and labels",
+        f"pass {argument}=(X, y), e.g. {argument}=(x_{argument}, y_{argument})",
+    )
+
+
+def make_splits(
+    train: Any, val: Any = None, *, name: str = "arrays", num_classes: int | None = None
+) -> DataSplits:
+    """Build validated :class:`DataSplits` from ``(x, y)`` tuples; val must fit train's shape and classes."""
+    where = "make_splits"
+    tx, ty = _unpack(train, where, "train")
+    tr = validate_arrays(tx, ty, what="train", num_classes=num_classes, where=where)
+    tr = Dataset(tr.x, tr.y, tr.num_classes, f"{name}/train")
+    va = None
+    if val is not None:
+        vx, vy = _unpack(val, where, "val")
+        va = validate_arrays(vx, vy, what="val", num_classes=tr.num_classes, where=where)
+        if va.sample_shape != tr.sample_shape:
+            raise bad_argument(
+                DataError, where, "val X", va.x, f"samples of shape {tr.sample_shape} like train X",
+                "give train and val samples the same shape (same preprocessing for both)",
+            )
+        va = Dataset(va.x, va.y, va.num_classes, f"{name}/val")
+    return DataSplits(train=tr, val=va, name=name)
+
+
+def from_arrays(
+    train: Sequence[Any], val: Sequence[Any] | None = None, num_classes: int | None = None, *, name: str = "arrays"
+) -> DataSplits:
+    """User-facing alias of :func:`make_splits`: ``from_arrays((x, y), (xv, yv))``."""
+    return make_splits(train, val, name=name, num_classes=num_classes)

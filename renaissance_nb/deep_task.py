@@ -1,0 +1,519 @@
+"""DeepLearningTask: the fluent builder on top of the phase machine.
+
+    task.plan()          PLANNING       ArchPlan + the tensors of all six variants
+    task.lock_memory()   MEMORY_LOCKED  graphs built, six MemoryPlans finalized
+    task.compile()       COMPILED       atlas filled, graphs bound, arena initialised
+    task.run()                          replay of the compiled step, epoch by epoch
+
+Each step is a pure compiler stage (graph/compiler.py) whose value stays on the
+task for inspection: ``task.arch``, ``task.shapes``, ``task.plans``, ``task.graphs``,
+``task.atlas``.
+"""
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .blueprint import BluePrint
+from .data.arrays import DataSplits, Dataset, make_splits, validate_arrays
+from .errors import CheckpointError, ConfigError, DataError, PhaseError, PlanError, bad_argument
+from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
+                             create_memory_plans, derive_all_shapes, graph_lifetimes, share_or_clone,
+                             variant_specs)
+from .graph.ids import GraphId
+from .graph.layers import ArchPlan, StepOptions, plan_architecture
+from .kernels import fused
+from .kernels.cpu import BindEnv
+from .memory.plan import human_bytes
+from .progress import make_progress
+from .result import EpochRecord, TrainingResult
+from .runtime.arena import Arena
+from .runtime.replay import Executor, batch_variants
+from .task import Phase, TaskBase
+from .train.losses import CrossEntropyLoss
+from .train.optimizers import SGD, Adam, AdamW, Optimizer
+from .train.rng import Philox, StreamId
+from .train.schedulers import Scheduler
+
+
+def _int_setting(where: str, name: str, v: Any, low: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+        raise bad_argument(ConfigError, where, name, v, f"an int >= {low}", f"pass a whole number >= {low}")
+    return int(v)
+
+
+class DeepLearningTask(TaskBase):
+    """Model, data, loss, optimizer and schedule, compiled into one replayable step."""
+
+    def __init__(self, name: str = "task") -> None:
+        super().__init__(name)
+        self._model: BluePrint | None = None
+        self._splits: DataSplits | None = None
+        self._batch = 128
+        self._val_batch: int | None = None
+        self._shuffle = True
+        self._loss = CrossEntropyLoss()
+        self._optimizer: Optimizer = AdamW()
+        self._scheduler: Scheduler | None = None
+        self._epochs = 1
+        self._seed = 0
+        self._fuse = True
+        self._liveness = True
+        self._nan_check = True
+        self._zero_grad = False
+        self.arch: ArchPlan | None = None
+        self.shapes: AllShapes | None = None
+        self.max_slot_bytes: list[int] | None = None
+        self.graphs: Graphs | None = None
+        self.plans: dict[str, Any] = {}
+        self.compiled: CompiledPlan | None = None
+        self.executor: Executor | None = None
+        self.result = TrainingResult()
+        self._epoch = 0          # epochs finished
+        self._resume_at: tuple[int, int] | None = None  # (epoch, next step) after an interrupt
+        self._train_metrics: np.ndarray | None = None
+
+    # ---- settings (PLANNING, before plan()) ----------------------------------------------
+    def _setting(self, name: str) -> None:
+        if self._phase is not Phase.PLANNING or self.arch is not None:
+            state = "planned" if self._phase is Phase.PLANNING else str(self._phase)
+            raise PhaseError(name, f"{self._phase} ({state})", "PLANNING (before plan())",
+                             f"The setting {name} can no longer change: the task's plan is made from it. "
+                             "Fix: create a new DeepLearningTask, or call task.reset() to discard the plan.")
+
+    def model(self, blueprint: BluePrint) -> "DeepLearningTask":
+        self._setting("model")
+        if not isinstance(blueprint, BluePrint):
+            raise bad_argument(ConfigError, "model", "blueprint", blueprint, "a BluePrint such as seq(fc(10))",
+                               "build the model with seq(...), fc(...), relu() ...")
+        self._model = blueprint
+        return self
+
+    def data(self, splits: DataSplits | Dataset | tuple | None = None, *, train: tuple | None = None,
+             val: tuple | None = None, batch_size: int = 128, val_batch_size: int | None = None,
+             shuffle: bool = True) -> "DeepLearningTask":
+        """Data as DataSplits (datasets.mnist(...)) or arrays: train=(X, y), val=(Xv, yv)."""
+        self._setting("data")
+        if splits is not None and train is not None:
+            raise ConfigError("data: got both a data set and train=. Fix: pass one of them.")
+        if isinstance(splits, DataSplits):
+            s = splits
+        elif isinstance(splits, Dataset):
+            s = DataSplits(splits, None, splits.name)
+        elif isinstance(splits, tuple) or train is not None:
+            s = make_splits(train if train is not None else splits, val)
+        else:
+            raise bad_argument(DataError, "data", "data", splits, "DataSplits, a Dataset, or train=(X, y)",
+                               "e.g. task.data(datasets.default_mnist()) or task.data(train=(X, y))")
+        b = _int_setting("data", "batch_size", batch_size)
+        if b > len(s.train):
+            raise bad_argument(DataError, "data", "batch_size", batch_size,
+                               f"at most the number of training samples ({len(s.train)})", "use a smaller batch size")
+        vb = b if val_batch_size is None else _int_setting("data", "val_batch_size", val_batch_size)
+        if not isinstance(shuffle, bool):
+            raise bad_argument(ConfigError, "data", "shuffle", shuffle, "True or False", "pass shuffle=True")
+        self._splits, self._batch, self._val_batch, self._shuffle = s, b, vb, shuffle
+        return self
+
+    def loss(self, loss: CrossEntropyLoss) -> "DeepLearningTask":
+        self._setting("loss")
+        if not isinstance(loss, CrossEntropyLoss):
+            raise bad_argument(ConfigError, "loss", "loss", loss, "CrossEntropyLoss()",
+                               "pass a loss object, e.g. CrossEntropyLoss().label_smoothing(0.1)")
+        self._loss = loss
+        return self
+
+    def optimizer(self, optimizer: Optimizer) -> "DeepLearningTask":
+        self._setting("optimizer")
+        if not isinstance(optimizer, Optimizer):
+            raise bad_argument(ConfigError, "optimizer", "optimizer", optimizer, "SGD(), Adam() or AdamW()",
+                               "pass an optimizer object, e.g. AdamW().weight_decay(1e-4)")
+        self._optimizer = optimizer
+        return self
+
+    def scheduler(self, scheduler: Scheduler) -> "DeepLearningTask":
+        self._setting("scheduler")
+        if not isinstance(scheduler, Scheduler):
+            raise bad_argument(ConfigError, "scheduler", "scheduler", scheduler, "a Scheduler such as CosineAnnealingLR()",
+                               "pass a scheduler object, e.g. CosineAnnealingLR().base_lr(1e-3)")
+        self._scheduler = scheduler
+        return self
+
+    def total_epochs(self, epochs: int) -> "DeepLearningTask":
+        self._setting("total_epochs")
+        self._epochs = _int_setting("total_epochs", "epochs", epochs)
+        return self
+
+    def seed(self, seed: int) -> "DeepLearningTask":
+        self._setting("seed")
+        self._seed = _int_setting("seed", "seed", seed, low=0)
+        return self
+
+    def options(self, *, fuse: bool | None = None, liveness: bool | None = None, nan_check: bool | None = None,
+                zero_grad: bool | None = None) -> "DeepLearningTask":
+        """Compiler switches, each testable against the plain path (like tinygrad's flags)."""
+        self._setting("options")
+        for k, v in (("fuse", fuse), ("liveness", liveness), ("nan_check", nan_check), ("zero_grad", zero_grad)):
+            if v is not None:
+                if not isinstance(v, bool):
+                    raise bad_argument(ConfigError, "options", k, v, "True or False", f"pass {k}=True or {k}=False")
+                setattr(self, f"_{k}", v)
+        return self
+
+    def reset(self) -> "DeepLearningTask":
+        """Discard the plan, arena and history; settings stay. Back to PLANNING."""
+        keep = {k: getattr(self, k) for k in ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss",
+                                                 "_optimizer", "_scheduler", "_epochs", "_seed", "_fuse",
+                                                 "_liveness", "_nan_check", "_zero_grad", "name")}
+        self.__init__(self.name)  # type: ignore[misc]
+        self.__dict__.update(keep)
+        return self
+
+    # ---- derived quantities ------------------------------------------------------------------
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-len(self._splits.train) // self._batch) if self._splits else 0
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_epoch * self._epochs
+
+    def lr_table(self) -> np.ndarray:
+        if self._scheduler is None:
+            return np.full(self.total_steps, self._optimizer.lr_, np.float32)
+        return self._scheduler.table(self.steps_per_epoch, self._epochs)
+
+    # ---- PLANNING: plan() ----------------------------------------------------------------------
+    def plan(self) -> ArchPlan:
+        """Stages 1-2: ArchPlan and the tensors of all six variants (inspect task.shapes)."""
+        self._require("plan", Phase.PLANNING)
+        if self.arch is not None:
+            return self.arch
+        if self._model is None:
+            raise ConfigError("plan: no model was set. Fix: task.model(seq(fc(128), relu(), fc(10))).")
+        if self._splits is None:
+            raise ConfigError("plan: no data was set. Fix: task.data(datasets.default_mnist()) or "
+                              "task.data(train=(X, y)).")
+        self.lr_table()  # validates the schedule against the data (e.g. warmup longer than training)
+        s = self._splits
+        arch = plan_architecture(self._model, self._fuse)
+        n_val = len(s.val) if s.val is not None else 0
+        specs = variant_specs(len(s.train), n_val, self._batch, self._val_batch or self._batch, s.train.sample_shape)
+        shapes = derive_all_shapes(arch, specs, s.train.num_classes, self._optimizer.state, self.total_steps)
+        max_slots = compute_max_slot_bytes(shapes)
+        self.arch, self.shapes, self.max_slot_bytes = arch, shapes, max_slots
+        self.transitions.append(_note("plan"))
+        return arch
+
+    def alloc(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        raise PlanError("alloc: a DeepLearningTask plans its memory from the model. "
+                        "Fix: use TaskBase() to allocate tensors by hand.")
+
+    def add_graph(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        raise PlanError("add_graph: a DeepLearningTask builds its graphs from the model. "
+                        "Fix: use TaskBase() to register hand-built graphs.")
+
+    # ---- MEMORY_LOCKED ----------------------------------------------------------------------
+    def lock_memory(self) -> "DeepLearningTask":
+        """Stages 4 and 3: build the zero-shape graphs, then finalize the six MemoryPlans."""
+        self._require("lock_memory", Phase.PLANNING)
+        started = time.time()
+        self.plan()
+        shapes = self.shapes
+        ids = shapes.tables["train_base"].ids
+        opts = StepOptions(self._loss.label_smoothing_, tuple(sorted(self._optimizer.graph_params().items())),
+                           zero_grad=self._zero_grad, nan_check=self._nan_check)
+        graphs = build_computation_graph(self.arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
+        lifetimes = graph_lifetimes(graphs) if self._liveness else None
+        plans = create_memory_plans(shapes, self.max_slot_bytes, lifetimes)
+        self.graphs, self.plans = graphs, plans
+        self.memory = plans["train_base"]
+        self._graphs = {f"train/{g.name}": (graphs.train.nodes(g), g.stream) for g in graphs.train.ids()}
+        self._graphs.update({f"inference/{g.name}": (graphs.inference.nodes(g), g.stream)
+                             for g in graphs.inference.ids()})
+        self._advance(Phase.MEMORY_LOCKED, "lock_memory", started)
+        return self
+
+    # ---- COMPILED ------------------------------------------------------------------------------
+    def compile(self) -> "DeepLearningTask":  # type: ignore[override]
+        """Stage 5 and binding: fill the atlas, create the arena, bind, initialise weights."""
+        if self._phase is Phase.COMPILED:
+            return self
+        if self._phase is Phase.PLANNING:
+            self.lock_memory()
+        started = time.time()
+        specs = self.shapes.specs
+        atlas = share_or_clone(specs, self.graphs, self.plans, self._zero_grad, self._nan_check)
+        ids = self.shapes.tables["train_base"].ids
+        compiled = CompiledPlan(self.arch, self.shapes, self.max_slot_bytes, self.memory.lifetimes, self.plans,
+                                self.graphs, atlas, ids, self.shapes.tables["train_base"].params)
+        arena = Arena(self.memory)
+        s = self._splits
+        sources = {"train": (s.train.x, s.train.y)}
+        perms = {"train": np.arange(len(s.train), dtype=np.int64)}
+        if s.val is not None:
+            sources["val"] = (s.val.x, s.val.y)
+            perms["val"] = np.arange(len(s.val), dtype=np.int64)
+        env = BindEnv(self._seed, sources, perms, arena.range_view, arena.locate)
+        executor = Executor(compiled, arena, env)
+        self._initialise(executor, compiled)
+        self.compiled, self.executor, self._arena = compiled, executor, arena
+        self._views = executor.views["train_base"]
+        self._env = env
+        self._advance(Phase.COMPILED, "compile", started)
+        return self
+
+    def _initialise(self, ex: Executor, compiled: CompiledPlan) -> None:
+        """PyTorch nn.Linear init, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from Philox's INIT stream."""
+        rng = Philox(self._seed)
+        offset = 0
+        for p in compiled.params:
+            view = ex.view("train_base", f"{p.layer}.{p.role}")
+            bound = 1.0 / math.sqrt(p.fan_in)
+            u = rng.uniform(view.size, int(StreamId.INIT), offset)
+            view[...] = ((2.0 * u.astype(np.float64) - 1.0) * bound).astype(np.float32).reshape(view.shape)
+            offset += Philox.blocks_needed(view.size)
+        for v in ex.views.values():
+            v[compiled.ids["ones"]].fill(1.0)
+        ex.view("train_base", "lr_table")[: self.total_steps] = self.lr_table()
+
+    # ---- training --------------------------------------------------------------------------------
+    def run(self, epochs: int | None = None, *, progress: str | bool = "auto", resume: bool = True,
+            callbacks: Sequence[Callable[[str, Any], None]] = ()) -> TrainingResult:  # type: ignore[override]
+        """Train to total_epochs (or ``epochs`` more). Compiles first if needed.
+
+        Ctrl-C (the notebook's stop button) ends the run at a step boundary; the task
+        stays COMPILED, the history is complete up to that step, and run() continues
+        from there.
+        """
+        if self._phase is not Phase.COMPILED:
+            self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
+            self.compile()
+        end = self._epochs if epochs is None else min(self._epochs, self._epoch + _int_setting("run", "epochs", epochs))
+        ex = self.executor
+        s = self._splits
+        train_vs = batch_variants(len(s.train), self._batch, "train_base", "train_last")
+        sched = ex.train_schedule(train_vs)
+        val_sched = None
+        if s.val is not None:
+            val_sched = ex.eval_schedule(batch_variants(len(s.val), self._val_batch or self._batch, "val_base", "val_last"))
+        cursor = ex.view("train_base", "cursor")
+        acc = ex.view("train_base", "metrics.sum")
+        step_counter = ex.view("train_base", "step")
+        lr_table = ex.view("train_base", "lr_table")
+        stop = _StopFlag()
+        prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name)
+        self.result.interrupted = False
+        with stop:
+            while self._epoch < end:
+                epoch = self._epoch
+                t0 = time.perf_counter()
+                start = 0
+                if self._resume_at is not None and self._resume_at[0] == epoch:
+                    start = self._resume_at[1]
+                else:
+                    self._shuffle_into(self._env.perms["train"], epoch)
+                    cursor[0] = 0
+                    for k in sched.prologue:
+                        k()
+                self._resume_at = None
+                steps = sched.steps
+                for i in range(start, sched.batches):
+                    for k in steps[i]:
+                        k()
+                    if stop.requested:
+                        self._resume_at = (epoch, i + 1)
+                        break
+                    if (i & 15) == 15:
+                        prog.update(16, float(ex.view("train_base", "result")[0]))
+                if self._resume_at is not None:
+                    self.result.interrupted = True
+                    break
+                prog.update(sched.batches % 16, float(ex.view("train_base", "result")[0]))
+                train = acc.copy()
+                val = self._run_eval(val_sched) if val_sched else None
+                lr = float(lr_table[min(int(step_counter[0]), len(lr_table) - 1) - 1]) if step_counter[0] else 0.0
+                rec = EpochRecord(epoch + 1, train[0] / train[3], train[1] / train[3], train[2] / train[3],
+                                  None if val is None else val[0] / val[3], None if val is None else val[1] / val[3],
+                                  None if val is None else val[2] / val[3], lr, time.perf_counter() - t0,
+                                  int(step_counter[0]))
+                self.result.history.append(rec)
+                self._epoch += 1
+                prog.epoch(rec)
+                for cb in callbacks:
+                    cb("epoch", rec)
+        prog.close()
+        self.result.step_losses = ex.view("train_base", "loss_log")[: int(step_counter[0])].copy()
+        return self.result
+
+    def _run_eval(self, sched) -> np.ndarray:  # type: ignore[no-untyped-def]
+        ex = self.executor
+        ex.view("val_base", "cursor")[0] = 0
+        for k in sched.prologue:
+            k()
+        for prog in sched.steps:
+            for k in prog:
+                k()
+        return ex.view("val_base", "metrics.sum").copy()
+
+    def _shuffle_into(self, perm: np.ndarray, epoch: int) -> None:
+        n = perm.shape[0]
+        if self._shuffle:
+            offset = epoch * Philox.blocks_needed(n, words_per_item=2)
+            perm[:] = Philox(self._seed).permutation(n, int(StreamId.SHUFFLE), offset)
+        else:
+            perm[:] = np.arange(n)
+
+    # ---- inference on any data ---------------------------------------------------------------------
+    def _forward_batches(self, x: np.ndarray, y: np.ndarray | None):  # type: ignore[no-untyped-def]
+        """Run INF_MAIN_A over x in batches of the val batch size (a partial batch is padded)."""
+        self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
+        ex = self.executor
+        variant = "val_base"
+        data, labels = ex.view(variant, "I_A.data"), ex.view(variant, "I_A.label")
+        n_layers = len(self.arch.layers)
+        logits_name = f"{self.arch.layers[n_layers - 1].name}.out"
+        logits = ex.view(variant, logits_name)
+        prog = ex.kernels(variant, GraphId.INF_MAIN_A)
+        bsz = data.shape[0]
+        for start in range(0, len(x), bsz):
+            n = min(bsz, len(x) - start)
+            data[:n] = x[start:start + n].reshape((n, *data.shape[1:]))
+            data[n:] = 0
+            labels[:n] = 0 if y is None else y[start:start + n]
+            labels[n:] = 0
+            for k in prog:
+                k()
+            yield start, n, logits[:n]
+
+    def evaluate(self, x: Any, y: Any) -> dict[str, float]:
+        """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data."""
+        self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
+        ds = validate_arrays(x, y, what="evaluate", num_classes=self._splits.train.num_classes)
+        self._check_sample_shape("evaluate", ds.x)
+        sums = np.zeros(3)
+        res = np.zeros(3, np.float32)
+        for start, n, logits in self._forward_batches(ds.x, ds.y):
+            fused.softmax_xent(logits, ds.y[start:start + n], float(self._loss.label_smoothing_), res,
+                               np.zeros((0, 0), np.float32), False)
+            sums += (res[0] * n, res[1], res[2])
+        n = len(ds)
+        return {"loss": sums[0] / n, "top1": sums[1] / n, "top5": sums[2] / n, "n": n}
+
+    def predict(self, x: Any) -> np.ndarray:
+        """Predicted class of each row of x."""
+        self._require("predict", Phase.COMPILED, hint="Call task.compile() first.")
+        ds = validate_arrays(x, np.zeros(len(x) if hasattr(x, "__len__") else 0, np.int64), what="predict")
+        self._check_sample_shape("predict", ds.x)
+        out = np.empty(len(ds), np.int64)
+        for start, n, logits in self._forward_batches(ds.x, None):
+            out[start:start + n] = logits.argmax(axis=1)
+        return out
+
+    def _check_sample_shape(self, op: str, x: np.ndarray) -> None:
+        want = self._splits.train.sample_shape
+        if tuple(x.shape[1:]) != tuple(want) and int(np.prod(x.shape[1:])) != int(np.prod(want)):
+            raise bad_argument(DataError, op, "X", x, f"samples shaped {want}", "pass data shaped like the training data")
+
+    # ---- parameters ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Parameters by layer name, e.g. 'fc1.weight' shaped (out, in) as in PyTorch."""
+        self._require("state_dict", Phase.COMPILED, hint="Parameters exist once the task is compiled.")
+        return {f"{p.layer}.{p.role}": self.executor.view("train_base", f"{p.layer}.{p.role}").copy()
+                for p in self.compiled.params}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Set parameters; every key and shape is checked before anything is written."""
+        self._require("load_state_dict", Phase.COMPILED, hint="Call task.compile() first.")
+        expected = {f"{p.layer}.{p.role}": p.shape for p in self.compiled.params}
+        if not isinstance(state, dict):
+            raise bad_argument(CheckpointError, "load_state_dict", "state", state, "a dict name -> array",
+                               "pass the dict from task.state_dict()")
+        missing = sorted(set(expected) - set(state))
+        extra = sorted(set(state) - set(expected))
+        if missing or extra:
+            raise CheckpointError(f"load_state_dict: keys differ: missing {missing}, unexpected {extra}. "
+                                  "Fix: load a state dict made for this model.")
+        arrays = {}
+        for k, shape in expected.items():
+            a = np.asarray(state[k], dtype=np.float32)
+            if a.shape != shape:
+                raise CheckpointError(f"load_state_dict: {k} has shape {a.shape}, the model needs {shape}. "
+                                      "Fix: load a state dict made for this model.")
+            if not np.isfinite(a).all():
+                raise CheckpointError(f"load_state_dict: {k} holds non-finite values. Fix: check the source.")
+            arrays[k] = a
+        for k, a in arrays.items():
+            self.executor.view("train_base", k)[...] = a
+
+    # ---- summaries ------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        """Plan summary: arena by family, reuse, distinct bound graphs, collapsed variants."""
+        lines = [f"{self.name}: phase {self._phase}"]
+        if self.arch is not None:
+            lines.append(repr(self.arch))
+        if self.memory.finalized:
+            lines.append(self.memory.summary())
+        if self.compiled is not None:
+            a = self.compiled.atlas
+            lines.append(f"atlas: {len(a.entries)} entries over {len(a.variants)} variants -> "
+                         f"{len(a.captures)} distinct bound graphs; ShapeIds "
+                         + ", ".join(f"s{k}={'any' if v is None else v}" for k, v in a.shape_ids.items()))
+            if a.collapsed:
+                lines.append("variants collapsed: " + ", ".join(f"{k} -> {v}" for k, v in a.collapsed.items()))
+        return "\n".join(lines)
+
+    def inspect(self):  # type: ignore[no-untyped-def]
+        """The dashboard widget (needs the notebook extra)."""
+        from .display import dashboard
+        return dashboard(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):  # type: ignore[no-untyped-def]
+        try:
+            from .display import dashboard_bundle
+        except ImportError:
+            return {"text/plain": repr(self)}
+        return dashboard_bundle(self)
+
+    def __repr__(self) -> str:
+        bits = [f"phase {self._phase}"]
+        if self.memory.finalized:
+            bits.append(f"arena {human_bytes(self.memory.total_bytes)}")
+        if self.result.history:
+            bits.append(f"{len(self.result.history)} epochs trained")
+        return f"<DeepLearningTask {self.name!r}: " + ", ".join(bits) + ">"
+
+
+def _note(operation: str):  # type: ignore[no-untyped-def]
+    from .task import Transition
+    now = time.time()
+    return Transition(Phase.PLANNING, Phase.PLANNING, operation, now, 0.0)
+
+
+class _StopFlag:
+    """Turns Ctrl-C into a request to stop at the next step boundary (main thread only)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old: Any = None
+
+    def _handler(self, signum, frame) -> None:  # type: ignore[no-untyped-def]
+        if self.requested:  # a second Ctrl-C interrupts at once
+            signal.signal(signal.SIGINT, self._old)
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> "_StopFlag":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)

@@ -1,0 +1,200 @@
+"""The five compiler stages, each a pure function returning an inspectable value.
+
+    derive_all_shapes -> compute_max_slot_bytes -> create_memory_plans
+                      -> build_computation_graph -> share_or_clone
+
+Stage 1 lists every tensor of every variant; stage 2 takes, per tensor position,
+the largest size over the variants; stage 3 places the tensors once with those
+sizes (so a tensor has the same offset in every variant) and derives the six
+variant plans; stage 4 builds the zero-shape graphs; stage 5 decides which
+(graph, GraphId, ShapeId) triples are bound, sharing where shapes agree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import PlanError
+from ..memory.liveness import Lifetimes, lifetimes_from_programs
+from ..memory.plan import MemoryPlan
+from ..memory.region import Region
+from .atlas import GraphAtlas, build_atlas
+from .graph import ComputationGraph
+from .ids import GraphId
+from .layers import (ArchPlan, StepOptions, TensorTable, emit_inference_graph, emit_training_graph,
+                     tensor_table)
+
+VARIANTS = ("train_base", "train_last", "train_lowres", "train_lowres_last", "val_base", "val_last")
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """The input of one variant: batch size and per-sample shape; used=False if it never runs."""
+
+    name: str
+    batch: int
+    sample_shape: tuple[int, ...]
+    used: bool = True
+
+    @property
+    def is_train(self) -> bool:
+        return self.name.startswith("train")
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.batch, *self.sample_shape)
+
+
+def variant_specs(n_train: int, n_val: int, batch: int, val_batch: int, sample_shape: tuple[int, ...],
+                  lowres_shape: tuple[int, ...] | None = None) -> dict[str, VariantSpec]:
+    """The six variants of a data set: full and last batches, two resolutions, validation."""
+    low = tuple(lowres_shape) if lowres_shape is not None else tuple(sample_shape)
+    last = n_train % batch or batch
+    vlast = (n_val % val_batch or val_batch) if n_val else val_batch
+    return {
+        "train_base": VariantSpec("train_base", batch, tuple(sample_shape)),
+        "train_last": VariantSpec("train_last", last, tuple(sample_shape)),
+        "train_lowres": VariantSpec("train_lowres", batch, low, lowres_shape is not None),
+        "train_lowres_last": VariantSpec("train_lowres_last", last, low, lowres_shape is not None),
+        "val_base": VariantSpec("val_base", val_batch, tuple(sample_shape), n_val > 0),
+        "val_last": VariantSpec("val_last", vlast, tuple(sample_shape), n_val > 0),
+    }
+
+
+# ---- stage 1 ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AllShapes:
+    """Stage 1's result: each variant's tensor table."""
+
+    specs: dict[str, VariantSpec]
+    tables: dict[str, TensorTable]
+
+    def __repr__(self) -> str:
+        lines = ["AllShapes:"]
+        for v, s in self.specs.items():
+            lines.append(f"  {v:<18} input {s.input_shape}{'' if s.used else '  (unused)'}")
+        return "\n".join(lines)
+
+
+def derive_all_shapes(arch: ArchPlan, specs: dict[str, VariantSpec], num_classes: int,
+                      opt_state: tuple[str, ...], total_steps: int) -> AllShapes:
+    """Stage 1: every variant's tensors (same names, order and regions; shapes differ)."""
+    tables = {v: tensor_table(arch, s.batch, s.sample_shape, num_classes, opt_state, total_steps)
+              for v, s in specs.items()}
+    return AllShapes(dict(specs), tables)
+
+
+# ---- stage 2 ---------------------------------------------------------------------------
+def compute_max_slot_bytes(shapes: AllShapes) -> list[int]:
+    """Stage 2: per tensor position, the largest byte size over all variants.
+
+    Also checks the invariant that makes this possible: every variant lists the
+    same tensors in the same order with the same names, dtypes and regions.
+    """
+    import numpy as np
+
+    tables = list(shapes.tables.items())
+    ref_name, ref = tables[0]
+    sizes = [0] * len(ref.specs)
+    for vname, table in tables:
+        if len(table.specs) != len(ref.specs):
+            raise PlanError(f"compute_max_slot_bytes: variant {vname} has {len(table.specs)} tensors, "
+                            f"{ref_name} has {len(ref.specs)}. Fix: layers must allocate the same tensors "
+                            "in every variant.")
+        for i, (a, b) in enumerate(zip(ref.specs, table.specs)):
+            if (a.name, a.dtype, a.region) != (b.name, b.dtype, b.region):
+                raise PlanError(f"compute_max_slot_bytes: tensor #{i} is {a.name}/{a.dtype}/{a.region.name} "
+                                f"in {ref_name} but {b.name}/{b.dtype}/{b.region.name} in {vname}.")
+            sizes[i] = max(sizes[i], int(np.prod(b.shape)) * np.dtype(b.dtype).itemsize)
+    return sizes
+
+
+# ---- stage 3 ---------------------------------------------------------------------------
+def create_memory_plans(shapes: AllShapes, max_slots: Sequence[int],
+                        lifetimes: Lifetimes | None) -> dict[str, MemoryPlan]:
+    """Stage 3: one placement with max slot sizes, then six plans sharing its offsets."""
+    ref = shapes.tables["train_base"]
+    base = MemoryPlan("base")
+    for spec, slot in zip(ref.specs, max_slots):
+        base.alloc(spec.shape, spec.dtype, spec.region, spec.name, slot_bytes=slot)
+    base.finalize(lifetimes)
+    return {v: base.with_shapes({i: s.shape for i, s in enumerate(t.specs)}, v)
+            for v, t in shapes.tables.items()}
+
+
+# ---- stage 4 ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Graphs:
+    """Stage 4's result: the training and inference graphs (no shapes inside)."""
+
+    train: ComputationGraph
+    inference: ComputationGraph
+
+    def __repr__(self) -> str:
+        return f"Graphs(\n  train={self.train!r},\n  inference={self.inference!r})"
+
+
+def build_computation_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
+                            g_range: tuple[str, str]) -> Graphs:
+    """Stage 4: walk the layer descriptors to build training and inference graphs."""
+    return Graphs(emit_training_graph(arch, ids, opts, g_range), emit_inference_graph(arch, ids, opts.smoothing))
+
+
+STEP_ORDER_A = (GraphId.ZERO_GRAD, GraphId.TRANSFER_B, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
+                GraphId.FIRST_LAYER_BWD_A, GraphId.CAST_AND_CHECK, GraphId.ACCUM_METRICS, GraphId.OPTIMIZER,
+                GraphId.EMA_UPDATE)
+"""One training step reading buffer A, in the original's order."""
+
+
+def swap_ab(gid: GraphId) -> GraphId:
+    """The same graph for the other input buffer."""
+    name = gid.name
+    if name.endswith("_A"):
+        return GraphId[name[:-2] + "_B"]
+    if name.endswith("_B"):
+        return GraphId[name[:-2] + "_A"]
+    return gid
+
+
+def step_programs(graphs: Graphs) -> list[list[tuple[tuple[int, ...], tuple[int, ...]]]]:
+    """The (inputs, outputs) sequences of one step per program, for liveness."""
+    programs = []
+    for order in (STEP_ORDER_A, tuple(swap_ab(g) for g in STEP_ORDER_A)):
+        programs.append([(n.inputs, n.outputs) for gid in order for n in graphs.train.nodes(gid)])
+    for ab in ("A", "B"):
+        order = (GraphId[f"TRANSFER_{ab}"], GraphId[f"INF_MAIN_{ab}"], GraphId.ACCUM_METRICS)
+        programs.append([(n.inputs, n.outputs) for gid in order for n in graphs.inference.nodes(gid)])
+    return programs
+
+
+def graph_lifetimes(graphs: Graphs) -> Lifetimes:
+    """Lifetimes of every tensor over the training and inference programs."""
+    return lifetimes_from_programs(step_programs(graphs))
+
+
+# ---- stage 5 ---------------------------------------------------------------------------
+def share_or_clone(specs: dict[str, VariantSpec], graphs: Graphs, plans: dict[str, MemoryPlan],
+                   zero_grad: bool, nan_check: bool) -> GraphAtlas:
+    """Stage 5: the atlas. Shape-only variants share a graph; val variants get no training graph."""
+    return build_atlas(specs, graphs, plans, zero_grad=zero_grad, nan_check=nan_check)
+
+
+# ---- the whole pipeline ------------------------------------------------------------------
+@dataclass
+class CompiledPlan:
+    """Everything compile produces before binding: inspect any stage's value here."""
+
+    arch: ArchPlan
+    shapes: AllShapes
+    max_slot_bytes: list[int]
+    lifetimes: Lifetimes
+    plans: dict[str, MemoryPlan]
+    graphs: Graphs
+    atlas: GraphAtlas
+    ids: dict[str, int]
+    params: list[Any]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def plan(self) -> MemoryPlan:
+        return self.plans["train_base"]

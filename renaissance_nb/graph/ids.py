@@ -1,0 +1,106 @@
+"""GraphId (one captured graph each) and StreamKind, as in the original."""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class StreamKind(IntEnum):
+    """The five streams per device. On the CPU they are an ordering label only."""
+
+    TRANS = 0
+    COMP_1 = 1
+    COMP_2 = 2
+    COMP_3 = 3
+    UPDATE = 4
+
+
+class GraphId(IntEnum):
+    """Buckets of graph nodes; each distinct (graph, GraphId, ShapeId) is bound once."""
+
+    TRANSFER_A = 0
+    TRANSFER_B = 1
+    FIRST_LAYER_FWD_A = 2
+    FIRST_LAYER_FWD_B = 3
+    DEEP_FWD_BWD = 4
+    ZERO_GRAD = 5
+    FIRST_LAYER_BWD_A = 6
+    FIRST_LAYER_BWD_B = 7
+    FIRST_COMM = 8
+    DEEP_COMM = 9
+    CAST_AND_CHECK = 10  # the original's NaN check and gradient scaling
+    STATS_COMM = 11
+    UPDATE_STATS = 12
+    OPTIMIZER = 13
+    EMA_UPDATE = 14
+    INF_MAIN_A = 15
+    INF_MAIN_B = 16
+    INF_EMA_A = 17
+    INF_EMA_B = 18
+    CAST_MAIN_FP32_TO_FP16 = 19
+    CAST_EMA_FP32_TO_FP16 = 20
+    ACCUM_METRICS = 21
+    ACCUM_METRICS_TRAIN_LAST = 22
+    ACCUM_METRICS_VAL_LAST = 23
+    VAL_RESULT_COMM = 24
+    CLEAR_METRICS = 25
+    UPDATE_BN_INF_PARAMS = 26
+    LARS_NORMS = 27
+
+    @property
+    def stream(self) -> StreamKind:
+        """The stream this graph is captured on."""
+        return DEFAULT_STREAM[self]
+
+    @property
+    def shape_invariant(self) -> bool:
+        """Graphs that touch only weights, moments and scalars: one binding serves all variants."""
+        return self in SHAPE_INVARIANT
+
+    @property
+    def multi_device_only(self) -> bool:
+        """Ids about several devices or AMP: they stay empty on one CPU."""
+        return self in MULTI_DEVICE_OR_AMP
+
+
+DEFAULT_STREAM: dict[GraphId, StreamKind] = {
+    GraphId.TRANSFER_A: StreamKind.TRANS,
+    GraphId.TRANSFER_B: StreamKind.TRANS,
+    GraphId.FIRST_LAYER_FWD_A: StreamKind.COMP_1,
+    GraphId.FIRST_LAYER_FWD_B: StreamKind.COMP_1,
+    GraphId.DEEP_FWD_BWD: StreamKind.COMP_1,
+    GraphId.ZERO_GRAD: StreamKind.COMP_2,
+    GraphId.FIRST_LAYER_BWD_A: StreamKind.COMP_1,
+    GraphId.FIRST_LAYER_BWD_B: StreamKind.COMP_1,
+    GraphId.FIRST_COMM: StreamKind.COMP_3,
+    GraphId.DEEP_COMM: StreamKind.COMP_3,
+    GraphId.CAST_AND_CHECK: StreamKind.UPDATE,
+    GraphId.STATS_COMM: StreamKind.COMP_3,
+    GraphId.UPDATE_STATS: StreamKind.UPDATE,
+    GraphId.OPTIMIZER: StreamKind.UPDATE,
+    GraphId.EMA_UPDATE: StreamKind.UPDATE,
+    GraphId.INF_MAIN_A: StreamKind.COMP_1,
+    GraphId.INF_MAIN_B: StreamKind.COMP_1,
+    GraphId.INF_EMA_A: StreamKind.COMP_2,
+    GraphId.INF_EMA_B: StreamKind.COMP_2,
+    GraphId.CAST_MAIN_FP32_TO_FP16: StreamKind.UPDATE,
+    GraphId.CAST_EMA_FP32_TO_FP16: StreamKind.UPDATE,
+    GraphId.ACCUM_METRICS: StreamKind.COMP_2,
+    GraphId.ACCUM_METRICS_TRAIN_LAST: StreamKind.COMP_2,
+    GraphId.ACCUM_METRICS_VAL_LAST: StreamKind.COMP_2,
+    GraphId.VAL_RESULT_COMM: StreamKind.COMP_3,
+    GraphId.CLEAR_METRICS: StreamKind.COMP_2,
+    GraphId.UPDATE_BN_INF_PARAMS: StreamKind.UPDATE,
+    GraphId.LARS_NORMS: StreamKind.UPDATE,
+}
+
+SHAPE_INVARIANT = frozenset({
+    GraphId.ZERO_GRAD, GraphId.CAST_AND_CHECK, GraphId.OPTIMIZER, GraphId.EMA_UPDATE,
+    GraphId.CAST_MAIN_FP32_TO_FP16, GraphId.CAST_EMA_FP32_TO_FP16, GraphId.CLEAR_METRICS,
+    GraphId.UPDATE_BN_INF_PARAMS, GraphId.LARS_NORMS, GraphId.FIRST_COMM, GraphId.DEEP_COMM,
+    GraphId.STATS_COMM, GraphId.VAL_RESULT_COMM,
+})
+
+MULTI_DEVICE_OR_AMP = frozenset({
+    GraphId.FIRST_COMM, GraphId.DEEP_COMM, GraphId.STATS_COMM, GraphId.VAL_RESULT_COMM,
+    GraphId.CAST_MAIN_FP32_TO_FP16, GraphId.CAST_EMA_FP32_TO_FP16,
+})

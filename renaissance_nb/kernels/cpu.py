@@ -1,0 +1,285 @@
+"""The CPU kernel table: op name -> factory(outs, ins, params, env) -> zero-argument kernel.
+
+Binding a node calls its factory once with the node's pre-resolved arena views;
+the returned closure is what a replayed step calls. Everything the closure needs
+(views, transposes, activation codes, batch sizes) is resolved at bind time, so a
+step does no lookups and allocates nothing: matrix products write straight into
+arena views with ``out=``, everything else is a fused numba pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import NumericalError, PlanError
+from . import fused
+
+Kernel = Callable[[], None]
+Factory = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], dict, "BindEnv"], Kernel]
+EMPTY_F32 = np.zeros(0, np.float32)
+EMPTY_F32_2D = np.zeros((0, 0), np.float32)
+
+
+@dataclass
+class BindEnv:
+    """What kernels may need besides their tensors: data sources, ranges, the seed."""
+
+    seed: int = 0
+    sources: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    perms: dict[str, np.ndarray] = field(default_factory=dict)
+    range_view: Callable[[str, str, str], np.ndarray] | None = None
+    locate: Callable[[str, int], str] | None = None
+    batch: int = 0
+
+
+KERNELS: dict[str, Factory] = {}
+
+
+def kernel(name: str) -> Callable[[Factory], Factory]:
+    def register(f: Factory) -> Factory:
+        KERNELS[name] = f
+        return f
+    return register
+
+
+def _flat2d(a: np.ndarray) -> np.ndarray:
+    return a.reshape(a.shape[0], -1)
+
+
+# ---- linear algebra -----------------------------------------------------------------------
+@kernel("fc_fwd")
+def fc_fwd(outs, ins, p, env):
+    """y = act(x W^T + b): one GEMM into the output view, then one fused bias+activation pass."""
+    (y,) = outs
+    x, w = _flat2d(ins[0]), ins[1]
+    b = ins[2] if len(ins) > 2 else EMPTY_F32
+    wt = w.T
+    act = fused.ACT_CODES[p["act"]]
+    slope = float(p["slope"])
+    matmul, bias_act = np.matmul, fused.bias_act_
+    if act == 0 and b.size == 0:
+        return lambda: matmul(x, wt, out=y)
+
+    def run() -> None:
+        matmul(x, wt, out=y)
+        bias_act(y, b, act, slope)
+    return run
+
+
+@kernel("fc_bwd")
+def fc_bwd(outs, ins, p, env):
+    """dz = dy * act'(y) in place; dW = dz^T x; db = 1^T dz (a GEMV); dx = dz W."""
+    dy, x, w, y, ones = ins
+    x = _flat2d(x)
+    outs = list(outs)
+    dw = outs.pop(0)
+    db = outs.pop(0) if p["bias"] else None
+    dx = _flat2d(outs.pop(0)) if p["need_dx"] else None
+    act = fused.ACT_CODES[p["act"]]
+    slope = float(p["slope"])
+    dyt = dy.T
+    matmul, act_grad = np.matmul, fused.act_grad_from_output_
+
+    def run() -> None:
+        if act:
+            act_grad(dy, y, act, slope)
+        matmul(dyt, x, out=dw)
+        if db is not None:
+            matmul(ones, dy, out=db)
+        if dx is not None:
+            matmul(dy, w, out=dx)
+    return run
+
+
+@kernel("matmul")
+def matmul_k(outs, ins, p, env):
+    """c = op(a) @ op(b), op = transpose when trans_a / trans_b."""
+    a, b = ins
+    (c,) = outs
+    a = a.T if p.get("trans_a") else a
+    b = b.T if p.get("trans_b") else b
+    mm = np.matmul
+    return lambda: mm(a, b, out=c)
+
+
+@kernel("add")
+def add_k(outs, ins, p, env):
+    """c = a + b with NumPy broadcasting (a bias row over a batch, say)."""
+    a, b = ins
+    (c,) = outs
+    add = np.add
+    return lambda: add(a, b, out=c)
+
+
+@kernel("relu")
+def relu_k(outs, ins, p, env):
+    (x,), (y,) = ins, outs
+    mx = np.maximum
+    return lambda: mx(x, 0, out=y)
+
+
+# ---- element-wise ------------------------------------------------------------------------
+@kernel("act_fwd")
+def act_fwd(outs, ins, p, env):
+    (x,), (y,) = ins, outs
+    code, slope, f = fused.ACT_CODES[p["act"]], float(p["slope"]), fused.act_forward
+    return lambda: f(x, y, code, slope)
+
+
+@kernel("act_bwd")
+def act_bwd(outs, ins, p, env):
+    (dy, x), (dx,) = ins, outs
+    code, slope, f = fused.ACT_CODES[p["act"]], float(p["slope"]), fused.act_backward
+    return lambda: f(dy, x, dx, code, slope)
+
+
+@kernel("copy")
+def copy_k(outs, ins, p, env):
+    (src,), (dst,) = ins, outs
+    cp = np.copyto
+    return lambda: cp(dst, src)
+
+
+@kernel("reshape_copy")
+def reshape_copy(outs, ins, p, env):
+    (src,), (dst,) = ins, outs
+    src = src.reshape(dst.shape)
+    cp = np.copyto
+    return lambda: cp(dst, src)
+
+
+@kernel("mul")
+def mul_k(outs, ins, p, env):
+    (a, b), (out,) = ins, outs
+    f = fused.mul_
+    return lambda: f(out, a, b)
+
+
+@kernel("fill")
+def fill_k(outs, ins, p, env):
+    value = p.get("value", 0.0)
+    targets = list(outs)
+
+    def run() -> None:
+        for t in targets:
+            t.fill(value)
+    return run
+
+
+@kernel("dropout_fwd")
+def dropout_fwd(outs, ins, p, env):
+    """mask = Philox(seed, DROPOUT stream, offset) < keep, scaled by 1/keep; y = x * mask.
+
+    The offset lives in the arena and advances inside the step, so every replay
+    draws a new, reproducible mask (the original keeps it in device memory).
+    """
+    from ..train.rng import StreamId, dropout_mask_into
+
+    (x, offset), (y, mask) = ins, outs
+    keep = 1.0 - float(p["p"])
+    flat_mask = mask.reshape(-1)
+    blocks = (flat_mask.size + 3) // 4
+    seed, stream, mul = env.seed, int(StreamId.DROPOUT), fused.mul_
+
+    def run() -> None:
+        dropout_mask_into(flat_mask, seed, stream, int(offset[0]), keep)
+        offset[0] += blocks
+        mul(y, x, mask)
+    return run
+
+
+# ---- loss and metrics -------------------------------------------------------------------------
+@kernel("softmax_xent")
+def softmax_xent_k(outs, ins, p, env):
+    logits, labels = _flat2d(ins[0]), ins[1]
+    result = outs[0]
+    grad = bool(p["grad"])
+    dlogits = _flat2d(outs[1]) if grad else EMPTY_F32_2D
+    smoothing, f = float(p["smoothing"]), fused.softmax_xent
+    return lambda: f(logits, labels, smoothing, result, dlogits, grad)
+
+
+@kernel("accum_metrics")
+def accum_metrics(outs, ins, p, env):
+    """Weighted by the bound batch size, so a partial last batch counts exactly its rows."""
+    result, step = ins
+    acc = outs[0]
+    loss_log = outs[1] if p.get("log") else EMPTY_F32
+    batch, f = float(env.batch), fused.accumulate_metrics
+    return lambda: f(result, acc, batch, loss_log, step)
+
+
+@kernel("transfer")
+def transfer(outs, ins, p, env):
+    """Copy the next batch, rows perm[cursor:cursor+B] of the source, into an input buffer."""
+    (cursor,) = ins
+    x_out, y_out = outs
+    source = p["source"]
+    if source not in env.sources:
+        raise PlanError(f"transfer: no {source!r} data was given to the task. Fix: pass {source} data to .data().")
+    xs, ys = env.sources[source]
+    perm = env.perms[source]
+    x2 = _flat2d(x_out)
+    xs2 = xs.reshape(xs.shape[0], -1)
+    f = fused.gather_batch
+    return lambda: f(xs2, ys, perm, cursor, x2, y_out)
+
+
+# ---- region-wide operations ---------------------------------------------------------------------
+@kernel("zero_range")
+def zero_range(outs, ins, p, env):
+    """Zero every gradient with one fill over the whole G range."""
+    view = env.range_view(p["first"], p["last"], "uint8")
+    return lambda: view.fill(0)
+
+
+@kernel("nan_check")
+def nan_check(outs, ins, p, env):
+    """One pass over all gradients; on a non-finite value, stop before the update."""
+    (result,) = ins
+    (flag,) = outs
+    grads = env.range_view(p["first"], p["last"], "float32")
+    base_first = p["first"]
+    find = fused.all_finite
+    locate = env.locate
+
+    def run() -> None:
+        k = find(grads)
+        loss = float(result[0])
+        if k >= 0 or not np.isfinite(loss):
+            flag[0] = k + 1 if k >= 0 else -1
+            where = locate(base_first, k * 4) if (k >= 0 and locate) else "the loss"
+            raise NumericalError(f"non-finite value in {where} (loss={loss}). The update was not applied. "
+                                 "Fix: lower the learning rate, check the data for extreme values, "
+                                 "or add label smoothing / weight decay.")
+    return run
+
+
+@kernel("optimizer")
+def optimizer_k(outs, ins, p, env):
+    """The whole update as one pass over the W/G/M/V ranges (same order, same slot sizes)."""
+    (lr_table,) = ins
+    (step,) = outs
+    w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
+    g = env.range_view("G_BN_BIAS", "G_DEEP_CONV", "float32")
+    m = env.range_view("M_BN_BIAS", "M_DEEP_CONV", "float32")
+    v = env.range_view("V_BN_BIAS", "V_DEEP_CONV", "float32")
+    kind = p["kind"]
+    for name, arr in (("G", g), ("M", m), ("V", v)):
+        if arr.size and arr.size != w.size:
+            raise PlanError(f"optimizer: the {name} range holds {arr.size} values but W holds {w.size}; "
+                            "W, G, M and V must list the same tensors with the same slot sizes.")
+    maximize = bool(p.get("maximize", False))
+    if kind in ("adam", "adamw"):
+        f = fused.adam_update
+        b1, b2, eps, wd = float(p["beta1"]), float(p["beta2"]), float(p["eps"]), float(p["weight_decay"])
+        decoupled = kind == "adamw"
+        return lambda: f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
+    if kind == "sgd":
+        f = fused.sgd_update
+        mom, damp, wd, nest = float(p["momentum"]), float(p["dampening"]), float(p["weight_decay"]), bool(p["nesterov"])
+        mm = m if mom != 0 else EMPTY_F32
+        return lambda: f(w, g, mm, lr_table, step, mom, damp, wd, nest, maximize)
+    raise PlanError(f"optimizer: unknown kind {kind!r}")

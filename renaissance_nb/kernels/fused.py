@@ -1,0 +1,289 @@
+"""Fused one-pass CPU kernels (numba): what NumPy would do in several passes.
+
+Each kernel writes into arrays it is given and allocates nothing, so a replayed
+training step touches only arena memory. numba is worth its weight here: the
+optimizer over all weights, the loss with its metrics, and bias+activation would
+each take 5 to 12 NumPy passes over memory; here they take one. fastmath is off
+so results are reproducible bit for bit and match the reference formulas.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+jit = numba.njit(cache=True, nogil=True, fastmath=False)
+
+# activation codes used by the kernels (the graph stores names)
+ACT_CODES = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "leaky_relu": 4, "silu": 5, "gelu": 6}
+INV_SQRT2 = 1.0 / math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+@jit
+def bias_act_(y, b, act, slope):
+    """y = act(y + b) in place, row-wise bias (b may have length 0: no bias)."""
+    n, m = y.shape
+    has_b = b.shape[0] > 0
+    for i in range(n):
+        for j in range(m):
+            z = y[i, j]
+            if has_b:
+                z += b[j]
+            if act == 1:
+                z = z if z > 0 else np.float32(0.0)
+            elif act == 2:
+                z = np.float32(math.tanh(z))
+            elif act == 3:
+                z = np.float32(1.0 / (1.0 + math.exp(-z)))
+            elif act == 4:
+                z = z if z > 0 else np.float32(z * slope)
+            y[i, j] = z
+
+
+@jit
+def act_grad_from_output_(dy, y, act, slope):
+    """dy *= act'(z), with the derivative written in terms of the output y."""
+    flat_d = dy.reshape(-1)
+    flat_y = y.reshape(-1)
+    for k in range(flat_d.shape[0]):
+        yk = flat_y[k]
+        if act == 1:
+            if yk <= 0:
+                flat_d[k] = 0.0
+        elif act == 2:
+            flat_d[k] = flat_d[k] * (np.float32(1.0) - yk * yk)
+        elif act == 3:
+            flat_d[k] = flat_d[k] * (yk * (np.float32(1.0) - yk))
+        elif act == 4:
+            if yk <= 0:
+                flat_d[k] = np.float32(flat_d[k] * slope)
+
+
+@jit
+def act_forward(x, y, act, slope):
+    """y = act(x) for any activation (silu and gelu need x for their gradient)."""
+    fx = x.reshape(-1)
+    fy = y.reshape(-1)
+    for k in range(fx.shape[0]):
+        z = fx[k]
+        if act == 1:
+            r = z if z > 0 else np.float32(0.0)
+        elif act == 2:
+            r = math.tanh(z)
+        elif act == 3:
+            r = 1.0 / (1.0 + math.exp(-z))
+        elif act == 4:
+            r = z if z > 0 else z * slope
+        elif act == 5:
+            r = z / (1.0 + math.exp(-z))
+        elif act == 6:
+            r = 0.5 * z * (1.0 + math.erf(z * INV_SQRT2))
+        else:
+            r = z
+        fy[k] = r
+
+
+@jit
+def act_backward(dy, x, dx, act, slope):
+    """dx = dy * act'(x)."""
+    fd = dy.reshape(-1)
+    fx = x.reshape(-1)
+    fo = dx.reshape(-1)
+    for k in range(fx.shape[0]):
+        z = np.float64(fx[k])
+        if act == 1:
+            g = 1.0 if z > 0 else 0.0
+        elif act == 2:
+            t = math.tanh(z)
+            g = 1.0 - t * t
+        elif act == 3:
+            s = 1.0 / (1.0 + math.exp(-z))
+            g = s * (1.0 - s)
+        elif act == 4:
+            g = 1.0 if z > 0 else slope
+        elif act == 5:
+            s = 1.0 / (1.0 + math.exp(-z))
+            g = s * (1.0 + z * (1.0 - s))
+        elif act == 6:
+            g = 0.5 * (1.0 + math.erf(z * INV_SQRT2)) + z * INV_SQRT_2PI * math.exp(-0.5 * z * z)
+        else:
+            g = 1.0
+        fo[k] = fd[k] * g
+
+
+@jit
+def softmax_xent(logits, labels, smoothing, result, dlogits, want_grad):
+    """Softmax cross-entropy with label smoothing, fused with top-1/top-5.
+
+    result[0] = mean loss, result[1] = top-1 correct count, result[2] = top-5 correct
+    count. With want_grad, dlogits = (softmax - target) / batch (the mean's gradient).
+    Target = (1 - smoothing) * onehot + smoothing / classes, as in PyTorch.
+    """
+    n, c = logits.shape
+    total = 0.0
+    top1 = 0.0
+    top5 = 0.0
+    inv_n = 1.0 / n
+    off = smoothing / c
+    on = 1.0 - smoothing
+    for i in range(n):
+        row = logits[i]
+        y = labels[i]
+        mx = row[0]
+        for j in range(1, c):
+            if row[j] > mx:
+                mx = row[j]
+        s = 0.0
+        for j in range(c):
+            s += math.exp(np.float64(row[j]) - mx)
+        lse = mx + math.log(s)
+        # loss = sum_j target_j * (lse - z_j)
+        zsum = 0.0
+        for j in range(c):
+            zsum += row[j]
+        total += on * (lse - row[y]) + off * (c * lse - zsum)
+        # rank of the true class: how many logits beat it (ties count for the lower index)
+        zy = row[y]
+        better = 0
+        for j in range(c):
+            if row[j] > zy or (row[j] == zy and j < y):
+                better += 1
+        if better == 0:
+            top1 += 1.0
+        if better < 5:
+            top5 += 1.0
+        if want_grad:
+            for j in range(c):
+                p = math.exp(np.float64(row[j]) - lse)
+                t = off + (on if j == y else 0.0)
+                dlogits[i, j] = (p - t) * inv_n
+    result[0] = total * inv_n
+    result[1] = top1
+    result[2] = top5
+
+
+@jit
+def accumulate_metrics(result, acc, batch, loss_log, step):
+    """acc += (loss * batch, top1, top5, batch); loss_log[step] = loss (training only)."""
+    acc[0] += np.float64(result[0]) * batch
+    acc[1] += result[1]
+    acc[2] += result[2]
+    acc[3] += batch
+    if loss_log.shape[0] > 0:
+        s = step[0]
+        if s < loss_log.shape[0]:
+            loss_log[s] = result[0]
+
+
+@jit
+def adam_update(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize):
+    """One Adam/AdamW step over whole W/G/M/V ranges, PyTorch's formulas exactly.
+
+    step[0] counts finished steps; lr_table[step[0]] is this step's learning rate.
+    AdamW (decoupled): w *= 1 - lr*wd. Adam: g += wd*w. Then
+    m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g,
+    w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+    """
+    t = step[0]
+    lr = np.float64(lr_table[min(t, lr_table.shape[0] - 1)])
+    t += 1
+    bc1 = 1.0 - beta1 ** t
+    bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
+    step_size = np.float32(lr / bc1)
+    bc2_32 = np.float32(bc2_sqrt)
+    decay = np.float32(1.0 - lr * weight_decay)
+    wd32 = np.float32(weight_decay)
+    b1 = np.float32(beta1)
+    b2 = np.float32(beta2)
+    one_b1 = np.float32(1.0 - beta1)
+    one_b2 = np.float32(1.0 - beta2)
+    eps32 = np.float32(eps)
+    for k in range(w.shape[0]):
+        gk = g[k]
+        if maximize:
+            gk = -gk
+        wk = w[k]
+        if decoupled:
+            wk = wk * decay
+        elif weight_decay != 0.0:
+            gk = gk + wd32 * wk
+        mk = m[k] + (gk - m[k]) * one_b1  # lerp, as torch's exp_avg.lerp_(grad, 1 - beta1)
+        vk = v[k] * b2 + one_b2 * gk * gk
+        m[k] = mk
+        v[k] = vk
+        denom = np.float32(math.sqrt(vk)) / bc2_32 + eps32
+        w[k] = wk - step_size * (mk / denom)
+    step[0] = t
+
+
+@jit
+def sgd_update(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize):
+    """One SGD step over whole ranges, PyTorch's formulas (first step: buf = g)."""
+    t = step[0]
+    lr = np.float32(lr_table[min(t, lr_table.shape[0] - 1)])
+    first = t == 0
+    mom = np.float32(momentum)
+    damp = np.float32(1.0 - dampening)
+    wd = np.float32(weight_decay)
+    use_m = m.shape[0] > 0
+    for k in range(w.shape[0]):
+        gk = g[k]
+        if maximize:
+            gk = -gk
+        if weight_decay != 0.0:
+            gk = gk + wd * w[k]
+        if use_m:
+            if first:
+                buf = gk
+            else:
+                buf = mom * m[k] + damp * gk
+            m[k] = buf
+            if nesterov:
+                gk = gk + mom * buf
+            else:
+                gk = buf
+        w[k] = w[k] - lr * gk
+    step[0] = t + 1
+
+
+@jit
+def gather_rows(src, perm, cursor, out_rows):
+    """out_rows[i] = src[perm[cursor[0] + i]] for every row of out_rows; cursor advances."""
+    start = cursor[0]
+    n = out_rows.shape[0]
+    for i in range(n):
+        out_rows[i] = src[perm[start + i]]
+    cursor[0] = start + n
+
+
+@jit
+def gather_batch(x_src, y_src, perm, cursor, x_out, y_out):
+    """Copy the next batch (rows perm[cursor:cursor+B]) into an input buffer."""
+    start = cursor[0]
+    n = y_out.shape[0]
+    for i in range(n):
+        r = perm[start + i]
+        x_out[i] = x_src[r]
+        y_out[i] = y_src[r]
+    cursor[0] = start + n
+
+
+@jit
+def mul_(out, a, b):
+    """out = a * b elementwise (flat views)."""
+    fo = out.reshape(-1)
+    fa = a.reshape(-1)
+    fb = b.reshape(-1)
+    for k in range(fo.shape[0]):
+        fo[k] = fa[k] * fb[k]
+
+
+@jit
+def all_finite(x):
+    """Index of the first non-finite element of a flat range, or -1."""
+    for k in range(x.shape[0]):
+        if not math.isfinite(x[k]):
+            return k
+    return -1

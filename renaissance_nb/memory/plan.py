@@ -1,0 +1,237 @@
+"""MemoryPlan: allocation records, finalize() into one aligned arena, region table.
+
+Nothing is allocated at run time: every tensor of a task is a DTensor placed
+here, and the executor turns each into a view of one arena. Regions are laid out
+in enum order, each starting on a 256-byte boundary; tensors inside a region in
+allocation order, or packed by liveness when the region holds short-lived data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import PlanError, bad_argument
+from .dtensor import ALIGNMENT, DTensor, align_up
+from .liveness import Lifetimes, live_overlaps, pack
+from .region import FAMILIES, Region
+
+SUPPORTED_DTYPES = ("float32", "float16", "float64", "int32", "int64", "int8", "uint8")
+
+
+@dataclass(frozen=True)
+class RegionSpan:
+    """One region's place in the arena: base offset, size, and its tensors' ids."""
+
+    region: Region
+    base: int
+    size: int
+    tensor_ids: tuple[int, ...]
+    size_without_reuse: int
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def _check_shape(shape: object) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape
+    ):
+        raise bad_argument(PlanError, "alloc", "shape", shape, "a tuple of positive ints like (128, 784)",
+                           "pass the tensor's dimensions as ints")
+    if any(int(d) <= 0 for d in shape):
+        raise bad_argument(PlanError, "alloc", "shape", shape, "every dimension >= 1",
+                           "a tensor with a zero or negative dimension cannot hold data; fix the size")
+    return tuple(int(d) for d in shape)
+
+
+def _check_dtype(dtype: object) -> str:
+    try:
+        name = np.dtype(dtype).name  # type: ignore[arg-type]
+    except TypeError:
+        name = None
+    if name not in SUPPORTED_DTYPES:
+        raise bad_argument(PlanError, "alloc", "dtype", dtype, f"one of {SUPPORTED_DTYPES}",
+                           "use a supported dtype such as 'float32'")
+    return name
+
+
+def _check_region(region: object) -> Region:
+    if isinstance(region, Region) and region is not Region.END:
+        return region
+    if isinstance(region, str) and region in Region.__members__ and region != "END":
+        return Region[region]
+    raise bad_argument(PlanError, "alloc", "region", region, "a Region member such as Region.T_TEMP_FP32",
+                       "every tensor must be placed in a named region; pass region=Region.<NAME>")
+
+
+class MemoryPlan:
+    """Allocation records plus, after finalize(), offsets and the region table."""
+
+    def __init__(self, name: str = "plan") -> None:
+        self.name = name
+        self._tensors: list[DTensor] = []
+        self._by_name: dict[str, int] = {}
+        self.regions: dict[Region, RegionSpan] = {}
+        self.total_bytes: int = 0
+        self.bytes_without_reuse: int = 0
+        self.finalized = False
+        self.reuse = False
+        self.lifetimes: Lifetimes = {}
+
+    # ---- PLANNING -------------------------------------------------------------------
+    def alloc(self, shape: Sequence[int], dtype: object, region: object, name: str | None = None,
+              slot_bytes: int | None = None) -> DTensor:
+        """Record a tensor; it gets its offset at finalize(). ``region`` is mandatory."""
+        if self.finalized:
+            raise PlanError(f"alloc: the plan {self.name!r} is finalized; offsets are fixed. "
+                            "Fix: allocate every tensor before finalize().")
+        shape_t = _check_shape(shape)
+        dtype_s = _check_dtype(dtype)
+        region_r = _check_region(region)
+        tid = len(self._tensors)
+        name = name or f"t{tid}"
+        if name in self._by_name:
+            raise bad_argument(PlanError, "alloc", "name", name, "a name not used by another tensor",
+                               "give each tensor a unique name")
+        nbytes = int(np.prod(shape_t)) * np.dtype(dtype_s).itemsize
+        slot = nbytes if slot_bytes is None else int(slot_bytes)
+        if slot < nbytes:
+            raise bad_argument(PlanError, "alloc", "slot_bytes", slot_bytes, f">= {nbytes} (the tensor's size)",
+                               "reserve at least the tensor's bytes")
+        t = DTensor(tid, name, shape_t, dtype_s, region_r, slot)
+        self._tensors.append(t)
+        self._by_name[name] = tid
+        return t
+
+    def finalize(self, lifetimes: Lifetimes | None = None) -> "MemoryPlan":
+        """Fix every offset. With ``lifetimes``, F_ and T_ tensors whose lifetimes
+        never meet share bytes; without, every tensor gets its own slot."""
+        if self.finalized:
+            raise PlanError(f"finalize: the plan {self.name!r} is already finalized.")
+        self.lifetimes = dict(lifetimes or {})
+        self.reuse = lifetimes is not None
+        by_region: dict[Region, list[DTensor]] = {}
+        for t in self._tensors:
+            by_region.setdefault(t.region, []).append(t)
+        cursor = 0
+        placed: dict[int, DTensor] = {}
+        for region in Region:
+            if region is Region.END:
+                continue
+            members = by_region.get(region, [])
+            base = align_up(cursor)
+            plain = sum(align_up(t.slot_bytes) for t in members)
+            if self.reuse and region.reusable and members:
+                rel, size = pack(members, self.lifetimes)
+            else:
+                rel, off = {}, 0
+                for t in members:
+                    rel[t.id] = off
+                    off += align_up(t.slot_bytes)
+                size = off
+            for t in members:
+                placed[t.id] = replace(t, offset=base + rel[t.id])
+            self.regions[region] = RegionSpan(region, base, size, tuple(t.id for t in members), plain)
+            cursor = base + size
+        self._tensors = [placed[t.id] for t in self._tensors]
+        self.total_bytes = align_up(cursor)
+        self.bytes_without_reuse = sum(s.size_without_reuse for s in self.regions.values())
+        self.finalized = True
+        return self
+
+    # ---- queries --------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __iter__(self) -> Iterator[DTensor]:
+        return iter(self._tensors)
+
+    def __getitem__(self, key: int | str) -> DTensor:
+        if isinstance(key, str):
+            if key not in self._by_name:
+                raise bad_argument(PlanError, "MemoryPlan", "name", key, "the name of an allocated tensor",
+                                   "list names with [t.name for t in plan]")
+            key = self._by_name[key]
+        if not isinstance(key, (int, np.integer)) or not 0 <= key < len(self._tensors):
+            raise bad_argument(PlanError, "MemoryPlan", "tensor id", key,
+                               f"an int in [0, {len(self._tensors)})", "use the id of a DTensor from alloc()")
+        return self._tensors[int(key)]
+
+    def has(self, tid: int) -> bool:
+        return isinstance(tid, (int, np.integer)) and 0 <= tid < len(self._tensors)
+
+    def tensors_in(self, region: Region) -> list[DTensor]:
+        return [t for t in self._tensors if t.region is region]
+
+    def region_range(self, first: Region, last: Region) -> tuple[int, int]:
+        """Byte range [start, end) from the base of ``first`` to the end of ``last``."""
+        self._require_final("region_range")
+        return self.regions[first].base, self.regions[last].end
+
+    def family_bytes(self) -> dict[str, int]:
+        """Arena bytes by region family, in address order."""
+        out: dict[str, int] = {}
+        for span in self.regions.values():
+            if span.size:
+                out[span.region.family] = out.get(span.region.family, 0) + span.size
+        return out
+
+    def live_overlaps(self) -> list[tuple[str, str]]:
+        """Pairs of tensors sharing bytes while both live; empty for a correct plan."""
+        self._require_final("live_overlaps")
+        return live_overlaps(self._tensors, self.lifetimes if self.reuse else {})
+
+    def with_shapes(self, shapes: Mapping[int, tuple[int, ...]], name: str) -> "MemoryPlan":
+        """A variant plan: same tensors, same offsets, other shapes (each must fit its slot)."""
+        self._require_final("with_shapes")
+        other = MemoryPlan(name)
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_tensors"})
+        other.name = name
+        tensors = []
+        for t in self._tensors:
+            s = tuple(shapes.get(t.id, t.shape))
+            v = t.with_shape(s)
+            if v.nbytes > t.slot_bytes:
+                raise PlanError(f"with_shapes: {t.name} needs {v.nbytes} bytes in variant {name!r} "
+                                f"but its slot holds {t.slot_bytes}. Fix: size slots by the largest variant.")
+            tensors.append(v)
+        other._tensors = tensors
+        return other
+
+    def _require_final(self, op: str) -> None:
+        if not self.finalized:
+            raise PlanError(f"{op}: the plan {self.name!r} is not finalized yet. Fix: call finalize() first.")
+
+    # ---- display --------------------------------------------------------------------
+    def summary(self) -> str:
+        """A short table of the arena by family."""
+        if not self.finalized:
+            return f"MemoryPlan {self.name!r}: {len(self)} tensors, not finalized"
+        lines = [f"MemoryPlan {self.name!r}: {len(self)} tensors, arena {human_bytes(self.total_bytes)}"
+                 + (f" ({human_bytes(self.bytes_without_reuse)} without liveness reuse)" if self.reuse else "")]
+        for fam, n in self.family_bytes().items():
+            lines.append(f"  {fam}  {human_bytes(n):>10}  {FAMILIES[fam]}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        if not self.finalized:
+            return f"<MemoryPlan {self.name!r}: {len(self)} tensors, not finalized>"
+        used = sum(1 for s in self.regions.values() if s.size)
+        return (f"<MemoryPlan {self.name!r}: {len(self)} tensors in {used} regions, "
+                f"arena {human_bytes(self.total_bytes)}, alignment {ALIGNMENT} B"
+                + (f", liveness reuse saves {human_bytes(self.bytes_without_reuse - self.total_bytes)}>"
+                   if self.reuse else ">"))

@@ -1,0 +1,68 @@
+"""TrainingResult: the per-epoch history of a run and its best epoch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """Metrics of one epoch (top-k as fractions in [0, 1])."""
+
+    epoch: int
+    train_loss: float
+    train_top1: float
+    train_top5: float
+    val_loss: float | None
+    val_top1: float | None
+    val_top5: float | None
+    lr: float
+    seconds: float
+    steps: int
+
+    def line(self) -> str:
+        val = "" if self.val_loss is None else (
+            f"  val loss {self.val_loss:.4f} top1 {100 * self.val_top1:6.2f}% top5 {100 * self.val_top5:6.2f}%")
+        return (f"epoch {self.epoch:>3}  train loss {self.train_loss:.4f} top1 {100 * self.train_top1:6.2f}%"
+                f"{val}  lr {self.lr:.2e}  {self.seconds:6.2f}s")
+
+
+@dataclass
+class TrainingResult:
+    """What run() returns: history per epoch, the best validation epoch, per-step losses."""
+
+    history: list[EpochRecord] = field(default_factory=list)
+    step_losses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    interrupted: bool = False
+
+    @property
+    def _scored(self) -> list[tuple[float, float, int]]:
+        return [((r.val_top1 if r.val_top1 is not None else r.train_top1),
+                 (r.val_top5 if r.val_top5 is not None else r.train_top5), r.epoch) for r in self.history]
+
+    @property
+    def best_epoch(self) -> int:
+        s = self._scored
+        return max(s, key=lambda t: (t[0], -t[2]))[2] if s else -1
+
+    @property
+    def best_top1(self) -> float:
+        s = self._scored
+        return max(t[0] for t in s) if s else 0.0
+
+    @property
+    def best_top5(self) -> float:
+        s = self._scored
+        return max(t[1] for t in s) if s else 0.0
+
+    def as_rows(self) -> list[dict[str, float | int | None]]:
+        return [r.__dict__.copy() for r in self.history]
+
+    def __repr__(self) -> str:
+        if not self.history:
+            return "TrainingResult(no epochs" + (", interrupted)" if self.interrupted else ")")
+        lines = [r.line() for r in self.history]
+        lines.append(f"best top1 {100 * self.best_top1:.2f}%  top5 {100 * self.best_top5:.2f}%  "
+                     f"at epoch {self.best_epoch}" + ("  (interrupted)" if self.interrupted else ""))
+        return "TrainingResult:\n  " + "\n  ".join(lines)

@@ -1,0 +1,53 @@
+"""Binding ('capture' on the CPU): each node becomes a kernel with pre-resolved views."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import PlanError
+from ..graph.graph import GraphNode
+from ..kernels.cpu import KERNELS, BindEnv
+
+
+@dataclass
+class BoundGraph:
+    """A captured graph: its nodes and the zero-argument kernels that replay them."""
+
+    name: str
+    nodes: list[GraphNode]
+    kernels: list[Callable[[], None]]
+
+    def __call__(self) -> None:
+        for k in self.kernels:
+            k()
+
+    def __repr__(self) -> str:
+        return f"<BoundGraph {self.name}: {len(self.kernels)} kernels>"
+
+
+def check_nodes(nodes: Sequence[GraphNode], n_tensors: int, where: str) -> None:
+    """Every op must be known and every tensor id must exist in the plan."""
+    for i, n in enumerate(nodes):
+        if n.op not in KERNELS:
+            raise PlanError(f"{where}: node #{i} has op {n.op!r}, which has no kernel. "
+                            f"Fix: use one of {sorted(KERNELS)}.")
+        for tid in (*n.inputs, *n.outputs):
+            if not isinstance(tid, (int, np.integer)) or not 0 <= tid < n_tensors:
+                raise PlanError(f"{where}: node #{i} ({n.op}) refers to tensor id {tid!r}, but the plan holds "
+                                f"ids 0..{n_tensors - 1}. Fix: use ids of DTensors returned by alloc().")
+
+
+def bind(name: str, nodes: Sequence[GraphNode], views: Sequence[np.ndarray], env: BindEnv) -> BoundGraph:
+    """Resolve each node's tensor ids to views and build its kernel."""
+    check_nodes(nodes, len(views), name)
+    kernels = []
+    for n in nodes:
+        ins = [views[i] for i in n.inputs]
+        outs = [views[i] for i in n.outputs]
+        try:
+            kernels.append(KERNELS[n.op](outs, ins, n.p, env))
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise PlanError(f"{name}: cannot bind node {n!r}: {exc}. Fix: check the node's inputs and outputs.") from exc
+    return BoundGraph(name, list(nodes), kernels)

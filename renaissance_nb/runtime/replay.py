@@ -1,0 +1,111 @@
+"""The CPU executor: bind every atlas capture once, then replay step programs.
+
+A step program is the flat list of bound kernels of one training step, in the
+original's order (zero grad, transfer of the next batch into the other buffer,
+first-layer forward, deep forward+backward, first-layer backward, NaN check,
+metrics, optimizer). Programs are built once per (buffer, variant, next variant)
+and an epoch is a precomputed list of references to them, so the replay loop is
+``for kernel in program: kernel()`` with nothing to look up or allocate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..graph.atlas import ACCUM_ID, GraphAtlas
+from ..graph.compiler import STEP_ORDER_A, CompiledPlan, swap_ab
+from ..graph.ids import GraphId
+from ..kernels.cpu import BindEnv
+from .arena import Arena
+from .bind import BoundGraph, bind
+
+Program = list[Callable[[], None]]
+
+
+@dataclass
+class EpochSchedule:
+    """The programs of one pass over a data set, plus the prologue that loads batch 0."""
+
+    prologue: Program
+    steps: list[Program]
+    batches: int
+
+
+def batch_variants(n: int, batch: int, base: str, last: str) -> list[str]:
+    """Variant of each batch of an epoch: base, and last for a partial final batch."""
+    nb = -(-n // batch)
+    out = [base] * nb
+    if n % batch:
+        out[-1] = last
+    return out
+
+
+class Executor:
+    """Owns the bound graphs of a compiled task and runs epochs of them."""
+
+    def __init__(self, compiled: CompiledPlan, arena: Arena, env: BindEnv) -> None:
+        self.compiled = compiled
+        self.arena = arena
+        self.atlas: GraphAtlas = compiled.atlas
+        self.views = {v: arena.views(p) for v, p in compiled.plans.items()}
+        graphs = {"train": compiled.graphs.train, "inference": compiled.graphs.inference}
+        self.bound: list[BoundGraph] = []
+        for key in self.atlas.captures:
+            spec = compiled.shapes.specs[key.variant]
+            benv = BindEnv(env.seed, env.sources, env.perms, env.range_view, env.locate, spec.batch)
+            nodes = graphs[key.graph].nodes(key.gid)
+            name = f"{key.graph}/{key.gid.name}/s{key.shape_id}"
+            self.bound.append(bind(name, nodes, self.views[key.variant], benv))
+        self._programs: dict[tuple, Program] = {}
+
+    def kernels(self, variant: str, gid: GraphId) -> Program:
+        """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""
+        vi = self.atlas.variants.index(variant)
+        idx = self.atlas.table[vi][gid]
+        return self.bound[idx].kernels if idx >= 0 else []
+
+    def _program(self, key: tuple, gids: list[tuple[str, GraphId]]) -> Program:
+        if key not in self._programs:
+            prog: Program = []
+            for variant, gid in gids:
+                prog.extend(self.kernels(variant, gid))
+            self._programs[key] = prog
+        return self._programs[key]
+
+    def train_schedule(self, variants: list[str]) -> EpochSchedule:
+        """Step programs for a training epoch whose batches have these variants."""
+        steps = []
+        for i, v in enumerate(variants):
+            order = STEP_ORDER_A if i % 2 == 0 else tuple(swap_ab(g) for g in STEP_ORDER_A)
+            nxt = variants[i + 1] if i + 1 < len(variants) else None
+            gids: list[tuple[str, GraphId]] = []
+            for gid in order:
+                if gid in (GraphId.TRANSFER_A, GraphId.TRANSFER_B):
+                    if nxt is not None:
+                        gids.append((nxt, gid))
+                elif gid is GraphId.ACCUM_METRICS:
+                    gids.append((v, ACCUM_ID[v]))
+                else:
+                    gids.append((v, gid))
+            steps.append(self._program(("train", i % 2, v, nxt), gids))
+        prologue = self._program(("train-pro", variants[0]),
+                                 [(variants[0], GraphId.CLEAR_METRICS), (variants[0], GraphId.TRANSFER_A)])
+        return EpochSchedule(prologue, steps, len(variants))
+
+    def eval_schedule(self, variants: list[str]) -> EpochSchedule:
+        """Programs for one pass of inference over the validation data."""
+        steps = []
+        for i, v in enumerate(variants):
+            cur, other = ("A", "B") if i % 2 == 0 else ("B", "A")
+            nxt = variants[i + 1] if i + 1 < len(variants) else None
+            gids = [(nxt, GraphId[f"TRANSFER_{other}"])] if nxt else []
+            gids += [(v, GraphId[f"INF_MAIN_{cur}"]), (v, ACCUM_ID[v])]
+            steps.append(self._program(("val", i % 2, v, nxt), gids))
+        prologue = self._program(("val-pro", variants[0]),
+                                 [(variants[0], GraphId.CLEAR_METRICS), (variants[0], GraphId.TRANSFER_A)])
+        return EpochSchedule(prologue, steps, len(variants))
+
+    def view(self, variant: str, name: str) -> np.ndarray:
+        return self.views[variant][self.compiled.ids[name]]

@@ -1,0 +1,1 @@
+"""Training-time building blocks: deterministic random numbers, learning-rate tables, optimizers."""

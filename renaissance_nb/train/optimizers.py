@@ -1,0 +1,121 @@
+"""Optimizers with PyTorch's names, defaults and update rules.
+
+Each one is a frozen setting; the update itself is one fused kernel over the
+W/G/M/V ranges of the arena (kernels/fused.py), so its cost does not grow with
+the number of parameter tensors. ``state`` says which moment families it needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError, bad_argument
+from .settings import Settings, check_number
+
+
+class Optimizer(Settings):
+    """Base: lr (used when no scheduler is set), weight decay, state families."""
+
+    kind = "base"
+
+    @property
+    def state(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def graph_params(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def lr(self, value: float):  # type: ignore[no-untyped-def]
+        return self._with("lr", check_number(type(self).__name__, "lr", value, fix="use a positive learning rate such as 1e-3"))
+
+    def weight_decay(self, value: float):  # type: ignore[no-untyped-def]
+        return self._with("weight_decay", check_number(type(self).__name__, "weight_decay", value,
+                                                       fix="use 0 or a small positive value such as 1e-4"))
+
+
+def _betas(where: str, betas: Any) -> tuple[float, float]:
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise bad_argument(ConfigError, where, "betas", betas, "a pair (beta1, beta2)", "e.g. betas=(0.9, 0.999)")
+    return tuple(check_number(where, f"beta{i + 1}", b, low=0.0, high=1.0, high_open=True,
+                              fix="each beta must be in [0, 1)") for i, b in enumerate(betas))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, repr=False)
+class Adam(Optimizer):
+    """torch.optim.Adam: L2 weight decay added to the gradient."""
+
+    lr_: float = 1e-3
+    betas_: tuple[float, float] = (0.9, 0.999)
+    eps_: float = 1e-8
+    weight_decay_: float = 0.0
+    kind = "adam"
+
+    def __post_init__(self) -> None:
+        w = type(self).__name__
+        check_number(w, "lr", self.lr_, fix="use a positive learning rate such as 1e-3")
+        _betas(w, self.betas_)
+        check_number(w, "eps", self.eps_, low=0.0, low_open=True, fix="use a small positive eps such as 1e-8")
+        check_number(w, "weight_decay", self.weight_decay_, fix="use 0 or a small positive value such as 1e-4")
+
+    def betas(self, beta1: float, beta2: float | None = None):  # type: ignore[no-untyped-def]
+        pair = beta1 if beta2 is None else (beta1, beta2)
+        return self._with("betas", _betas(type(self).__name__, pair))
+
+    def eps(self, value: float):  # type: ignore[no-untyped-def]
+        return self._with("eps", value)
+
+    @property
+    def state(self) -> tuple[str, ...]:
+        return ("M", "V")
+
+    def graph_params(self) -> dict[str, Any]:
+        return {"kind": self.kind, "beta1": self.betas_[0], "beta2": self.betas_[1], "eps": self.eps_,
+                "weight_decay": self.weight_decay_}
+
+
+@dataclass(frozen=True, repr=False)
+class AdamW(Adam):
+    """torch.optim.AdamW: decoupled weight decay (default 0.01, as in PyTorch)."""
+
+    weight_decay_: float = 1e-2
+    kind = "adamw"
+
+
+@dataclass(frozen=True, repr=False)
+class SGD(Optimizer):
+    """torch.optim.SGD with momentum, dampening, Nesterov and L2 weight decay."""
+
+    lr_: float = 1e-3
+    momentum_: float = 0.0
+    dampening_: float = 0.0
+    weight_decay_: float = 0.0
+    nesterov_: bool = False
+    kind = "sgd"
+
+    def __post_init__(self) -> None:
+        check_number("SGD", "lr", self.lr_, fix="use a positive learning rate such as 0.1")
+        check_number("SGD", "momentum", self.momentum_, fix="use a momentum in [0, 1), e.g. 0.9")
+        check_number("SGD", "dampening", self.dampening_, high=1.0, fix="use a dampening in [0, 1]")
+        check_number("SGD", "weight_decay", self.weight_decay_, fix="use 0 or a small positive value")
+        if not isinstance(self.nesterov_, bool):
+            raise bad_argument(ConfigError, "SGD", "nesterov", self.nesterov_, "True or False", "pass a bool")
+        if self.nesterov_ and (self.momentum_ <= 0 or self.dampening_ != 0):
+            raise ConfigError("SGD: nesterov=True needs momentum > 0 and dampening = 0 (as in PyTorch). "
+                              f"Got momentum={self.momentum_}, dampening={self.dampening_}. Fix: set .momentum(0.9).")
+
+    def momentum(self, value: float) -> "SGD":
+        return self._with("momentum", value)
+
+    def dampening(self, value: float) -> "SGD":
+        return self._with("dampening", value)
+
+    def nesterov(self, value: bool = True) -> "SGD":
+        return self._with("nesterov", value)
+
+    @property
+    def state(self) -> tuple[str, ...]:
+        return ("M",) if self.momentum_ != 0 else ()
+
+    def graph_params(self) -> dict[str, Any]:
+        return {"kind": "sgd", "momentum": self.momentum_, "dampening": self.dampening_,
+                "weight_decay": self.weight_decay_, "nesterov": self.nesterov_}

@@ -1,0 +1,383 @@
+"""Learning-rate schedules compiled into a float32 table ``lr[t]``, one entry per batch.
+
+Why a table: the engine never runs Python per step; it reads ``lr[t]`` for global
+step ``t`` (0-based). ``lr[0]`` is the rate before any ``scheduler.step()`` and
+``lr[t]`` the rate after ``t`` steps, with PyTorch's meaning and stepping once per batch.
+
+Conventions (all documented choices, each PyTorch-expressible):
+
+* Durations given by the user (``warmup``, ``step_size``, ``milestones``,
+  ``total_iters``) are in *epochs* and become steps as ``round(epochs * steps_per_epoch)``
+  (Python's round: halves go to the even integer).
+* ``warmup(W epochs)`` is ``LinearLR(start_factor=warmup_start_factor, end_factor=1.0,
+  total_iters=W_steps)`` chained with the main schedule by ``SequentialLR(milestones=[W_steps])``:
+  the main schedule's step count restarts at 0 when warmup ends, so milestones and
+  step sizes count from the end of warmup. ``warmup_start_factor`` defaults to 0.1.
+* ``ExponentialLR(gamma)`` decays by ``gamma`` per epoch, applied per step as
+  ``gamma ** (1 / steps_per_epoch)`` (equal to torch ExponentialLR with that per-step gamma).
+* Every table is computed in float64 and cast to float32 once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from numbers import Real
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from renaissance_nb.errors import ConfigError, bad_argument
+
+__all__ = [
+    "Scheduler",
+    "CosineAnnealingLR",
+    "StepLR",
+    "MultiStepLR",
+    "ExponentialLR",
+    "ConstantLR",
+    "PolynomialLR",
+]
+
+_S = TypeVar("_S", bound="Scheduler")
+_EPOCH_PARAMS = frozenset({"warmup", "step_size", "milestones", "total_iters"})
+
+
+# --------------------------------------------------------------------------- validation helpers
+
+
+def _real(where: str, name: str, value: Any, expected: str, fix: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
+        raise bad_argument(ConfigError, where, name, value, expected, fix)
+    v = float(value)
+    if not math.isfinite(v):
+        raise bad_argument(ConfigError, where, name, value, expected, fix)
+    return v
+
+
+def _nonneg(where: str, name: str, value: Any, fix: str) -> float:
+    v = _real(where, name, value, "a finite number >= 0", fix)
+    if v < 0:
+        raise bad_argument(ConfigError, where, name, value, "a finite number >= 0", fix)
+    return v
+
+
+def _positive(where: str, name: str, value: Any, fix: str) -> float:
+    v = _real(where, name, value, "a finite number > 0", fix)
+    if v <= 0:
+        raise bad_argument(ConfigError, where, name, value, "a finite number > 0", fix)
+    return v
+
+
+def _unit_interval(where: str, name: str, value: Any, lo_open: bool, fix: str) -> float:
+    expected = "a number in (0, 1]" if lo_open else "a number in [0, 1]"
+    v = _real(where, name, value, expected, fix)
+    if v > 1 or v < 0 or (lo_open and v == 0):
+        raise bad_argument(ConfigError, where, name, value, expected, fix)
+    return v
+
+
+def _count(where: str, name: str, value: Any, fix: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise bad_argument(ConfigError, where, name, value, "an integer >= 1", fix)
+    return int(value)
+
+
+def _steps(epochs: float, steps_per_epoch: int) -> int:
+    """Epochs to whole steps: ``round(epochs * steps_per_epoch)``."""
+    return int(round(epochs * steps_per_epoch))
+
+
+def _fmt_num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def _fmt_epochs(v: float) -> str:
+    return f"{_fmt_num(v)} epoch" + ("" if v == 1 else "s")
+
+
+# --------------------------------------------------------------------------- base
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class Scheduler:
+    """Base of all schedules: ``base_lr`` plus an optional linear warmup, compiled by :meth:`table`.
+
+    Immutable builder: every setter returns a new object; the constructor accepts the
+    same names as keyword arguments, e.g. ``CosineAnnealingLR(base_lr=0.1, warmup=1)``.
+    """
+
+    base_lr_: float = 1e-3
+    warmup_: float = 0.0
+    warmup_start_factor_: float = 0.1
+
+    _OWN: ClassVar[tuple[str, ...]] = ()  # class-specific setting names, in repr order
+
+    def __init__(self, **settings: Any) -> None:
+        names = self._names()
+        for f in fields(self):
+            object.__setattr__(self, f.name, f.default)
+        for name, value in settings.items():
+            if name not in names:
+                raise bad_argument(ConfigError, f"{type(self).__name__}()", name, value,
+                                   f"one of the settings {', '.join(names)}",
+                                   f"remove {name}= or use one of those names")
+            object.__setattr__(self, name + "_", self._check(name, value))
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return ("base_lr", *cls._OWN, "warmup", "warmup_start_factor")
+
+    def _where(self, name: str) -> str:
+        return f"{type(self).__name__}.{name}"
+
+    def _check(self, name: str, value: Any) -> Any:
+        return getattr(self, "_check_" + name)(value)
+
+    def _with(self: _S, name: str, value: Any) -> _S:
+        return type(self)(**{**self.settings(), name: value})
+
+    def settings(self) -> dict[str, Any]:
+        """The settings as ``{name: value}`` (durations in epochs)."""
+        return {n: getattr(self, n + "_") for n in self._names()}
+
+    # ---- setters (return a new object)
+    def base_lr(self: _S, v: float) -> _S:
+        """The learning rate the schedule scales (>= 0)."""
+        return self._with("base_lr", v)
+
+    def warmup(self: _S, epochs: float) -> _S:
+        """Linear warmup length in epochs (0 = none)."""
+        return self._with("warmup", epochs)
+
+    def warmup_start_factor(self: _S, v: float) -> _S:
+        """Warmup starts at ``base_lr * v`` (LinearLR's start_factor, in (0, 1])."""
+        return self._with("warmup_start_factor", v)
+
+    # ---- validators
+    def _check_base_lr(self, v: Any) -> float:
+        return _nonneg(self._where("base_lr"), "base_lr", v, "pass a learning rate such as 1e-3")
+
+    def _check_warmup(self, v: Any) -> float:
+        return _nonneg(self._where("warmup"), "warmup", v, "pass the warmup length in epochs, e.g. 1, or 0 for none")
+
+    def _check_warmup_start_factor(self, v: Any) -> float:
+        return _unit_interval(self._where("warmup_start_factor"), "warmup_start_factor", v, True,
+                              "pass a fraction of base_lr such as 0.1")
+
+    # ---- compilation
+    def warmup_steps(self, steps_per_epoch: int) -> int:
+        """Warmup length in steps: ``round(warmup * steps_per_epoch)``."""
+        return _steps(self.warmup_, steps_per_epoch)
+
+    def table(self, steps_per_epoch: int, total_epochs: int) -> np.ndarray:
+        """The float32 learning rate of every step, shape ``(steps_per_epoch * total_epochs,)``."""
+        spe = _count(f"{type(self).__name__}.table", "steps_per_epoch", steps_per_epoch,
+                     "pass the number of batches per epoch (>= 1)")
+        epochs = _count(f"{type(self).__name__}.table", "total_epochs", total_epochs,
+                        "pass the number of training epochs (>= 1)")
+        total = spe * epochs
+        w = self.warmup_steps(spe)
+        if w >= total:
+            raise bad_argument(ConfigError, self._where("warmup"), "warmup", self.warmup_,
+                               f"fewer than {total} steps ({epochs} epochs of {spe} steps); "
+                               f"it is {w} steps: warmup longer than training",
+                               "shorten the warmup or train for more epochs")
+        lr = np.empty(total, dtype=np.float64)
+        if w:
+            f = self.warmup_start_factor_
+            lr[:w] = self.base_lr_ * (f + (1.0 - f) * np.arange(w, dtype=np.float64) / w)
+        lr[w:] = self._main(np.arange(total - w, dtype=np.int64), total - w, spe)
+        return lr.astype(np.float32)
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+        """float64 lr at main-schedule steps ``k`` (0 = end of warmup); ``horizon`` steps in all."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        parts = []
+        for name, value in self.settings().items():
+            if name == "warmup_start_factor" and (self.warmup_ == 0 or value == 0.1):
+                continue
+            if value is None:
+                text = "whole training"
+            elif name == "milestones":
+                text = "[" + ", ".join(_fmt_num(m) for m in value) + "] epochs"
+            elif name in _EPOCH_PARAMS:
+                text = _fmt_epochs(value)
+            else:
+                text = repr(value)
+            parts.append(f"{name}={text}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class CosineAnnealingLR(Scheduler):
+    """torch CosineAnnealingLR with ``T_max`` = the steps after warmup, decaying to ``eta_min``."""
+
+    eta_min_: float = 0.0
+    _OWN: ClassVar[tuple[str, ...]] = ("eta_min",)
+
+    def eta_min(self: _S, v: float) -> _S:
+        """The floor the cosine reaches at the end of training (>= 0)."""
+        return self._with("eta_min", v)
+
+    def _check_eta_min(self, v: Any) -> float:
+        return _nonneg(self._where("eta_min"), "eta_min", v, "pass a minimum learning rate such as 0.0")
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+        return self.eta_min_ + (self.base_lr_ - self.eta_min_) * (1.0 + np.cos(np.pi * k / horizon)) / 2.0
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class StepLR(Scheduler):
+    """torch StepLR: multiply by ``gamma`` every ``step_size`` epochs (counted after warmup)."""
+
+    step_size_: float = 30.0
+    gamma_: float = 0.1
+    _OWN: ClassVar[tuple[str, ...]] = ("step_size", "gamma")
+
+    def step_size(self: _S, epochs: float) -> _S:
+        """Epochs between decays (> 0)."""
+        return self._with("step_size", epochs)
+
+    def gamma(self: _S, v: float) -> _S:
+        """Multiplicative decay factor (> 0)."""
+        return self._with("gamma", v)
+
+    def _check_step_size(self, v: Any) -> float:
+        return _positive(self._where("step_size"), "step_size", v, "pass the decay period in epochs, e.g. 30")
+
+    def _check_gamma(self, v: Any) -> float:
+        return _positive(self._where("gamma"), "gamma", v, "pass a decay factor such as 0.1")
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+        size = _steps(self.step_size_, spe)
+        if size < 1:
+            raise bad_argument(ConfigError, self._where("step_size"), "step_size", self.step_size_,
+                               f"at least one step ({spe} steps per epoch)", "use a longer step_size")
+        return self.base_lr_ * self.gamma_ ** (k // size).astype(np.float64)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class MultiStepLR(Scheduler):
+    """torch MultiStepLR: multiply by ``gamma`` at each milestone (epochs, counted after warmup)."""
+
+    milestones_: tuple[float, ...] = ()
+    gamma_: float = 0.1
+    _OWN: ClassVar[tuple[str, ...]] = ("milestones", "gamma")
+
+    def milestones(self: _S, epochs: Any) -> _S:
+        """Strictly increasing epochs (> 0) at which the rate is multiplied by gamma."""
+        return self._with("milestones", epochs)
+
+    def gamma(self: _S, v: float) -> _S:
+        """Multiplicative decay factor (> 0)."""
+        return self._with("gamma", v)
+
+    def _check_milestones(self, v: Any) -> tuple[float, ...]:
+        where, fix = self._where("milestones"), "pass increasing epochs such as [30, 60]"
+        expected = "a non-empty, strictly increasing sequence of epochs > 0"
+        try:
+            items = tuple(v)
+        except TypeError:
+            raise bad_argument(ConfigError, where, "milestones", v, expected, fix) from None
+        out = tuple(_positive(where, "milestones", m, fix) for m in items)
+        if not out or any(b <= a for a, b in zip(out, out[1:])):
+            raise bad_argument(ConfigError, where, "milestones", v, expected, fix)
+        return out
+
+    def _check_gamma(self, v: Any) -> float:
+        return _positive(self._where("gamma"), "gamma", v, "pass a decay factor such as 0.1")
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+        if not self.milestones_:
+            raise bad_argument(ConfigError, self._where("milestones"), "milestones", self.milestones_,
+                               "at least one milestone", "call .milestones([30, 60]) or use ConstantLR")
+        steps = [_steps(m, spe) for m in self.milestones_]
+        passed = np.searchsorted(steps, k, side="right").astype(np.float64)  # = bisect_right
+        return self.base_lr_ * self.gamma_**passed
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class ExponentialLR(Scheduler):
+    """torch ExponentialLR with ``gamma`` per epoch, applied per step as ``gamma ** (1/steps_per_epoch)``."""
+
+    gamma_: float = 0.95
+    _OWN: ClassVar[tuple[str, ...]] = ("gamma",)
+
+    def gamma(self: _S, v: float) -> _S:
+        """Decay factor per epoch (> 0)."""
+        return self._with("gamma", v)
+
+    def _check_gamma(self, v: Any) -> float:
+        return _positive(self._where("gamma"), "gamma", v, "pass a per-epoch decay factor such as 0.95")
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+        return self.base_lr_ * (self.gamma_ ** (1.0 / spe)) ** k.astype(np.float64)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class ConstantLR(Scheduler):
+    """torch ConstantLR: ``base_lr * factor`` for ``total_iters`` epochs (after warmup), then ``base_lr``."""
+
+    factor_: float = 1.0 / 3.0
+    total_iters_: float = 5.0
+    _OWN: ClassVar[tuple[str, ...]] = ("factor", "total_iters")
+
+    def factor(self: _S, v: float) -> _S:
+        """The constant multiplier, in [0, 1]."""
+        return self._with("factor", v)
+
+    def total_iters(self: _S, epochs: float) -> _S:
+        """How many epochs the factor applies (> 0)."""
+        return self._with("total_iters", epochs)
+
+    def _check_factor(self, v: Any) -> float:
+        return _unit_interval(self._where("factor"), "factor", v, False, "pass a multiplier such as 1/3")
+
+    def _check_total_iters(self, v: Any) -> float:
+        # > 0: torch's ConstantLR(total_iters=0) keeps the factor forever in its chainable form
+        # but not in its closed form, so 0 has no single PyTorch meaning.
+        return _positive(self._where("total_iters"), "total_iters", v, "pass a duration in epochs such as 5")
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+        n = _steps(self.total_iters_, spe)
+        if n < 1:
+            raise bad_argument(ConfigError, self._where("total_iters"), "total_iters", self.total_iters_,
+                               f"at least one step ({spe} steps per epoch)", "use a longer total_iters")
+        return self.base_lr_ * np.where(k < n, self.factor_, 1.0)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class PolynomialLR(Scheduler):
+    """torch PolynomialLR: ``base_lr * (1 - min(k, N)/N) ** power``; N defaults to all steps after warmup."""
+
+    total_iters_: float | None = None
+    power_: float = 1.0
+    _OWN: ClassVar[tuple[str, ...]] = ("total_iters", "power")
+
+    def total_iters(self: _S, epochs: float | None) -> _S:
+        """Decay length in epochs (> 0), or None for the whole training after warmup."""
+        return self._with("total_iters", epochs)
+
+    def power(self: _S, v: float) -> _S:
+        """The polynomial exponent (>= 0)."""
+        return self._with("power", v)
+
+    def _check_total_iters(self, v: Any) -> float | None:
+        if v is None:
+            return None
+        return _positive(self._where("total_iters"), "total_iters", v, "pass epochs such as 10, or None")
+
+    def _check_power(self, v: Any) -> float:
+        return _nonneg(self._where("power"), "power", v, "pass an exponent such as 1.0")
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+        n = horizon if self.total_iters_ is None else _steps(self.total_iters_, spe)
+        if n < 1:
+            raise bad_argument(ConfigError, self._where("total_iters"), "total_iters", self.total_iters_,
+                               f"at least one step ({spe} steps per epoch)", "use a longer total_iters")
+        return self.base_lr_ * (1.0 - np.minimum(k, n) / n) ** self.power_

@@ -1,0 +1,266 @@
+"""Tests of the precomputed learning-rate tables against PyTorch, plus validation and immutability."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from renaissance_nb.errors import ConfigError
+from renaissance_nb.train.schedulers import (
+    ConstantLR,
+    CosineAnnealingLR,
+    ExponentialLR,
+    MultiStepLR,
+    PolynomialLR,
+    Scheduler,
+    StepLR,
+)
+
+BASE = 0.1
+
+
+def _torch_table(make_main, base_lr: float, warmup_steps: int, start_factor: float, total: int) -> np.ndarray:
+    """Record ``opt.param_groups[0]['lr']`` before each of ``total`` steps, stepping per batch.
+
+    Uses torch's public chainable ``scheduler.step()`` path; the closed form is only
+    used by SequentialLR itself at the milestone (``_update_lr(0)``), as in real training.
+    """
+    torch = pytest.importorskip("torch")
+    from torch.optim import lr_scheduler as L
+
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=base_lr)
+    if warmup_steps:
+        warm = L.LinearLR(opt, start_factor=start_factor, end_factor=1.0, total_iters=warmup_steps)
+        sched = L.SequentialLR(opt, [warm, make_main(opt)], milestones=[warmup_steps])
+    else:
+        sched = make_main(opt)
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(total):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+    return np.array(out, dtype=np.float64)
+
+
+def _compare(ours: Scheduler, make_main, spe: int, epochs: int) -> None:
+    table = ours.table(spe, epochs)
+    assert table.dtype == np.float32 and table.shape == (spe * epochs,)
+    w = ours.warmup_steps(spe)
+    ref = _torch_table(make_main, ours.base_lr_, w, ours.warmup_start_factor_, spe * epochs)
+    np.testing.assert_allclose(table, ref, rtol=1e-6, atol=0)
+
+
+WARMUPS = [0.0, 1.0, 0.5]  # epochs
+SHAPES = [(7, 6), (10, 3)]  # (steps_per_epoch, epochs)
+
+
+@pytest.mark.parametrize("warmup", WARMUPS)
+@pytest.mark.parametrize("spe,epochs", SHAPES)
+@pytest.mark.parametrize("eta_min", [0.0, 1e-3])
+def test_cosine_matches_torch(warmup, spe, epochs, eta_min):
+    from torch.optim import lr_scheduler as L  # noqa: F401 (importorskip done in helper)
+
+    ours = CosineAnnealingLR(base_lr=BASE, eta_min=eta_min, warmup=warmup, warmup_start_factor=0.25)
+    horizon = spe * epochs - ours.warmup_steps(spe)
+    _compare(ours, lambda o: L.CosineAnnealingLR(o, T_max=horizon, eta_min=eta_min), spe, epochs)
+
+
+@pytest.fixture(autouse=True)
+def _torch():
+    pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("warmup", WARMUPS)
+@pytest.mark.parametrize("spe,epochs", SHAPES)
+@pytest.mark.parametrize("step_size,gamma", [(1, 0.5), (2, 0.1), (1.5, 0.9)])
+def test_step_matches_torch(warmup, spe, epochs, step_size, gamma):
+    from torch.optim import lr_scheduler as L
+
+    ours = StepLR(base_lr=BASE).step_size(step_size).gamma(gamma).warmup(warmup)
+    size = round(step_size * spe)
+    _compare(ours, lambda o: L.StepLR(o, step_size=size, gamma=gamma), spe, epochs)
+
+
+@pytest.mark.parametrize("warmup", WARMUPS)
+@pytest.mark.parametrize("spe,epochs", SHAPES)
+@pytest.mark.parametrize("milestones,gamma", [((1, 2), 0.1), ((0.5, 1.5, 2.5), 0.5), ((3,), 0.3)])
+def test_multistep_matches_torch(warmup, spe, epochs, milestones, gamma):
+    from torch.optim import lr_scheduler as L
+
+    ours = MultiStepLR(base_lr=BASE, milestones=milestones, gamma=gamma, warmup=warmup)
+    steps = [round(m * spe) for m in milestones]
+    _compare(ours, lambda o: L.MultiStepLR(o, milestones=steps, gamma=gamma), spe, epochs)
+
+
+@pytest.mark.parametrize("warmup", WARMUPS)
+@pytest.mark.parametrize("spe,epochs", SHAPES)
+@pytest.mark.parametrize("gamma", [0.5, 0.95, 1.2])
+def test_exponential_matches_torch(warmup, spe, epochs, gamma):
+    from torch.optim import lr_scheduler as L
+
+    ours = ExponentialLR(base_lr=BASE, gamma=gamma, warmup=warmup)
+    # Reference: torch ExponentialLR with the per-step gamma gamma**(1/steps_per_epoch).
+    _compare(ours, lambda o: L.ExponentialLR(o, gamma=gamma ** (1.0 / spe)), spe, epochs)
+
+
+@pytest.mark.parametrize("warmup", WARMUPS)
+@pytest.mark.parametrize("spe,epochs", SHAPES)
+@pytest.mark.parametrize("factor,total_iters", [(1 / 3, 1), (0.5, 2.5), (0.1, 0.1)])
+def test_constant_matches_torch(warmup, spe, epochs, factor, total_iters):
+    from torch.optim import lr_scheduler as L
+
+    ours = ConstantLR(base_lr=BASE, factor=factor, total_iters=total_iters, warmup=warmup)
+    n = round(total_iters * spe)
+    _compare(ours, lambda o: L.ConstantLR(o, factor=factor, total_iters=n), spe, epochs)
+
+
+@pytest.mark.parametrize("warmup", WARMUPS)
+@pytest.mark.parametrize("spe,epochs", SHAPES)
+@pytest.mark.parametrize("total_iters,power", [(None, 1.0), (None, 2.0), (1.5, 0.5), (2, 1.0)])
+def test_polynomial_matches_torch(warmup, spe, epochs, total_iters, power):
+    from torch.optim import lr_scheduler as L
+
+    ours = PolynomialLR(base_lr=BASE, total_iters=total_iters, power=power, warmup=warmup)
+    horizon = spe * epochs - ours.warmup_steps(spe)
+    n = horizon if total_iters is None else round(total_iters * spe)
+    _compare(ours, lambda o: L.PolynomialLR(o, total_iters=n, power=power), spe, epochs)
+
+
+def test_constant_factor_zero_freezes_then_restores():
+    # torch's chainable ConstantLR divides by factor (ZeroDivisionError for 0); ours follows
+    # torch's closed form: base_lr * (factor + (k >= total_iters) * (1 - factor)).
+    t = ConstantLR(base_lr=0.5, factor=0.0, total_iters=1, warmup=1).table(2, 4)
+    np.testing.assert_allclose(t, [0.05, 0.275, 0, 0, 0.5, 0.5, 0.5, 0.5], rtol=1e-6)
+
+
+def test_default_settings_match_torch_defaults():
+    from torch.optim import lr_scheduler as L
+
+    _compare(ConstantLR(base_lr=0.01), lambda o: L.ConstantLR(o), 1, 8)  # factor 1/3, 5 iters
+    _compare(CosineAnnealingLR().warmup(1), lambda o: L.CosineAnnealingLR(o, T_max=12), 4, 4)
+
+
+def test_warmup_is_linear_from_start_factor():
+    t = CosineAnnealingLR(base_lr=1.0, warmup=1).table(4, 3).astype(np.float64)
+    np.testing.assert_allclose(t[:4], [0.1, 0.325, 0.55, 0.775], rtol=1e-6)
+    assert t[4] == 1.0  # the main schedule starts at step 0 after warmup
+
+
+def test_table_is_float32_and_deterministic():
+    s = MultiStepLR(milestones=[1, 2])
+    assert s.table(5, 3).tobytes() == s.table(5, 3).tobytes()
+
+
+# --------------------------------------------------------------------------- immutability, repr
+
+
+def test_setters_return_new_objects():
+    a = CosineAnnealingLR()
+    b = a.base_lr(0.5).eta_min(0.01).warmup(2).warmup_start_factor(0.5)
+    assert a == CosineAnnealingLR() and a.base_lr_ == 1e-3 and a.warmup_ == 0.0
+    assert (b.base_lr_, b.eta_min_, b.warmup_, b.warmup_start_factor_) == (0.5, 0.01, 2.0, 0.5)
+    assert b == CosineAnnealingLR(base_lr=0.5, eta_min=0.01, warmup=2, warmup_start_factor=0.5)
+    assert type(b) is CosineAnnealingLR
+    with pytest.raises(AttributeError):
+        a.base_lr_ = 2.0  # type: ignore[misc]
+    assert hash(a) == hash(CosineAnnealingLR())
+
+
+def test_repr_reads_well():
+    assert repr(CosineAnnealingLR(base_lr=0.001, warmup=1)) == (
+        "CosineAnnealingLR(base_lr=0.001, eta_min=0.0, warmup=1 epoch)")
+    assert repr(MultiStepLR(milestones=[30, 60.5]).warmup(2).warmup_start_factor(0.5)) == (
+        "MultiStepLR(base_lr=0.001, milestones=[30, 60.5] epochs, gamma=0.1, warmup=2 epochs, "
+        "warmup_start_factor=0.5)")
+    assert repr(PolynomialLR()) == "PolynomialLR(base_lr=0.001, total_iters=whole training, power=1.0, warmup=0 epochs)"
+    assert repr(StepLR(step_size=1.5)).startswith("StepLR(base_lr=0.001, step_size=1.5 epochs, gamma=0.1")
+
+
+def test_settings_dict():
+    assert StepLR(gamma=0.5).settings() == {
+        "base_lr": 1e-3, "step_size": 30.0, "gamma": 0.5, "warmup": 0.0, "warmup_start_factor": 0.1}
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("make", [
+    lambda: CosineAnnealingLR().base_lr(-1e-3),
+    lambda: CosineAnnealingLR().base_lr(float("nan")),
+    lambda: CosineAnnealingLR().base_lr(math.inf),
+    lambda: CosineAnnealingLR().base_lr("0.1"),
+    lambda: CosineAnnealingLR().base_lr(True),
+    lambda: CosineAnnealingLR(base_lr=-1.0),
+    lambda: CosineAnnealingLR().eta_min(-0.1),
+    lambda: CosineAnnealingLR().warmup(-1),
+    lambda: CosineAnnealingLR().warmup(float("nan")),
+    lambda: CosineAnnealingLR().warmup_start_factor(0.0),
+    lambda: CosineAnnealingLR().warmup_start_factor(1.5),
+    lambda: CosineAnnealingLR(lr=0.1),
+    lambda: StepLR().gamma(0),
+    lambda: StepLR().gamma(-0.5),
+    lambda: StepLR().step_size(0),
+    lambda: MultiStepLR().gamma(0.0),
+    lambda: MultiStepLR().milestones([2, 1]),
+    lambda: MultiStepLR().milestones([1, 1]),
+    lambda: MultiStepLR().milestones([]),
+    lambda: MultiStepLR().milestones([0, 1]),
+    lambda: MultiStepLR().milestones(3),
+    lambda: ExponentialLR().gamma(0),
+    lambda: ConstantLR().factor(1.5),
+    lambda: ConstantLR().factor(-0.1),
+    lambda: ConstantLR().total_iters(-1),
+    lambda: ConstantLR().total_iters(0),
+    lambda: PolynomialLR().power(-1.0),
+    lambda: PolynomialLR().total_iters(0),
+])
+def test_invalid_settings_raise_config_error(make):
+    with pytest.raises(ConfigError, match="Fix:"):
+        make()
+
+
+def test_error_message_names_argument_value_and_fix():
+    with pytest.raises(ConfigError) as info:
+        StepLR().gamma(-0.5)
+    msg = str(info.value)
+    assert "gamma=-0.5" in msg and "expected" in msg and "Fix:" in msg
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("make,args", [
+    (lambda: CosineAnnealingLR(warmup=3), (4, 3)),  # warmup == training
+    (lambda: CosineAnnealingLR(warmup=5), (4, 3)),  # warmup longer than training
+    (lambda: CosineAnnealingLR(), (0, 3)),
+    (lambda: CosineAnnealingLR(), (4, 0)),
+    (lambda: CosineAnnealingLR(), (4.0, 3)),
+    (lambda: MultiStepLR(), (4, 3)),  # no milestones
+    (lambda: StepLR(step_size=0.1), (2, 3)),  # rounds to 0 steps
+    (lambda: PolynomialLR(total_iters=0.1), (2, 3)),
+    (lambda: ConstantLR(total_iters=0.1), (2, 3)),
+])
+def test_table_errors(make, args):
+    with pytest.raises(ConfigError, match="Fix:"):
+        make().table(*args)
+
+
+def test_warmup_longer_than_training_message():
+    with pytest.raises(ConfigError, match="warmup longer than training"):
+        CosineAnnealingLR(warmup=5).table(4, 3)
+
+
+@pytest.mark.parametrize("make,main", [
+    (lambda: CosineAnnealingLR(base_lr=0.1, warmup=2),
+     lambda o: __import__("torch").optim.lr_scheduler.CosineAnnealingLR(o, T_max=2800)),
+    (lambda: ExponentialLR(base_lr=0.1, gamma=0.9, warmup=2),
+     lambda o: __import__("torch").optim.lr_scheduler.ExponentialLR(o, gamma=0.9 ** (1 / 100))),
+    (lambda: PolynomialLR(base_lr=0.1, power=2.0, warmup=2),
+     lambda o: __import__("torch").optim.lr_scheduler.PolynomialLR(o, total_iters=2800, power=2.0)),
+])
+def test_long_runs_match_torch_chainable_form(make, main):
+    # 3000 steps: torch's chainable (ratio) form accumulates rounding; still within rel 1e-6.
+    _compare(make(), main, 100, 30)
