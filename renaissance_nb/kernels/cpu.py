@@ -217,8 +217,10 @@ def transfer(outs, ins, p, env):
     (cursor,) = ins
     x_out, y_out = outs
     source = p["source"]
-    if source not in env.sources:
-        raise PlanError(f"transfer: no {source!r} data was given to the task. Fix: pass {source} data to .data().")
+    if source not in env.sources:  # bound but never run: e.g. the val transfer of a task without val data
+        def missing() -> None:
+            raise PlanError(f"transfer: no {source!r} data was given to the task. Fix: pass {source} data to .data().")
+        return missing
     xs, ys = env.sources[source]
     perm = env.perms[source]
     x2 = _flat2d(x_out)
@@ -242,12 +244,15 @@ def nan_check(outs, ins, p, env):
     (flag,) = outs
     grads = env.range_view(p["first"], p["last"], "float32")
     base_first = p["first"]
-    find = fused.all_finite
+    find, probe = fused.all_finite, fused.nonfinite_probe
     locate = env.locate
 
     def run() -> None:
+        loss = result[0]
+        if probe(grads) == 0.0 and loss - loss == 0.0:
+            return
         k = find(grads)
-        loss = float(result[0])
+        loss = float(loss)
         if k >= 0 or not np.isfinite(loss):
             flag[0] = k + 1 if k >= 0 else -1
             where = locate(base_first, k * 4) if (k >= 0 and locate) else "the loss"
