@@ -1,0 +1,276 @@
+"""Side-by-side CPU benchmark: renaissance_nb vs PyTorch on the original's MNIST MLP.
+
+    python benchmarks/mlp_cpu.py                 # batch 128 and 32, 3 interleaved rounds
+    python benchmarks/mlp_cpu.py --quick         # fewer samples, for a smoke run
+    python benchmarks/mlp_cpu.py --markdown FILE # also write the results table (README)
+
+Everything runs in one process, interleaved A B C D A B C D..., and medians are
+compared, so machine noise hits every contender alike. Contenders: renaissance_nb
+(replay of the compiled step), PyTorch eager with default AdamW (foreach), with
+fused AdamW, and torch.compile (its compile time is reported separately). Also
+printed: compile() time, the fraction of the GEMM roofline (step FLOPs over the
+sgemm rate measured in this run), and arena bytes against each framework's peak
+resident memory growth, measured in fresh subprocesses.
+PyTorch is optional: without it the script says what it skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import renaissance_nb as rnb  # noqa: E402
+from renaissance_nb.runtime.replay import batch_variants  # noqa: E402
+
+LAYERS = (784, 1024, 512, 256, 10)
+
+
+def load_data(n: int) -> tuple[np.ndarray, np.ndarray, str]:
+    shared = ROOT.parent / "shared" / "data" / "mnist"
+    if shared.exists():
+        s = rnb.datasets.mnist(shared)
+        return s.train.x[:n], s.train.y[:n], "MNIST (shared/data)"
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, 784), dtype=np.float32), rng.integers(0, 10, n).astype(np.int32), "random 784-d"
+
+
+def step_flops(batch: int) -> float:
+    """Forward + weight-gradient + input-gradient GEMMs (no input gradient for layer 1)."""
+    macs = sum(a * b for a, b in zip(LAYERS[:-1], LAYERS[1:]))
+    first = LAYERS[0] * LAYERS[1]
+    return 2.0 * batch * (3 * macs - first)
+
+
+def sgemm_rate() -> float:
+    a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
+    c = np.empty_like(a)
+    np.matmul(a, a, out=c)
+    times = []
+    for _ in range(10):
+        t = time.perf_counter()
+        np.matmul(a, a, out=c)
+        times.append(time.perf_counter() - t)
+    return 2 * 1024**3 / statistics.median(times)
+
+
+def mlp():  # type: ignore[no-untyped-def]
+    return rnb.seq(rnb.fc(1024), rnb.relu(), rnb.fc(512), rnb.relu(), rnb.fc(256), rnb.relu(), rnb.fc(10))
+
+
+class Ours:
+    name = "renaissance_nb"
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int) -> None:
+        t = time.perf_counter()
+        self.task = (rnb.DeepLearningTask("bench").model(mlp()).data(train=(x, y), batch_size=batch)
+                     .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW().weight_decay(1e-4))
+                     .scheduler(rnb.CosineAnnealingLR().base_lr(1e-3)).total_epochs(1000).seed(0))
+        self.task.compile()
+        self.compile_s = time.perf_counter() - t
+        ex = self.task.executor
+        self.sched = ex.train_schedule(batch_variants(len(x), batch, "train_base", "train_last"))
+        self.ex = ex
+        self.epoch()  # warm-up: numba kernels, BLAS buffers
+
+    def epoch(self) -> float:
+        ex, sched = self.ex, self.sched
+        t = time.perf_counter()
+        self.task._shuffle_into(self.task._env.perms["train"], 0)
+        ex.view("train_base", "cursor")[0] = 0
+        ex.view("train_base", "step")[0] = 0
+        for k in sched.prologue:
+            k()
+        for prog in sched.steps:
+            for k in prog:
+                k()
+        return time.perf_counter() - t
+
+
+class Torch:
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, mode: str) -> None:
+        import torch
+        from torch import nn
+        self.torch = torch
+        torch.manual_seed(0)
+        self.name = {"eager": "PyTorch eager AdamW", "fused": "PyTorch eager AdamW(fused)",
+                     "compile": "torch.compile AdamW(fused)"}[mode]
+        layers = []
+        for a, b in zip(LAYERS[:-1], LAYERS[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        self.model = nn.Sequential(*layers[:-1])
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=1e-4,
+                                     fused=(mode != "eager") or None)
+        self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=10**6)
+        self.loss = nn.CrossEntropyLoss(label_smoothing=0.1)
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+        self.batch = batch
+        self.forward = self.model
+        self.compile_s = 0.0
+        if mode == "compile":
+            self.forward = torch.compile(self.model)
+            t = time.perf_counter()
+            self._step(self.x[:batch], self.y[:batch])
+            self._step(self.x[:batch], self.y[:batch])
+            self.compile_s = time.perf_counter() - t
+        self.epoch()
+
+    def _step(self, xb, yb) -> None:  # type: ignore[no-untyped-def]
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss(self.forward(xb), yb)
+        loss.backward()
+        self.opt.step()
+        self.sched.step()
+
+    def epoch(self) -> float:
+        torch = self.torch
+        n = len(self.x)
+        t = time.perf_counter()
+        perm = torch.randperm(n)
+        for i in range(0, n - self.batch + 1, self.batch):  # full batches only: one compiled shape
+            idx = perm[i:i + self.batch]
+            self._step(self.x[idx], self.y[idx])
+        return time.perf_counter() - t
+
+
+def peak_rss_child(which: str, batch: int, n: int) -> dict:
+    """Peak resident-memory growth of one training epoch, in a fresh process."""
+    code = f"""
+import resource, sys, json
+sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+import mlp_cpu as b
+x, y, _ = b.load_data({n})
+import gc; gc.collect()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if {which!r} == 'ours':
+    o = b.Ours(x, y, {batch}); extra = o.task.memory.total_bytes
+else:
+    o = b.Torch(x, y, {batch}, 'eager'); extra = 0
+o.epoch()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{'rss_growth': (peak - base) * 1024, 'arena': extra}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        return {"error": out.stderr[-400:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(batch: int, x: np.ndarray, y: np.ndarray, rounds: int, have_torch: bool, use_compile: bool) -> dict:
+    contenders = [Ours(x, y, batch)]
+    skipped = []
+    if have_torch:
+        contenders += [Torch(x, y, batch, "eager"), Torch(x, y, batch, "fused")]
+        if use_compile:
+            try:
+                contenders.append(Torch(x, y, batch, "compile"))
+            except Exception as exc:  # noqa: BLE001 - report and go on
+                skipped.append(f"torch.compile failed: {type(exc).__name__}: {str(exc)[:120]}")
+    else:
+        skipped.append("PyTorch not installed: PyTorch contenders skipped (pip install torch)")
+    times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for _ in range(rounds):
+        for c in contenders:
+            times[c.name].append(c.epoch())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    steps = len(x) // batch
+    return {"batch": batch, "median_epoch_s": med, "steps": steps,
+            "compile_s": {c.name: c.compile_s for c in contenders}, "skipped": skipped,
+            "arena_bytes": contenders[0].task.memory.total_bytes}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=60000)
+    ap.add_argument("--batches", type=int, nargs="+", default=[128, 32])
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--markdown", type=Path)
+    args = ap.parse_args()
+    if args.quick:
+        args.samples, args.rounds = 6400, 2
+    try:
+        import torch
+        torch.set_num_threads(os.cpu_count() or 1)
+        have_torch, tver = True, torch.__version__
+    except ImportError:
+        have_torch, tver = False, "not installed"
+    x, y, data_name = load_data(args.samples)
+    rate = sgemm_rate()
+    from threadpoolctl import threadpool_info
+    blas = ", ".join(f"{i['internal_api']} {i.get('version')} x{i['num_threads']}" for i in threadpool_info())
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__} "
+          f"({blas}); torch {tver}; data {data_name}, {len(x)} samples")
+    print(f"sgemm 1024^3 (NumPy): {rate / 1e9:.0f} GFLOP/s")
+    rows = []
+    for batch in args.batches:
+        r = run(batch, x, y, args.rounds, have_torch, not args.no_compile)
+        ours = r["median_epoch_s"]["renaissance_nb"]
+        step_ms = 1e3 * ours / r["steps"]
+        roof = step_flops(batch) / rate
+        print(f"\nbatch {batch}: {r['steps']} steps/epoch, medians of {args.rounds} interleaved rounds")
+        for name, t in r["median_epoch_s"].items():
+            ratio = "" if name == "renaissance_nb" else f"   ours/this = {ours / t:.2f}x"
+            print(f"  {name:<28} {t:7.3f} s/epoch  {1e3 * t / r['steps']:7.2f} ms/step{ratio}")
+        print(f"  compile(): {r['compile_s']['renaissance_nb']:.3f} s" + "".join(
+            f"; {k}: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
+        print(f"  GEMM roofline: {1e3 * roof:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s -> "
+              f"{100 * roof / (step_ms / 1e3):.0f}% reached")
+        for s in r["skipped"]:
+            print(f"  skipped: {s}")
+        r["roofline_fraction"] = roof / (step_ms / 1e3)
+        rows.append(r)
+    mem = {}
+    if not args.no_memory:
+        mem["ours"] = peak_rss_child("ours", 128, min(len(x), 60000))
+        if have_torch:
+            mem["torch"] = peak_rss_child("torch", 128, min(len(x), 60000))
+        print("\nmemory (batch 128, one epoch, fresh process):")
+        for k, v in mem.items():
+            if "error" in v:
+                print(f"  {k}: failed: {v['error']}")
+            else:
+                print(f"  {k}: peak RSS growth {v['rss_growth'] / 2**20:.1f} MiB"
+                      + (f" (arena {v['arena'] / 2**20:.1f} MiB)" if v.get("arena") else ""))
+    if args.markdown:
+        write_markdown(args.markdown, rows, mem, rate, blas, tver, data_name)
+    return 0
+
+
+def write_markdown(path: Path, rows: list[dict], mem: dict, rate: float, blas: str, tver: str, data: str) -> None:
+    lines = [f"Machine: {os.cpu_count()}-core {platform.machine()} CPU, NumPy {np.__version__} ({blas}), "
+             f"PyTorch {tver}, data: {data}; sgemm {rate / 1e9:.0f} GFLOP/s. Medians of interleaved epochs.", "",
+             "| batch | contender | s/epoch | ms/step | renaissance_nb time / this |", "|---|---|---|---|---|"]
+    for r in rows:
+        ours = r["median_epoch_s"]["renaissance_nb"]
+        for name, t in r["median_epoch_s"].items():
+            lines.append(f"| {r['batch']} | {name} | {t:.3f} | {1e3 * t / r['steps']:.2f} | "
+                         f"{'—' if name == 'renaissance_nb' else f'{ours / t:.2f}x'} |")
+        lines.append(f"| {r['batch']} | GEMM roofline reached | | | {100 * r['roofline_fraction']:.0f}% |")
+    for r in rows[:1]:
+        lines.append("")
+        lines.append(f"compile(): {r['compile_s']['renaissance_nb']:.3f} s" + "".join(
+            f"; {k} compile: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
+    if mem:
+        lines.append("")
+        lines.append("Peak RSS growth over one epoch (batch 128, fresh process): " + "; ".join(
+            f"{k} {v['rss_growth'] / 2**20:.1f} MiB" for k, v in mem.items() if "error" not in v)
+            + (f"; renaissance_nb arena {mem['ours']['arena'] / 2**20:.1f} MiB" if "arena" in mem.get("ours", {}) else ""))
+    path.write_text("\n".join(lines) + "\n")
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

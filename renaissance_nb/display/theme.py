@@ -1,0 +1,100 @@
+"""Colours and small formatting helpers shared by the widgets and the static HTML.
+
+One palette per concept, chosen once here: the widgets receive their colours from
+Python with the data, so a region family or a stream has the same colour in the
+live widget, the static SVG and the graphviz drawing.
+"""
+from __future__ import annotations
+
+import colorsys
+import html
+import time
+
+from ..memory.plan import human_bytes
+
+# Region families (CONCEPTS.md section 3), in the arena's address order of first use.
+FAMILY_COLORS: dict[str, str] = {
+    "B": "#b8a33e",  # batch-norm statistics: olive
+    "W": "#3b6fb6",  # weights: blue
+    "E": "#2f9c95",  # EMA weights: teal
+    "A": "#7fa7e0",  # fp16 working weights: light blue
+    "G": "#e07b39",  # gradients: orange
+    "M": "#4f9d4a",  # first moments: green
+    "V": "#93c47d",  # second moments: light green
+    "N": "#a58fd6",  # LARS norms: lilac
+    "I": "#d06ba6",  # inputs A/B: pink
+    "F": "#7b5cc4",  # feature maps and grad slots: purple
+    "S": "#8a8f98",  # scalars and masks: grey
+    "T": "#a0785a",  # temporaries: brown
+    "R": "#cc4455",  # results and metrics: red
+}
+
+STREAM_COLORS: dict[str, str] = {
+    "TRANS": "#d06ba6",   # copies of the next batch: pink like the input buffers
+    "COMP_1": "#3b6fb6",  # main compute: blue
+    "COMP_2": "#2f9c95",  # metrics, zero grad: teal
+    "COMP_3": "#a58fd6",  # communication: lilac
+    "UPDATE": "#e07b39",  # NaN check and optimizer: orange like the gradients
+}
+
+PHASE_COLORS = {"done": "#4f9d4a", "current": "#3b6fb6", "todo": "#b9bec7"}
+
+INK = "#1f2328"
+MUTED = "#667085"
+LINE = "#d0d5dd"
+PAPER = "#ffffff"
+PANEL = "#f6f8fa"
+
+
+def family_color(family: str) -> str:
+    return FAMILY_COLORS.get(family, "#8a8f98")
+
+
+def stream_color(stream: str) -> str:
+    return STREAM_COLORS.get(stream, "#8a8f98")
+
+
+def capture_color(index: int) -> str:
+    """A distinct soft colour per captured index (golden-ratio hues), for the atlas."""
+    if index < 0:
+        return "transparent"
+    h = (index * 0.618033988749895 + 0.08) % 1.0
+    r, g, b = colorsys.hls_to_rgb(h, 0.86, 0.62)
+    return "#{:02x}{:02x}{:02x}".format(int(r * 255), int(g * 255), int(b * 255))
+
+
+def capture_ink(index: int) -> str:
+    """A darker shade of the capture colour, for borders and text."""
+    if index < 0:
+        return MUTED
+    h = (index * 0.618033988749895 + 0.08) % 1.0
+    r, g, b = colorsys.hls_to_rgb(h, 0.36, 0.55)
+    return "#{:02x}{:02x}{:02x}".format(int(r * 255), int(g * 255), int(b * 255))
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def clock(t: float) -> str:
+    """Wall-clock time of day for the phase history."""
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def duration(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def shape_text(shape: object) -> str:
+    if shape is None:
+        return "any"
+    dims = tuple(shape)  # type: ignore[arg-type]
+    return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+__all__ = ["FAMILY_COLORS", "STREAM_COLORS", "PHASE_COLORS", "family_color", "stream_color", "capture_color",
+           "capture_ink", "esc", "clock", "duration", "shape_text", "human_bytes"]

@@ -1,0 +1,365 @@
+"""Views: JSON-ready dictionaries read from a task's artifacts.
+
+Every widget and every static fallback draws one of these. They only *read*
+what the compiler produced (phases, MemoryPlans, graphs, the GraphAtlas, the
+TrainingResult); nothing here plans, packs or binds anything.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..graph.ids import GraphId
+from ..memory.plan import MemoryPlan, human_bytes
+from ..memory.region import FAMILIES
+from .theme import capture_color, capture_ink, clock, family_color, shape_text, stream_color
+
+PHASES = ("PLANNING", "MEMORY_LOCKED", "COMPILED")
+
+
+# ---- what a task has produced so far ------------------------------------------------------
+def is_deep(task: Any) -> bool:
+    return hasattr(task, "lock_memory") and hasattr(task, "plans")
+
+
+def plans_of(obj: Any) -> dict[str, MemoryPlan]:
+    """Finalized plans by variant from a task, a MemoryPlan or a dict of plans (empty if none yet)."""
+    if isinstance(obj, MemoryPlan):
+        return {obj.name: obj} if obj.finalized else {}
+    if isinstance(obj, Mapping):
+        return {k: p for k, p in obj.items() if isinstance(p, MemoryPlan) and p.finalized}
+    plans = getattr(obj, "plans", None)
+    if plans:
+        return dict(plans)
+    memory = getattr(obj, "memory", None)
+    if isinstance(memory, MemoryPlan) and memory.finalized:
+        return {memory.name: memory}
+    return {}
+
+
+def atlas_of(obj: Any):  # type: ignore[no-untyped-def]
+    compiled = getattr(obj, "compiled", None)
+    if compiled is not None:
+        return compiled.atlas
+    return obj if hasattr(obj, "captures") and hasattr(obj, "entries") else None
+
+
+def graphs_of(obj: Any) -> dict[str, Any]:
+    """ComputationGraphs by name ('train', 'inference'), or a hand-built task's graphs."""
+    from ..graph.graph import ComputationGraph
+
+    if isinstance(obj, ComputationGraph):
+        return {obj.name: obj}
+    g = getattr(obj, "graphs", None)
+    if g is not None and hasattr(g, "train"):
+        return {"train": g.train, "inference": g.inference}
+    if hasattr(g, "buckets"):
+        return {g.name: g}
+    hand = getattr(obj, "_graphs", None)
+    if hand and not is_deep(obj):
+        # TaskBase: named lists of nodes on a stream; show each as its own graph
+        out = {}
+        for name, (nodes, stream) in hand.items():
+            cg = ComputationGraph(name)
+            gid = next((gg for gg in GraphId if gg.stream is stream), GraphId.DEEP_FWD_BWD)
+            for n in nodes:
+                cg.append(gid, n)
+            out[name] = cg
+        return out
+    return {}
+
+
+def phase_of(task: Any) -> str:
+    return str(getattr(task, "phase", "PLANNING"))
+
+
+# ---- phases -----------------------------------------------------------------------------------
+def phase_view(task: Any) -> dict[str, Any]:
+    """The phase machine: which phase, what each allows, the transitions so far, the next actions."""
+    from ..task import PHASE_ALLOWS, Phase
+
+    current = phase_of(task)
+    ci = PHASES.index(current)
+    deep = is_deep(task)
+    allows = {p.value: list(ops) for p, ops in PHASE_ALLOWS.items()}
+    if deep:  # what the fluent builder offers on top of TaskBase's calls
+        allows = {"PLANNING": ["model, data, optimizer... (any setting)", "plan()", "lock_memory()"],
+                  "MEMORY_LOCKED": ["inspect plans and graphs", "compile()"],
+                  "COMPILED": ["run()", "evaluate()", "predict()", "state_dict()"]}
+    phases = [{"name": p, "state": "done" if i < ci else ("current" if i == ci else "todo"),
+               "allows": allows.get(p, [])} for i, p in enumerate(PHASES)]
+    history = [{"source": str(t.source), "target": str(t.target), "operation": t.operation,
+                "at": clock(t.at), "seconds": float(t.seconds)} for t in getattr(task, "transitions", [])]
+    planned = getattr(task, "arch", None) is not None
+    if deep:
+        actions = [
+            {"name": "plan", "label": "plan()", "next": current == "PLANNING" and not planned,
+             "enabled": True, "doc": "stages 1-2: layers and the tensors of all six variants"},
+            {"name": "lock_memory", "label": "lock_memory()", "next": current == "PLANNING" and planned,
+             "enabled": True, "doc": "stages 3-4: graphs built, six MemoryPlans finalized"},
+            {"name": "compile", "label": "compile()", "next": current == "MEMORY_LOCKED",
+             "enabled": current != "PLANNING", "doc": "stage 5: atlas filled, graphs bound, arena created"},
+            {"name": "reset", "label": "reset()", "next": False, "enabled": current != "PLANNING" or planned,
+             "doc": "discard the plan and go back to PLANNING (settings stay)"},
+        ]
+        arrows = ["lock_memory()", "compile()"]
+    else:
+        actions = [
+            {"name": "finalize_memory", "label": "finalize_memory()", "next": current == "PLANNING",
+             "enabled": True, "doc": "fix every offset and lock the layout"},
+            {"name": "compile", "label": "compile()", "next": current == "MEMORY_LOCKED",
+             "enabled": current != "PLANNING", "doc": "create the arena and bind every graph"},
+        ]
+        arrows = ["finalize_memory()", "compile()"]
+    del Phase
+    return {"task": getattr(task, "name", "task"), "kind": type(task).__name__, "current": current,
+            "phases": phases, "arrows": arrows, "history": history, "actions": actions, "planned": planned,
+            "colors": {"done": "#4f9d4a", "current": "#3b6fb6", "todo": "#b9bec7"}}
+
+
+# ---- memory: regions and tensors ----------------------------------------------------------------
+def region_view(obj: Any) -> dict[str, Any]:
+    """Regions by offset and size, tensors with their shape in every variant, families with colours."""
+    plans = plans_of(obj)
+    if not plans:
+        return {"ready": False, "variants": [], "regions": [], "tensors": [], "families": []}
+    variants = list(plans)
+    ref = plans[variants[0]]
+    specs = getattr(getattr(obj, "shapes", None), "specs", {}) or {}
+    atlas = atlas_of(obj)
+    collapsed = dict(getattr(atlas, "collapsed", {}) or {})
+    vinfo = {}
+    for v in variants:
+        s = specs.get(v)
+        vinfo[v] = {"input_shape": shape_text(s.input_shape) if s else "",
+                    "batch": s.batch if s else None, "used": bool(s.used) if s else True,
+                    "collapsed_to": collapsed.get(v)}
+    tensors = []
+    same = True
+    for t in ref:
+        shapes = {v: list(plans[v][t.id].shape) for v in variants}
+        nbytes = {v: plans[v][t.id].nbytes for v in variants}
+        if any(plans[v][t.id].offset != t.offset for v in variants):
+            same = False
+        tensors.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
+                        "dtype": t.dtype, "offset": t.offset, "slot_bytes": t.slot_bytes,
+                        "end": t.offset + t.slot_bytes, "shapes": shapes, "nbytes": nbytes,
+                        "color": family_color(t.region.family)})
+    regions = []
+    for r, span in ref.regions.items():
+        if not span.size:
+            continue
+        regions.append({"region": r.name, "family": r.family, "family_name": FAMILIES.get(r.family, ""),
+                        "base": span.base, "size": span.size, "end": span.end, "human": human_bytes(span.size),
+                        "tensor_ids": list(span.tensor_ids), "reusable": r.reusable,
+                        "size_without_reuse": span.size_without_reuse,
+                        "saved": span.size_without_reuse - span.size, "color": family_color(r.family)})
+    families = [{"family": f, "name": FAMILIES.get(f, ""), "bytes": n, "human": human_bytes(n),
+                 "color": family_color(f), "share": n / ref.total_bytes if ref.total_bytes else 0.0}
+                for f, n in ref.family_bytes().items()]
+    return {"ready": True, "variants": variants, "variant_info": vinfo, "arena_bytes": ref.total_bytes,
+            "arena_human": human_bytes(ref.total_bytes), "reuse": ref.reuse,
+            "without_reuse": ref.bytes_without_reuse, "without_reuse_human": human_bytes(ref.bytes_without_reuse),
+            "saved_human": human_bytes(max(0, ref.bytes_without_reuse - ref.total_bytes)),
+            "offsets_identical": same, "regions": regions, "tensors": tensors, "families": families,
+            "n_tensors": len(ref)}
+
+
+# ---- memory: lifetimes -------------------------------------------------------------------------------
+def _timeline_labels(graphs: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """Which node runs at each time index of the engine's liveness timeline (None if unknown)."""
+    try:
+        from ..graph.compiler import STEP_ORDER_A, step_programs, swap_ab
+    except ImportError:  # pragma: no cover - engine layout changed
+        return None
+    if graphs is None or not hasattr(graphs, "train"):
+        return None
+    orders = [
+        ("train step, buffer A", graphs.train, STEP_ORDER_A),
+        ("train step, buffer B", graphs.train, tuple(swap_ab(g) for g in STEP_ORDER_A)),
+        ("validation, buffer A", graphs.inference, (GraphId.TRANSFER_A, GraphId.INF_MAIN_A, GraphId.ACCUM_METRICS)),
+        ("validation, buffer B", graphs.inference, (GraphId.TRANSFER_B, GraphId.INF_MAIN_B, GraphId.ACCUM_METRICS)),
+    ]
+    reference = step_programs(graphs)
+    if len(reference) != len(orders):
+        return None
+    steps, programs, t0 = [], [], 0
+    for (title, graph, order), ref in zip(orders, reference):
+        nodes = [(gid, n) for gid in order for n in graph.nodes(gid)]
+        if len(nodes) != len(ref):
+            return None
+        programs.append({"name": title, "start": t0, "end": t0 + len(nodes) - 1})
+        for i, (gid, n) in enumerate(nodes):
+            steps.append({"t": t0 + i, "op": n.op, "layer": n.layer, "gid": gid.name,
+                          "stream": gid.stream.name, "color": stream_color(gid.stream.name)})
+        t0 += len(nodes) + 1
+    return steps, programs
+
+
+def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
+    """Step order x offset: one box per tensor interval, and which tensors share bytes."""
+    plans = plans_of(obj)
+    if not plans:
+        return {"ready": False, "tensors": [], "steps": [], "programs": [], "shared": []}
+    plan = plans[variant] if variant in plans else next(iter(plans.values()))
+    life = plan.lifetimes or {}
+    labels = _timeline_labels(getattr(obj, "graphs", None))
+    steps, programs = labels if labels else ([], [])
+    tensors = []
+    t_max = 0
+    for t in plan:
+        iv = life.get(t.id)
+        if not iv:
+            continue
+        t_max = max(t_max, max(e for _, e in iv))
+        tensors.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
+                        "offset": t.offset, "slot_bytes": t.slot_bytes, "shape": list(t.shape), "dtype": t.dtype,
+                        "intervals": [[int(a), int(b)] for a, b in iv], "reusable": t.region.reusable,
+                        "color": family_color(t.region.family)})
+    if not steps:
+        steps = [{"t": i, "op": "", "layer": "", "gid": "", "stream": "", "color": "#8a8f98"}
+                 for i in range(t_max + 1)]
+    # tensors whose slots overlap in bytes: possible only because their lifetimes never meet
+    reusable = sorted((t for t in plan if t.region.reusable), key=lambda t: t.offset)
+    shared = []
+    for i, a in enumerate(reusable):
+        for b in reusable[i + 1:]:
+            if b.offset >= a.offset + a.slot_bytes:
+                break
+            shared.append({"a": a.name, "b": b.name, "a_id": a.id, "b_id": b.id,
+                           "bytes": min(a.offset + a.slot_bytes, b.offset + b.slot_bytes) - b.offset})
+    focus = [t for t in tensors if t["reusable"]]
+    lo = min((t["offset"] for t in focus), default=0)
+    hi = max((t["offset"] + t["slot_bytes"] for t in focus), default=plan.total_bytes)
+    return {"ready": True, "variant": plan.name, "reuse": plan.reuse, "tensors": tensors, "steps": steps,
+            "programs": programs, "shared": shared, "arena_bytes": plan.total_bytes,
+            "focus_range": [lo, hi], "saved": max(0, plan.bytes_without_reuse - plan.total_bytes),
+            "saved_human": human_bytes(max(0, plan.bytes_without_reuse - plan.total_bytes)),
+            "arena_human": human_bytes(plan.total_bytes),
+            "without_reuse_human": human_bytes(plan.bytes_without_reuse)}
+
+
+# ---- atlas ------------------------------------------------------------------------------------------
+def atlas_view(obj: Any) -> dict[str, Any]:
+    """Variants x GraphIds with ShapeId, stream and captured index; shared captures grouped by colour."""
+    atlas = atlas_of(obj)
+    if atlas is None:
+        return {"ready": False, "variants": [], "graph_ids": [], "cells": {}}
+    uses: dict[int, int] = {}
+    for e in atlas.entries.values():
+        uses[e.captured_index] = uses.get(e.captured_index, 0) + 1
+    cells: dict[str, dict[str, Any]] = {}
+    for (v, gid), e in atlas.entries.items():
+        cells.setdefault(v, {})[gid.name] = {
+            "captured": e.captured_index, "shape_id": e.shape_id, "stream": e.stream.name, "graph": e.graph,
+            "gid": gid.name, "variant": v, "shared_by": uses[e.captured_index],
+            "color": capture_color(e.captured_index), "ink": capture_ink(e.captured_index),
+            "stream_color": stream_color(e.stream.name)}
+    gids = atlas.graph_ids()
+    return {"ready": True, "variants": list(atlas.variants), "graph_ids": [g.name for g in gids],
+            "streams": {g.name: g.stream.name for g in gids},
+            "stream_colors": {g.stream.name: stream_color(g.stream.name) for g in gids},
+            "cells": cells, "captures": len(atlas.captures), "entries": len(atlas.entries),
+            "shape_ids": {str(k): shape_text(v) for k, v in atlas.shape_ids.items()},
+            "collapsed": dict(atlas.collapsed), "unused": sorted(atlas.unused)}
+
+
+# ---- blueprint and variants ---------------------------------------------------------------------------
+def _param_count(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def blueprint_view(task: Any) -> dict[str, Any]:
+    """The declared model, the executable layers after fusion, and the task's settings."""
+    bp = getattr(task, "_model", None)
+    arch = getattr(task, "arch", None)
+    shapes = getattr(task, "shapes", None)
+    layers = []
+    if arch is not None:
+        io = {}
+        if shapes is not None:
+            io = {name: (i, o) for name, i, o in shapes.tables["train_base"].layer_shapes}
+        params = {}
+        if shapes is not None:
+            for p in shapes.tables["train_base"].params:
+                params[p.layer] = params.get(p.layer, 0) + _param_count(p.shape)
+        leaves = arch.blueprint.leaves()
+        for layer in arch.layers:
+            i, o = io.get(layer.name, (None, None))
+            layers.append({"name": layer.name, "kind": layer.kind, "describe": layer.describe(),
+                           "from": [leaves[k].signature() for k in layer.blueprint_index],
+                           "in": shape_text(i) if i else "", "out": shape_text(o) if o else "",
+                           "params": params.get(layer.name, 0)})
+    splits = getattr(task, "_splits", None)
+    sched = getattr(task, "_scheduler", None)
+    settings = []
+    if splits is not None:
+        settings.append(("data", repr(splits)))
+    if hasattr(task, "_batch"):
+        settings += [("batch size", str(task._batch)), ("epochs", str(getattr(task, "_epochs", ""))),
+                     ("steps per epoch", str(getattr(task, "steps_per_epoch", ""))),
+                     ("loss", repr(getattr(task, "_loss", ""))), ("optimizer", repr(getattr(task, "_optimizer", ""))),
+                     ("scheduler", repr(sched) if sched is not None else "constant lr"),
+                     ("seed", str(getattr(task, "_seed", ""))),
+                     ("compiler options", ", ".join(f"{k}={getattr(task, '_' + k, '?')}"
+                                                    for k in ("fuse", "liveness", "nan_check", "zero_grad")))]
+    return {"tree": bp.tree() if bp is not None else "", "layers": layers,
+            "fused": list(arch.fused) if arch is not None else [], "settings": settings,
+            "total_params": sum(l["params"] for l in layers), "planned": arch is not None}
+
+
+def variants_view(task: Any) -> dict[str, Any]:
+    """The six variants: input shape, use, ShapeId, collapse, and the tensors whose shape differs."""
+    shapes = getattr(task, "shapes", None)
+    if shapes is None:
+        return {"ready": False, "rows": [], "differing": []}
+    plans = plans_of(task)
+    atlas = atlas_of(task)
+    sid_of = {}
+    if atlas is not None:
+        sid_of = {tuple(v): k for k, v in atlas.shape_ids.items() if v is not None}
+    base = shapes.tables["train_base"].specs
+    rows = []
+    for v, spec in shapes.specs.items():
+        table = shapes.tables[v].specs
+        differ = [t.name for a, t in zip(base, table) if a.shape != t.shape]
+        rows.append({"variant": v, "kind": "train" if spec.is_train else "validation", "batch": spec.batch,
+                     "input_shape": shape_text(spec.input_shape), "used": bool(spec.used),
+                     "shape_id": sid_of.get(tuple(spec.input_shape)),
+                     "collapsed_to": (atlas.collapsed.get(v) if atlas is not None else None),
+                     "differs_from_base": differ,
+                     "arena": human_bytes(plans[v].total_bytes) if v in plans else ""})
+    diff_names = sorted({n for r in rows for n in r["differs_from_base"]})
+    ids = shapes.tables["train_base"].ids
+    differing = [{"name": n, "shapes": {v: shape_text(shapes.tables[v].specs[ids[n]].shape) for v in shapes.specs}}
+                 for n in diff_names]
+    same = None
+    if plans:
+        ref = next(iter(plans.values()))
+        same = all(p[t.id].offset == t.offset for p in plans.values() for t in ref)
+    return {"ready": True, "rows": rows, "differing": differing, "offsets_identical": same,
+            "variants": list(shapes.specs)}
+
+
+# ---- training --------------------------------------------------------------------------------------
+def record_dict(rec: Any) -> dict[str, Any]:
+    return {k: (None if v is None else float(v) if isinstance(v, float) else v) for k, v in rec.__dict__.items()}
+
+
+def training_view(task: Any) -> dict[str, Any]:
+    """History so far, per-step losses and the learning-rate schedule."""
+    res = getattr(task, "result", None)
+    records = [record_dict(r) for r in getattr(res, "history", [])]
+    losses = getattr(res, "step_losses", None)
+    lr = []
+    try:
+        if getattr(task, "_splits", None) is not None:
+            lr = [float(x) for x in task.lr_table()]
+    except Exception:  # a schedule that does not fit the data yet: no curve, no traceback
+        lr = []
+    return {"records": records, "step_losses": [float(x) for x in losses] if losses is not None else [],
+            "lr": lr, "total_epochs": int(getattr(task, "_epochs", 0) or 0),
+            "steps_per_epoch": int(getattr(task, "steps_per_epoch", 0) or 0),
+            "interrupted": bool(getattr(res, "interrupted", False))}
