@@ -261,6 +261,14 @@ class DeepLearningTask(TaskBase):
             sources["val"] = (s.val.x, s.val.y)
             perms["val"] = np.arange(len(s.val), dtype=np.int64)
         env = BindEnv(self._seed, sources, perms, arena.range_view, arena.locate)
+        if not self._zero_grad:
+            compiled.notes.append("ZERO_GRAD elided: every gradient is written exactly once per step (the GEMM "
+                                  "overwrites it), so zeroing the G range would be a wasted pass; "
+                                  "options(zero_grad=True) puts it back.")
+        if self._liveness:
+            m = self.memory
+            compiled.notes.append(f"liveness reuse: F/T tensors whose lifetimes never meet share bytes: arena "
+                                  f"{human_bytes(m.total_bytes)} instead of {human_bytes(m.bytes_without_reuse)}.")
         executor = Executor(compiled, arena, env)
         self._initialise(executor, compiled)
         self.compiled, self.executor, self._arena = compiled, executor, arena
@@ -467,6 +475,7 @@ class DeepLearningTask(TaskBase):
                          + ", ".join(f"s{k}={'any' if v is None else v}" for k, v in a.shape_ids.items()))
             if a.collapsed:
                 lines.append("variants collapsed: " + ", ".join(f"{k} -> {v}" for k, v in a.collapsed.items()))
+            lines += [f"note: {n}" for n in self.compiled.notes]
         return "\n".join(lines)
 
     def inspect(self):  # type: ignore[no-untyped-def]
