@@ -75,7 +75,7 @@ def phase_of(task: Any) -> str:
 # ---- phases -----------------------------------------------------------------------------------
 def phase_view(task: Any) -> dict[str, Any]:
     """The phase machine: which phase, what each allows, the transitions so far, the next actions."""
-    from ..task import PHASE_ALLOWS, Phase
+    from ..task import PHASE_ALLOWS
 
     current = phase_of(task)
     ci = PHASES.index(current)
@@ -110,7 +110,6 @@ def phase_view(task: Any) -> dict[str, Any]:
              "enabled": current != "PLANNING", "doc": "create the arena and bind every graph"},
         ]
         arrows = ["finalize_memory()", "compile()"]
-    del Phase
     return {"task": getattr(task, "name", "task"), "kind": type(task).__name__, "current": current,
             "phases": phases, "arrows": arrows, "history": history, "actions": actions, "planned": planned,
             "colors": {"done": "#4f9d4a", "current": "#3b6fb6", "todo": "#b9bec7"}}

@@ -9,6 +9,7 @@ so results are reproducible bit for bit and match the reference formulas.
 from __future__ import annotations
 
 import math
+import os
 
 import numba
 import numpy as np
@@ -178,24 +179,14 @@ def accumulate_metrics(result, acc, batch, loss_log, step):
 
 
 @jit
-def adam_update(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize):
-    """One Adam/AdamW step over whole W/G/M/V ranges, PyTorch's formulas exactly.
-
-    step[0] counts finished steps; lr_table[step[0]] is this step's learning rate.
-    AdamW (decoupled): w *= 1 - lr*wd. Adam: g += wd*w. Then
-    m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g,
-    w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
-    """
-    t = step[0]
-    lr = np.float64(lr_table[min(t, lr_table.shape[0] - 1)])
-    t += 1
+def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, maximize):
+    """Adam/AdamW over one contiguous chunk, for finished-step count t (1-based)."""
     bc1 = 1.0 - beta1 ** t
     bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
     step_size = np.float32(lr / bc1)
     bc2_32 = np.float32(bc2_sqrt)
     decay = np.float32(1.0 - lr * weight_decay)
     wd32 = np.float32(weight_decay)
-    b1 = np.float32(beta1)
     b2 = np.float32(beta2)
     one_b1 = np.float32(1.0 - beta1)
     one_b2 = np.float32(1.0 - beta2)
@@ -215,18 +206,43 @@ def adam_update(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, dec
         v[k] = vk
         denom = np.float32(math.sqrt(vk)) / bc2_32 + eps32
         w[k] = wk - step_size * (mk / denom)
-    step[0] = t
+
+
+PAR_CHUNKS = 8
+"""The region-wide update is split in chunks. They are element-wise independent, so
+running them on several threads gives the same bytes; it is serial by default
+because numba's thread pool and OpenBLAS's compete for the same two cores between
+GEMMs (set RNB_PARALLEL_UPDATE=1 to try it on bigger machines)."""
+_PARALLEL = os.environ.get("RNB_PARALLEL_UPDATE", "0") == "1"
+
+
+@numba.njit(cache=True, nogil=True, parallel=_PARALLEL, error_model="numpy")
+def adam_update(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize):
+    """One Adam/AdamW step over whole W/G/M/V ranges, PyTorch's formulas exactly.
+
+    step[0] counts finished steps; lr_table[step[0]] is this step's learning rate.
+    AdamW (decoupled): w *= 1 - lr*wd. Adam: g += wd*w. Then
+    m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g,
+    w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+    """
+    t = step[0]
+    lr = np.float64(lr_table[min(t, lr_table.shape[0] - 1)])
+    n = w.shape[0]
+    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    for c in numba.prange(PAR_CHUNKS):
+        lo = min(n, c * ch)
+        hi = min(n, lo + ch)
+        _adam_core(w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], lr, t + 1, beta1, beta2, eps, weight_decay,
+                   decoupled, maximize)
+    step[0] = t + 1
 
 
 @jit
-def sgd_update(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize):
-    """One SGD step over whole ranges, PyTorch's formulas (first step: buf = g)."""
-    t = step[0]
-    lr = np.float32(lr_table[min(t, lr_table.shape[0] - 1)])
-    first = t == 0
+def _sgd_core(w, g, m, lr, first, momentum, dampening, weight_decay, nesterov, maximize):
     mom = np.float32(momentum)
     damp = np.float32(1.0 - dampening)
     wd = np.float32(weight_decay)
+    lr32 = np.float32(lr)
     use_m = m.shape[0] > 0
     for k in range(w.shape[0]):
         gk = g[k]
@@ -244,7 +260,22 @@ def sgd_update(w, g, m, lr_table, step, momentum, dampening, weight_decay, neste
                 gk = gk + mom * buf
             else:
                 gk = buf
-        w[k] = w[k] - lr * gk
+        w[k] = w[k] - lr32 * gk
+
+
+@numba.njit(cache=True, nogil=True, parallel=_PARALLEL, error_model="numpy")
+def sgd_update(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize):
+    """One SGD step over whole ranges, PyTorch's formulas (first step: buf = g)."""
+    t = step[0]
+    lr = lr_table[min(t, lr_table.shape[0] - 1)]
+    n = w.shape[0]
+    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    use_m = m.shape[0] > 0
+    for c in numba.prange(PAR_CHUNKS):
+        lo = min(n, c * ch)
+        hi = min(n, lo + ch)
+        mm = m[lo:hi] if use_m else m[0:0]
+        _sgd_core(w[lo:hi], g[lo:hi], mm, lr, t == 0, momentum, dampening, weight_decay, nesterov, maximize)
     step[0] = t + 1
 
 

@@ -1,0 +1,310 @@
+"""Checkpoints: the state of a compiled DeepLearningTask in one ``.npz`` file.
+
+Format
+------
+One ``.npz`` archive written with ``np.savez`` (no pickle anywhere):
+
+* ``region_<X>`` uint8 arrays: the raw arena bytes of every range that carries
+  state from one step to the next: weights (W), optimizer moments (M, V),
+  batch-norm statistics (B) and EMA weights (E) where present, the input buffers
+  (I_A/I_B: at a step boundary the *other* buffer already holds the prefetched
+  next batch), the scalars and masks (S: step counter, data cursor, RNG offset,
+  NaN flag, lr table, dropout masks), the last batch's result (R_RESULT) and the
+  accumulated metrics and loss log (R_RESULT_ACCUMULATED).
+* ``perm_<split>`` int64 arrays: the sample permutation of each split (the
+  current epoch's shuffle, needed to resume in the middle of an epoch).
+* ``header.json``: a uint8 array holding UTF-8 JSON: format version, the plan
+  fingerprint (BluePrint repr, name/shape/dtype/region/offset of every tensor of
+  the train_base plan, total arena bytes, the byte range of each saved region),
+  seed, settings reprs, epoch, resume position, history, and a SHA-256 over the
+  array bytes in a fixed (sorted key) order.
+
+Why npz + JSON: the file is inspectable with NumPy alone
+(``np.load(path)["region_W"]``, ``json.loads(bytes(np.load(path)["header.json"]))``),
+it never needs ``allow_pickle`` (loading cannot execute code), it is one file
+that can be copied or attached as is, and the zip container gives a CRC per
+member on top of our own SHA-256. Bytes rather than per-tensor arrays keep the
+save/load a handful of memcpys and make "restored exactly" a byte comparison.
+
+Writes are atomic: a temporary file in the same folder, flushed and fsynced,
+then ``os.replace``; a crash mid-save leaves the previous checkpoint intact.
+Loading validates everything before it writes a single byte, so a failed load
+leaves the task byte-for-byte unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from .errors import CheckpointError
+from .memory.region import Region
+from .result import EpochRecord
+from .task import Phase
+
+FORMAT = "renaissance_nb.checkpoint"
+VERSION = 1
+HEADER_KEY = "header.json"
+
+# (array key, first region, last region): contiguous region ranges carrying state.
+STATE_RANGES: tuple[tuple[str, Region, Region], ...] = (
+    ("B", Region.B_PREV_MEAN, Region.B_NEXT_VAR),
+    ("W", Region.W_EQ_BIAS, Region.W_DEEP_CONV),
+    ("E", Region.E_BN_BIAS, Region.E_DEEP_CONV_FP16),
+    ("R_RESULT", Region.R_RESULT, Region.R_RESULT),
+    ("M", Region.M_BN_BIAS, Region.M_DEEP_CONV),
+    ("V", Region.V_BN_BIAS, Region.V_DEEP_CONV),
+    ("I", Region.I_A_LABEL, Region.I_B_DATA),
+    ("S", Region.S_SCALAR_FP32, Region.S_MASK),
+    ("R_RESULT_ACCUMULATED", Region.R_RESULT_ACCUMULATED, Region.R_RESULT_ACCUMULATED),
+)
+
+__all__ = ["save", "load_state", "read_header", "fingerprint", "FORMAT", "VERSION"]
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def _require_compiled(task: Any, op: str) -> None:
+    from .deep_task import DeepLearningTask
+
+    if not isinstance(task, DeepLearningTask):
+        raise CheckpointError(f"{op}: task={type(task).__name__} is invalid; expected a DeepLearningTask. "
+                              "Fix: pass the DeepLearningTask to save or restore.")
+    task._require(op, Phase.COMPILED, hint="Fix: call task.compile() first (build the task the same way "
+                                            "as the one that was saved).")
+
+
+def fingerprint(task: Any) -> dict[str, Any]:
+    """What must match between the saved task and the one restored into."""
+    plan = task.plans["train_base"]
+    tensors = [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "region": t.region.name,
+                "offset": int(t.offset)} for t in plan]
+    ranges = {key: list(task.memory.region_range(a, b)) for key, a, b in STATE_RANGES}
+    return {"blueprint": repr(task._model), "tensors": tensors, "total_bytes": int(plan.total_bytes),
+            "ranges": ranges}
+
+
+def _settings(task: Any) -> dict[str, Any]:
+    return {"seed": task._seed, "optimizer": repr(task._optimizer), "loss": repr(task._loss),
+            "scheduler": repr(task._scheduler), "total_epochs": task._epochs, "batch_size": task._batch,
+            "val_batch_size": task._val_batch, "shuffle": task._shuffle, "n_train": len(task._splits.train),
+            "n_val": 0 if task._splits.val is None else len(task._splits.val)}
+
+
+def _digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        a = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}|{a.dtype.str}|{a.shape}\n".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _state_arrays(task: Any) -> dict[str, np.ndarray]:
+    buf = task._arena.bytes
+    out = {}
+    for key, first, last in STATE_RANGES:
+        a, b = task.memory.region_range(first, last)
+        out[f"region_{key}"] = buf[a:b].copy()
+    for split, perm in sorted(task._env.perms.items()):
+        out[f"perm_{split}"] = np.asarray(perm, dtype=np.int64).copy()
+    return out
+
+
+# ---- save ------------------------------------------------------------------------------------
+def save(task: Any, path: str | os.PathLike) -> str:
+    """Write the state of a compiled task to ``path`` atomically; returns the path."""
+    _require_compiled(task, "save")
+    path = os.fspath(path)
+    if not isinstance(path, str) or not path:
+        raise CheckpointError(f"save: path={path!r} is invalid; expected a file name. Fix: pass e.g. 'run.npz'.")
+    arrays = _state_arrays(task)
+    header = {
+        "format": FORMAT, "version": VERSION,
+        "fingerprint": fingerprint(task),
+        "settings": _settings(task),
+        "epoch": int(task._epoch),
+        "resume_at": None if task._resume_at is None else [int(v) for v in task._resume_at],
+        "history": [dict(r.__dict__) for r in task.result.history],
+        "interrupted": bool(task.result.interrupted),
+        "sha256": _digest(arrays),
+    }
+    blob = np.frombuffer(json.dumps(header, sort_keys=True).encode("utf-8"), np.uint8)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CheckpointError(f"save: the folder {folder!r} of path {path!r} does not exist. "
+                              "Fix: create it first (os.makedirs) or save elsewhere.")
+    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays, **{HEADER_KEY: blob})
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable (POSIX); harmless where unsupported
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+    return path
+
+
+# ---- load ------------------------------------------------------------------------------------
+def _read(path: str | os.PathLike, op: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Header and arrays of a checkpoint file, fully validated for integrity."""
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise CheckpointError(f"{op}: path={path!r} is invalid; expected a file name. "
+                              "Fix: pass the path given to checkpoint.save().") from None
+    if not os.path.isfile(p):
+        raise CheckpointError(f"{op}: no checkpoint file at {p!r}. "
+                              "Fix: check the path; save one with checkpoint.save(task, path).")
+    try:
+        with open(p, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise CheckpointError(f"{op}: cannot read {p!r}: {exc}. Fix: check the file's permissions.") from None
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, zipfile.LargeZipFile) as exc:
+        raise CheckpointError(f"{op}: {p!r} is corrupt or truncated ({type(exc).__name__}: {exc}). "
+                              "Fix: restore from another checkpoint; this file cannot be read.") from None
+    if HEADER_KEY not in arrays:
+        raise CheckpointError(f"{op}: {p!r} has no {HEADER_KEY} entry; it is not a renaissance_nb checkpoint. "
+                              "Fix: pass a file written by checkpoint.save().")
+    try:
+        header = json.loads(arrays.pop(HEADER_KEY).tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CheckpointError(f"{op}: the header of {p!r} is not valid JSON ({exc}). "
+                              "Fix: restore from another checkpoint.") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CheckpointError(f"{op}: {p!r} is not a renaissance_nb checkpoint (format "
+                              f"{header.get('format') if isinstance(header, dict) else None!r}). "
+                              "Fix: pass a file written by checkpoint.save().")
+    if header.get("version") != VERSION:
+        raise CheckpointError(f"{op}: {p!r} has format version {header.get('version')!r}; this library reads "
+                              f"version {VERSION}. Fix: load it with the renaissance_nb version that wrote it.")
+    digest = _digest(arrays)
+    if digest != header.get("sha256"):
+        raise CheckpointError(f"{op}: checksum mismatch in {p!r}: the arrays hash to {digest[:16]}..., the header "
+                              f"records {str(header.get('sha256'))[:16]}...; the file is corrupted. "
+                              "Fix: restore from another checkpoint.")
+    return header, arrays
+
+
+def read_header(path: str | os.PathLike) -> dict[str, Any]:
+    """The validated JSON header of a checkpoint (for inspection)."""
+    return _read(path, "read_header")[0]
+
+
+def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    fix = "Fix: build the task exactly as the saved one (same model, data shapes, batch size, optimizer)."
+    st, nt = saved.get("tensors", []), now["tensors"]
+    # Shapes, dtypes and regions first: a different offset is usually a consequence of those.
+    keys_by_pass = (("name", "shape", "dtype", "region"), ("offset",))
+    for keys in keys_by_pass:
+        for i, (a, b) in enumerate(zip(st, nt)):
+            if all(a.get(k) == b[k] for k in keys):
+                continue
+            if a.get("name") != b.get("name"):
+                raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor #{i} is "
+                                      f"{a.get('name')!r} in the checkpoint but {b['name']!r} in this task. {fix}")
+            diffs = [f"{k} {a.get(k)!r} in the checkpoint vs {b[k]!r} in this task"
+                     for k in ("shape", "dtype", "region", "offset") if a.get(k) != b[k]]
+            raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor {b['name']!r} differs: "
+                                  + "; ".join(diffs) + f". {fix}")
+    if len(st) != len(nt):
+        raise CheckpointError(f"{op}: {p!r} belongs to a different plan: it holds {len(st)} tensors, this task "
+                              f"{len(nt)}. {fix}")
+    if saved.get("total_bytes") != now["total_bytes"]:
+        raise CheckpointError(f"{op}: {p!r} belongs to a different plan: arena of {saved.get('total_bytes')} bytes "
+                              f"in the checkpoint vs {now['total_bytes']} in this task. {fix}")
+    if saved.get("ranges") != now["ranges"]:
+        raise CheckpointError(f"{op}: {p!r} belongs to a different plan: region ranges differ "
+                              f"({saved.get('ranges')} vs {now['ranges']}). {fix}")
+    if saved.get("blueprint") != now["blueprint"]:
+        raise CheckpointError(f"{op}: {p!r} was saved from another model:\n{saved.get('blueprint')}\n"
+                              f"but this task's model is:\n{now['blueprint']}\n{fix}")
+
+
+def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> Any:
+    """Restore a checkpoint into a compiled task built the same way; returns the task.
+
+    Everything is checked first (file, integrity, checksum, plan fingerprint and,
+    with ``strict``, the settings: seed, optimizer, loss, scheduler, epochs, batch
+    size, data sizes); only then are bytes copied in, so a failed load changes
+    nothing. ``strict=False`` allows different settings (e.g. to fine-tune with
+    another optimizer); the saved lr table and counters are still restored.
+    """
+    op = "load_state"
+    _require_compiled(task, op)
+    header, arrays = _read(path, op)
+    p = os.fspath(path)
+    _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(task))
+    if strict:
+        saved, now = header.get("settings", {}), _settings(task)
+        for k in now:
+            if saved.get(k) != now[k]:
+                raise CheckpointError(f"{op}: setting {k} differs: {saved.get(k)!r} in {p!r} vs {now[k]!r} in this "
+                                      "task; resuming would not reproduce the saved run. Fix: build the task with "
+                                      f"{k}={saved.get(k)!r}, or pass strict=False to load anyway.")
+    # shapes of every array
+    buf = task._arena.bytes
+    plan = task.memory
+    writes: list[tuple[np.ndarray, np.ndarray]] = []
+    for key, first, last in STATE_RANGES:
+        name = f"region_{key}"
+        a, b = plan.region_range(first, last)
+        arr = arrays.get(name)
+        if arr is None or arr.dtype != np.uint8 or arr.shape != (b - a,):
+            got = None if arr is None else f"{arr.dtype}{arr.shape}"
+            raise CheckpointError(f"{op}: {p!r} entry {name} is {got}, expected uint8({b - a},). "
+                                  "Fix: restore from a checkpoint of this plan.")
+        writes.append((buf[a:b], arr))
+    for split, perm in task._env.perms.items():
+        name = f"perm_{split}"
+        arr = arrays.get(name)
+        if arr is None or arr.shape != perm.shape or arr.dtype != np.int64:
+            raise CheckpointError(f"{op}: {p!r} entry {name} does not fit this task's {split} data "
+                                  f"({perm.shape[0]} samples). Fix: use the same data as the saved task.")
+        if not np.array_equal(np.sort(arr), np.arange(perm.shape[0])):
+            raise CheckpointError(f"{op}: {p!r} entry {name} is not a permutation. Fix: restore from another "
+                                  "checkpoint.")
+        writes.append((perm, arr))
+    try:
+        epoch = int(header["epoch"])
+        resume = header.get("resume_at")
+        resume_at = None if resume is None else (int(resume[0]), int(resume[1]))
+        history = [EpochRecord(**r) for r in header.get("history", [])]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{op}: the header of {p!r} is incomplete ({exc}). "
+                              "Fix: restore from another checkpoint.") from None
+    if not 0 <= epoch <= task._epochs or len(history) != epoch:
+        raise CheckpointError(f"{op}: {p!r} records epoch {epoch} with {len(history)} history rows for a task of "
+                              f"{task._epochs} epochs. Fix: restore from another checkpoint.")
+    # ---- commit: nothing below can fail on a validated file
+    for dst, src in writes:
+        dst[...] = src
+    task._epoch = epoch
+    task._resume_at = resume_at
+    task.result.history = history
+    task.result.interrupted = bool(header.get("interrupted", False))
+    steps = int(task.executor.view("train_base", "step")[0])
+    task.result.step_losses = task.executor.view("train_base", "loss_log")[:steps].copy()
+    return task

@@ -1,0 +1,66 @@
+"""The Jupyter face of renaissance_nb: widgets and static views of a task's artifacts.
+
+    dashboard(task)           tabs: Phases, BluePrint, Variants, Memory, Graph, Atlas, Training
+    PhaseView(task)           the phase machine, its history, buttons for plan/lock_memory/compile
+    RegionMap(task)           the arena by region and tensor, in any of the six variants
+    LifetimeView(task)        step order x offset: which tensors share bytes after liveness reuse
+    GraphView(task)           a ComputationGraph per GraphId, drawn with graphviz, collapsible per layer
+    AtlasView(task)           variants x GraphIds; one colour per bound graph; click to open it
+    TrainingMonitor(task)     live curves; pass it to task.run(callbacks=[monitor])
+
+The engine never imports this package except lazily from DeepLearningTask's
+display hooks; every view reads artifacts and recomputes nothing.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .static import dashboard_html
+
+_WIDGETS = {
+    "PhaseView": "phase", "RegionMap": "regions", "LifetimeView": "lifetimes", "GraphView": "graphview",
+    "AtlasView": "atlas", "TrainingMonitor": "monitor", "BluePrintView": "blueprint", "VariantsView": "blueprint",
+    "Dashboard": "dashboard",
+}
+
+
+def dashboard(task: Any):  # type: ignore[no-untyped-def]
+    """The tabbed dashboard widget of a task (needs ipywidgets and anywidget)."""
+    from .dashboard import Dashboard
+
+    return Dashboard(task)
+
+
+def dashboard_bundle(task: Any) -> dict[str, Any]:
+    """What displaying a task shows: the live dashboard plus a static HTML fallback.
+
+    Never raises: without ipywidgets, or if a widget fails, the static HTML is shown.
+    """
+    try:
+        from .dashboard import bundle
+    except Exception:  # no ipywidgets/anywidget, or a broken install: the static view still shows
+        return static_bundle(task)
+    return bundle(task)
+
+
+def static_bundle(task: Any) -> dict[str, Any]:
+    """text/plain and the static dashboard HTML; never raises."""
+    text = repr(task)
+    try:
+        return {"text/plain": text, "text/html": dashboard_html(task)}
+    except Exception as exc:
+        import html
+
+        return {"text/plain": text, "text/html": f"<pre>{html.escape(text)}\n(view failed: {html.escape(str(exc))})</pre>"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WIDGETS:
+        import importlib
+
+        module = importlib.import_module(f".{_WIDGETS[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["dashboard", "dashboard_bundle", "static_bundle", "dashboard_html", *_WIDGETS]

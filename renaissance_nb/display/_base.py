@@ -1,0 +1,54 @@
+"""The base of every anywidget here: one ES module per widget, one shared style sheet, a view dict."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import anywidget
+import traitlets
+
+from ._assets import asset, css
+from .static import wrap
+
+
+class ViewWidget(anywidget.AnyWidget):
+    """Holds a reference to an artifact and a JSON view of it; the ES module draws the view.
+
+    Subclasses set ``_module`` (a file in widgets/), ``make_view()`` and ``static_html()``.
+    """
+
+    _module = ""
+    view = traitlets.Dict().tag(sync=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls._module:
+            cls._esm = asset(cls._module)
+            cls._css = css()
+
+    def __init__(self, source: Any, **kwargs: Any) -> None:
+        self.source = source
+        self._listeners: list[Callable[[Any], None]] = []
+        super().__init__(**kwargs)
+        self.refresh()
+
+    def make_view(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def refresh(self) -> None:
+        """Read the artifact again (after a phase change or a run)."""
+        self.view = self.make_view()
+
+    def static_html(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        """The static fallback kept in the notebook next to the widget (nbconvert, GitHub)."""
+        return wrap(self.static_html())
+
+    def on_change(self, callback: Callable[[Any], None]) -> None:
+        """Call ``callback(self)`` after this widget changed the task (a button was pressed)."""
+        self._listeners.append(callback)
+
+    def _changed(self) -> None:
+        for cb in self._listeners:
+            cb(self)

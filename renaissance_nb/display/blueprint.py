@@ -1,0 +1,41 @@
+"""BluePrintView and VariantsView: the declared model, its executable layers, the six variants."""
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as w
+
+from . import static, views
+
+
+class _HTMLView(w.HTML):
+    """A plain HTML widget holding a task; refresh() re-reads it."""
+
+    def __init__(self, task: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source = task
+        self.add_class("rnb-html-view")
+        self.refresh()
+
+    def render(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def refresh(self) -> None:
+        self.value = static.wrap(self.render())
+
+    def _repr_html_(self) -> str:
+        return static.wrap(self.render())
+
+
+class BluePrintView(_HTMLView):
+    """The BluePrint tree, the ArchPlan's layers (fusions, shapes, parameters) and the settings."""
+
+    def render(self) -> str:
+        return f"<div class='rnb-blueprint-view'>{static.blueprint_html(views.blueprint_view(self.source))}</div>"
+
+
+class VariantsView(_HTMLView):
+    """The six variants: batch, input shape, ShapeId, shared captures and the shapes that differ."""
+
+    def render(self) -> str:
+        return f"<div class='rnb-variants-view'>{static.variants_html(views.variants_view(self.source))}</div>"

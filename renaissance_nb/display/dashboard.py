@@ -1,0 +1,123 @@
+"""The dashboard: a header and tabs (Phases, BluePrint, Variants, Memory, Graph, Atlas, Training).
+
+What ``task`` as the last line of a cell, or ``task.inspect()``, shows. Pressing a
+phase button or running from the Training tab re-reads the task into every tab.
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import ipywidgets as w
+
+from . import static, views
+from .atlas import AtlasView
+from .blueprint import BluePrintView, VariantsView
+from .graphview import GraphView
+from .lifetimes import LifetimeView
+from .monitor import TrainingMonitor
+from .phase import PhaseView
+from .regions import RegionMap
+
+
+class Dashboard(w.VBox):
+    """Every view of one task, kept in step with it."""
+
+    def __init__(self, task: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.add_class("rnb-dashboard")
+        self.header = w.HTML()
+        self.header.add_class("rnb-dashboard-header")
+        self.phases = PhaseView(task)
+        self.phases.on_change(lambda _: self.refresh())
+        self.monitor = TrainingMonitor(task, controls=views.is_deep(task))
+        self.monitor.on_change(lambda _: self.refresh())
+        self.tabs = w.Tab()
+        self.tabs.add_class("rnb-tabs")
+        self._titles: list[str] = []
+        self.children = [self.header, self.tabs]
+        self.refresh()
+
+    def _build(self) -> list[tuple[str, w.Widget]]:
+        t = self.task
+        deep = views.is_deep(t)
+        plans = views.plans_of(t)
+        items: list[tuple[str, w.Widget]] = [("Phases", self.phases)]
+        if deep:
+            items += [("BluePrint", BluePrintView(t)), ("Variants", VariantsView(t))]
+        if plans:
+            memory = w.VBox([RegionMap(t), LifetimeView(t)])
+        else:
+            memory = _note("The memory plan is fixed by " + ("lock_memory()." if deep else "finalize_memory()."))
+        items.append(("Memory", memory))
+        items.append(("Graph", GraphView(t) if views.graphs_of(t) else
+                      _note("Graphs are built by " + ("lock_memory()." if deep else "add_graph()."))))
+        items.append(("Atlas", AtlasView(t) if views.atlas_of(t) is not None else
+                      _note("The GraphAtlas is filled by compile()." if deep else
+                            "Hand-built tasks bind their graphs by name; the atlas belongs to DeepLearningTask.")))
+        if deep:
+            items.append(("Training", self.monitor))
+        return items
+
+    def refresh(self) -> None:
+        """Re-read the task into the header and every tab (keeps the selected tab)."""
+        self.header.value = static.wrap(static.header_html(self.task))
+        self.phases.refresh()
+        self.monitor.refresh()
+        keep = self.tabs.selected_index
+        old = [c for c in self.tabs.children if c not in (self.phases, self.monitor)]
+        items = []
+        for title, make in self._safe(self._build):
+            items.append((title, make))
+        self.tabs.children = [c for _, c in items]
+        self._titles = [title for title, _ in items]
+        self.tabs.titles = tuple(self._titles)
+        if keep is not None and keep < len(items):
+            self.tabs.selected_index = keep
+        for c in old:
+            _close(c)
+
+    def _safe(self, build: Any) -> list[tuple[str, w.Widget]]:
+        try:
+            return build()
+        except Exception as exc:  # a broken view shows its error, not a traceback
+            return [("Phases", self.phases), ("Error", _error(exc))]
+
+    def select(self, title: str) -> None:
+        """Open a tab by its title."""
+        self.tabs.selected_index = self._titles.index(title)
+
+    def _repr_html_(self) -> str:
+        return static.dashboard_html(self.task)
+
+
+def _note(text: str) -> w.HTML:
+    return w.HTML(static.wrap(f"<div class='rnb-note'>{text}</div>"))
+
+
+def _error(exc: BaseException) -> w.HTML:
+    return w.HTML(static.wrap(f"<div class='rnb-error'><b>{type(exc).__name__}</b>{exc}</div>"))
+
+
+def _close(widget: w.Widget) -> None:
+    for c in getattr(widget, "children", ()):
+        _close(c)
+    widget.close()
+
+
+def bundle(task: Any) -> dict[str, Any]:
+    """The mimebundle of a displayed task: widget view + static HTML + text; never raises."""
+    from . import static_bundle
+
+    out = static_bundle(task)
+    try:
+        data = Dashboard(task)._repr_mimebundle_()
+    except Exception:
+        out["text/html"] += f"<!-- dashboard widget failed: {static.esc(traceback.format_exc(limit=2))} -->"
+        return out
+    if isinstance(data, tuple):
+        data = data[0]
+    if isinstance(data, dict) and "application/vnd.jupyter.widget-view+json" in data:
+        out["application/vnd.jupyter.widget-view+json"] = data["application/vnd.jupyter.widget-view+json"]
+    return out

@@ -1,0 +1,93 @@
+"""GraphView: a ComputationGraph per GraphId, drawn by graphviz, each layer collapsible."""
+from __future__ import annotations
+
+from typing import Any
+
+import traitlets
+
+from ..graph.ids import GraphId
+from . import views
+from ._base import ViewWidget
+from .graphdraw import default_collapsed, dot_available, layers_of, render_graph
+from .theme import esc
+
+
+class GraphView(ViewWidget):
+    """Pick a graph (train / inference) and a GraphId ('' = all); click a layer to fold it."""
+
+    _module = "graph.js"
+    graph = traitlets.Unicode("").tag(sync=True)
+    gid = traitlets.Unicode("").tag(sync=True)
+    variant = traitlets.Unicode("").tag(sync=True)
+    collapsed = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    layers = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    svg = traitlets.Unicode("").tag(sync=True)
+    table = traitlets.Unicode("").tag(sync=True)
+    note = traitlets.Unicode("").tag(sync=True)
+    dot = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(self, source: Any, graph: str = "", gid: str = "", **kwargs: Any) -> None:
+        self._drawing = False
+        super().__init__(source, **kwargs)
+        self._drawing = True
+        graphs = self.view.get("graphs", [])
+        names = [g["name"] for g in graphs]
+        if names:
+            self.graph = graph if graph in names else names[0]
+            if not gid and views.is_deep(self.source) and self.graph == "train":
+                gid = GraphId.DEEP_FWD_BWD.name
+            self.gid = gid
+        self._drawing = False
+        self.draw(reset_layers=True)
+
+    def make_view(self) -> dict[str, Any]:
+        graphs = views.graphs_of(self.source)
+        plans = views.plans_of(self.source)
+        return {"ready": bool(graphs),
+                "graphs": [{"name": n, "gids": [g.name for g in cg.ids()],
+                            "streams": {g.name: g.stream.name for g in cg.ids()}, "nodes": len(cg)}
+                           for n, cg in graphs.items()],
+                "variants": list(plans)}
+
+    def static_html(self) -> str:
+        body = self.svg or self.table or "<div class='rnb-note'>No graphs yet.</div>"
+        note = f"<div class='rnb-note'>{esc(self.note)}</div>" if self.note else ""
+        return f"<div class='rnb-graph-static'><div class='rnb-sub'>{esc(self.title())}</div>{note}{body}</div>"
+
+    def title(self) -> str:
+        return f"{self.graph} graph · " + (self.gid or "all GraphIds")
+
+    def draw(self, reset_layers: bool = False) -> None:
+        """Render the current selection (graphviz SVG, or the table when `dot` is missing)."""
+        if self._drawing:
+            return
+        self._drawing = True
+        try:
+            graphs = views.graphs_of(self.source)
+            g = graphs.get(self.graph)
+            if g is None:
+                self.svg, self.table, self.note = "", "", ""
+                return
+            gid = GraphId[self.gid] if self.gid else None
+            plans = views.plans_of(self.source)
+            if self.variant not in plans:
+                self.variant = next(iter(plans), "")
+            if reset_layers:
+                self.layers = layers_of(g, gid)
+                self.collapsed = default_collapsed(g, gid)
+            out = render_graph(g, gid, plans.get(self.variant), self.collapsed)
+            self.svg, self.table, self.note, self.dot = out["svg"] or "", out["table"], out["note"], dot_available()
+        finally:
+            self._drawing = False
+
+    @traitlets.observe("graph", "gid")
+    def _on_pick(self, change: Any) -> None:
+        if change["name"] == "graph":
+            gids = next((g["gids"] for g in self.view.get("graphs", []) if g["name"] == change["new"]), [])
+            if self.gid and self.gid not in gids:
+                self._drawing, self.gid, self._drawing = True, "", False
+        self.draw(reset_layers=True)
+
+    @traitlets.observe("variant", "collapsed")
+    def _on_layout(self, change: Any) -> None:
+        self.draw()

@@ -1,0 +1,93 @@
+"""TrainingMonitor: live loss, top-1, learning-rate and step-time curves, as a run() callback.
+
+    monitor = TrainingMonitor(task)
+    display(monitor)
+    task.run(callbacks=[monitor])      # the engine calls monitor("epoch", EpochRecord)
+
+The curves are drawn by the front end from a few synced lists; each epoch appends
+to them, and the view updates its SVG paths in place (no flicker, no re-render).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import traitlets
+
+from . import static, views
+from ._base import ViewWidget
+
+
+class TrainingMonitor(ViewWidget):
+    """Curves of a task's training. Call it as ``monitor(event, payload)``, or use ``monitor.run()``."""
+
+    _module = "monitor.js"
+    records = traitlets.List().tag(sync=True)
+    step_losses = traitlets.List().tag(sync=True)
+    lr = traitlets.List().tag(sync=True)
+    total_epochs = traitlets.Int(0).tag(sync=True)
+    steps_per_epoch = traitlets.Int(0).tag(sync=True)
+    status = traitlets.Unicode("idle").tag(sync=True)
+    controls = traitlets.Bool(False).tag(sync=True)
+    error = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, task: Any, controls: bool = False, **kwargs: Any) -> None:
+        super().__init__(task, controls=controls, **kwargs)
+        self.on_msg(self._on_msg)
+
+    def make_view(self) -> dict[str, Any]:
+        v = views.training_view(self.source)
+        self.records, self.step_losses, self.lr = v["records"], v["step_losses"], v["lr"]
+        self.total_epochs, self.steps_per_epoch = v["total_epochs"], v["steps_per_epoch"]
+        if v["records"] and self.status == "idle":
+            self.status = "interrupted" if v["interrupted"] else "done"
+        return {"task": getattr(self.source, "name", "task")}
+
+    def static_html(self) -> str:
+        return static.training_html(self._training_view())
+
+    def _training_view(self) -> dict[str, Any]:
+        return {"records": list(self.records), "step_losses": list(self.step_losses), "lr": list(self.lr),
+                "total_epochs": self.total_epochs, "steps_per_epoch": self.steps_per_epoch}
+
+    # ---- the callback the engine calls ------------------------------------------------------------
+    def __call__(self, event: str, payload: Any = None) -> None:
+        if event == "epoch" and payload is not None:
+            self.status = "running"
+            self.records = [*self.records, views.record_dict(payload)]
+            losses = self._losses_so_far(int(getattr(payload, "steps", 0)))
+            if losses is not None:
+                self.step_losses = losses
+        elif event == "step" and isinstance(payload, dict) and "loss" in payload:  # finer events, if sent
+            self.step_losses = [*self.step_losses, float(payload["loss"])]
+
+    def _losses_so_far(self, steps: int) -> list[float] | None:
+        """The per-step losses the compiled step has logged into its arena so far (read-only)."""
+        ex = getattr(self.source, "executor", None)
+        if ex is None or steps <= 0:
+            return None
+        try:
+            return [float(x) for x in ex.view("train_base", "loss_log")[:steps]]
+        except Exception:  # the log is an engine detail: without it the curve shows epochs only
+            return None
+
+    # ---- running from the widget ---------------------------------------------------------------------
+    def run(self, epochs: int | None = None, **kwargs: Any) -> Any:
+        """``task.run(...)`` with this monitor among the callbacks; errors shown in the widget."""
+        callbacks = [self, *kwargs.pop("callbacks", ())]
+        self.status, self.error = "running", {}
+        result = None
+        try:
+            result = self.source.run(epochs, callbacks=callbacks, **kwargs)
+        except Exception as exc:
+            self.error = {"type": type(exc).__name__, "message": str(exc)}
+        finally:
+            interrupted = bool(getattr(getattr(self.source, "result", None), "interrupted", False))
+            self.status = "error" if self.error else ("interrupted" if interrupted else "done")
+            self.refresh()
+            self._changed()
+        return result
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("action") == "run":
+            epochs = content.get("epochs")
+            self.run(int(epochs) if epochs else None, progress=False)

@@ -1,0 +1,51 @@
+"""PhaseView: PLANNING -> MEMORY_LOCKED -> COMPILED, the history, and buttons that call the API."""
+from __future__ import annotations
+
+from typing import Any
+
+import traitlets
+
+from . import static, views
+from ._base import ViewWidget
+
+ACTIONS = ("plan", "lock_memory", "compile", "reset", "finalize_memory")
+
+
+class PhaseView(ViewWidget):
+    """The task's phase machine. Each button makes the same call as the API; errors appear in the widget."""
+
+    _module = "phase.js"
+    error = traitlets.Dict().tag(sync=True)
+    busy = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(self, task: Any, **kwargs: Any) -> None:
+        super().__init__(task, **kwargs)
+        self.on_msg(self._on_msg)
+
+    def make_view(self) -> dict[str, Any]:
+        v = views.phase_view(self.source)
+        v["svg"] = static.phase_svg(v)
+        return v
+
+    def static_html(self) -> str:
+        return static.phase_html(self.view)
+
+    def act(self, action: str) -> None:
+        """Run one phase operation on the task (what a button does); errors land in ``error``."""
+        if action not in ACTIONS or not hasattr(self.source, action):
+            self.error = {"type": "ValueError", "message": f"{action}() is not an operation of this task."}
+            return
+        self.busy = True
+        try:
+            getattr(self.source, action)()
+            self.error = {}
+        except Exception as exc:  # shown in the widget, not as a traceback
+            self.error = {"type": type(exc).__name__, "message": str(exc), "action": action}
+        finally:
+            self.busy = False
+            self.refresh()
+            self._changed()
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("action"):
+            self.act(str(content["action"]))

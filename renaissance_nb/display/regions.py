@@ -1,0 +1,35 @@
+"""RegionMap: the arena by region and tensor; switch variants and watch the offsets stay put."""
+from __future__ import annotations
+
+from typing import Any
+
+import traitlets
+
+from . import static, views
+from ._base import ViewWidget
+
+
+class RegionMap(ViewWidget):
+    """Regions laid out by offset and size, coloured by family; hover a tensor, click a region.
+
+    ``source``: a DeepLearningTask (all six variants), a TaskBase, a MemoryPlan or a dict of plans.
+    """
+
+    _module = "regions.js"
+    variant = traitlets.Unicode("").tag(sync=True)
+    selected_region = traitlets.Unicode("").tag(sync=True)
+
+    def make_view(self) -> dict[str, Any]:
+        v = views.region_view(self.source)
+        if v["variants"] and self.variant not in v["variants"]:
+            self.variant = v["variants"][0]
+        return v
+
+    def static_html(self) -> str:
+        return static.regions_html(self.view, self.variant or None)
+
+    def tensors_in(self, region: str) -> list[dict[str, Any]]:
+        """The DTensors of a region as the detail panel lists them (in the current variant)."""
+        ids = next((r["tensor_ids"] for r in self.view.get("regions", []) if r["region"] == region), [])
+        by_id = {t["id"]: t for t in self.view.get("tensors", [])}
+        return [by_id[i] for i in ids]

@@ -1,0 +1,237 @@
+"""Checkpoints: round trip, exact resume (epoch boundary and mid-epoch), and refusal of bad files."""
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+import renaissance_nb.deep_task as deep_task_mod
+from renaissance_nb import (CheckpointError, DeepLearningTask, PhaseError, RenaissanceError, dropout, fc, relu,
+                           seq, tanh)
+from renaissance_nb import checkpoint
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((150, 12)).astype(np.float32)
+Y = RNG.integers(0, 4, 150)
+XV = RNG.standard_normal((40, 12)).astype(np.float32)
+YV = RNG.integers(0, 4, 40)
+
+
+def make(width: int = 16, act=relu, epochs: int = 2, seed: int = 3, val: bool = True) -> DeepLearningTask:
+    t = DeepLearningTask("ck").model(seq(fc(width), act(), dropout(0.2), fc(4)))
+    t.data(train=(X, Y), val=(XV, YV) if val else None, batch_size=32, shuffle=True)  # 150/32: partial last batch
+    return t.total_epochs(epochs).seed(seed)
+
+
+def state_bytes(t: DeepLearningTask) -> dict[str, bytes]:
+    return {k: v.tobytes() for k, v in t.state_dict().items()}
+
+
+def saved_ranges(t: DeepLearningTask) -> bytes:
+    buf = t._arena.bytes
+    return b"".join(buf[slice(*t.memory.region_range(a, b))].tobytes() for _, a, b in checkpoint.STATE_RANGES)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted() -> DeepLearningTask:
+    a = make()
+    a.run(progress=False)
+    return a
+
+
+def test_round_trip_fresh_task_gives_identical_arena(tmp_path) -> None:
+    a = make().compile()
+    p = checkpoint.save(a, tmp_path / "a.npz")
+    c = make().compile()
+    checkpoint.load_state(c, p)
+    assert c._arena.bytes.tobytes() == a._arena.bytes.tobytes()
+
+
+def test_round_trip_after_training_restores_every_saved_byte(tmp_path) -> None:
+    a = make()
+    a.run(epochs=1, progress=False)
+    p = checkpoint.save(a, tmp_path / "a.npz")
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]  # atomic: no temp file left
+    c = make().compile()
+    checkpoint.load_state(c, p)
+    assert saved_ranges(c) == saved_ranges(a)
+    assert state_bytes(c) == state_bytes(a)
+    assert c._epoch == 1 and [r.train_loss for r in c.result.history] == [r.train_loss for r in a.result.history]
+    # inspectable with numpy alone, no pickle
+    with np.load(p, allow_pickle=False) as z:
+        header = json.loads(z["header.json"].tobytes())
+        assert header["epoch"] == 1 and header["fingerprint"]["total_bytes"] == a.memory.total_bytes
+        assert z["region_W"].dtype == np.uint8
+
+
+def test_resume_at_epoch_boundary_is_byte_identical(tmp_path, uninterrupted) -> None:
+    b = make()
+    b.run(epochs=1, progress=False)
+    p = checkpoint.save(b, tmp_path / "b.npz")
+    c = make().compile()
+    checkpoint.load_state(c, p)
+    c.run(progress=False)
+    assert state_bytes(c) == state_bytes(uninterrupted)
+    assert saved_ranges(c) == saved_ranges(uninterrupted)
+    assert [r.train_loss for r in c.result.history] == [r.train_loss for r in uninterrupted.result.history]
+    assert [r.val_loss for r in c.result.history] == [r.val_loss for r in uninterrupted.result.history]
+    np.testing.assert_array_equal(c.result.step_losses, uninterrupted.result.step_losses)
+
+
+def _stop_after(k: int):
+    class StopAfter(deep_task_mod._StopFlag):
+        def __init__(self) -> None:
+            super().__init__()
+            self.checks = 0
+
+        @property
+        def requested(self) -> bool:
+            self.checks += 1
+            return self.checks > k
+
+        @requested.setter
+        def requested(self, value: bool) -> None:
+            pass
+
+    return StopAfter
+
+
+@pytest.mark.parametrize("pre, k", [(0, 2), (0, 4), (1, 0), (1, 2)],
+                         ids=["epoch1-after-step3", "epoch1-after-last-step", "epoch2-after-step1",
+                              "epoch2-after-step3"])
+def test_resume_mid_epoch_is_byte_identical(tmp_path, monkeypatch, uninterrupted, pre, k) -> None:
+    b = make()  # 150 samples / batch 32: 5 steps per epoch, the last one partial
+    if pre:
+        b.run(epochs=pre, progress=False)
+    with monkeypatch.context() as m:
+        m.setattr(deep_task_mod, "_StopFlag", _stop_after(k))
+        b.run(progress=False)
+    assert b.result.interrupted and b._resume_at is not None
+    p = checkpoint.save(b, tmp_path / "b.npz")
+    c = make().compile()
+    checkpoint.load_state(c, p)
+    assert c._resume_at == b._resume_at and c._epoch == b._epoch
+    c.run(progress=False)
+    assert state_bytes(c) == state_bytes(uninterrupted)
+    assert saved_ranges(c) == saved_ranges(uninterrupted)
+    assert [r.train_loss for r in c.result.history] == [r.train_loss for r in uninterrupted.result.history]
+    np.testing.assert_array_equal(c.result.step_losses, uninterrupted.result.step_losses)
+    # and the interrupted task itself also continues to the same bytes
+    b.run(progress=False)
+    assert state_bytes(b) == state_bytes(uninterrupted)
+
+
+# ---- bad files: an informative CheckpointError and an unchanged task ----------------------------------
+@pytest.fixture(scope="module")
+def good_file(tmp_path_factory) -> str:
+    t = make()
+    t.run(epochs=1, progress=False)
+    return checkpoint.save(t, tmp_path_factory.mktemp("ck") / "good.npz")
+
+
+def expect_refused(task: DeepLearningTask, path, *words: str) -> str:
+    before = task._arena.bytes.copy()
+    state = (task._epoch, task._resume_at, list(task.result.history), task._env.perms["train"].copy())
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.load_state(task, path)
+    msg = str(info.value)
+    assert isinstance(info.value, RenaissanceError)
+    assert "Fix" in msg, msg
+    for w in words:
+        assert w in msg, msg
+    assert task._arena.bytes.tobytes() == before.tobytes()
+    assert (task._epoch, task._resume_at, list(task.result.history)) == state[:3]
+    np.testing.assert_array_equal(task._env.perms["train"], state[3])
+    return msg
+
+
+def trained_target() -> DeepLearningTask:
+    t = make(seed=3)
+    t.run(epochs=1, progress=False)  # non-trivial bytes to protect
+    return t
+
+
+def test_missing_file(tmp_path) -> None:
+    p = tmp_path / "nope.npz"
+    expect_refused(trained_target(), p, str(p), "no checkpoint file")
+
+
+def test_flipped_byte_in_array_data(tmp_path, good_file) -> None:
+    raw = bytearray(open(good_file, "rb").read())
+    with zipfile.ZipFile(good_file) as z:
+        info = z.getinfo("region_W.npy")
+    pos = info.header_offset + 30 + len(info.filename) + len(info.extra) + 200  # inside the W bytes
+    raw[pos] ^= 0xFF
+    p = tmp_path / "flipped.npz"
+    p.write_bytes(bytes(raw))
+    expect_refused(trained_target(), p, "corrupt")  # the zip CRC catches it
+
+
+def test_tampered_array_caught_by_sha256(tmp_path, good_file) -> None:
+    with np.load(good_file) as z:
+        arrays = {k: z[k].copy() for k in z.files}
+    arrays["region_W"][5] ^= 1  # a valid zip whose content no longer matches the header's hash
+    p = tmp_path / "tampered.npz"
+    np.savez(p, **arrays)
+    expect_refused(trained_target(), p, "checksum mismatch")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.9, 0.0], ids=["half", "90pct", "empty"])
+def test_truncated_file(tmp_path, good_file, keep) -> None:
+    raw = open(good_file, "rb").read()
+    p = tmp_path / "trunc.npz"
+    p.write_bytes(raw[: int(len(raw) * keep)])
+    expect_refused(trained_target(), p, "corrupt or truncated")
+
+
+def test_not_a_checkpoint(tmp_path) -> None:
+    p = tmp_path / "other.npz"
+    np.savez(p, a=np.zeros(3))
+    expect_refused(trained_target(), p, "header.json")
+
+
+def test_wrong_model_width_names_the_tensor(tmp_path, good_file) -> None:
+    t = make(width=20)
+    t.run(epochs=1, progress=False)
+    msg = expect_refused(t, good_file, "tensor 'fc1.bias' differs", "shape [16] in the checkpoint vs [20]")
+    assert "offset" not in msg  # the cause (shape) is named, not its consequence
+
+
+def test_wrong_activation_names_the_model(good_file) -> None:
+    t = make(act=tanh)  # same tensors, different model
+    t.compile()
+    expect_refused(t, good_file, "another model", "tanh")
+
+
+def test_wrong_seed_is_refused_when_strict(good_file) -> None:
+    t = make(seed=4).compile()
+    expect_refused(t, good_file, "seed", "strict=False")
+    checkpoint.load_state(t, good_file, strict=False)
+    assert t._epoch == 1
+
+
+def test_load_before_compile_is_a_phase_error(good_file) -> None:
+    t = make()
+    with pytest.raises(PhaseError) as info:
+        checkpoint.load_state(t, good_file)
+    assert "load_state()" in str(info.value) and "Fix" in str(info.value)
+    assert t.phase.name == "PLANNING"
+
+
+def test_save_into_missing_folder(tmp_path) -> None:
+    t = make().compile()
+    with pytest.raises(CheckpointError, match="does not exist"):
+        checkpoint.save(t, tmp_path / "no" / "such" / "dir" / "x.npz")
+
+
+def test_save_overwrites_atomically(tmp_path) -> None:
+    t = make().compile()
+    p = tmp_path / "x.npz"
+    checkpoint.save(t, p)
+    t.run(epochs=1, progress=False)
+    checkpoint.save(t, p)
+    assert checkpoint.read_header(p)["epoch"] == 1
+    assert sorted(os.listdir(tmp_path)) == ["x.npz"]
