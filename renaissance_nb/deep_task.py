@@ -460,6 +460,19 @@ class DeepLearningTask(TaskBase):
         for k, a in arrays.items():
             self.executor.view("train_base", k)[...] = a
 
+    # ---- checkpoints ------------------------------------------------------------------------------
+    def save(self, path: str) -> str:
+        """Write everything needed to continue (state-carrying regions, RNG and data position,
+        history) atomically to one .npz file with a JSON header and a checksum."""
+        from .checkpoint import save
+        return save(self, path)
+
+    def load_state(self, path: str, *, strict: bool = True) -> "DeepLearningTask":
+        """Restore a checkpoint into this compiled task; validated fully before anything changes."""
+        from .checkpoint import load_state
+        load_state(self, path, strict=strict)
+        return self
+
     # ---- summaries ------------------------------------------------------------------------------------
     def summary(self) -> str:
         """Plan summary: arena by family, reuse, distinct bound graphs, collapsed variants."""

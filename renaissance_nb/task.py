@@ -46,6 +46,19 @@ PHASE_ALLOWS: dict[Phase, tuple[str, ...]] = {
 }
 
 
+_ORDER = {Phase.PLANNING: 0, Phase.MEMORY_LOCKED: 1, Phase.COMPILED: 2}
+_STEP_TO = {Phase.MEMORY_LOCKED: "finalize_memory() (DeepLearningTask: lock_memory())",
+            Phase.COMPILED: "compile()"}
+
+
+def _phase_fix(current: Phase, needed: Phase) -> str:
+    """How to get from the current phase to the needed one, or why you cannot."""
+    if _ORDER[current] < _ORDER[needed]:
+        return f"Fix: call {_STEP_TO[needed]} first."
+    return ("Fix: phases only move forward; build a new task (DeepLearningTask: task.reset()) "
+            "to change what is already fixed.")
+
+
 @dataclass(frozen=True)
 class Transition:
     """One phase change, for the phase view's history."""
@@ -78,6 +91,8 @@ class TaskBase:
     def _require(self, operation: str, *phases: Phase, hint: str = "") -> None:
         if self._phase not in phases:
             names = [str(p) for p in phases]
+            if "Fix" not in hint:
+                hint = (hint + " " + _phase_fix(self._phase, phases[0])).strip()
             raise PhaseError(operation, self._phase, names[0] if len(names) == 1 else names, hint)
 
     def _advance(self, target: Phase, operation: str, started: float) -> None:

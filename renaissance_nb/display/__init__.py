@@ -17,18 +17,29 @@ from typing import Any
 
 from .static import dashboard_html
 
-_WIDGETS = {
-    "PhaseView": "phase", "RegionMap": "regions", "LifetimeView": "lifetimes", "GraphView": "graphview",
-    "AtlasView": "atlas", "TrainingMonitor": "monitor", "BluePrintView": "blueprint", "VariantsView": "blueprint",
-    "Dashboard": "dashboard",
-}
+try:  # load the widgets now, so that the function below, not the module, is `display.dashboard`
+    from . import dashboard as _board
+    from .atlas import AtlasView
+    from .blueprint import BluePrintView, VariantsView
+    from .dashboard import Dashboard
+    from .graphview import GraphView
+    from .lifetimes import LifetimeView
+    from .monitor import TrainingMonitor
+    from .phase import PhaseView
+    from .regions import RegionMap
+except ImportError as _exc:  # ipywidgets or anywidget missing: static HTML only
+    _board = None
+    _missing = str(_exc)
+
+_WIDGETS = ("PhaseView", "RegionMap", "LifetimeView", "GraphView", "AtlasView", "TrainingMonitor", "BluePrintView",
+            "VariantsView", "Dashboard")
 
 
 def dashboard(task: Any):  # type: ignore[no-untyped-def]
     """The tabbed dashboard widget of a task (needs ipywidgets and anywidget)."""
-    from .dashboard import Dashboard
-
-    return Dashboard(task)
+    if _board is None:
+        raise ImportError(f"the dashboard needs the notebook extra (pip install 'renaissance_nb[notebook]'): {_missing}")
+    return _board.Dashboard(task)
 
 
 def dashboard_bundle(task: Any) -> dict[str, Any]:
@@ -36,11 +47,9 @@ def dashboard_bundle(task: Any) -> dict[str, Any]:
 
     Never raises: without ipywidgets, or if a widget fails, the static HTML is shown.
     """
-    try:
-        from .dashboard import bundle
-    except Exception:  # no ipywidgets/anywidget, or a broken install: the static view still shows
+    if _board is None:  # no ipywidgets/anywidget: the static view still shows
         return static_bundle(task)
-    return bundle(task)
+    return _board.bundle(task)
 
 
 def static_bundle(task: Any) -> dict[str, Any]:
@@ -56,10 +65,7 @@ def static_bundle(task: Any) -> dict[str, Any]:
 
 def __getattr__(name: str) -> Any:
     if name in _WIDGETS:
-        import importlib
-
-        module = importlib.import_module(f".{_WIDGETS[name]}", __name__)
-        return getattr(module, name)
+        raise ImportError(f"{name} needs the notebook extra (pip install 'renaissance_nb[notebook]'): {_missing}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -6,24 +6,18 @@ from typing import Any, Callable
 import anywidget
 import traitlets
 
-from ._assets import asset, css
+from ._assets import css
 from .static import wrap
 
 
 class ViewWidget(anywidget.AnyWidget):
     """Holds a reference to an artifact and a JSON view of it; the ES module draws the view.
 
-    Subclasses set ``_module`` (a file in widgets/), ``make_view()`` and ``static_html()``.
+    Subclasses set ``_esm = asset("<name>.js")``, ``make_view()`` and ``static_html()``.
     """
 
-    _module = ""
+    _css = css()
     view = traitlets.Dict().tag(sync=True)
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls._module:
-            cls._esm = asset(cls._module)
-            cls._css = css()
 
     def __init__(self, source: Any, **kwargs: Any) -> None:
         self.source = source

@@ -7,6 +7,7 @@ import traitlets
 
 from ..graph.ids import GraphId
 from . import static, views
+from ._assets import asset
 from ._base import ViewWidget
 from .graphdraw import default_collapsed, render_graph
 
@@ -14,7 +15,7 @@ from .graphdraw import default_collapsed, render_graph
 class AtlasView(ViewWidget):
     """The GraphAtlas of a compiled task. ``selected`` is the clicked cell; ``detail`` shows its graph."""
 
-    _module = "atlas.js"
+    _esm = asset("atlas.js")
     selected = traitlets.Dict().tag(sync=True)
     detail = traitlets.Dict().tag(sync=True)
 
@@ -24,7 +25,7 @@ class AtlasView(ViewWidget):
     def static_html(self) -> str:
         return static.atlas_html(self.view)
 
-    def open(self, variant: str, gid: str) -> dict[str, Any]:
+    def select_cell(self, variant: str, gid: str) -> dict[str, Any]:
         """Select a cell (what a click does) and return the detail it shows."""
         self.selected = {"variant": variant, "gid": gid}
         return self.detail

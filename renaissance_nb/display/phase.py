@@ -6,6 +6,7 @@ from typing import Any
 import traitlets
 
 from . import static, views
+from ._assets import asset
 from ._base import ViewWidget
 
 ACTIONS = ("plan", "lock_memory", "compile", "reset", "finalize_memory")
@@ -14,7 +15,7 @@ ACTIONS = ("plan", "lock_memory", "compile", "reset", "finalize_memory")
 class PhaseView(ViewWidget):
     """The task's phase machine. Each button makes the same call as the API; errors appear in the widget."""
 
-    _module = "phase.js"
+    _esm = asset("phase.js")
     error = traitlets.Dict().tag(sync=True)
     busy = traitlets.Bool(False).tag(sync=True)
 

@@ -6,6 +6,7 @@ from typing import Any
 import traitlets
 
 from . import static, views
+from ._assets import asset
 from ._base import ViewWidget
 
 
@@ -15,7 +16,7 @@ class RegionMap(ViewWidget):
     ``source``: a DeepLearningTask (all six variants), a TaskBase, a MemoryPlan or a dict of plans.
     """
 
-    _module = "regions.js"
+    _esm = asset("regions.js")
     variant = traitlets.Unicode("").tag(sync=True)
     selected_region = traitlets.Unicode("").tag(sync=True)
 

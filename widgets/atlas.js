@@ -1,0 +1,95 @@
+// AtlasView: the GraphAtlas as a table of variants x GraphIds. Cells that share one bound
+// graph share a colour (hover one to light up the others); a click opens that graph below.
+
+function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k === "style") Object.assign(e.style, v);
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+function render({ model, el }) {
+  el.classList.add("rnb", "rnb-card", "rnb-atlas");
+
+  function draw() {
+    const v = model.get("view") || {};
+    const sel = model.get("selected") || {};
+    el.replaceChildren(h("div", { class: "rnb-title" }, "GraphAtlas"));
+    if (!v.ready) {
+      el.append(h("div", { class: "rnb-note" }, "No atlas yet: compile() fills it."));
+      return;
+    }
+    const sids = Object.entries(v.shape_ids).map(([k, s]) => `s${k} = ${s}`).join(" · ");
+    el.append(h("div", { class: "rnb-sub" },
+      `${v.entries} entries over ${v.variants.length} variants → `, h("b", {}, `${v.captures} distinct bound graphs`),
+      `. One colour = one bound graph; hover a cell to see who shares it, click to open it. ShapeIds: ${sids}`));
+    if (Object.keys(v.collapsed).length) {
+      el.append(h("div", { class: "rnb-sub" }, "Collapsed onto the same captures (same input shape): "
+        + Object.entries(v.collapsed).map(([a, b]) => `${a} → ${b}`).join(", ")));
+    }
+    const cellsByCapture = new Map();
+    const table = h("table", { class: "rnb-atlas-table" });
+    table.append(h("tr", {}, h("th", {}, "GraphId"), h("th", {}, "stream"),
+      ...v.variants.map((name) => h("th", { class: "rnb-variant", title: v.unused.includes(name) ? "never runs for this data" : "" },
+        name, v.unused.includes(name) ? h("div", { class: "rnb-muted", style: { fontWeight: 400 } }, "unused") : null))));
+    for (const g of v.graph_ids) {
+      const stream = v.streams[g];
+      const row = h("tr", {}, h("th", { class: "rnb-mono" }, g),
+        h("td", {}, h("span", { class: "rnb-pill", style: { background: v.stream_colors[stream] } }, stream)));
+      for (const name of v.variants) {
+        const c = (v.cells[name] || {})[g];
+        if (!c) { row.append(h("td", { class: "rnb-empty" }, "—")); continue; }
+        const isSel = sel.variant === name && sel.gid === g;
+        const td = h("td", {
+          class: "rnb-cell" + (isSel ? " rnb-selected" : ""), "data-captured": c.captured, "data-variant": name, "data-gid": g,
+          style: { background: c.color, color: c.ink },
+          title: `${name} · ${g} → bound graph #${c.captured} (${c.graph}, ShapeId s${c.shape_id}, stream ${c.stream}); shared by ${c.shared_by} entries`,
+          onmouseenter: () => { for (const x of cellsByCapture.get(c.captured)) x.classList.add("rnb-hi"); },
+          onmouseleave: () => { for (const x of cellsByCapture.get(c.captured)) x.classList.remove("rnb-hi"); },
+          onclick: () => { model.set("selected", { variant: name, gid: g }); model.save_changes(); },
+        }, h("span", { class: "rnb-cap" }, `#${c.captured}`), h("span", { class: "rnb-sid" }, `s${c.shape_id}`),
+          c.shared_by > 1 ? h("span", { class: "rnb-shared" }, `×${c.shared_by}`) : null);
+        if (!cellsByCapture.has(c.captured)) cellsByCapture.set(c.captured, []);
+        cellsByCapture.get(c.captured).push(td);
+        row.append(td);
+      }
+      table.append(row);
+    }
+    el.append(h("div", { style: { overflowX: "auto" } }, table));
+    el.append(h("div", { class: "rnb-legend" },
+      h("span", {}, h("b", {}, "#n"), " captured index"), h("span", {}, h("b", {}, "sK"), " ShapeId (s0: any shape)"),
+      h("span", {}, h("b", {}, "×m"), " entries sharing that bound graph")));
+
+    const d = model.get("detail") || {};
+    const detail = h("div", { class: "rnb-detail rnb-atlas-detail", "data-captured": d.captured ?? "" });
+    if (d.gid) {
+      detail.append(h("div", { class: "rnb-row" },
+        h("span", { class: "rnb-pill", style: { background: d.ink } }, `#${d.captured}`),
+        h("b", { class: "rnb-mono" }, `${d.graph} / ${d.gid}`),
+        h("span", { class: "rnb-muted" }, `in ${d.variant} · ShapeId s${d.shape_id} = ${d.shape} · stream ${d.stream} · ${d.n_nodes} nodes`),
+        h("span", { class: "rnb-grow" }),
+        h("button", { class: "rnb-btn rnb-quiet", onclick: () => { model.set("selected", {}); model.save_changes(); } }, "close")));
+      detail.append(h("div", { class: "rnb-sub" }, d.shared_with.length
+        ? `The same bound graph also serves: ${d.shared_with.join(", ")}.`
+        : "Only this cell uses this bound graph."));
+      if (d.note) detail.append(h("div", { class: "rnb-note" }, d.note));
+      const canvas = h("div", { class: "rnb-graph-canvas" });
+      canvas.innerHTML = d.svg || d.table || "";
+      detail.append(canvas);
+    } else {
+      detail.append(h("span", { class: "rnb-muted" }, "Click a cell to open its graph, drawn with the shapes of that variant."));
+    }
+    el.append(detail);
+  }
+  draw();
+  const events = ["change:view", "change:selected", "change:detail"];
+  for (const e of events) model.on(e, draw);
+  return () => { for (const e of events) model.off(e, draw); };
+}
+
+export default { render };

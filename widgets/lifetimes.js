@@ -1,0 +1,162 @@
+// LifetimeView: step order (x) by byte offset (y), one box per live interval of a tensor,
+// like XLA's memory viewer. Boxes on the same bytes at different times = liveness reuse.
+
+const NS = "http://www.w3.org/2000/svg";
+
+function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k === "style") Object.assign(e.style, v);
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+function s(tag, attrs = {}, text) {
+  const e = document.createElementNS(NS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text != null) e.textContent = text;
+  return e;
+}
+
+function human(n) {
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${Math.round(n)} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+const esc = (x) => String(x).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+
+function render({ model, el }) {
+  el.classList.add("rnb", "rnb-card", "rnb-lifetimes");
+  const tip = h("div", { class: "rnb-tip" });
+  tip.style.display = "none";
+  document.body.append(tip);
+  const showTip = (ev, html) => {
+    tip.innerHTML = html;
+    tip.style.display = "block";
+    const r = tip.getBoundingClientRect();
+    let x = ev.clientX + 14, y = ev.clientY + 14;
+    if (x + r.width > window.innerWidth - 4) x = ev.clientX - r.width - 14;
+    if (y + r.height > window.innerHeight - 4) y = ev.clientY - r.height - 14;
+    tip.style.left = x + "px"; tip.style.top = y + "px";
+  };
+
+  function draw() {
+    const v = model.get("view") || {};
+    const scope = model.get("scope") || "reusable";
+    el.replaceChildren();
+    el.append(h("div", { class: "rnb-title" }, "Lifetimes"));
+    if (!v.ready) {
+      el.append(h("div", { class: "rnb-note" }, "No lifetimes yet: they come with the memory plan."));
+      return;
+    }
+    const tensors = v.tensors.filter((t) => scope === "arena" || t.reusable);
+    const sharedWith = new Map();
+    for (const p of v.shared) {
+      if (!sharedWith.has(p.a_id)) sharedWith.set(p.a_id, []);
+      if (!sharedWith.has(p.b_id)) sharedWith.set(p.b_id, []);
+      sharedWith.get(p.a_id).push(p.b); sharedWith.get(p.b_id).push(p.a);
+    }
+    const sub = v.reuse
+      ? `Liveness reuse saves ${v.saved_human}: arena ${v.arena_human} instead of ${v.without_reuse_human}. `
+        + (v.shared.length ? `${v.shared.length} pairs of tensors share bytes (their boxes stack on the same offsets at different times).`
+          : "No two tensors of this plan could share bytes: every feature map is still needed by the backward pass.")
+      : "Liveness reuse is off (options(liveness=False)): every tensor keeps its own bytes.";
+    const seg = h("div", { class: "rnb-seg" },
+      ...[["reusable", "feature maps & temporaries"], ["arena", "whole arena"]].map(([k, label]) =>
+        h("button", { class: scope === k ? "rnb-on" : "", "data-scope": k,
+          onclick: () => { model.set("scope", k); model.save_changes(); } }, label)));
+    el.append(h("div", { class: "rnb-row" }, h("div", { class: "rnb-sub rnb-grow", style: { margin: 0 } }, sub), seg));
+
+    const W = 760, left = 74, right = 10, top = 30, H = 280, bottom = 34;
+    const pw = W - left - right;
+    const n = Math.max(v.steps.length, 1);
+    const lo = scope === "arena" ? 0 : v.focus_range[0];
+    const hi = scope === "arena" ? v.arena_bytes : v.focus_range[1];
+    const span = Math.max(hi - lo, 1);
+    const X = (t) => left + (t / n) * pw;
+    const Y = (o) => top + ((o - lo) / span) * H;
+    const svg = s("svg", { viewBox: `0 0 ${W} ${top + H + bottom}`, class: "rnb-lifetime-svg", role: "img" });
+    svg.append(s("rect", { x: left, y: top, width: pw, height: H, fill: "var(--rnb-panel, #f6f8fa)", rx: 4 }));
+    for (const p of v.programs) {
+      const x = X(p.start), w = X(p.end + 1) - X(p.start);
+      svg.append(s("rect", { x, y: top, width: w, height: H, fill: "#ffffff", "fill-opacity": 0.55, stroke: "#e4e7ec" }));
+      svg.append(s("text", { x: x + 3, y: top - 8, "font-size": 10.5, fill: "#667085" }, p.name));
+    }
+    // y axis: a few byte offsets
+    for (let k = 0; k <= 4; k++) {
+      const o = lo + (span * k) / 4;
+      svg.append(s("line", { x1: left - 4, x2: left, y1: Y(o), y2: Y(o), stroke: "#98a2b3" }));
+      svg.append(s("text", { x: left - 7, y: Y(o) + 3.5, "font-size": 9.5, fill: "#667085", "text-anchor": "end" }, human(o - (scope === "arena" ? 0 : lo))));
+    }
+    svg.append(s("text", { x: 12, y: top + H / 2, "font-size": 10.5, fill: "#667085", "text-anchor": "middle", transform: `rotate(-90 12 ${top + H / 2})` },
+      scope === "arena" ? "offset in the arena" : `offset from ${lo.toLocaleString()}`));
+    // x axis
+    const tickEvery = n > 60 ? 10 : 5;
+    for (let t = 0; t < n; t += tickEvery) {
+      svg.append(s("line", { x1: X(t + 0.5), x2: X(t + 0.5), y1: top + H, y2: top + H + 4, stroke: "#98a2b3" }));
+      svg.append(s("text", { x: X(t + 0.5), y: top + H + 15, "font-size": 9.5, fill: "#667085", "text-anchor": "middle" }, t));
+    }
+    svg.append(s("text", { x: left + pw / 2, y: top + H + 29, "font-size": 10.5, fill: "#667085", "text-anchor": "middle" },
+      "step order: node index on the liveness timeline →"));
+
+    const boxes = new Map();
+    for (const t of tensors) {
+      const list = [];
+      for (const [a, b] of t.intervals) {
+        const r = s("rect", {
+          class: "rnb-life-box", x: X(a) + 0.5, y: Y(t.offset), width: Math.max(X(b + 1) - X(a) - 1, 2),
+          height: Math.max(Y(t.offset + t.slot_bytes) - Y(t.offset), 2.5), fill: t.color, rx: 1.5,
+          "data-tensor": t.name,
+        });
+        const stepA = v.steps[a] || {}, stepB = v.steps[b] || {};
+        r.addEventListener("mousemove", (ev) => {
+          for (const x of boxes.get(t.id) || []) x.classList.add("rnb-hi");
+          const friends = sharedWith.get(t.id) || [];
+          showTip(ev, `<b>${esc(t.name)}</b> <span class="rnb-k">#${t.id}</span><br>`
+            + `<span class="rnb-k">region</span>${esc(t.region)}<br>`
+            + `<span class="rnb-k">shape</span>(${t.shape.join(", ")}) ${esc(t.dtype)}<br>`
+            + `<span class="rnb-k">offset</span>${t.offset.toLocaleString()} · ${human(t.slot_bytes)}<br>`
+            + `<span class="rnb-k">live</span>steps ${a}–${b}`
+            + (stepA.op ? `<br><span class="rnb-k">from</span>${esc(stepA.op)} (${esc(stepA.layer)}, ${esc(stepA.gid)})` : "")
+            + (stepB.op ? `<br><span class="rnb-k">to</span>${esc(stepB.op)} (${esc(stepB.layer)}, ${esc(stepB.gid)})` : "")
+            + (friends.length ? `<br><span class="rnb-k">shares</span>${friends.map(esc).join(", ")}` : ""));
+        });
+        r.addEventListener("mouseleave", () => {
+          for (const x of boxes.get(t.id) || []) x.classList.remove("rnb-hi");
+          tip.style.display = "none";
+        });
+        list.push(r);
+        svg.append(r);
+      }
+      boxes.set(t.id, list);
+    }
+    el.append(svg);
+
+    const legend = h("div", { class: "rnb-legend" });
+    const fams = new Map();
+    for (const t of tensors) fams.set(t.family, t.color);
+    for (const [f, c] of fams) legend.append(h("span", {}, h("span", { class: "rnb-swatch", style: { background: c } }), h("b", {}, f)));
+    legend.append(h("span", {}, "· hover a box for the tensor, its region, offset, bytes and the ops that open and close its lifetime"));
+    el.append(legend);
+    if (v.shared.length) {
+      const list = h("div", { class: "rnb-row rnb-shared-list" }, h("span", { class: "rnb-muted" }, "sharing bytes:"));
+      for (const p of v.shared.slice(0, 16)) {
+        list.append(h("span", { class: "rnb-tensor", title: `${human(p.bytes)} in common` }, `${p.a} ⇄ ${p.b}`));
+      }
+      if (v.shared.length > 16) list.append(h("span", { class: "rnb-muted" }, `… ${v.shared.length - 16} more`));
+      el.append(list);
+    }
+  }
+  draw();
+  model.on("change:view", draw);
+  model.on("change:scope", draw);
+  return () => { model.off("change:view", draw); model.off("change:scope", draw); tip.remove(); };
+}
+
+export default { render };

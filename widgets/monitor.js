@@ -1,0 +1,179 @@
+// TrainingMonitor: four small charts (loss, top-1, learning rate, step time) drawn once and
+// updated in place as epochs arrive, so the curves grow without flicker.
+
+const NS = "http://www.w3.org/2000/svg";
+
+function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k === "style") Object.assign(e.style, v);
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+function s(tag, attrs = {}, text) {
+  const e = document.createElementNS(NS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text != null) e.textContent = text;
+  return e;
+}
+
+const W = 360, H = 150, L = 44, R = 10, T = 10, B = 22;
+
+function fmt(v) {
+  const a = Math.abs(v);
+  if (a === 0) return "0";
+  if (a >= 100) return v.toFixed(0);
+  if (a >= 1) return v.toFixed(2);
+  if (a >= 0.01) return v.toFixed(3);
+  return v.toExponential(1);
+}
+
+// A chart whose axes, grid and series are SVG elements created once and then only updated.
+function chart(title, key, series) {
+  const value = h("span", {}, "");
+  const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, class: "rnb-chart-svg", "data-chart": key });
+  const grid = s("g"), axes = s("g"), layer = s("g");
+  svg.append(grid, axes, layer);
+  const paths = series.map((sr) => {
+    const p = s("path", { fill: "none", stroke: sr.color, "stroke-width": sr.width || 1.8, "stroke-dasharray": sr.dash || "",
+      "stroke-linejoin": "round", "stroke-linecap": "round", "data-series": sr.name });
+    const dots = s("g", { fill: sr.color });
+    layer.append(p, dots);
+    return { ...sr, p, dots };
+  });
+  const bars = s("g", { fill: series[0].color });
+  layer.append(bars);
+  const empty = s("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "font-size": 11, fill: "#98a2b3" }, "waiting for the first epoch…");
+  svg.append(empty);
+  const box = h("div", { class: "rnb-chart", "data-chart": key },
+    h("div", { class: "rnb-chart-title" }, title, value), svg,
+    h("div", { class: "rnb-legend", style: { margin: "0 0 2px 0" } },
+      ...series.filter((x) => x.label).map((x) => h("span", {},
+        h("span", { class: "rnb-swatch", style: { background: x.color } }), x.label))));
+
+  function update(data, xmax, opts = {}) {
+    // data: { name: [[x, y], ...] }
+    const pts = Object.values(data).flat();
+    empty.style.display = pts.length ? "none" : "";
+    let ymin = opts.ymin ?? Math.min(...pts.map((q) => q[1]));
+    let ymax = opts.ymax ?? Math.max(...pts.map((q) => q[1]));
+    if (!pts.length) { ymin = 0; ymax = 1; }
+    if (ymax - ymin < 1e-12) { ymax += Math.abs(ymax) * 0.1 + 1e-6; ymin -= Math.abs(ymin) * 0.1; }
+    const pad = (ymax - ymin) * 0.08;
+    if (opts.ymin == null) ymin -= pad;
+    if (opts.ymax == null) ymax += pad;
+    const X = (x) => L + (x / Math.max(xmax, 1e-9)) * (W - L - R);
+    const Y = (y) => T + (1 - (y - ymin) / (ymax - ymin)) * (H - T - B);
+    grid.replaceChildren(); axes.replaceChildren();
+    for (let k = 0; k <= 3; k++) {
+      const y = ymin + ((ymax - ymin) * k) / 3;
+      grid.append(s("line", { x1: L, x2: W - R, y1: Y(y), y2: Y(y), stroke: "#eef0f3" }));
+      axes.append(s("text", { x: L - 5, y: Y(y) + 3.5, "text-anchor": "end", "font-size": 9.5, fill: "#667085" }, fmt(y)));
+    }
+    const step = xmax > 12 ? Math.ceil(xmax / 6) : 1;
+    for (let x = 0; x <= xmax + 1e-9; x += step) {
+      axes.append(s("text", { x: X(x), y: H - 6, "text-anchor": "middle", "font-size": 9.5, fill: "#667085" }, x));
+    }
+    axes.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#c0c6d0" }));
+    for (const sr of paths) {
+      const q = data[sr.name] || [];
+      sr.p.setAttribute("d", q.map(([x, y], i) => `${i ? "L" : "M"}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join(""));
+      sr.dots.replaceChildren(...(sr.dots_on ? q.map(([x, y]) => s("circle", { cx: X(x), cy: Y(y), r: 2.6 })) : []));
+    }
+    bars.replaceChildren();
+    if (opts.bars) {
+      const bw = Math.max(((W - L - R) / Math.max(xmax, 1)) * 0.55, 3);
+      for (const [x, y] of opts.bars) {
+        bars.append(s("rect", { x: X(x) - bw / 2, y: Y(y), width: bw, height: Math.max(H - B - Y(y), 1), rx: 2 }));
+      }
+      empty.style.display = opts.bars.length ? "none" : "";
+    }
+    if (opts.marker != null) {
+      axes.append(s("line", { x1: X(opts.marker), x2: X(opts.marker), y1: T, y2: H - B, stroke: "#98a2b3", "stroke-dasharray": "3 3" }));
+    }
+  }
+  return { box, update, value };
+}
+
+function render({ model, el }) {
+  el.classList.add("rnb", "rnb-card", "rnb-monitor");
+  const status = h("span", { class: "rnb-pill", "data-status": "" });
+  const bar = h("div", { class: "rnb-bar" }, h("div", { style: { width: "0%" } }));
+  const count = h("span", { class: "rnb-muted", style: { fontVariantNumeric: "tabular-nums" } });
+  const buttons = h("span", { class: "rnb-row" });
+  const error = h("div");
+  el.append(
+    h("div", { class: "rnb-row" }, h("span", { class: "rnb-title" }, "Training"), status, bar, count, buttons),
+    error);
+  const grid = h("div", { class: "rnb-monitor-grid", style: { marginTop: "8px" } });
+  const loss = chart("loss", "loss", [
+    { name: "step", color: "#a9c0e4", width: 1.1 },
+    { name: "train", color: "#3b6fb6", dots_on: true, label: "train (epoch mean)" },
+    { name: "val", color: "#e07b39", dash: "4 3", dots_on: true, label: "validation" }]);
+  loss.box.querySelector(".rnb-legend").prepend(h("span", {}, h("span", { class: "rnb-swatch", style: { background: "#a9c0e4" } }), "per step"));
+  const top1 = chart("top-1 accuracy (%)", "top1", [
+    { name: "train", color: "#3b6fb6", dots_on: true, label: "train" },
+    { name: "val", color: "#e07b39", dash: "4 3", dots_on: true, label: "validation" }]);
+  const lr = chart("learning rate", "lr", [
+    { name: "future", color: "#c9dfc6", width: 1.6, dash: "3 3", label: "schedule" },
+    { name: "done", color: "#4f9d4a", width: 2, label: "so far" }]);
+  const time = chart("time per step (ms, incl. validation)", "time", [{ name: "t", color: "#a58fd6" }]);
+  grid.append(loss.box, top1.box, lr.box, time.box);
+  el.append(grid);
+
+  function draw() {
+    const recs = model.get("records") || [];
+    const losses = model.get("step_losses") || [];
+    const sched = model.get("lr") || [];
+    const total = model.get("total_epochs") || Math.max(recs.length, 1);
+    const spe = Math.max(model.get("steps_per_epoch") || 1, 1);
+    const st = model.get("status") || "idle";
+    el.dataset.epochs = String(recs.length);
+    status.textContent = st;
+    status.dataset.status = st;
+    status.style.background = { running: "#3b6fb6", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" }[st] || "#98a2b3";
+    const done = recs.length ? recs[recs.length - 1].epoch : 0;
+    bar.firstChild.style.width = `${Math.min(100, (100 * done) / Math.max(total, 1))}%`;
+    count.textContent = `epoch ${done}/${total}`;
+    const xmax = Math.max(total, done, 1);
+    const stepPts = losses.map((y, i) => [(i + 1) / spe, y]);
+    loss.update({ step: stepPts, train: recs.map((r) => [r.epoch, r.train_loss]),
+      val: recs.filter((r) => r.val_loss != null).map((r) => [r.epoch, r.val_loss]) }, xmax);
+    const last = recs[recs.length - 1];
+    loss.value.textContent = last ? `${last.train_loss.toFixed(4)}${last.val_loss != null ? " · val " + last.val_loss.toFixed(4) : ""}` : "";
+    top1.update({ train: recs.map((r) => [r.epoch, 100 * r.train_top1]),
+      val: recs.filter((r) => r.val_top1 != null).map((r) => [r.epoch, 100 * r.val_top1]) }, xmax);
+    top1.value.textContent = last ? `${(100 * last.train_top1).toFixed(2)}%${last.val_top1 != null ? " · val " + (100 * last.val_top1).toFixed(2) + "%" : ""}` : "";
+    const stepsDone = last ? last.steps : 0;
+    const lrPts = sched.map((y, i) => [(i + 1) / spe, y]);
+    lr.update({ future: lrPts, done: lrPts.slice(0, stepsDone) }, xmax, { ymin: 0, marker: stepsDone ? stepsDone / spe : null });
+    lr.value.textContent = last ? last.lr.toExponential(2) : (sched.length ? sched[0].toExponential(2) : "");
+    let prev = 0;
+    const times = recs.map((r) => { const t = (1e3 * r.seconds) / Math.max(r.steps - prev, 1); prev = r.steps; return [r.epoch, t]; });
+    time.update({ t: [] }, xmax + 0.5, { ymin: 0, ymax: times.length ? Math.max(...times.map((q) => q[1])) * 1.2 : 1, bars: times });
+    time.value.textContent = times.length ? `${times[times.length - 1][1].toFixed(2)} ms` : "";
+
+    buttons.replaceChildren();
+    if (model.get("controls")) {
+      const running = st === "running";
+      buttons.append(
+        h("button", { class: "rnb-btn", disabled: running || done >= total, "data-action": "run-1",
+          onclick: () => model.send({ action: "run", epochs: 1 }) }, "run 1 epoch"),
+        h("button", { class: "rnb-btn rnb-primary", disabled: running || done >= total, "data-action": "run",
+          onclick: () => model.send({ action: "run" }) }, "run()"));
+    }
+    const err = model.get("error") || {};
+    error.replaceChildren(...(err.message ? [h("div", { class: "rnb-error" }, h("b", {}, err.type), err.message)] : []));
+  }
+  draw();
+  const events = ["records", "step_losses", "lr", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);
+  for (const e of events) model.on(e, draw);
+  return () => { for (const e of events) model.off(e, draw); };
+}
+
+export default { render };

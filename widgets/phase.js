@@ -1,0 +1,77 @@
+// PhaseView: the phase diagram (drawn by Python, display/static.py), what each phase allows,
+// buttons that make the API calls, errors, and the history of transitions.
+
+function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+function render({ model, el }) {
+  el.classList.add("rnb", "rnb-card", "rnb-phase-view");
+  const diagram = h("div", { class: "rnb-phase-diagram-wrap" });
+  const actions = h("div", { class: "rnb-row rnb-phase-actions" });
+  const error = h("div", { class: "rnb-phase-error" });
+  const history = h("div", { class: "rnb-phase-history" });
+  el.append(
+    h("div", { class: "rnb-title" }, "Phases"),
+    h("div", { class: "rnb-sub" }, "A task moves one way: memory is laid out once, then graphs are bound, then it runs. "
+      + "Each button makes the same call as the API."),
+    diagram, actions, error, h("div", { class: "rnb-h" }, "History"), history);
+
+  function draw() {
+    const v = model.get("view") || {};
+    el.dataset.phase = v.current || "";
+    diagram.innerHTML = v.svg || "";
+    actions.replaceChildren();
+    const busy = model.get("busy");
+    for (const a of v.actions || []) {
+      const b = h("button", {
+        class: "rnb-btn" + (a.next ? " rnb-primary" : ""), "data-action": a.name, title: a.doc,
+        disabled: busy || !a.enabled,
+        onclick: () => { model.send({ action: a.name }); },
+      }, a.label);
+      actions.append(b);
+    }
+    if (busy) actions.append(h("span", { class: "rnb-muted" }, "working…"));
+    const err = model.get("error") || {};
+    error.replaceChildren();
+    if (err.message) {
+      error.append(h("div", { class: "rnb-error", "data-error": err.type },
+        h("b", {}, `${err.type} from ${err.action || "the task"}()`), err.message));
+    }
+    history.replaceChildren();
+    const rows = v.history || [];
+    if (!rows.length) {
+      history.append(h("div", { class: "rnb-muted" }, "No transitions yet: the task was just created."));
+    } else {
+      const t = h("table", { class: "rnb-table rnb-history" },
+        h("tr", {}, h("th", {}, "time"), h("th", {}, "call"), h("th", {}, "transition"), h("th", { class: "rnb-num" }, "took")));
+      for (const r of rows) {
+        t.append(h("tr", {},
+          h("td", { class: "rnb-mono" }, r.at),
+          h("td", { class: "rnb-mono" }, r.operation + "()"),
+          h("td", {}, r.source === r.target ? h("span", { class: "rnb-muted" }, `within ${r.target}`)
+            : [r.source + " → ", h("b", {}, r.target)]),
+          h("td", { class: "rnb-num" }, (r.seconds * 1e3).toFixed(1) + " ms")));
+      }
+      history.append(t);
+    }
+  }
+  draw();
+  model.on("change:view", draw);
+  model.on("change:error", draw);
+  model.on("change:busy", draw);
+  return () => {
+    model.off("change:view", draw);
+    model.off("change:error", draw);
+    model.off("change:busy", draw);
+  };
+}
+
+export default { render };
