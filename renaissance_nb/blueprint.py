@@ -26,6 +26,26 @@ class BluePrint:
     def tree(self) -> str:
         return "\n".join(self._lines())
 
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description; ``from_dict`` rebuilds the same BluePrint."""
+        if isinstance(self, Layer):
+            return {"layer": self.kind, "params": dict(self.params)}
+        if isinstance(self, Seq):
+            return {"seq": [c.to_dict() for c in self.children]}
+        if isinstance(self, Repeat):
+            return {"repeat": self.body.to_dict(), "n": self.n}
+        raise TypeError(type(self).__name__)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "BluePrint":
+        if "layer" in d:
+            return Layer(d["layer"], tuple(sorted(d.get("params", {}).items())))
+        if "seq" in d:
+            return Seq(tuple(BluePrint.from_dict(c) for c in d["seq"]))
+        if "repeat" in d:
+            return Repeat(BluePrint.from_dict(d["repeat"]), int(d["n"]))
+        raise BluePrintError(f"from_dict: {d!r} is not a BluePrint description. Fix: pass BluePrint.to_dict() output.")
+
     def _lines(self) -> list[str]:
         raise NotImplementedError
 

@@ -89,6 +89,23 @@ def fingerprint(task: Any) -> dict[str, Any]:
             "ranges": ranges}
 
 
+def _setting_spec(obj: Any) -> dict[str, Any] | None:
+    if obj is None:
+        return None
+    return {"class": type(obj).__name__, "settings": {k: (list(v) if isinstance(v, tuple) else v)
+                                                     for k, v in obj.settings().items()}}
+
+
+def spec(task: Any) -> dict[str, Any]:
+    """Everything needed to rebuild the task around new data: model and settings, structured."""
+    return {"blueprint": task._model.to_dict(), "loss": _setting_spec(task._loss),
+            "optimizer": _setting_spec(task._optimizer), "scheduler": _setting_spec(task._scheduler),
+            "total_epochs": task._epochs, "seed": task._seed, "batch_size": task._batch,
+            "val_batch_size": task._val_batch, "shuffle": task._shuffle, "name": task.name,
+            "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
+                        "nan_policy": task._nan_policy, "zero_grad": task._zero_grad}}
+
+
 def _settings(task: Any) -> dict[str, Any]:
     return {"seed": task._seed, "optimizer": repr(task._optimizer), "loss": repr(task._loss),
             "scheduler": repr(task._scheduler), "total_epochs": task._epochs, "batch_size": task._batch,
@@ -128,6 +145,7 @@ def save(task: Any, path: str | os.PathLike) -> str:
         "format": FORMAT, "version": VERSION,
         "fingerprint": fingerprint(task),
         "settings": _settings(task),
+        "spec": spec(task),
         "epoch": int(task._epoch),
         "resume_at": None if task._resume_at is None else [int(v) for v in task._resume_at],
         "history": [dict(r.__dict__) for r in task.result.history],

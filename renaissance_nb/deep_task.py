@@ -11,6 +11,7 @@ task for inspection: ``task.arch``, ``task.shapes``, ``task.plans``, ``task.grap
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import sys
@@ -66,7 +67,10 @@ class DeepLearningTask(TaskBase):
         self._fuse = True
         self._liveness = True
         self._nan_check = True
+        self._nan_policy = "raise"
         self._zero_grad = False
+        self._save_every: tuple[int, str] | None = None
+        self._save_best: str | None = None
         self.arch: ArchPlan | None = None
         self.shapes: AllShapes | None = None
         self.max_slot_bytes: list[int] | None = None
@@ -156,9 +160,18 @@ class DeepLearningTask(TaskBase):
         return self
 
     def options(self, *, fuse: bool | None = None, liveness: bool | None = None, nan_check: bool | None = None,
-                zero_grad: bool | None = None) -> "DeepLearningTask":
-        """Compiler switches, each testable against the plain path (like tinygrad's flags)."""
+                zero_grad: bool | None = None, nan_policy: str | None = None) -> "DeepLearningTask":
+        """Compiler switches, each testable against the plain path (like tinygrad's flags).
+
+        nan_policy: "raise" (default) stops at a non-finite gradient or loss, naming it;
+        "skip" skips that update and counts it (task.skipped_updates).
+        """
         self._setting("options")
+        if nan_policy is not None:
+            if nan_policy not in ("raise", "skip"):
+                raise bad_argument(ConfigError, "options", "nan_policy", nan_policy, "'raise' or 'skip'",
+                                   "pass nan_policy='raise' or nan_policy='skip'")
+            self._nan_policy = nan_policy
         for k, v in (("fuse", fuse), ("liveness", liveness), ("nan_check", nan_check), ("zero_grad", zero_grad)):
             if v is not None:
                 if not isinstance(v, bool):
@@ -166,11 +179,41 @@ class DeepLearningTask(TaskBase):
                 setattr(self, f"_{k}", v)
         return self
 
+    def save_every(self, epochs: int, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
+        """Checkpoint every ``epochs`` epochs; ``path`` may use {name} and {epoch}."""
+        self._setting("save_every")
+        n = _int_setting("save_every", "epochs", epochs)
+        if not isinstance(path, str) or not path:
+            raise bad_argument(ConfigError, "save_every", "path", path, "a file name template",
+                               "e.g. 'checkpoints/{name}-epoch{epoch}.npz'")
+        self._save_every = (n, path)
+        return self
+
+    def save_best(self, path: str = "checkpoints/{name}-best.npz") -> "DeepLearningTask":
+        """Checkpoint whenever validation top-1 (train top-1 without val data) reaches a new best."""
+        self._setting("save_best")
+        if not isinstance(path, str) or not path:
+            raise bad_argument(ConfigError, "save_best", "path", path, "a file name", "e.g. 'checkpoints/best.npz'")
+        self._save_best = path
+        return self
+
+    def _autosave(self, rec: EpochRecord) -> None:
+        import os
+        if self._save_every and rec.epoch % self._save_every[0] == 0:
+            p = self._save_every[1].format(name=self.name, epoch=rec.epoch)
+            os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+            self.save(p)
+        if self._save_best and self.result.best_epoch == rec.epoch:
+            p = self._save_best.format(name=self.name, epoch=rec.epoch)
+            os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+            self.save(p)
+
     def reset(self) -> "DeepLearningTask":
         """Discard the plan, arena and history; settings stay. Back to PLANNING."""
         keep = {k: getattr(self, k) for k in ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss",
                                                  "_optimizer", "_scheduler", "_epochs", "_seed", "_fuse",
-                                                 "_liveness", "_nan_check", "_zero_grad", "name")}
+                                                 "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every",
+                                                 "_save_best", "name")}
         self.__init__(self.name)  # type: ignore[misc]
         self.__dict__.update(keep)
         return self
@@ -228,7 +271,7 @@ class DeepLearningTask(TaskBase):
         shapes = self.shapes
         ids = shapes.tables["train_base"].ids
         opts = StepOptions(self._loss.label_smoothing_, tuple(sorted(self._optimizer.graph_params().items())),
-                           zero_grad=self._zero_grad, nan_check=self._nan_check)
+                           zero_grad=self._zero_grad, nan_check=self._nan_check, nan_policy=self._nan_policy)
         graphs = build_computation_graph(self.arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
         lifetimes = graph_lifetimes(graphs) if self._liveness else None
         plans = create_memory_plans(shapes, self.max_slot_bytes, lifetimes)
@@ -353,6 +396,7 @@ class DeepLearningTask(TaskBase):
                                   int(step_counter[0]))
                 self.result.history.append(rec)
                 self._epoch += 1
+                self._autosave(rec)
                 prog.epoch(rec)
                 for cb in callbacks:
                     cb("epoch", rec)
@@ -460,6 +504,11 @@ class DeepLearningTask(TaskBase):
         for k, a in arrays.items():
             self.executor.view("train_base", k)[...] = a
 
+    @property
+    def skipped_updates(self) -> int:
+        """Updates skipped by nan_policy='skip' so far."""
+        return int(self.executor.view("train_base", "nan.skipped")[0]) if self.executor else 0
+
     # ---- checkpoints ------------------------------------------------------------------------------
     def save(self, path: str) -> str:
         """Write everything needed to continue (state-carrying regions, RNG and data position,
@@ -472,6 +521,35 @@ class DeepLearningTask(TaskBase):
         from .checkpoint import load_state
         load_state(self, path, strict=strict)
         return self
+
+    @classmethod
+    def load(cls, path: str, data: Any, *, strict: bool = True) -> "DeepLearningTask":
+        """Rebuild a task from a checkpoint's model and settings around ``data``, compile it,
+        and restore its state, ready to ``run()`` on."""
+        from . import checkpoint
+        header = checkpoint.read_header(path)
+        sp = header.get("spec")
+        if not sp:
+            raise CheckpointError(f"load: {path!r} holds no task spec. Fix: build the task yourself and call "
+                                  "task.load_state(path).")
+        import renaissance_nb as rnb
+
+        def build(d: Any) -> Any:
+            if d is None:
+                return None
+            cls_ = getattr(rnb, d["class"])
+            values = {k: tuple(v) if isinstance(v, list) else v for k, v in d["settings"].items()}
+            if issubclass(cls_, Scheduler):  # schedulers take their public names
+                return cls_(**values)
+            return dataclasses.replace(cls_(), **{k + "_": v for k, v in values.items()})
+
+        task = cls(sp.get("name", "task")).model(BluePrint.from_dict(sp["blueprint"]))
+        task.data(data, batch_size=sp["batch_size"], val_batch_size=sp["val_batch_size"], shuffle=sp["shuffle"])
+        task.loss(build(sp["loss"])).optimizer(build(sp["optimizer"])).total_epochs(sp["total_epochs"]).seed(sp["seed"])
+        if sp["scheduler"]:
+            task.scheduler(build(sp["scheduler"]))
+        task.options(**sp["options"])
+        return task.compile().load_state(path, strict=strict)
 
     # ---- summaries ------------------------------------------------------------------------------------
     def summary(self) -> str:

@@ -86,7 +86,9 @@ function render({ model, el }) {
     for (const p of v.programs) {
       const x = X(p.start), w = X(p.end + 1) - X(p.start);
       svg.append(s("rect", { x, y: top, width: w, height: H, fill: "#ffffff", "fill-opacity": 0.55, stroke: "#e4e7ec" }));
-      svg.append(s("text", { x: x + 3, y: top - 8, "font-size": 10.5, fill: "#667085" }, p.name));
+      const fit = Math.floor(w / 6);
+      svg.append(s("text", { x: x + 3, y: top - 8, "font-size": 10.5, fill: "#667085" },
+        p.name.length <= fit ? p.name : p.name.slice(0, Math.max(fit - 1, 1)) + "…"));
     }
     // y axis: a few byte offsets
     for (let k = 0; k <= 4; k++) {

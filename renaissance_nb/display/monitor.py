@@ -53,8 +53,9 @@ class TrainingMonitor(ViewWidget):
     # ---- the callback the engine calls ------------------------------------------------------------
     def __call__(self, event: str, payload: Any = None) -> None:
         if event == "epoch" and payload is not None:
-            self.status = "running"
-            self.records = [*self.records, views.record_dict(payload)]
+            rec = views.record_dict(payload)
+            self.status = "done" if self.total_epochs and rec["epoch"] >= self.total_epochs else "running"
+            self.records = [*self.records, rec]
             losses = self._losses_so_far(int(getattr(payload, "steps", 0)))
             if losses is not None:
                 self.step_losses = losses

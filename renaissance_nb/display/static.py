@@ -23,7 +23,7 @@ def wrap(body: str, cls: str = "") -> str:
 
 # ---- phases ----------------------------------------------------------------------------------------
 def phase_svg(view: dict[str, Any]) -> str:
-    bw, bh, gap, top = 196, 54, 86, 28
+    bw, bh, gap, top = 176, 54, 108, 28
     parts = [f"<svg class='rnb-phase-diagram' viewBox='0 0 {W} 178' xmlns='http://www.w3.org/2000/svg' "
              "role='img' aria-label='phase diagram'>",
              "<defs><marker id='rnb-arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' markerHeight='7' "
@@ -56,11 +56,17 @@ def phase_svg(view: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _transition(h: dict[str, Any]) -> str:
+    if h["source"] == h["target"]:
+        return f"<span class='rnb-muted'>within {esc(h['target'])}</span>"
+    return f"{esc(h['source'])} → <b>{esc(h['target'])}</b>"
+
+
 def history_table(view: dict[str, Any]) -> str:
     if not view["history"]:
         return "<div class='rnb-muted'>No transitions yet: the task was just created.</div>"
     rows = "".join(f"<tr><td class='rnb-mono'>{esc(h['at'])}</td><td class='rnb-mono'>{esc(h['operation'])}()</td>"
-                   f"<td>{esc(h['source'])} → <b>{esc(h['target'])}</b></td>"
+                   f"<td>{_transition(h)}</td>"
                    f"<td class='rnb-num'>{h['seconds'] * 1e3:.1f} ms</td></tr>" for h in view["history"])
     return ("<table class='rnb-table rnb-history'><tr><th>time</th><th>call</th><th>transition</th>"
             f"<th class='rnb-num'>took</th></tr>{rows}</table>")
@@ -152,6 +158,12 @@ def regions_html(view: dict[str, Any], variant: str | None = None) -> str:
             f"{region_rows_svg(view, variant)}</div>")
 
 
+def _fit(text: str, width: float, char: float = 5.6) -> str:
+    """Shorten a label to what fits in ``width`` px."""
+    n = int(width // char)
+    return text if len(text) <= n else (text[: max(n - 1, 1)] + "…")
+
+
 def lifetimes_svg(view: dict[str, Any]) -> str:
     """Step order x offset: one box per tensor interval (reusable regions F and T)."""
     if not view.get("ready"):
@@ -167,7 +179,7 @@ def lifetimes_svg(view: dict[str, Any]) -> str:
         x = left + p["start"] / n * pw
         w = (p["end"] - p["start"] + 1) / n * pw
         parts.append(f"<rect x='{x:.1f}' y='{top}' width='{w:.1f}' height='{h}' fill='#f6f8fa'/>"
-                     f"<text x='{x + 3:.1f}' y='{top - 6}' font-size='10' fill='#667085'>{esc(p['name'])}</text>")
+                     f"<text x='{x + 3:.1f}' y='{top - 6}' font-size='10' fill='#667085'>{esc(_fit(p['name'], w))}</text>")
     for t in tensors:
         for a, b in t["intervals"]:
             x = left + a / n * pw
@@ -322,6 +334,7 @@ def training_svg(view: dict[str, Any]) -> str:
     ax = axes[1][0]
     if view["lr"]:
         ax.plot([(i + 1) / spe for i in range(len(view["lr"]))], view["lr"], color="#4f9d4a", linewidth=1.4)
+        ax.set_ylim(0, max(view["lr"]) * 1.15 or 1)
     ax.set_title("learning rate")
     ax = axes[1][1]
     prev = 0

@@ -82,7 +82,7 @@ def phase_view(task: Any) -> dict[str, Any]:
     deep = is_deep(task)
     allows = {p.value: list(ops) for p, ops in PHASE_ALLOWS.items()}
     if deep:  # what the fluent builder offers on top of TaskBase's calls
-        allows = {"PLANNING": ["model, data, optimizer... (any setting)", "plan()", "lock_memory()"],
+        allows = {"PLANNING": ["change any setting", "plan()", "lock_memory()"],
                   "MEMORY_LOCKED": ["inspect plans and graphs", "compile()"],
                   "COMPILED": ["run()", "evaluate()", "predict()", "state_dict()"]}
     phases = [{"name": p, "state": "done" if i < ci else ("current" if i == ci else "todo"),
@@ -191,7 +191,8 @@ def _timeline_labels(graphs: Any) -> tuple[list[dict[str, Any]], list[dict[str, 
             steps.append({"t": t0 + i, "op": n.op, "layer": n.layer, "gid": gid.name,
                           "stream": gid.stream.name, "color": stream_color(gid.stream.name)})
         t0 += len(nodes) + 1
-    return steps, programs
+        steps.append({"t": t0 - 1, "op": "", "layer": "", "gid": "", "stream": "", "color": ""})  # the gap
+    return steps[:-1], programs
 
 
 def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:

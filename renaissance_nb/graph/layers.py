@@ -204,6 +204,7 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     t.add("cursor", (1,), "int64", Region.S_SCALAR_INT32)
     t.add("rng.offset", (1,), "int64", Region.S_SCALAR_INT32)
     t.add("nan.flag", (1,), "int64", Region.S_SCALAR_INT32)
+    t.add("nan.skipped", (1,), "int64", Region.S_SCALAR_INT32)
     return t
 
 
@@ -298,6 +299,7 @@ class StepOptions:
     optimizer: tuple[tuple[str, Any], ...]  # ('kind', 'adamw'), hyper-parameters
     zero_grad: bool = False
     nan_check: bool = True
+    nan_policy: str = "raise"  # or "skip": skip the update and count it (what loss scaling needs)
 
 
 def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
@@ -322,14 +324,16 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
     if opts.zero_grad:
         g.append(GraphId.ZERO_GRAD, node("zero_range", [], [], "grads", first=g_range[0], last=g_range[1]))
     if opts.nan_check:
-        g.append(GraphId.CAST_AND_CHECK, node("nan_check", [ids["result"]], [ids["nan.flag"]], "grads",
+        g.append(GraphId.CAST_AND_CHECK, node("nan_check", [ids["result"], ids["step"]],
+                                              [ids["nan.flag"], ids["nan.skipped"]], "grads", policy=opts.nan_policy,
                                               first=g_range[0], last=g_range[1]))
     acc_in = [ids["result"], ids["step"]]
     acc_out = [ids["metrics.sum"], ids["loss_log"]]
     for gid in (GraphId.ACCUM_METRICS, GraphId.ACCUM_METRICS_TRAIN_LAST):
         g.append(gid, node("accum_metrics", acc_in, acc_out, "metrics", log=True))
     g.append(GraphId.CLEAR_METRICS, node("fill", [], [ids["metrics.sum"]], "metrics", value=0.0))
-    g.append(GraphId.OPTIMIZER, node("optimizer", [ids["lr_table"]], [ids["step"]], "optimizer", **dict(opts.optimizer)))
+    g.append(GraphId.OPTIMIZER, node("optimizer", [ids["lr_table"], ids["nan.flag"]], [ids["step"]], "optimizer",
+                                     **dict(opts.optimizer)))
     return g
 
 

@@ -239,11 +239,16 @@ def zero_range(outs, ins, p, env):
 
 @kernel("nan_check")
 def nan_check(outs, ins, p, env):
-    """One pass over all gradients; on a non-finite value, stop before the update."""
-    (result,) = ins
-    (flag,) = outs
+    """One pass over all gradients after backward, before the update.
+
+    policy "raise": stop with an error naming the step, the first non-finite
+    tensor (layer and region) and the loss; the update is not applied. policy
+    "skip": raise the flag so the optimizer skips this update, and count it.
+    """
+    result, step = ins
+    flag, skipped = outs
     grads = env.range_view(p["first"], p["last"], "float32")
-    base_first = p["first"]
+    base_first, policy = p["first"], p.get("policy", "raise")
     find, probe = fused.all_finite, fused.nonfinite_probe
     locate = env.locate
 
@@ -251,21 +256,22 @@ def nan_check(outs, ins, p, env):
         loss = result[0]
         if probe(grads) == 0.0 and loss - loss == 0.0:
             return
+        if policy == "skip":
+            flag[0] = 1
+            skipped[0] += 1
+            return
         k = find(grads)
-        loss = float(loss)
-        if k >= 0 or not np.isfinite(loss):
-            flag[0] = k + 1 if k >= 0 else -1
-            where = locate(base_first, k * 4) if (k >= 0 and locate) else "the loss"
-            raise NumericalError(f"non-finite value in {where} (loss={loss}). The update was not applied. "
-                                 "Fix: lower the learning rate, check the data for extreme values, "
-                                 "or add label smoothing / weight decay.")
+        where = locate(base_first, k * 4) if (k >= 0 and locate) else "the loss (gradients are finite)"
+        raise NumericalError(f"step {int(step[0]) + 1}: non-finite value in {where}; loss={float(loss)}. "
+                             "The update was not applied, the weights are those before this step. Fix: lower the "
+                             "learning rate, check the data for extreme values, or use options(nan_policy='skip').")
     return run
 
 
 @kernel("optimizer")
 def optimizer_k(outs, ins, p, env):
     """The whole update as one pass over the W/G/M/V ranges (same order, same slot sizes)."""
-    (lr_table,) = ins
+    lr_table, flag = ins
     (step,) = outs
     w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
     g = env.range_view("G_BN_BIAS", "G_DEEP_CONV", "float32")
@@ -281,10 +287,22 @@ def optimizer_k(outs, ins, p, env):
         f = fused.adam_update
         b1, b2, eps, wd = float(p["beta1"]), float(p["beta2"]), float(p["eps"]), float(p["weight_decay"])
         decoupled = kind == "adamw"
-        return lambda: f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
-    if kind == "sgd":
-        f = fused.sgd_update
+
+        def update() -> None:
+            f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
+    elif kind == "sgd":
+        fs = fused.sgd_update
         mom, damp, wd, nest = float(p["momentum"]), float(p["dampening"]), float(p["weight_decay"]), bool(p["nesterov"])
         mm = m if mom != 0 else EMPTY_F32
-        return lambda: f(w, g, mm, lr_table, step, mom, damp, wd, nest, maximize)
-    raise PlanError(f"optimizer: unknown kind {kind!r}")
+
+        def update() -> None:
+            fs(w, g, mm, lr_table, step, mom, damp, wd, nest, maximize)
+    else:
+        raise PlanError(f"optimizer: unknown kind {kind!r}")
+
+    def run() -> None:
+        if flag[0]:  # the NaN check asked to skip this update (a skipped update is not a step)
+            flag[0] = 0
+            return
+        update()
+    return run

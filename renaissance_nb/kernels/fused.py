@@ -33,13 +33,15 @@ def bias_act_(y, b, act, slope):
             if has_b:
                 z += b[j]
             if act == 1:
-                z = z if z > 0 else np.float32(0.0)
+                if z < 0:
+                    z = 0.0
             elif act == 2:
-                z = np.float32(math.tanh(z))
+                z = math.tanh(z)
             elif act == 3:
-                z = np.float32(1.0 / (1.0 + math.exp(-z)))
+                z = 1.0 / (1.0 + math.exp(-z))
             elif act == 4:
-                z = z if z > 0 else np.float32(z * slope)
+                if z < 0:
+                    z = z * slope
             y[i, j] = z
 
 

@@ -1,0 +1,101 @@
+"""Interrupts (a real SIGINT), the NaN guard's two policies, save_every/save_best and
+DeepLearningTask.load: each promise checked byte for byte."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+from renaissance_nb import (SGD, AdamW, CosineAnnealingLR, DataError, DeepLearningTask, NumericalError, Phase,
+                            dropout, fc, relu, seq)
+
+
+def data(n=600, d=20, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    y = (x[:, :3].sum(1) > 0).astype(np.int64) + 2 * (x[:, 3] > 0)
+    return x, y
+
+
+def make(**kw) -> DeepLearningTask:
+    x, y = data()
+    return (DeepLearningTask("r").model(seq(fc(64), relu(), dropout(0.2), fc(4)))
+            .data(train=(x[:500], y[:500]), val=(x[500:], y[500:]), batch_size=32)
+            .optimizer(AdamW()).scheduler(CosineAnnealingLR().base_lr(3e-3).warmup(1))
+            .total_epochs(kw.get("epochs", 3)).seed(7))
+
+
+def same(a: DeepLearningTask, b: DeepLearningTask) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
+
+
+def test_real_sigint_stops_at_a_step_boundary_and_resume_is_exact() -> None:
+    ref = make()
+    ref.run(progress=False)
+    task = make().compile()
+    # the first epoch compiles nothing more; send SIGINT from another thread mid-run
+    steps_seen = []
+
+    def cb(kind, rec):
+        steps_seen.append(rec.steps)
+        if len(steps_seen) == 1:
+            threading.Timer(0.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            threading.Event().wait(0.05)
+
+    r = task.run(progress=False, callbacks=[cb])
+    assert r.interrupted
+    assert task.phase is Phase.COMPILED
+    stopped_at = int(task.executor.view("train_base", "step")[0])
+    assert 0 < stopped_at < ref.total_steps
+    r2 = task.run(progress=False)
+    assert not r2.interrupted
+    assert len(r2.history) == 3
+    assert same(task, ref)
+    np.testing.assert_array_equal(r2.step_losses, ref.result.step_losses)
+
+
+def test_nan_raise_names_step_tensor_and_keeps_weights_finite() -> None:
+    x, y = data()
+    task = (DeepLearningTask().model(seq(fc(16), relu(), fc(4))).data(train=(x * 1e3, y), batch_size=50)
+            .optimizer(SGD().lr(1e8)).total_epochs(1))
+    with pytest.raises(NumericalError) as info:
+        task.run(progress=False)
+    msg = str(info.value)
+    assert "step " in msg and "region G_" in msg and "loss=" in msg and "Fix" in msg
+    assert all(np.isfinite(v).all() for v in task.state_dict().values())
+    assert task.phase is Phase.COMPILED
+
+
+def test_nan_skip_policy_counts_and_skips_updates() -> None:
+    x, y = data()
+    x = x.copy()
+    x[7, 3] = np.inf  # one poisoned sample: every batch holding it gets a non-finite gradient
+    with pytest.raises(DataError):
+        DeepLearningTask().model(seq(fc(16), fc(4))).data(train=(x, y))  # data validation refuses Inf first
+    # bypass validation to test the guard itself: put the Inf into the task's own copy
+    task = (DeepLearningTask().model(seq(fc(16), relu(), fc(4))).data(train=data(), batch_size=50)
+            .optimizer(SGD().lr(0.01)).total_epochs(2).options(nan_policy="skip").seed(1))
+    task.compile()
+    task._splits.train.x[7, 3] = np.inf
+    task.run(progress=False)
+    assert task.skipped_updates == 2  # the poisoned row appears once per epoch
+    assert all(np.isfinite(v).all() for v in task.state_dict().values())
+    assert int(task.executor.view("train_base", "step")[0]) == task.total_steps - 2
+
+
+def test_save_every_and_best_and_load(tmp_path) -> None:
+    task = make().save_every(1, str(tmp_path / "{name}-e{epoch}.npz")).save_best(str(tmp_path / "best.npz"))
+    task.run(progress=False)
+    for e in (1, 2, 3):
+        assert (tmp_path / f"r-e{e}.npz").exists()
+    assert (tmp_path / "best.npz").exists()
+    x, y = data()
+    from renaissance_nb.data.arrays import make_splits
+    back = DeepLearningTask.load(str(tmp_path / "r-e1.npz"), make_splits((x[:500], y[:500]), (x[500:], y[500:])))
+    assert back._epoch == 1 and len(back.result.history) == 1
+    back.run(progress=False)
+    assert same(back, task)
