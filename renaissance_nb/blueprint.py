@@ -34,16 +34,24 @@ class BluePrint:
             return {"seq": [c.to_dict() for c in self.children]}
         if isinstance(self, Repeat):
             return {"repeat": self.body.to_dict(), "n": self.n}
+        if isinstance(self, Add2):
+            return {"add2": [self.shortcut.to_dict(), self.main.to_dict()]}
+        if isinstance(self, Named):
+            return {"named": self.label, "body": self.body.to_dict()}
         raise TypeError(type(self).__name__)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "BluePrint":
         if "layer" in d:
-            return Layer(d["layer"], tuple(sorted(d.get("params", {}).items())))
+            return Layer(d["layer"], tuple(d.get("params", {}).items()))
         if "seq" in d:
             return Seq(tuple(BluePrint.from_dict(c) for c in d["seq"]))
         if "repeat" in d:
             return Repeat(BluePrint.from_dict(d["repeat"]), int(d["n"]))
+        if "add2" in d:
+            return Add2(BluePrint.from_dict(d["add2"][0]), BluePrint.from_dict(d["add2"][1]))
+        if "named" in d:
+            return Named(d["named"], BluePrint.from_dict(d["body"]))
         raise BluePrintError(f"from_dict: {d!r} is not a BluePrint description. Fix: pass BluePrint.to_dict() output.")
 
     def _lines(self) -> list[str]:
@@ -74,6 +82,8 @@ class Layer(BluePrint):
         p = self.p
         if self.kind == "fc":
             return f"fc({p['out']}, bias={p['bias']})"
+        if self.kind == "conv":
+            return f"conv({p['out']}, k={p['k']}, s={p['s']}, p={p['p']}" + ("" if p["bias"] else ", bias=False") + ")"
         args = ", ".join(f"{k}={v}" for k, v in self.params)
         return f"{self.kind}({args})"
 
@@ -119,6 +129,40 @@ class Repeat(BluePrint):
     def _lines(self) -> list[str]:
         sub = self.body._lines()
         return [f"repeat x{self.n}"] + ["└─ " + sub[0]] + ["   " + s for s in sub[1:]]
+
+
+@dataclass(frozen=True, repr=False)
+class Add2(BluePrint):
+    """Residual sum: shortcut(x) + main(x), both fed the same input."""
+
+    shortcut: BluePrint
+    main: BluePrint
+
+    def leaves(self) -> list[Layer]:
+        return self.shortcut.leaves() + self.main.leaves()
+
+    def _lines(self) -> list[str]:
+        out = ["add2"]
+        for tag, c, last in (("shortcut", self.shortcut, False), ("main", self.main, True)):
+            sub = c._lines()
+            out.append(("└─ " if last else "├─ ") + f"{tag}: " + sub[0])
+            out.extend(("   " if last else "│  ") + s for s in sub[1:])
+        return out
+
+
+@dataclass(frozen=True, repr=False)
+class Named(BluePrint):
+    """A pre-fused building block (cbr, ResNet block): a label over its expansion."""
+
+    label: str
+    body: BluePrint
+
+    def leaves(self) -> list[Layer]:
+        return self.body.leaves()
+
+    def _lines(self) -> list[str]:
+        sub = self.body._lines()
+        return [f"{self.label}"] + ["   " + s for s in sub[1:]] if sub[0] == "seq" else [self.label] + ["   " + s for s in sub]
 
 
 # ---- validation helpers ---------------------------------------------------------------
@@ -213,3 +257,81 @@ def repeat(body: BluePrint, n: int) -> Repeat:
         raise bad_argument(BluePrintError, "repeat", "body", body, "a layer or seq",
                            "pass a BluePrint, e.g. repeat(seq(fc(64), relu()), 3)")
     return Repeat(body, _positive_int("repeat", "n", n))
+
+
+# ---- image layers (issue 4) -----------------------------------------------------------
+def _nonneg_int(where: str, name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise bad_argument(BluePrintError, where, name, v, "an int >= 0", f"pass a whole number, e.g. {name}=1")
+    return v
+
+
+def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True) -> Layer:
+    """2-D convolution (square kernel k, stride s, zero padding p), like nn.Conv2d(in, out, k, s, p)."""
+    return Layer("conv", (("bias", _bool("conv", "bias", bias)), ("k", _positive_int("conv", "k", k)),
+                          ("out", _positive_int("conv", "out", out)), ("p", _nonneg_int("conv", "p", p)),
+                          ("s", _positive_int("conv", "s", s))))
+
+
+def bn(momentum: float = 0.1, eps: float = 1e-5) -> Layer:
+    """Batch normalisation over channels (nn.BatchNorm2d / BatchNorm1d semantics)."""
+    m = momentum
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or not 0 <= m <= 1:
+        raise bad_argument(BluePrintError, "bn", "momentum", momentum, "a float in [0, 1]", "use e.g. 0.1")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise bad_argument(BluePrintError, "bn", "eps", eps, "a float > 0", "use e.g. 1e-5")
+    return Layer("bn", (("eps", float(eps)), ("momentum", float(m))))
+
+
+def maxpool(k: int = 2, s: int | None = None, p: int = 0) -> Layer:
+    """Max pooling, k x k windows, stride s (default k), padding p (like nn.MaxPool2d)."""
+    k = _positive_int("maxpool", "k", k)
+    return Layer("maxpool", (("k", k), ("p", _nonneg_int("maxpool", "p", p)),
+                             ("s", k if s is None else _positive_int("maxpool", "s", s))))
+
+
+def avgpool(k: int = 2, s: int | None = None, p: int = 0) -> Layer:
+    """Average pooling (count_include_pad=True, like nn.AvgPool2d)."""
+    k = _positive_int("avgpool", "k", k)
+    return Layer("avgpool", (("k", k), ("p", _nonneg_int("avgpool", "p", p)),
+                             ("s", k if s is None else _positive_int("avgpool", "s", s))))
+
+
+def gap() -> Layer:
+    """Global average pooling: (N, H, W, C) -> (N, C). Makes a model resolution-free."""
+    return Layer("gap")
+
+
+def add2(shortcut: BluePrint, main: BluePrint) -> Add2:
+    """Residual connection: shortcut(x) + main(x). Use identity() for a plain skip."""
+    for name, v in (("shortcut", shortcut), ("main", main)):
+        if not isinstance(v, BluePrint):
+            raise bad_argument(BluePrintError, "add2", name, v, "a layer or seq",
+                               "e.g. add2(identity(), seq(conv(64, 3, p=1), bn()))")
+    return Add2(shortcut, main)
+
+
+def cbr(out: int, k: int, s: int = 1, p: int = 0) -> Named:
+    """The pre-fused conv (no bias) + bn + relu block."""
+    body = seq(conv(out, k, s, p, bias=False), bn(), relu())
+    return Named(f"cbr({out}, k={k}, s={s}, p={p})", body)
+
+
+RESNET_3_3 = "RESNET_3_3"
+RESNET_3_3_DS = "RESNET_3_3_DS"
+
+
+def block(out: int, kind: str = RESNET_3_3) -> Named:
+    """ResNet basic block: two 3x3 convs with a residual. RESNET_3_3_DS halves the
+    resolution (stride 2) and projects the shortcut with a 1x1 conv + bn."""
+    out = _positive_int("block", "out", out)
+    if kind == RESNET_3_3:
+        main = seq(cbr(out, 3, 1, 1), conv(out, 3, 1, 1, bias=False), bn())
+        body = seq(add2(identity(), main), relu())
+    elif kind == RESNET_3_3_DS:
+        main = seq(cbr(out, 3, 2, 1), conv(out, 3, 1, 1, bias=False), bn())
+        body = seq(add2(seq(conv(out, 1, 2, 0, bias=False), bn()), main), relu())
+    else:
+        raise bad_argument(BluePrintError, "block", "kind", kind, "RESNET_3_3 or RESNET_3_3_DS",
+                           "pass kind=RESNET_3_3 (same size) or RESNET_3_3_DS (downsample)")
+    return Named(f"block({out}, {kind})", body)

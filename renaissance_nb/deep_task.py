@@ -69,6 +69,11 @@ class DeepLearningTask(TaskBase):
         self._nan_check = True
         self._nan_policy = "raise"
         self._zero_grad = False
+        self._ema: float | None = None
+        self._resolution: tuple[tuple[int, int], tuple[int, int], int] | None = None
+        self._crop_pad = 0
+        self._flip = False
+        self._prefetch = True
         self._save_every: tuple[int, str] | None = None
         self._save_best: str | None = None
         self.arch: ArchPlan | None = None
@@ -159,8 +164,46 @@ class DeepLearningTask(TaskBase):
         self._seed = _int_setting("seed", "seed", seed, low=0)
         return self
 
+    def ema(self, decay: float = 0.999) -> "DeepLearningTask":
+        """Keep exponential-moving-average weights (E_ regions), evaluated each epoch next to the raw ones."""
+        self._setting("ema")
+        ok = isinstance(decay, (int, float)) and not isinstance(decay, bool) and 0.0 < decay < 1.0
+        if not ok:
+            raise bad_argument(ConfigError, "ema", "decay", decay, "a float in (0, 1)", "use e.g. ema(0.999)")
+        self._ema = float(decay)
+        return self
+
+    def train_resolution(self, begin: int | tuple[int, int], end: int | tuple[int, int],
+                         boundary_epoch: int) -> "DeepLearningTask":
+        """Progressive resizing: train at ``begin`` (H, W) before ``boundary_epoch``, at ``end`` after.
+
+        Both use the same graph; the atlas binds one copy per distinct ShapeId.
+        """
+        self._setting("train_resolution")
+
+        def hw(name: str, v: Any) -> tuple[int, int]:
+            pair = (v, v) if isinstance(v, int) and not isinstance(v, bool) else v
+            if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                    or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in pair)):
+                raise bad_argument(ConfigError, "train_resolution", name, v, "an int or (H, W) of ints >= 1",
+                                   "e.g. train_resolution(24, 28, boundary_epoch=3)")
+            return (int(pair[0]), int(pair[1]))
+        b = _int_setting("train_resolution", "boundary_epoch", boundary_epoch, low=0)
+        self._resolution = (hw("begin", begin), hw("end", end), b)
+        return self
+
+    def augment(self, crop_pad: int = 0, flip: bool = False) -> "DeepLearningTask":
+        """On-the-fly augmentation of image data, drawn from Philox's AUGMENT stream (deterministic)."""
+        self._setting("augment")
+        self._crop_pad = _int_setting("augment", "crop_pad", crop_pad, low=0)
+        if not isinstance(flip, bool):
+            raise bad_argument(ConfigError, "augment", "flip", flip, "True or False", "pass flip=True")
+        self._flip = flip
+        return self
+
     def options(self, *, fuse: bool | None = None, liveness: bool | None = None, nan_check: bool | None = None,
-                zero_grad: bool | None = None, nan_policy: str | None = None) -> "DeepLearningTask":
+                zero_grad: bool | None = None, nan_policy: str | None = None,
+                prefetch: bool | None = None) -> "DeepLearningTask":
         """Compiler switches, each testable against the plain path (like tinygrad's flags).
 
         nan_policy: "raise" (default) stops at a non-finite gradient or loss, naming it;
@@ -172,7 +215,8 @@ class DeepLearningTask(TaskBase):
                 raise bad_argument(ConfigError, "options", "nan_policy", nan_policy, "'raise' or 'skip'",
                                    "pass nan_policy='raise' or nan_policy='skip'")
             self._nan_policy = nan_policy
-        for k, v in (("fuse", fuse), ("liveness", liveness), ("nan_check", nan_check), ("zero_grad", zero_grad)):
+        for k, v in (("fuse", fuse), ("liveness", liveness), ("nan_check", nan_check), ("zero_grad", zero_grad),
+                     ("prefetch", prefetch)):
             if v is not None:
                 if not isinstance(v, bool):
                     raise bad_argument(ConfigError, "options", k, v, "True or False", f"pass {k}=True or {k}=False")
@@ -212,7 +256,8 @@ class DeepLearningTask(TaskBase):
         """Discard the plan, arena and history; settings stay. Back to PLANNING."""
         keep = {k: getattr(self, k) for k in ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss",
                                                  "_optimizer", "_scheduler", "_epochs", "_seed", "_fuse",
-                                                 "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every",
+                                                 "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every", "_ema",
+                                                 "_resolution", "_crop_pad", "_flip", "_prefetch",
                                                  "_save_best", "name")}
         self.__init__(self.name)  # type: ignore[misc]
         self.__dict__.update(keep)
@@ -247,8 +292,18 @@ class DeepLearningTask(TaskBase):
         s = self._splits
         arch = plan_architecture(self._model, self._fuse)
         n_val = len(s.val) if s.val is not None else 0
-        specs = variant_specs(len(s.train), n_val, self._batch, self._val_batch or self._batch, s.train.sample_shape)
-        shapes = derive_all_shapes(arch, specs, s.train.num_classes, self._optimizer.state, self.total_steps)
+        sample = tuple(s.train.sample_shape)
+        first = low = None
+        if self._resolution is not None:
+            if len(sample) != 3:
+                raise ConfigError(f"plan: train_resolution needs image data (N, C, H, W); the samples are {sample}. "
+                                  "Fix: load images with layout='image', or drop train_resolution().")
+            (h0, w0), (h1, w1), _ = self._resolution
+            first, low = (sample[0], h0, w0), (sample[0], h1, w1)
+        specs = variant_specs(len(s.train), n_val, self._batch, self._val_batch or self._batch, sample,
+                              lowres_shape=low, train_shape=first)
+        shapes = derive_all_shapes(arch, specs, s.train.num_classes, self._optimizer.state, self.total_steps,
+                                   ema=self._ema is not None)
         max_slots = compute_max_slot_bytes(shapes)
         self.arch, self.shapes, self.max_slot_bytes = arch, shapes, max_slots
         self.transitions.append(_note("plan"))
@@ -271,7 +326,9 @@ class DeepLearningTask(TaskBase):
         shapes = self.shapes
         ids = shapes.tables["train_base"].ids
         opts = StepOptions(self._loss.label_smoothing_, tuple(sorted(self._optimizer.graph_params().items())),
-                           zero_grad=self._zero_grad, nan_check=self._nan_check, nan_policy=self._nan_policy)
+                           zero_grad=self._zero_grad, nan_check=self._nan_check, nan_policy=self._nan_policy,
+                           ema_decay=self._ema, image=len(self._splits.train.sample_shape) == 3,
+                           crop_pad=self._crop_pad, flip=self._flip, prefetch=self._prefetch)
         graphs = build_computation_graph(self.arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
         lifetimes = graph_lifetimes(graphs) if self._liveness else None
         plans = create_memory_plans(shapes, self.max_slot_bytes, lifetimes)
@@ -321,15 +378,22 @@ class DeepLearningTask(TaskBase):
         return self
 
     def _initialise(self, ex: Executor, compiled: CompiledPlan) -> None:
-        """PyTorch nn.Linear init, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from Philox's INIT stream."""
+        """PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for fc and conv weights and
+        biases, drawn from Philox's INIT stream; BN weight 1, bias 0, running stats 0 and 1;
+        EMA weights start equal to the weights."""
         rng = Philox(self._seed)
         offset = 0
         for p in compiled.params:
-            view = ex.view("train_base", f"{p.layer}.{p.role}")
-            bound = 1.0 / math.sqrt(p.fan_in)
-            u = rng.uniform(view.size, int(StreamId.INIT), offset)
-            view[...] = ((2.0 * u.astype(np.float64) - 1.0) * bound).astype(np.float32).reshape(view.shape)
-            offset += Philox.blocks_needed(view.size)
+            view = ex.view("train_base", p.name)
+            if p.init == "uniform":
+                bound = 1.0 / math.sqrt(p.fan_in)
+                u = rng.uniform(view.size, int(StreamId.INIT), offset)
+                view[...] = ((2.0 * u.astype(np.float64) - 1.0) * bound).astype(np.float32).reshape(view.shape)
+                offset += Philox.blocks_needed(view.size)
+            else:
+                view.fill(1.0 if p.init == "ones" else 0.0)
+            if self._ema is not None and p.trainable:
+                ex.view("train_base", f"{p.name}@ema")[...] = view
         for v in ex.views.values():
             v[compiled.ids["ones"]].fill(1.0)
         ex.view("train_base", "lr_table")[: self.total_steps] = self.lr_table()
@@ -349,11 +413,21 @@ class DeepLearningTask(TaskBase):
         end = self._epochs if epochs is None else min(self._epochs, self._epoch + _int_setting("run", "epochs", epochs))
         ex = self.executor
         s = self._splits
-        train_vs = batch_variants(len(s.train), self._batch, "train_base", "train_last")
-        sched = ex.train_schedule(train_vs)
-        val_sched = None
+        sched_base = ex.train_schedule(batch_variants(len(s.train), self._batch, "train_base", "train_last"))
+        sched_low = sched_base
+        boundary = self._epochs + 1
+        if self._resolution is not None:
+            boundary = self._resolution[2]
+            sched_low = ex.train_schedule(batch_variants(len(s.train), self._batch, "train_lowres",
+                                                         "train_lowres_last"))
+        sched = sched_base
+        val_sched = ema_sched = None
         if s.val is not None:
-            val_sched = ex.eval_schedule(batch_variants(len(s.val), self._val_batch or self._batch, "val_base", "val_last"))
+            val_vs = batch_variants(len(s.val), self._val_batch or self._batch, "val_base", "val_last")
+            val_sched = ex.eval_schedule(val_vs)
+            if self._ema is not None:
+                ema_sched = ex.eval_schedule(val_vs, ema=True)
+        aug_offset = ex.view("train_base", "aug.offset")
         cursor = ex.view("train_base", "cursor")
         acc = ex.view("train_base", "metrics.sum")
         step_counter = ex.view("train_base", "step")
@@ -364,6 +438,7 @@ class DeepLearningTask(TaskBase):
         with stop:
             while self._epoch < end:
                 epoch = self._epoch
+                sched = sched_low if epoch >= boundary else sched_base
                 t0 = time.perf_counter()
                 start = 0
                 if self._resume_at is not None and self._resume_at[0] == epoch:
@@ -371,6 +446,7 @@ class DeepLearningTask(TaskBase):
                 else:
                     self._shuffle_into(self._env.perms["train"], epoch)
                     cursor[0] = 0
+                    aug_offset[0] = epoch * len(s.train)
                     for k in sched.prologue:
                         k()
                 self._resume_at = None
@@ -389,11 +465,14 @@ class DeepLearningTask(TaskBase):
                 prog.update(sched.batches % 16, float(ex.view("train_base", "result")[0]))
                 train = acc.copy()
                 val = self._run_eval(val_sched) if val_sched else None
+                emav = self._run_eval(ema_sched) if ema_sched else None
                 lr = float(lr_table[min(int(step_counter[0]), len(lr_table) - 1) - 1]) if step_counter[0] else 0.0
                 rec = EpochRecord(epoch + 1, train[0] / train[3], train[1] / train[3], train[2] / train[3],
                                   None if val is None else val[0] / val[3], None if val is None else val[1] / val[3],
                                   None if val is None else val[2] / val[3], lr, time.perf_counter() - t0,
-                                  int(step_counter[0]))
+                                  int(step_counter[0]),
+                                  *((None, None, None) if emav is None else (emav[0] / emav[3], emav[1] / emav[3],
+                                                                             emav[2] / emav[3])))
                 self.result.history.append(rec)
                 self._epoch += 1
                 self._autosave(rec)
@@ -404,9 +483,15 @@ class DeepLearningTask(TaskBase):
         self.result.step_losses = ex.view("train_base", "loss_log")[: int(step_counter[0])].copy()
         return self.result
 
+    def _fold_bn(self) -> None:
+        for k in self.executor.kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS):
+            k()
+
     def _run_eval(self, sched) -> np.ndarray:  # type: ignore[no-untyped-def]
         ex = self.executor
+        self._fold_bn()
         ex.view("val_base", "cursor")[0] = 0
+        ex.view("val_base", "aug.offset")[0] = 0
         for k in sched.prologue:
             k()
         for prog in sched.steps:
@@ -432,11 +517,16 @@ class DeepLearningTask(TaskBase):
         n_layers = len(self.arch.layers)
         logits_name = f"{self.arch.layers[n_layers - 1].name}.out"
         logits = ex.view(variant, logits_name)
-        prog = ex.kernels(variant, GraphId.INF_MAIN_A)
+        prog = [k for k in ex.kernels(variant, GraphId.INF_MAIN_A)]
+        if self._prefetch and data.ndim == 4:
+            prog = prog[1:]  # no transfer was submitted: skip the transfer_wait that heads INF_MAIN_A
+        self._fold_bn()
         bsz = data.shape[0]
+        image = data.ndim == 4
         for start in range(0, len(x), bsz):
             n = min(bsz, len(x) - start)
-            data[:n] = x[start:start + n].reshape((n, *data.shape[1:]))
+            chunk = x[start:start + n]
+            data[:n] = chunk.transpose(0, 2, 3, 1) if image else chunk.reshape((n, *data.shape[1:]))
             data[n:] = 0
             labels[:n] = 0 if y is None else y[start:start + n]
             labels[n:] = 0
@@ -474,16 +564,30 @@ class DeepLearningTask(TaskBase):
             raise bad_argument(DataError, op, "X", x, f"samples shaped {want}", "pass data shaped like the training data")
 
     # ---- parameters ---------------------------------------------------------------------------------
+    def _param_names(self) -> dict[str, tuple[int, ...]]:
+        """State-dict names and PyTorch shapes (conv weights (out, in, k, k))."""
+        out = {}
+        for p in self.compiled.params:
+            shape = p.shape
+            if len(shape) == 4:
+                shape = (shape[0], shape[3], shape[1], shape[2])
+            out[p.name] = shape
+        return out
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Parameters by layer name, e.g. 'fc1.weight' shaped (out, in) as in PyTorch."""
+        """Parameters and BN buffers by layer name, in PyTorch's layouts: 'fc1.weight' is
+        (out, in), 'conv1.weight' is (out, in, k, k), 'bn1.running_mean' ..."""
         self._require("state_dict", Phase.COMPILED, hint="Parameters exist once the task is compiled.")
-        return {f"{p.layer}.{p.role}": self.executor.view("train_base", f"{p.layer}.{p.role}").copy()
-                for p in self.compiled.params}
+        out = {}
+        for p in self.compiled.params:
+            v = self.executor.view("train_base", p.name)
+            out[p.name] = (v.transpose(0, 3, 1, 2) if v.ndim == 4 else v).copy()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Set parameters; every key and shape is checked before anything is written."""
         self._require("load_state_dict", Phase.COMPILED, hint="Call task.compile() first.")
-        expected = {f"{p.layer}.{p.role}": p.shape for p in self.compiled.params}
+        expected = self._param_names()
         if not isinstance(state, dict):
             raise bad_argument(CheckpointError, "load_state_dict", "state", state, "a dict name -> array",
                                "pass the dict from task.state_dict()")
@@ -500,14 +604,9 @@ class DeepLearningTask(TaskBase):
                                       "Fix: load a state dict made for this model.")
             if not np.isfinite(a).all():
                 raise CheckpointError(f"load_state_dict: {k} holds non-finite values. Fix: check the source.")
-            arrays[k] = a
+            arrays[k] = a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
         for k, a in arrays.items():
             self.executor.view("train_base", k)[...] = a
-
-    @property
-    def skipped_updates(self) -> int:
-        """Updates skipped by nan_policy='skip' so far."""
-        return int(self.executor.view("train_base", "nan.skipped")[0]) if self.executor else 0
 
     # ---- checkpoints ------------------------------------------------------------------------------
     def save(self, path: str) -> str:

@@ -20,12 +20,16 @@ class EpochRecord:
     lr: float
     seconds: float
     steps: int
+    ema_loss: float | None = None
+    ema_top1: float | None = None
+    ema_top5: float | None = None
 
     def line(self) -> str:
         val = "" if self.val_loss is None else (
             f"  val loss {self.val_loss:.4f} top1 {100 * self.val_top1:6.2f}% top5 {100 * self.val_top5:6.2f}%")
+        ema = "" if self.ema_top1 is None else f"  ema top1 {100 * self.ema_top1:6.2f}%"
         return (f"epoch {self.epoch:>3}  train loss {self.train_loss:.4f} top1 {100 * self.train_top1:6.2f}%"
-                f"{val}  lr {self.lr:.2e}  {self.seconds:6.2f}s")
+                f"{val}{ema}  lr {self.lr:.2e}  {self.seconds:6.2f}s")
 
 
 @dataclass
@@ -56,6 +60,21 @@ class TrainingResult:
         s = self._scored
         return max(t[1] for t in s) if s else 0.0
 
+    @property
+    def best_ema_epoch(self) -> int:
+        s = [(r.ema_top1, r.epoch) for r in self.history if r.ema_top1 is not None]
+        return max(s, key=lambda t: (t[0], -t[1]))[1] if s else -1
+
+    @property
+    def best_ema_top1(self) -> float | None:
+        s = [r.ema_top1 for r in self.history if r.ema_top1 is not None]
+        return max(s) if s else None
+
+    @property
+    def best_ema_top5(self) -> float | None:
+        s = [r.ema_top5 for r in self.history if r.ema_top5 is not None]
+        return max(s) if s else None
+
     def as_rows(self) -> list[dict[str, float | int | None]]:
         return [r.__dict__.copy() for r in self.history]
 
@@ -65,4 +84,7 @@ class TrainingResult:
         lines = [r.line() for r in self.history]
         lines.append(f"best top1 {100 * self.best_top1:.2f}%  top5 {100 * self.best_top5:.2f}%  "
                      f"at epoch {self.best_epoch}" + ("  (interrupted)" if self.interrupted else ""))
+        if self.best_ema_top1 is not None:
+            lines.append(f"best EMA top1 {100 * self.best_ema_top1:.2f}%  top5 {100 * self.best_ema_top5:.2f}%  "
+                         f"at epoch {self.best_ema_epoch}")
         return "TrainingResult:\n  " + "\n  ".join(lines)

@@ -166,8 +166,6 @@ def test_fc_backward_without_input_gradient_writes_only_weight_grads() -> None:
 
 
 @pytest.mark.parametrize("act,slope", [("tanh", 0.0), ("sigmoid", 0.0), ("leaky_relu", 0.1)])
-@pytest.mark.xfail(strict=True, reason="kernels/fused.py bias_act_ casts tanh/sigmoid/leaky_relu results to "
-                                       "np.float32, so fc_fwd on float64 arrays loses precision (~1e-8)")
 def test_fc_fused_activation_is_exact_in_float64(act: str, slope: float) -> None:
     rng = np.random.default_rng(3)
     x, w, b = rng.standard_normal((8, 5)), rng.standard_normal((4, 5)), rng.standard_normal(4)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..errors import PlanError
+from ..errors import PlanError, ShapeError
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
 from ..memory.region import Region
@@ -46,14 +46,20 @@ class VariantSpec:
 
 
 def variant_specs(n_train: int, n_val: int, batch: int, val_batch: int, sample_shape: tuple[int, ...],
-                  lowres_shape: tuple[int, ...] | None = None) -> dict[str, VariantSpec]:
-    """The six variants of a data set: full and last batches, two resolutions, validation."""
-    low = tuple(lowres_shape) if lowres_shape is not None else tuple(sample_shape)
+                  lowres_shape: tuple[int, ...] | None = None,
+                  train_shape: tuple[int, ...] | None = None) -> dict[str, VariantSpec]:
+    """The six variants of a data set: full and last batches, two resolutions, validation.
+
+    ``train_shape`` is the first training resolution (default: the data's),
+    ``lowres_shape`` the one after the progressive-resizing boundary.
+    """
+    first = tuple(train_shape) if train_shape is not None else tuple(sample_shape)
+    low = tuple(lowres_shape) if lowres_shape is not None else first
     last = n_train % batch or batch
     vlast = (n_val % val_batch or val_batch) if n_val else val_batch
     return {
-        "train_base": VariantSpec("train_base", batch, tuple(sample_shape)),
-        "train_last": VariantSpec("train_last", last, tuple(sample_shape)),
+        "train_base": VariantSpec("train_base", batch, first),
+        "train_last": VariantSpec("train_last", last, first),
         "train_lowres": VariantSpec("train_lowres", batch, low, lowres_shape is not None),
         "train_lowres_last": VariantSpec("train_lowres_last", last, low, lowres_shape is not None),
         "val_base": VariantSpec("val_base", val_batch, tuple(sample_shape), n_val > 0),
@@ -77,10 +83,24 @@ class AllShapes:
 
 
 def derive_all_shapes(arch: ArchPlan, specs: dict[str, VariantSpec], num_classes: int,
-                      opt_state: tuple[str, ...], total_steps: int) -> AllShapes:
-    """Stage 1: every variant's tensors (same names, order and regions; shapes differ)."""
-    tables = {v: tensor_table(arch, s.batch, s.sample_shape, num_classes, opt_state, total_steps)
+                      opt_state: tuple[str, ...], total_steps: int, ema: bool = False) -> AllShapes:
+    """Stage 1: every variant's tensors (same names, order and regions; shapes differ).
+
+    Parameters must have one shape in every variant: a model whose weights depend
+    on the input size (fc right after flatten) cannot change resolution.
+    """
+    tables = {v: tensor_table(arch, s.batch, s.sample_shape, num_classes, opt_state, total_steps, ema)
               for v, s in specs.items()}
+    ref = tables["train_base"]
+    for v, table in tables.items():
+        if not specs[v].used:
+            continue
+        for a, b in zip(ref.specs, table.specs):
+            if a.region.family in ("W", "B") and a.shape != b.shape:
+                raise ShapeError(f"plan: {a.name} is {a.shape} at input {specs['train_base'].sample_shape} but "
+                                 f"{b.shape} at {specs[v].sample_shape} ({v}); its size depends on the input "
+                                 "resolution. Fix: use gap() instead of flatten() before the first fc, or train "
+                                 "at one resolution.")
     return AllShapes(dict(specs), tables)
 
 
@@ -137,7 +157,7 @@ class Graphs:
 def build_computation_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
                             g_range: tuple[str, str]) -> Graphs:
     """Stage 4: walk the layer descriptors to build training and inference graphs."""
-    return Graphs(emit_training_graph(arch, ids, opts, g_range), emit_inference_graph(arch, ids, opts.smoothing))
+    return Graphs(emit_training_graph(arch, ids, opts, g_range), emit_inference_graph(arch, ids, opts))
 
 
 STEP_ORDER_A = (GraphId.ZERO_GRAD, GraphId.TRANSFER_B, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
@@ -162,8 +182,12 @@ def step_programs(graphs: Graphs) -> list[list[tuple[tuple[int, ...], tuple[int,
     for order in (STEP_ORDER_A, tuple(swap_ab(g) for g in STEP_ORDER_A)):
         programs.append([(n.inputs, n.outputs) for gid in order for n in graphs.train.nodes(gid)])
     for ab in ("A", "B"):
-        order = (GraphId[f"TRANSFER_{ab}"], GraphId[f"INF_MAIN_{ab}"], GraphId.ACCUM_METRICS)
-        programs.append([(n.inputs, n.outputs) for gid in order for n in graphs.inference.nodes(gid)])
+        for kind in ("MAIN", "EMA"):
+            order = (GraphId.UPDATE_BN_INF_PARAMS, GraphId[f"TRANSFER_{ab}"], GraphId[f"INF_{kind}_{ab}"],
+                     GraphId.ACCUM_METRICS)
+            prog = [(n.inputs, n.outputs) for gid in order for n in graphs.inference.nodes(gid)]
+            if graphs.inference.nodes(GraphId[f"INF_{kind}_{ab}"]):
+                programs.append(prog)
     return programs
 
 

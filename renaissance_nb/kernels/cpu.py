@@ -144,9 +144,19 @@ def copy_k(outs, ins, p, env):
 
 @kernel("reshape_copy")
 def reshape_copy(outs, ins, p, env):
+    """Flatten and its gradient. Image features are channels-last in the arena, but
+    flatten keeps PyTorch's (C, H, W) order so an fc after it has PyTorch's weight layout."""
     (src,), (dst,) = ins, outs
-    src = src.reshape(dst.shape)
     cp = np.copyto
+    if src.ndim == 4 and dst.ndim == 2:  # (N, H, W, C) -> (N, C*H*W)
+        n, h, w, c = src.shape
+        d4, s4 = dst.reshape(n, c, h, w), src.transpose(0, 3, 1, 2)
+        return lambda: cp(d4, s4)
+    if src.ndim == 2 and dst.ndim == 4:  # gradient: (N, C*H*W) -> (N, H, W, C)
+        n, h, w, c = dst.shape
+        s4 = src.reshape(n, c, h, w).transpose(0, 2, 3, 1)
+        return lambda: cp(dst, s4)
+    src = src.reshape(dst.shape)
     return lambda: cp(dst, src)
 
 
@@ -306,3 +316,23 @@ def optimizer_k(outs, ins, p, env):
             return
         update()
     return run
+
+
+@kernel("ema_update")
+def ema_update(outs, ins, p, env):
+    """E = decay * E + (1 - decay) * W over the whole E and W parameter ranges, one pass."""
+    e = env.range_view("E_BN_BIAS", "E_DEEP_CONV", "float32")
+    w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
+    if e.size != w.size:
+        raise PlanError(f"ema_update: the E range holds {e.size} values but W holds {w.size}; they must list the "
+                        "same tensors with the same slot sizes.")
+    decay, f = float(p["decay"]), fused.ema_
+    return lambda: f(e, w, decay)
+
+
+# the image kernels register themselves into KERNELS on import
+from . import conv as _conv  # noqa: E402,F401
+try:  # TODO(lead): unguard once kernels/transfer.py lands
+    from . import transfer as _transfer  # noqa: E402,F401
+except ImportError:
+    pass

@@ -333,3 +333,12 @@ def nonfinite_probe(x):
     for k in range(x.shape[0]):
         s += x[k] - x[k]
     return s
+
+
+@jit
+def ema_(e, w, decay):
+    """e = decay * e + (1 - decay) * w (timm's ModelEmaV2 update), element-wise."""
+    d = np.float32(decay)
+    one_d = np.float32(1.0 - decay)
+    for k in range(e.shape[0]):
+        e[k] = d * e[k] + one_d * w[k]

@@ -94,15 +94,16 @@ class Executor:
                                  [(variants[0], GraphId.CLEAR_METRICS), (variants[0], GraphId.TRANSFER_A)])
         return EpochSchedule(prologue, steps, len(variants))
 
-    def eval_schedule(self, variants: list[str]) -> EpochSchedule:
-        """Programs for one pass of inference over the validation data."""
+    def eval_schedule(self, variants: list[str], ema: bool = False) -> EpochSchedule:
+        """Programs for one pass of inference over the validation data (INF_EMA with ema=True)."""
         steps = []
+        kind = "EMA" if ema else "MAIN"
         for i, v in enumerate(variants):
             cur, other = ("A", "B") if i % 2 == 0 else ("B", "A")
             nxt = variants[i + 1] if i + 1 < len(variants) else None
             gids = [(nxt, GraphId[f"TRANSFER_{other}"])] if nxt else []
-            gids += [(v, GraphId[f"INF_MAIN_{cur}"]), (v, ACCUM_ID[v])]
-            steps.append(self._program(("val", i % 2, v, nxt), gids))
+            gids += [(v, GraphId[f"INF_{kind}_{cur}"]), (v, ACCUM_ID[v])]
+            steps.append(self._program(("val", kind, i % 2, v, nxt), gids))
         prologue = self._program(("val-pro", variants[0]),
                                  [(variants[0], GraphId.CLEAR_METRICS), (variants[0], GraphId.TRANSFER_A)])
         return EpochSchedule(prologue, steps, len(variants))

@@ -1,0 +1,645 @@
+"""Convolution, batch-norm and pooling CPU kernels (registered into ``cpu.KERNELS``).
+
+Layout decision
+---------------
+Feature maps are channels-last NHWC: ``(N, H, W, C)``, float32 in training (every
+kernel also runs on float64 arrays: the numba loops take the arrays' dtype, which
+the finite-difference tests rely on). Why channels-last on this CPU:
+
+* Every convolution is ONE GEMM. ``im2col`` writes, for every output pixel of every
+  image, the row ``x[n, ih0:ih0+k, iw0:iw0+k, :]`` flattened in (kh, kw, Cin) order
+  into a preallocated ``cols`` view of shape ``(N*Ho*Wo, k*k*Cin)``: the batch folds
+  into the GEMM's M dimension, so OpenBLAS sees one big well-shaped product per layer
+  instead of N small ones. With NHWC each kernel row of a patch (``k`` neighbouring
+  pixels times all channels) is ONE contiguous run in ``x`` and in ``cols``, so
+  im2col / col2im are ``k`` straight memcpy-like loops per output pixel.
+* The weight is stored ``(Cout, kh, kw, Cin)``, so ``Wmat = w.reshape(Cout, -1)``
+  matches the column order, and the GEMM ``y.reshape(N*Ho*Wo, Cout) = cols @ Wmat.T``
+  writes the NHWC output directly: no transposes anywhere, forward or backward.
+* Backward: ``dW = dy2d.T @ cols`` (one GEMM whose inner dimension is the whole
+  batch), ``db`` = column sums, ``dcols = dy2d @ Wmat`` (one GEMM) and
+  ``dx = col2im(dcols)`` (zero, then scatter-add of contiguous runs).
+* 1x1 / stride-1 / unpadded convolutions skip im2col: ``x.reshape(N*H*W, Cin)`` is
+  already the column matrix (and ``dx`` comes straight out of the dcols GEMM).
+* Batch norm, ReLU and pooling run over contiguous channel vectors (the inner loop
+  is over C with per-channel constants), which vectorises.
+
+Zero padding ``p``, stride ``s``, square kernel ``k``: ``Ho = (H + 2p - k)//s + 1``.
+Max pooling pads with -inf; average pooling counts the padding (PyTorch's default
+``count_include_pad=True``). The max-pool ``argmax`` stores, per output element,
+the spatial index ``ih*W + iw`` of the max inside its sample (its channel is the
+output's own), first max in row-major window order, NaN propagating, as PyTorch.
+
+Closures allocate nothing: GEMMs write into arena views with ``np.matmul(out=)``,
+the rest are numba loops. Batch-norm statistics and bias/BN reductions accumulate
+in float64; the few per-channel accumulators they need (at most 3*C values) are
+allocated once at bind time, never per step.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import PlanError
+from . import fused
+from .cpu import EMPTY_F32, kernel
+
+jit = fused.jit
+
+
+def _out_size(h: int, k: int, s: int, p: int) -> int:
+    return (h + 2 * p - k) // s + 1
+
+
+def _check(op: str, name: str, got, want) -> None:
+    if tuple(got) != tuple(want):
+        raise PlanError(f"{op}: {name} has shape {tuple(got)}, expected {tuple(want)}.")
+
+
+def _act(op: str, p: dict) -> int:
+    act = p.get("act", "none")
+    if act not in ("none", "relu"):
+        raise PlanError(f"{op}: act must be 'none' or 'relu', got {act!r}.")
+    return 1 if act == "relu" else 0
+
+
+# ---- numba loops -----------------------------------------------------------------------------
+@jit
+def im2col_(x3, cols, c, k, s, p, ho, wo):
+    """cols[r, (i*k + j)*c + q] = x[n, oh*s-p+i, ow*s-p+j, q] (0 outside), r = (n*Ho + oh)*Wo + ow.
+
+    x3 is x viewed as (N, H, W*C): a kernel row of a patch is one contiguous run.
+    Copies go through sub-views indexed from 0 by a range variable, so numba's
+    negative-index (wraparound) checks fold away and the loops vectorise (4x faster
+    than indexing the whole row with an offset).
+    """
+    n_, h, wc = x3.shape
+    w = wc // c
+    kc = k * c
+    r = 0
+    for n in range(n_):
+        for oh in range(ho):
+            h0 = oh * s - p
+            for ow in range(wo):
+                w0 = ow * s - p
+                row = cols[r]
+                j0 = max(0, -w0)
+                j1 = max(j0, min(k, w - w0))
+                length = (j1 - j0) * c
+                for i in range(k):
+                    ih = h0 + i
+                    seg = row[i * kc:(i + 1) * kc]
+                    if ih < 0 or ih >= h:
+                        for q in range(kc):
+                            seg[q] = 0.0
+                        continue
+                    for q in range(j0 * c):
+                        seg[q] = 0.0
+                    dst = seg[j0 * c:j1 * c]
+                    src = x3[n, ih, (w0 + j0) * c:(w0 + j0) * c + length]
+                    for q in range(length):
+                        dst[q] = src[q]
+                    for q in range(j1 * c, kc):
+                        seg[q] = 0.0
+                r += 1
+
+
+@jit
+def col2im_(dcols, dx3, c, k, s, p, ho, wo):
+    """dx = 0, then dx[n, oh*s-p+i, ow*s-p+j, :] += dcols[r, (i*k + j)*c : ...] (inside only)."""
+    n_, h, wc = dx3.shape
+    w = wc // c
+    kc = k * c
+    for n in range(n_):
+        for ih in range(h):
+            d = dx3[n, ih]
+            for q in range(wc):
+                d[q] = 0.0
+    r = 0
+    for n in range(n_):
+        for oh in range(ho):
+            h0 = oh * s - p
+            for ow in range(wo):
+                w0 = ow * s - p
+                row = dcols[r]
+                j0 = max(0, -w0)
+                j1 = min(k, w - w0)
+                if j1 > j0:
+                    length = (j1 - j0) * c
+                    for i in range(k):
+                        ih = h0 + i
+                        if ih < 0 or ih >= h:
+                            continue
+                        dst = dx3[n, ih, (w0 + j0) * c:(w0 + j0) * c + length]
+                        src = row[i * kc + j0 * c:i * kc + j0 * c + length]
+                        for q in range(length):
+                            dst[q] += src[q]
+                r += 1
+
+
+@jit
+def colsum_(d, acc, out):
+    """out[j] = sum_i d[i, j], accumulated in the float64 scratch acc (row-wise, vectorised)."""
+    m, c = d.shape
+    for j in range(c):
+        acc[j] = 0.0
+    for i in range(m):
+        row = d[i]
+        for j in range(c):
+            acc[j] += row[j]
+    for j in range(c):
+        out[j] = acc[j]
+
+
+@jit
+def relu_mask_(dy, y):
+    """dy[k] = 0 where y[k] <= 0 (flat, in place)."""
+    fd = dy.reshape(-1)
+    fy = y.reshape(-1)
+    for k in range(fd.shape[0]):
+        if not fy[k] > 0:
+            fd[k] = 0.0
+
+
+@jit
+def bn_train_fwd_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff):
+    """Training batch norm over the rows of x2 (M, C): statistics, running stats, y = act(x*a + b).
+
+    Sums are float64 and shifted by the first row (sum (x - x0), sum (x - x0)^2), so
+    the one-pass variance does not cancel catastrophically.
+    """
+    m, c = x2.shape
+    x0 = x2[0]
+    for j in range(c):
+        acc[0, j] = 0.0
+        acc[1, j] = 0.0
+    for i in range(m):
+        row = x2[i]
+        for j in range(c):
+            d = np.float64(row[j]) - np.float64(x0[j])
+            acc[0, j] += d
+            acc[1, j] += d * d
+    inv_m = 1.0 / m
+    unbias = m / (m - 1.0) if m > 1 else np.nan
+    for j in range(c):
+        ms = acc[0, j] * inv_m
+        var = acc[1, j] * inv_m - ms * ms
+        if var < 0.0:
+            var = 0.0
+        mu = np.float64(x0[j]) + ms
+        istd = 1.0 / np.sqrt(var + eps)
+        mean[j] = mu
+        invstd[j] = istd
+        rmean[j] = (1.0 - momentum) * rmean[j] + momentum * mu
+        rvar[j] = (1.0 - momentum) * rvar[j] + momentum * (var * unbias)
+        a = np.float64(gamma[j]) * istd
+        aff[0, j] = a
+        aff[1, j] = np.float64(beta[j]) - mu * a
+    affine_act_(x2, y2, aff, act)
+
+
+@jit
+def affine_act_(x2, y2, aff, act):
+    """y = act(x * aff[0] + aff[1]) per channel, over rows."""
+    m, c = x2.shape
+    a = aff[0]
+    b = aff[1]
+    for i in range(m):
+        xr = x2[i]
+        yr = y2[i]
+        if act == 1:
+            for j in range(c):
+                z = xr[j] * a[j] + b[j]
+                yr[j] = z if z > 0 else 0.0
+        else:
+            for j in range(c):
+                yr[j] = xr[j] * a[j] + b[j]
+
+
+@jit
+def bn_train_bwd_(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff):
+    """dx = gamma*invstd*(dy - mean(dy) - xhat*mean(dy*xhat)); dgamma = sum(dy*xhat); dbeta = sum(dy)."""
+    m, c = x2.shape
+    for j in range(c):
+        acc[0, j] = 0.0
+        acc[1, j] = 0.0
+    for i in range(m):
+        dr = dy2[i]
+        xr = x2[i]
+        if act == 1:
+            yr = y2[i]
+            for j in range(c):
+                g = dr[j] if yr[j] > 0 else 0.0
+                dr[j] = g
+        for j in range(c):
+            g = np.float64(dr[j])
+            acc[0, j] += g
+            acc[1, j] += g * (np.float64(xr[j]) - np.float64(mean[j]))
+    inv_m = 1.0 / m
+    for j in range(c):
+        istd = np.float64(invstd[j])
+        sdy = acc[0, j]
+        sdyx = acc[1, j]
+        dbeta[j] = sdy
+        dgamma[j] = sdyx * istd
+        a = np.float64(gamma[j]) * istd
+        aff[0, j] = a                                   # dy coefficient
+        aff[1, j] = -a * istd * istd * sdyx * inv_m     # (x - mean) coefficient
+        aff[2, j] = -a * sdy * inv_m                    # constant
+    a = aff[0]
+    b = aff[1]
+    k = aff[2]
+    for i in range(m):
+        dr = dy2[i]
+        xr = x2[i]
+        o = dx2[i]
+        for j in range(c):
+            o[j] = a[j] * dr[j] + b[j] * (xr[j] - mean[j]) + k[j]
+
+
+@jit
+def bn_fold_(gamma, beta, rmean, rvar, eps, scale, bias):
+    for j in range(gamma.shape[0]):
+        sc = np.float64(gamma[j]) / np.sqrt(np.float64(rvar[j]) + eps)
+        scale[j] = sc
+        bias[j] = np.float64(beta[j]) - np.float64(rmean[j]) * sc
+
+
+@jit
+def bn_inf_(x2, scale, bias, y2, act):
+    m, c = x2.shape
+    for i in range(m):
+        xr = x2[i]
+        yr = y2[i]
+        if act == 1:
+            for j in range(c):
+                z = xr[j] * scale[j] + bias[j]
+                yr[j] = z if z > 0 else 0.0
+        else:
+            for j in range(c):
+                yr[j] = xr[j] * scale[j] + bias[j]
+
+
+@jit
+def maxpool_fwd_(x, y, am, k, s, p):
+    """y = max over the window (-inf padding); am = ih*W + iw of the first max (NaN wins, as PyTorch)."""
+    n_, h, w, c = x.shape
+    ho, wo = y.shape[1], y.shape[2]
+    for n in range(n_):
+        for oh in range(ho):
+            h0 = oh * s - p
+            hs = max(h0, 0)
+            he = min(h0 + k, h)
+            for ow in range(wo):
+                w0 = ow * s - p
+                ws = max(w0, 0)
+                we = min(w0 + k, w)
+                yr = y[n, oh, ow]
+                ar = am[n, oh, ow]
+                first = hs * w + ws
+                for q in range(c):
+                    yr[q] = -np.inf
+                    ar[q] = first
+                for ih in range(hs, he):
+                    for iw in range(ws, we):
+                        xr = x[n, ih, iw]
+                        idx = ih * w + iw
+                        for q in range(c):
+                            v = xr[q]
+                            b = yr[q]
+                            take = (v > b) | (v != v)
+                            yr[q] = v if take else b
+                            ar[q] = idx if take else ar[q]
+
+
+@jit
+def maxpool_bwd_(dy, am, dx3):
+    """dx = 0, then dx[n, am, q] += dy[n, oh, ow, q] (dx3 is dx viewed as (N, H*W, C))."""
+    n_, hw, c = dx3.shape
+    ho, wo = dy.shape[1], dy.shape[2]
+    for n in range(n_):
+        for t in range(hw):
+            d = dx3[n, t]
+            for q in range(c):
+                d[q] = 0.0
+        for oh in range(ho):
+            for ow in range(wo):
+                gr = dy[n, oh, ow]
+                ar = am[n, oh, ow]
+                for q in range(c):
+                    dx3[n, ar[q], q] += gr[q]
+
+
+@jit
+def avgpool_fwd_(x, y, k, s, p):
+    """y = (sum of the window's inside values) / k^2 (padding counts as zeros)."""
+    n_, h, w, c = x.shape
+    ho, wo = y.shape[1], y.shape[2]
+    kk = k * k
+    for n in range(n_):
+        for oh in range(ho):
+            h0 = oh * s - p
+            hs = max(h0, 0)
+            he = min(h0 + k, h)
+            for ow in range(wo):
+                w0 = ow * s - p
+                ws = max(w0, 0)
+                we = min(w0 + k, w)
+                yr = y[n, oh, ow]
+                for q in range(c):
+                    yr[q] = 0.0
+                for ih in range(hs, he):
+                    for iw in range(ws, we):
+                        xr = x[n, ih, iw]
+                        for q in range(c):
+                            yr[q] += xr[q]
+                for q in range(c):
+                    yr[q] = yr[q] / kk
+
+
+@jit
+def avgpool_bwd_(dy, dx, k, s, p):
+    n_, h, w, c = dx.shape
+    ho, wo = dy.shape[1], dy.shape[2]
+    kk = k * k
+    for n in range(n_):
+        for ih in range(h):
+            for iw in range(w):
+                d = dx[n, ih, iw]
+                for q in range(c):
+                    d[q] = 0.0
+        for oh in range(ho):
+            h0 = oh * s - p
+            hs = max(h0, 0)
+            he = min(h0 + k, h)
+            for ow in range(wo):
+                w0 = ow * s - p
+                ws = max(w0, 0)
+                we = min(w0 + k, w)
+                gr = dy[n, oh, ow]
+                for ih in range(hs, he):
+                    for iw in range(ws, we):
+                        d = dx[n, ih, iw]
+                        for q in range(c):
+                            d[q] += gr[q] / kk
+
+
+@jit
+def gap_fwd_(x3, y):
+    """y[n, q] = mean over the H*W pixels of x3 (N, H*W, C)."""
+    n_, hw, c = x3.shape
+    for n in range(n_):
+        yr = y[n]
+        for q in range(c):
+            yr[q] = 0.0
+        for t in range(hw):
+            xr = x3[n, t]
+            for q in range(c):
+                yr[q] += xr[q]
+        for q in range(c):
+            yr[q] = yr[q] / hw
+
+
+@jit
+def gap_bwd_(dy, dx3):
+    n_, hw, c = dx3.shape
+    for n in range(n_):
+        gr = dy[n]
+        for t in range(hw):
+            d = dx3[n, t]
+            for q in range(c):
+                d[q] = gr[q] / hw
+
+
+# ---- convolution -------------------------------------------------------------------------------
+def _conv_geometry(op, x, w, k, s, p):
+    if x.ndim != 4 or w.ndim != 4:
+        raise PlanError(f"{op}: x must be (N, H, W, Cin) and w (Cout, k, k, Cin); got {x.shape} and {w.shape}.")
+    n, h, wd, cin = x.shape
+    cout = w.shape[0]
+    _check(op, "w", w.shape, (cout, k, k, cin))
+    ho, wo = _out_size(h, k, s, p), _out_size(wd, k, s, p)
+    if ho < 1 or wo < 1:
+        raise PlanError(f"{op}: a {k}x{k} kernel (stride {s}, padding {p}) does not fit a {h}x{wd} input.")
+    return n, h, wd, cin, cout, ho, wo
+
+
+@kernel("conv_fwd")
+def conv_fwd(outs, ins, p, env):
+    """y = act(im2col(x) @ Wmat^T + b): one im2col pass, one GEMM, one fused bias+ReLU pass."""
+    k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
+    x, w = ins[0], ins[1]
+    has_b = bool(p.get("bias", False))
+    b = ins[2] if has_b else EMPTY_F32.astype(x.dtype)
+    act = _act("conv_fwd", p)
+    n, h, wd, cin, cout, ho, wo = _conv_geometry("conv_fwd", x, w, k, s, pad)
+    y = outs[0]
+    _check("conv_fwd", "y", y.shape, (n, ho, wo, cout))
+    m = n * ho * wo
+    y2 = y.reshape(m, cout)
+    wt = w.reshape(cout, -1).T
+    matmul, bias_act = np.matmul, fused.bias_act_
+    post = has_b or act
+    if k == 1 and s == 1 and pad == 0:
+        x2 = x.reshape(m, cin)
+        if not post:
+            return lambda: matmul(x2, wt, out=y2)
+
+        def run1() -> None:
+            matmul(x2, wt, out=y2)
+            bias_act(y2, b, act, 0.0)
+        return run1
+    cols = outs[1]
+    _check("conv_fwd", "cols", cols.shape, (m, k * k * cin))
+    x3 = x.reshape(n, h, wd * cin)
+    im2col = im2col_
+
+    def run() -> None:
+        im2col(x3, cols, cin, k, s, pad, ho, wo)
+        matmul(cols, wt, out=y2)
+        if post:
+            bias_act(y2, b, act, 0.0)
+    return run
+
+
+@kernel("conv_bwd")
+def conv_bwd(outs, ins, p, env):
+    """dy *= (y > 0) if relu; dW = dy2d^T cols; db = 1^T dy2d; dcols = dy2d Wmat; dx = col2im(dcols)."""
+    k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
+    dy, x, w = ins[0], ins[1], ins[2]
+    cols = ins[3] if len(ins) > 3 else None
+    y = ins[4] if len(ins) > 4 else None
+    act = _act("conv_bwd", p)
+    if act and y is None:
+        raise PlanError("conv_bwd: act='relu' needs the forward output y as the fifth input.")
+    has_b, need_dx = bool(p.get("bias", False)), bool(p.get("need_dx", True))
+    n, h, wd, cin, cout, ho, wo = _conv_geometry("conv_bwd", x, w, k, s, pad)
+    _check("conv_bwd", "dy", dy.shape, (n, ho, wo, cout))
+    m = n * ho * wo
+    outs = list(outs)
+    dw = outs.pop(0)
+    _check("conv_bwd", "dw", dw.shape, w.shape)
+    db = outs.pop(0) if has_b else None
+    dx = outs.pop(0) if need_dx else None
+    dcols = outs.pop(0) if (need_dx and outs) else None
+    direct = k == 1 and s == 1 and pad == 0
+    if direct:
+        cols = x.reshape(m, cin)
+    else:
+        if cols is None:
+            raise PlanError("conv_bwd: the im2col buffer 'cols' of the forward pass is the fourth input.")
+        _check("conv_bwd", "cols", cols.shape, (m, k * k * cin))
+    dy2 = dy.reshape(m, cout)
+    dyt = dy2.T
+    dw2 = dw.reshape(cout, -1)
+    wmat = w.reshape(cout, -1)
+    acc = np.zeros(cout, np.float64)  # bind-time scratch for the float64 bias-gradient sums
+    dx2 = dx3 = None
+    if dx is not None:
+        _check("conv_bwd", "dx", dx.shape, x.shape)
+        if direct:
+            dx2 = dx.reshape(m, cin)
+        else:
+            if dcols is None:
+                raise PlanError("conv_bwd: need_dx needs a dcols scratch view shaped like cols.")
+            _check("conv_bwd", "dcols", dcols.shape, cols.shape)
+            dx3 = dx.reshape(n, h, wd * cin)
+    matmul, mask, colsum, col2im = np.matmul, relu_mask_, colsum_, col2im_
+
+    def run() -> None:
+        if act:
+            mask(dy, y)
+        matmul(dyt, cols, out=dw2)
+        if db is not None:
+            colsum(dy2, acc, db)
+        if dx2 is not None:
+            matmul(dy2, wmat, out=dx2)
+        elif dx3 is not None:
+            matmul(dy2, wmat, out=dcols)
+            col2im(dcols, dx3, cin, k, s, pad, ho, wo)
+    return run
+
+
+# ---- batch norm ------------------------------------------------------------------------------
+def _rows(a: np.ndarray) -> np.ndarray:
+    """(N, H, W, C) or (N, C) -> (rows, C), a view."""
+    return a.reshape(-1, a.shape[-1])
+
+
+@kernel("bn_fwd")
+def bn_fwd(outs, ins, p, env):
+    """Training batch norm: batch statistics (float64), running stats as PyTorch, y = act(xhat*g + b)."""
+    x, gamma, beta = ins
+    y, mean, invstd, rmean, rvar = outs
+    _check("bn_fwd", "y", y.shape, x.shape)
+    c = x.shape[-1]
+    for name, a in (("gamma", gamma), ("beta", beta), ("mean", mean), ("invstd", invstd),
+                    ("running_mean", rmean), ("running_var", rvar)):
+        _check("bn_fwd", name, a.shape, (c,))
+    x2, y2 = _rows(x), _rows(y)
+    momentum, eps = float(p.get("momentum", 0.1)), float(p.get("eps", 1e-5))
+    act = _act("bn_fwd", p)
+    acc = np.zeros((2, c), np.float64)  # bind-time scratch: shifted sums
+    aff = np.zeros((2, c), x.dtype)     # bind-time scratch: per-channel scale and shift
+    f = bn_train_fwd_
+    return lambda: f(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff)
+
+
+@kernel("bn_bwd")
+def bn_bwd(outs, ins, p, env):
+    dy, x, y, gamma, mean, invstd = ins
+    dx, dgamma, dbeta = outs
+    _check("bn_bwd", "dx", dx.shape, x.shape)
+    _check("bn_bwd", "dy", dy.shape, x.shape)
+    c = x.shape[-1]
+    act = _act("bn_bwd", p)
+    dy2, x2, dx2 = _rows(dy), _rows(x), _rows(dx)
+    y2 = _rows(y) if act else x2
+    acc = np.zeros((2, c), np.float64)
+    aff = np.zeros((3, c), np.float64)
+    f = bn_train_bwd_
+    return lambda: f(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff)
+
+
+@kernel("bn_fold")
+def bn_fold(outs, ins, p, env):
+    """Inference batch norm as a per-channel affine: scale = g/sqrt(rv+eps), bias = b - rm*scale."""
+    gamma, beta, rmean, rvar = ins
+    scale, bias = outs
+    eps, f = float(p.get("eps", 1e-5)), bn_fold_
+    return lambda: f(gamma, beta, rmean, rvar, eps, scale, bias)
+
+
+@kernel("bn_inf")
+def bn_inf(outs, ins, p, env):
+    x, scale, bias = ins
+    (y,) = outs
+    _check("bn_inf", "y", y.shape, x.shape)
+    x2, y2 = _rows(x), _rows(y)
+    act, f = _act("bn_inf", p), bn_inf_
+    return lambda: f(x2, scale, bias, y2, act)
+
+
+# ---- pooling -----------------------------------------------------------------------------------
+def _pool_geometry(op, x, y, p):
+    k, s, pad = int(p["k"]), int(p.get("s", p["k"])), int(p.get("p", 0))
+    if pad * 2 > k:
+        raise PlanError(f"{op}: padding {pad} must be at most half the kernel size {k} (as in PyTorch).")
+    n, h, w, c = x.shape
+    _check(op, "output", y.shape, (n, _out_size(h, k, s, pad), _out_size(w, k, s, pad), c))
+    return k, s, pad
+
+
+@kernel("maxpool_fwd")
+def maxpool_fwd(outs, ins, p, env):
+    (x,) = ins
+    y, am = outs
+    k, s, pad = _pool_geometry("maxpool_fwd", x, y, p)
+    _check("maxpool_fwd", "argmax", am.shape, y.shape)
+    f = maxpool_fwd_
+    return lambda: f(x, y, am, k, s, pad)
+
+
+@kernel("maxpool_bwd")
+def maxpool_bwd(outs, ins, p, env):
+    dy, am = ins
+    (dx,) = outs
+    n, h, w, c = dx.shape
+    dx3 = dx.reshape(n, h * w, c)
+    f = maxpool_bwd_
+    return lambda: f(dy, am, dx3)
+
+
+@kernel("avgpool_fwd")
+def avgpool_fwd(outs, ins, p, env):
+    (x,), (y,) = ins, outs
+    k, s, pad = _pool_geometry("avgpool_fwd", x, y, p)
+    f = avgpool_fwd_
+    return lambda: f(x, y, k, s, pad)
+
+
+@kernel("avgpool_bwd")
+def avgpool_bwd(outs, ins, p, env):
+    (dy,), (dx,) = ins, outs
+    k, s, pad = _pool_geometry("avgpool_bwd", dx, dy, p)
+    f = avgpool_bwd_
+    return lambda: f(dy, dx, k, s, pad)
+
+
+@kernel("gap_fwd")
+def gap_fwd(outs, ins, p, env):
+    (x,), (y,) = ins, outs
+    n, h, w, c = x.shape
+    _check("gap_fwd", "y", y.shape, (n, c))
+    x3 = x.reshape(n, h * w, c)
+    f = gap_fwd_
+    return lambda: f(x3, y)
+
+
+@kernel("gap_bwd")
+def gap_bwd(outs, ins, p, env):
+    (dy,), (dx,) = ins, outs
+    n, h, w, c = dx.shape
+    _check("gap_bwd", "dy", dy.shape, (n, c))
+    dx3 = dx.reshape(n, h * w, c)
+    f = gap_bwd_
+    return lambda: f(dy, dx3)

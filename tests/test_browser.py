@@ -1,0 +1,233 @@
+"""A real browser: JupyterLab + headless Chromium run notebook 1 and look at the widgets.
+
+Starts JupyterLab on 127.0.0.1 (no token) over a copy of notebooks/01_tour.ipynb, runs all
+cells through JupyterLab's own command, checks that the dashboard, region map, graph view
+and training curves are in the page, clicks a region and an atlas cell, and saves
+screenshots to artifacts/screenshots/.
+
+Skips when Chromium or Playwright is missing, unless RNB_REQUIRE_BROWSER is set (CI):
+then a missing browser fails. scripts/install_browser.sh installs everything.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "artifacts" / "screenshots"
+CHROMIUM = os.environ.get("RNB_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"Chromium not found at {CHROMIUM}"
+    for mod in ("playwright", "jupyterlab"):
+        try:
+            __import__(mod)
+        except ImportError:
+            return f"the Python package {mod} is not installed"
+    return None
+
+
+_why = _missing()
+if _why is not None:
+    if os.environ.get("RNB_REQUIRE_BROWSER"):
+        pytest.fail(f"RNB_REQUIRE_BROWSER is set but {_why}; run scripts/install_browser.sh", pytrace=False)
+    pytestmark = pytest.mark.skip(reason=f"{_why} (run scripts/install_browser.sh; set RNB_REQUIRE_BROWSER=1 "
+                                         "to make this a failure)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A JupyterLab server over a temporary copy of the notebooks (the repo's files stay untouched)."""
+    work = tmp_path_factory.mktemp("lab")
+    shutil.copy(ROOT / "notebooks" / "01_tour.ipynb", work / "01_tour.ipynb")
+    for d in ("config", "data", "runtime", "workspaces", "settings"):
+        (work / f".{d}").mkdir()
+    port = _free_port()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(JUPYTER_CONFIG_DIR=str(work / ".config"), JUPYTER_RUNTIME_DIR=str(work / ".runtime"),
+               JUPYTERLAB_WORKSPACES_DIR=str(work / ".workspaces"), JUPYTERLAB_SETTINGS_DIR=str(work / ".settings"))
+    log = open(work / "lab.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
+         f"--ServerApp.root_dir={work}", "--expose-app-in-browser", "--LabApp.news_url=None",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])],
+        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                log.flush()
+                raise RuntimeError("JupyterLab did not start:\n" + (work / "lab.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield url
+    finally:
+        if proc.poll() is None:  # the server and the kernels it started (one process group, ours)
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(lab):  # type: ignore[no-untyped-def]
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        ctx = browser.new_context(viewport={"width": 1360, "height": 1000}, device_scale_factor=1)
+        pg = ctx.new_page()
+        errors: list[str] = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.goto(f"{lab}/lab/tree/01_tour.ipynb", wait_until="domcontentloaded", timeout=90_000)
+        pg.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+        pg.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                             " && window.jupyterapp.shell.currentWidget.sessionContext"
+                             " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                             " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                             " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+                             timeout=120_000)
+        pg.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        # done when the last code cell has an execution count and the kernel is idle again
+        pg.wait_for_function(
+            """() => {
+                const nb = window.jupyterapp.shell.currentWidget;
+                const cells = nb.content.model.cells;
+                let last = null;
+                for (let i = 0; i < cells.length; i++) if (cells.get(i).type === 'code') last = cells.get(i);
+                return last && last.executionCount !== null
+                    && nb.sessionContext.session.kernel.status === 'idle';
+            }""", timeout=240_000, polling=1000)
+        pg.wait_for_timeout(1500)  # let the last widget views render
+        pg.page_errors = errors  # type: ignore[attr-defined]
+        yield pg
+        browser.close()
+
+
+def _shot(locator, name: str) -> None:  # type: ignore[no-untyped-def]
+    locator.scroll_into_view_if_needed()
+    locator.screenshot(path=str(SHOTS / name))
+
+
+def test_all_cells_ran_without_errors(page) -> None:  # type: ignore[no-untyped-def]
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+    tracebacks = [e for e in errors if "Traceback" in e or "Error" in e.split("\n")[0]]
+    assert not tracebacks, tracebacks
+    assert page.locator(".jp-RenderedText .ansi-red-fg").count() == 0
+
+
+def test_dashboard_rendered(page) -> None:  # type: ignore[no-untyped-def]
+    dash = page.locator(".rnb-dashboard").last
+    dash.wait_for(state="visible", timeout=30_000)
+    tabs = dash.locator(".lm-TabBar-tabLabel").all_inner_texts()
+    assert tabs == ["Phases", "BluePrint", "Variants", "Memory", "Graph", "Atlas", "Training"]
+    assert dash.locator(".rnb-phase-view[data-phase='COMPILED']").count() == 1
+    _shot(dash, "01_dashboard_phases.png")
+    dash.locator(".lm-TabBar-tab", has_text="Memory").click()
+    dash.locator(".rnb-region-map [data-tensor]").first.wait_for(state="visible", timeout=10_000)
+    _shot(dash, "02_dashboard_memory.png")
+    dash.locator(".lm-TabBar-tab", has_text="Training").click()
+    dash.locator(".rnb-monitor").wait_for(state="visible", timeout=10_000)
+    _shot(dash, "03_dashboard_training.png")
+
+
+def test_phase_view_rendered(page) -> None:  # type: ignore[no-untyped-def]
+    view = page.locator(".rnb-phase-view").nth(1)  # the first standalone one (the dashboard's comes first)
+    assert view.locator("svg g[data-phase]").count() == 3
+    assert view.locator("button[data-action='lock_memory']").count() == 1
+    _shot(view, "04_phase_view.png")
+
+
+def test_region_map_click_shows_dtensors(page) -> None:  # type: ignore[no-untyped-def]
+    rmap = page.locator(".rnb-region-map").nth(1)  # the standalone map (the first sits in the first dashboard)
+    if rmap.count() == 0:
+        rmap = page.locator(".rnb-region-map").first
+    assert rmap.locator("[data-tensor]").count() >= 10
+    assert rmap.locator(".rnb-offsets-ok").count() == 1
+    rmap.locator(".rnb-region-track[data-region='W_FC_WEIGHT']").click()
+    detail = rmap.locator(".rnb-region-detail[data-region='W_FC_WEIGHT']")
+    detail.wait_for(timeout=10_000)
+    names = detail.locator("tr[data-tensor]").evaluate_all("rows => rows.map(r => r.dataset.tensor)")
+    assert names == ["fc1.weight", "fc2.weight", "fc3.weight"], names
+    rmap.locator(".rnb-variant-switch button[data-variant='train_last']").click()
+    page.wait_for_timeout(300)
+    assert rmap.locator(".rnb-variant-switch button.rnb-on").inner_text() == "train_last"
+    box = rmap.locator(".rnb-tensor-box[data-tensor='fc1.out']")
+    box.hover()
+    tip = page.locator(".rnb-tip:visible")
+    assert "fc1.out" in tip.inner_text() and "(32, 256)" in tip.inner_text()
+    _shot(rmap, "05_region_map.png")
+
+
+def test_lifetimes_rendered(page) -> None:  # type: ignore[no-untyped-def]
+    view = page.locator(".rnb-lifetimes").last
+    assert view.locator("rect.rnb-life-box").count() > 5
+    _shot(view, "06_lifetimes.png")
+
+
+def test_graph_view_rendered(page) -> None:  # type: ignore[no-untyped-def]
+    view = page.locator(".rnb-graph").nth(1) if page.locator(".rnb-graph").count() > 1 else page.locator(".rnb-graph").first
+    canvas = view.locator(".rnb-graph-canvas")
+    mode = canvas.get_attribute("data-mode")
+    if mode == "svg":
+        assert canvas.locator("svg g.node").count() > 3
+    else:
+        assert canvas.locator("table tr").count() > 3
+        assert view.locator(".rnb-graph-note").count() == 1
+    _shot(view, "07_graph.png")
+
+
+def test_atlas_click_opens_graph(page) -> None:  # type: ignore[no-untyped-def]
+    atlas = page.locator(".rnb-atlas").nth(1) if page.locator(".rnb-atlas").count() > 1 else page.locator(".rnb-atlas").first
+    cell = atlas.locator("td.rnb-cell[data-variant='train_last'][data-gid='DEEP_FWD_BWD']")
+    cell.click()
+    detail = atlas.locator(".rnb-atlas-detail .rnb-graph-canvas")
+    detail.wait_for(timeout=15_000)
+    assert detail.locator("svg, table").count() >= 1
+    assert "DEEP_FWD_BWD" in atlas.locator(".rnb-atlas-detail").inner_text()
+    _shot(atlas, "08_atlas.png")
+
+
+def test_training_curves_rendered(page) -> None:  # type: ignore[no-untyped-def]
+    mon = page.locator(".rnb-monitor[data-epochs='3']").first
+    mon.wait_for(timeout=30_000)
+    d = mon.locator("path[data-series='train']").first.get_attribute("d")
+    assert d and d.count("L") >= 2, d
+    assert mon.locator(".rnb-pill[data-status='done']").count() == 1
+    _shot(mon, "09_monitor.png")
+
+
+def test_full_page_screenshot(page) -> None:  # type: ignore[no-untyped-def]
+    page.screenshot(path=str(SHOTS / "00_notebook.png"))
+    assert not getattr(page, "page_errors", []), page.page_errors
