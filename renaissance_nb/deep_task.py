@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import signal
 import sys
 import threading
@@ -73,7 +74,9 @@ class DeepLearningTask(TaskBase):
         self._resolution: tuple[tuple[int, int], tuple[int, int], int] | None = None
         self._crop_pad = 0
         self._flip = False
-        self._prefetch = True
+        # The background loader overlaps the next batch's gather with compute; with two cores
+        # or fewer OpenBLAS already uses them all and the extra thread measured slower.
+        self._prefetch = (os.cpu_count() or 1) > 2
         self._save_every: tuple[int, str] | None = None
         self._save_best: str | None = None
         self.arch: ArchPlan | None = None
@@ -242,7 +245,6 @@ class DeepLearningTask(TaskBase):
         return self
 
     def _autosave(self, rec: EpochRecord) -> None:
-        import os
         if self._save_every and rec.epoch % self._save_every[0] == 0:
             p = self._save_every[1].format(name=self.name, epoch=rec.epoch)
             os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)

@@ -61,6 +61,9 @@ def lab(tmp_path_factory):  # type: ignore[no-untyped-def]
     shutil.copy(ROOT / "notebooks" / "01_tour.ipynb", work / "01_tour.ipynb")
     for d in ("config", "data", "runtime", "workspaces", "settings"):
         (work / f".{d}").mkdir()
+    notes = work / ".settings" / "@jupyterlab" / "apputils-extension"
+    notes.mkdir(parents=True)  # no "official Jupyter news?" toast over the screenshots
+    (notes / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
     port = _free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)

@@ -327,6 +327,18 @@ def test_wait_finds_the_job_across_bind_envs_and_without_job() -> None:
     np.testing.assert_array_equal(node.x, env.sources["train"][0][env.perms["train"][:8]].transpose(0, 2, 3, 1))
 
 
+def test_one_prefetcher_per_executor_envs() -> None:
+    env = make_env(n=16)
+    capture_env = BindEnv(env.seed, env.sources, env.perms)  # the executor's per-capture envs share sources
+    pf = transfer.prefetcher_for(env)
+    assert transfer.prefetcher_for(capture_env) is pf and transfer.prefetcher_for(env) is pf
+    assert transfer.prefetcher_for(make_env(n=16)) is not pf  # another task: its own worker
+    own = transfer.Prefetcher()
+    capture_env.prefetcher = own  # type: ignore[attr-defined] - an engine-provided one wins
+    assert transfer.prefetcher_for(capture_env) is own
+    own.close()
+
+
 def test_prefetcher_lifecycle() -> None:
     pf = transfer.Prefetcher(name="test-prefetch")
     slot = transfer.TransferSlot(0)

@@ -251,12 +251,12 @@ def blueprint_html(view: dict[str, Any]) -> str:
     tree = f"<div class='rnb-pre'>{esc(view['tree'])}</div>" if view["tree"] else \
         "<div class='rnb-muted'>No model declared (TaskBase tasks allocate tensors by hand).</div>"
     if view["layers"]:
-        rows = "".join(f"<tr><td class='rnb-mono'><b>{esc(l['name'])}</b></td><td>{esc(l['describe'].split(': ', 1)[-1])}"
-                       f"</td><td class='rnb-mono rnb-muted'>{esc(' + '.join(l['from']))}</td>"
+        rows = "".join(f"<tr><td class='rnb-mono'><b>{esc(l['name'])}</b></td><td>{esc(l['describe'])}"
+                       f"</td><td class='rnb-mono rnb-muted'>{esc(', '.join(l['reads']))}</td>"
                        f"<td class='rnb-mono'>{esc(l['in'])}</td><td class='rnb-mono'>{esc(l['out'])}</td>"
                        f"<td class='rnb-num'>{l['params']:,}</td></tr>" for l in view["layers"])
         layers = ("<div class='rnb-h'>Executable layers after fusion</div><table class='rnb-table'><tr><th>layer</th>"
-                  "<th>what</th><th>declared as</th><th>in (per sample)</th><th>out</th><th class='rnb-num'>params</th></tr>"
+                  "<th>what</th><th>reads</th><th>in (per sample)</th><th>out</th><th class='rnb-num'>params</th></tr>"
                   f"{rows}<tr><td></td><td></td><td></td><td></td><td><b>total</b></td>"
                   f"<td class='rnb-num'><b>{view['total_params']:,}</b></td></tr></table>")
     else:

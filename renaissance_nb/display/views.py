@@ -164,34 +164,64 @@ def region_view(obj: Any) -> dict[str, Any]:
 
 
 # ---- memory: lifetimes -------------------------------------------------------------------------------
+def _programs(graphs: Any) -> list[tuple[str, list[tuple[Any, Any]] | None, int]]:
+    """The engine's liveness programs: (title, [(GraphId, node)] or None if unknown, length).
+
+    Lengths come from the engine's own ``step_programs``; node labels from mirroring its
+    order, kept only where every (inputs, outputs) pair matches the engine's.
+    """
+    from ..graph import compiler
+
+    reference = compiler.step_programs(graphs)
+    order_a = tuple(getattr(compiler, "STEP_ORDER_A", ()))
+    swap = getattr(compiler, "swap_ab", lambda g: g)
+    guesses: list[tuple[str, Any, tuple[Any, ...]]] = [
+        ("train step, buffer A", graphs.train, order_a),
+        ("train step, buffer B", graphs.train, tuple(swap(g) for g in order_a))]
+    for ab in ("A", "B"):
+        for kind, what in (("MAIN", "validation"), ("EMA", "validation (EMA)")):
+            gid = GraphId[f"INF_{kind}_{ab}"]
+            if graphs.inference.nodes(gid):
+                guesses.append((f"{what}, buffer {ab}", graphs.inference,
+                                (GraphId.UPDATE_BN_INF_PARAMS, GraphId[f"TRANSFER_{ab}"], gid, GraphId.ACCUM_METRICS)))
+    out: list[tuple[str, list[tuple[Any, Any]] | None, int]] = []
+    for k, ref in enumerate(reference):
+        nodes = None
+        title = f"program {k + 1}"
+        if k < len(guesses):
+            title, graph, order = guesses[k]
+            cand = [(gid, n) for gid in order for n in graph.nodes(gid)]
+            if [(tuple(n.inputs), tuple(n.outputs)) for _, n in cand] == [(tuple(a), tuple(b)) for a, b in ref]:
+                nodes = cand
+            else:
+                title = f"program {k + 1}"
+        out.append((title, nodes, len(ref)))
+    return out
+
+
 def _timeline_labels(graphs: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """Which node runs at each time index of the engine's liveness timeline (None if unknown)."""
-    try:
-        from ..graph.compiler import STEP_ORDER_A, step_programs, swap_ab
-    except ImportError:  # pragma: no cover - engine layout changed
-        return None
     if graphs is None or not hasattr(graphs, "train"):
         return None
-    orders = [
-        ("train step, buffer A", graphs.train, STEP_ORDER_A),
-        ("train step, buffer B", graphs.train, tuple(swap_ab(g) for g in STEP_ORDER_A)),
-        ("validation, buffer A", graphs.inference, (GraphId.TRANSFER_A, GraphId.INF_MAIN_A, GraphId.ACCUM_METRICS)),
-        ("validation, buffer B", graphs.inference, (GraphId.TRANSFER_B, GraphId.INF_MAIN_B, GraphId.ACCUM_METRICS)),
-    ]
-    reference = step_programs(graphs)
-    if len(reference) != len(orders):
+    try:
+        programs_ = _programs(graphs)
+    except Exception:  # the engine's timeline changed shape: draw without labels
         return None
-    steps, programs, t0 = [], [], 0
-    for (title, graph, order), ref in zip(orders, reference):
-        nodes = [(gid, n) for gid in order for n in graph.nodes(gid)]
-        if len(nodes) != len(ref):
-            return None
-        programs.append({"name": title, "start": t0, "end": t0 + len(nodes) - 1})
-        for i, (gid, n) in enumerate(nodes):
-            steps.append({"t": t0 + i, "op": n.op, "layer": n.layer, "gid": gid.name,
-                          "stream": gid.stream.name, "color": stream_color(gid.stream.name)})
-        t0 += len(nodes) + 1
-        steps.append({"t": t0 - 1, "op": "", "layer": "", "gid": "", "stream": "", "color": ""})  # the gap
+    steps: list[dict[str, Any]] = []
+    programs: list[dict[str, Any]] = []
+    t0 = 0
+    blank = {"op": "", "layer": "", "gid": "", "stream": "", "color": ""}
+    for title, nodes, length in programs_:
+        programs.append({"name": title, "start": t0, "end": t0 + length - 1})
+        for i in range(length):
+            if nodes is None:
+                steps.append({"t": t0 + i, **blank})
+            else:
+                gid, n = nodes[i]
+                steps.append({"t": t0 + i, "op": n.op, "layer": n.layer, "gid": gid.name,
+                              "stream": gid.stream.name, "color": stream_color(gid.stream.name)})
+        t0 += length + 1
+        steps.append({"t": t0 - 1, **blank})  # the gap between programs
     return steps[:-1], programs
 
 
@@ -285,11 +315,11 @@ def blueprint_view(task: Any) -> dict[str, Any]:
         if shapes is not None:
             for p in shapes.tables["train_base"].params:
                 params[p.layer] = params.get(p.layer, 0) + _param_count(p.shape)
-        leaves = arch.blueprint.leaves()
         for layer in arch.layers:
             i, o = io.get(layer.name, (None, None))
-            layers.append({"name": layer.name, "kind": layer.kind, "describe": layer.describe(),
-                           "from": [leaves[k].signature() for k in layer.blueprint_index],
+            what = layer.describe().split(": ", 1)[-1].split("  <- ", 1)[0]
+            layers.append({"name": layer.name, "kind": layer.kind, "describe": what,
+                           "reads": [str(x) for x in getattr(layer, "inputs", ())],
                            "in": shape_text(i) if i else "", "out": shape_text(o) if o else "",
                            "params": params.get(layer.name, 0)})
     splits = getattr(task, "_splits", None)

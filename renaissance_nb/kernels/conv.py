@@ -137,27 +137,26 @@ def col2im_(dcols, dx3, c, k, s, p, ho, wo):
 
 
 @jit
-def colsum_(d, acc, out):
-    """out[j] = sum_i d[i, j], accumulated in the float64 scratch acc (row-wise, vectorised)."""
+def mask_colsum_(d, y, act, acc, out):
+    """With act (ReLU): d[i, j] = 0 where y[i, j] <= 0, in place. Then, if out has length C,
+    out[j] = sum_i d[i, j], accumulated row-wise (vectorised) in the float64 scratch acc."""
     m, c = d.shape
-    for j in range(c):
-        acc[j] = 0.0
+    want_sum = out.shape[0] > 0
+    if want_sum:
+        for j in range(c):
+            acc[j] = 0.0
     for i in range(m):
         row = d[i]
+        if act == 1:
+            yr = y[i]
+            for j in range(c):
+                row[j] = row[j] if yr[j] > 0 else 0.0
+        if want_sum:
+            for j in range(c):
+                acc[j] += row[j]
+    if want_sum:
         for j in range(c):
-            acc[j] += row[j]
-    for j in range(c):
-        out[j] = acc[j]
-
-
-@jit
-def relu_mask_(dy, y):
-    """dy[k] = 0 where y[k] <= 0 (flat, in place)."""
-    fd = dy.reshape(-1)
-    fy = y.reshape(-1)
-    for k in range(fd.shape[0]):
-        if not fy[k] > 0:
-            fd[k] = 0.0
+            out[j] = acc[j]
 
 
 @jit
@@ -330,11 +329,13 @@ def maxpool_bwd_(dy, am, dx3):
 
 
 @jit
-def avgpool_fwd_(x, y, k, s, p):
-    """y = (sum of the window's inside values) / k^2 (padding counts as zeros)."""
+def avgpool_fwd_(x, y, k, s, p, kk):
+    """y = (sum of the window's inside values) / k^2 (padding counts as zeros).
+
+    kk = k*k as a scalar of the arrays' dtype, so float32 stays float32 (vectorised).
+    """
     n_, h, w, c = x.shape
     ho, wo = y.shape[1], y.shape[2]
-    kk = k * k
     for n in range(n_):
         for oh in range(ho):
             h0 = oh * s - p
@@ -357,10 +358,9 @@ def avgpool_fwd_(x, y, k, s, p):
 
 
 @jit
-def avgpool_bwd_(dy, dx, k, s, p):
+def avgpool_bwd_(dy, dx, k, s, p, kk):
     n_, h, w, c = dx.shape
     ho, wo = dy.shape[1], dy.shape[2]
-    kk = k * k
     for n in range(n_):
         for ih in range(h):
             for iw in range(w):
@@ -384,8 +384,8 @@ def avgpool_bwd_(dy, dx, k, s, p):
 
 
 @jit
-def gap_fwd_(x3, y):
-    """y[n, q] = mean over the H*W pixels of x3 (N, H*W, C)."""
+def gap_fwd_(x3, y, div):
+    """y[n, q] = mean over the H*W pixels of x3 (N, H*W, C); div = H*W in the arrays' dtype."""
     n_, hw, c = x3.shape
     for n in range(n_):
         yr = y[n]
@@ -396,18 +396,18 @@ def gap_fwd_(x3, y):
             for q in range(c):
                 yr[q] += xr[q]
         for q in range(c):
-            yr[q] = yr[q] / hw
+            yr[q] = yr[q] / div
 
 
 @jit
-def gap_bwd_(dy, dx3):
+def gap_bwd_(dy, dx3, div):
     n_, hw, c = dx3.shape
     for n in range(n_):
         gr = dy[n]
         for t in range(hw):
             d = dx3[n, t]
             for q in range(c):
-                d[q] = gr[q] / hw
+                d[q] = gr[q] / div
 
 
 # ---- convolution -------------------------------------------------------------------------------
@@ -448,6 +448,9 @@ def conv_fwd(outs, ins, p, env):
             matmul(x2, wt, out=y2)
             bias_act(y2, b, act, 0.0)
         return run1
+    if len(outs) < 2:
+        raise PlanError(f"conv_fwd: a {k}x{k} convolution (stride {s}, padding {pad}) needs the im2col buffer "
+                        f"'cols' ({m}, {k * k * cin}) as its second output.")
     cols = outs[1]
     _check("conv_fwd", "cols", cols.shape, (m, k * k * cin))
     x3 = x.reshape(n, h, wd * cin)
@@ -493,6 +496,8 @@ def conv_bwd(outs, ins, p, env):
     dw2 = dw.reshape(cout, -1)
     wmat = w.reshape(cout, -1)
     acc = np.zeros(cout, np.float64)  # bind-time scratch for the float64 bias-gradient sums
+    db_or_empty = db if db is not None else EMPTY_F32.astype(dy.dtype)
+    y2 = y.reshape(m, cout) if act else dy2
     dx2 = dx3 = None
     if dx is not None:
         _check("conv_bwd", "dx", dx.shape, x.shape)
@@ -503,14 +508,13 @@ def conv_bwd(outs, ins, p, env):
                 raise PlanError("conv_bwd: need_dx needs a dcols scratch view shaped like cols.")
             _check("conv_bwd", "dcols", dcols.shape, cols.shape)
             dx3 = dx.reshape(n, h, wd * cin)
-    matmul, mask, colsum, col2im = np.matmul, relu_mask_, colsum_, col2im_
+    matmul, mask_colsum, col2im = np.matmul, mask_colsum_, col2im_
+    pre = bool(act) or db is not None
 
     def run() -> None:
-        if act:
-            mask(dy, y)
+        if pre:
+            mask_colsum(dy2, y2, act, acc, db_or_empty)
         matmul(dyt, cols, out=dw2)
-        if db is not None:
-            colsum(dy2, acc, db)
         if dx2 is not None:
             matmul(dy2, wmat, out=dx2)
         elif dx3 is not None:
@@ -536,6 +540,8 @@ def bn_fwd(outs, ins, p, env):
                     ("running_mean", rmean), ("running_var", rvar)):
         _check("bn_fwd", name, a.shape, (c,))
     x2, y2 = _rows(x), _rows(y)
+    if x2.shape[0] < 2:
+        raise PlanError(f"bn_fwd: training batch norm needs more than one value per channel, got input {x.shape}.")
     momentum, eps = float(p.get("momentum", 0.1)), float(p.get("eps", 1e-5))
     act = _act("bn_fwd", p)
     acc = np.zeros((2, c), np.float64)  # bind-time scratch: shifted sums
@@ -613,16 +619,16 @@ def maxpool_bwd(outs, ins, p, env):
 def avgpool_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
     k, s, pad = _pool_geometry("avgpool_fwd", x, y, p)
-    f = avgpool_fwd_
-    return lambda: f(x, y, k, s, pad)
+    f, kk = avgpool_fwd_, x.dtype.type(k * k)
+    return lambda: f(x, y, k, s, pad, kk)
 
 
 @kernel("avgpool_bwd")
 def avgpool_bwd(outs, ins, p, env):
     (dy,), (dx,) = ins, outs
     k, s, pad = _pool_geometry("avgpool_bwd", dx, dy, p)
-    f = avgpool_bwd_
-    return lambda: f(dy, dx, k, s, pad)
+    f, kk = avgpool_bwd_, dx.dtype.type(k * k)
+    return lambda: f(dy, dx, k, s, pad, kk)
 
 
 @kernel("gap_fwd")
@@ -631,8 +637,8 @@ def gap_fwd(outs, ins, p, env):
     n, h, w, c = x.shape
     _check("gap_fwd", "y", y.shape, (n, c))
     x3 = x.reshape(n, h * w, c)
-    f = gap_fwd_
-    return lambda: f(x3, y)
+    f, div = gap_fwd_, x.dtype.type(h * w)
+    return lambda: f(x3, y, div)
 
 
 @kernel("gap_bwd")
@@ -641,5 +647,49 @@ def gap_bwd(outs, ins, p, env):
     n, h, w, c = dx.shape
     _check("gap_bwd", "dy", dy.shape, (n, c))
     dx3 = dx.reshape(n, h * w, c)
-    f = gap_bwd_
-    return lambda: f(dy, dx3)
+    f, div = gap_bwd_, dx.dtype.type(h * w)
+    return lambda: f(dy, dx3, div)
+
+
+# ---- benchmark -------------------------------------------------------------------------------------
+def benchmark(n: int = 128, hw: int = 14, cin: int = 32, cout: int = 64, k: int = 3, reps: int = 30) -> dict:
+    """Forward+backward of one conv (bias, ReLU, dx) vs the same three GEMMs alone; best-of-reps.
+
+    ``python -c "from renaissance_nb.kernels.conv import benchmark; print(benchmark())"``. On a shared machine take the
+    best of a few runs: the numbers are minima, so noise only ever makes them worse.
+    """
+    import time
+
+    from .cpu import KERNELS, BindEnv
+
+    rng = np.random.default_rng(0)
+    pad = k // 2
+    ho = _out_size(hw, k, 1, pad)
+    m, kk = n * ho * ho, k * k * cin
+    x = rng.standard_normal((n, hw, hw, cin), dtype=np.float32)
+    w = (rng.standard_normal((cout, k, k, cin)) / np.sqrt(kk)).astype(np.float32)
+    b = np.zeros(cout, np.float32)
+    y, cols = np.empty((n, ho, ho, cout), np.float32), np.empty((m, kk), np.float32)
+    dy, dw, db, dx, dcols = (rng.standard_normal(y.shape, dtype=np.float32), np.empty_like(w), np.empty_like(b),
+                             np.empty_like(x), np.empty_like(cols))
+    prm = dict(k=k, s=1, p=pad, bias=True, act="relu", need_dx=True)
+    fwd = KERNELS["conv_fwd"]([y, cols], [x, w, b], prm, BindEnv())
+    bwd = KERNELS["conv_bwd"]([dw, db, dx, dcols], [dy, x, w, cols, y], prm, BindEnv())
+    y2, dy2, dw2, wmat = y.reshape(m, cout), dy.reshape(m, cout), dw.reshape(cout, -1), w.reshape(cout, -1)
+    mm = np.matmul
+
+    def gemms() -> None:
+        mm(cols, wmat.T, out=y2)
+        mm(dy2.T, cols, out=dw2)
+        mm(dy2, wmat, out=dcols)
+
+    best = {"fwd": 1e9, "bwd": 1e9, "gemms": 1e9}
+    fwd(), bwd(), gemms()
+    for _ in range(reps):
+        for name, f in (("fwd", fwd), ("bwd", bwd), ("gemms", gemms)):
+            t0 = time.perf_counter()
+            f()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    flop = 3 * 2.0 * m * kk * cout
+    return {"fwd_ms": best["fwd"] * 1e3, "bwd_ms": best["bwd"] * 1e3,
+            "conv_gflops": flop / (best["fwd"] + best["bwd"]) / 1e9, "gemm_only_gflops": flop / best["gemms"] / 1e9}

@@ -332,7 +332,4 @@ def ema_update(outs, ins, p, env):
 
 # the image kernels register themselves into KERNELS on import
 from . import conv as _conv  # noqa: E402,F401
-try:  # TODO(lead): unguard once kernels/transfer.py lands
-    from . import transfer as _transfer  # noqa: E402,F401
-except ImportError:
-    pass
+from . import transfer as _transfer  # noqa: E402,F401

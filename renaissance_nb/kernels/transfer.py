@@ -49,8 +49,6 @@ __all__ = ["Prefetcher", "TransferSlot", "buffer_slot", "prefetcher_for"]
 
 _EMPTY_I64 = np.zeros(0, np.int64)
 _EMPTY_F32 = np.zeros(0, np.float32)
-_ZERO_OFFSET = np.zeros(1, np.int64)  # read-only use: the aug offset of nodes that draw nothing
-_ZERO_OFFSET.setflags(write=False)
 _MASK32 = 0xFFFFFFFF
 
 
@@ -183,19 +181,29 @@ def _worker_inline(slot: TransferSlot, fn: Callable[[], Any]) -> None:
 
 
 _ENV_ATTR = "_transfer_prefetcher"
+# The executor binds every capture with its own BindEnv, all sharing one ``sources`` dict:
+# keying on that dict gives one worker per task instead of one per capture.
+_BY_SOURCES: "weakref.WeakValueDictionary[int, Prefetcher]" = weakref.WeakValueDictionary()
 
 
 def prefetcher_for(env: BindEnv) -> Prefetcher:
-    """The env's Prefetcher, created on first use: a ``prefetcher`` attribute set by the
-    engine (e.g. one shared by all the BindEnvs of an executor) wins; else one is
-    stored lazily on the env itself."""
+    """The env's Prefetcher, created on first use.
+
+    Precedence: a ``prefetcher`` attribute set by the engine; the one already stored on
+    this env; the one of any other live env sharing this env's ``sources`` dict (the
+    BindEnvs of one executor); else a new one, stored lazily on the env.
+    """
     pf = getattr(env, "prefetcher", None)
     if isinstance(pf, Prefetcher) and not pf.closed:
         return pf
     d = env.__dict__
     pf = d.get(_ENV_ATTR)
     if pf is None or pf.closed:
-        pf = Prefetcher()
+        with _SLOTS_LOCK:
+            pf = _BY_SOURCES.get(id(env.sources))
+            if pf is None or pf.closed:
+                pf = Prefetcher()
+                _BY_SOURCES[id(env.sources)] = pf
         d[_ENV_ATTR] = pf
     return pf
 
@@ -278,7 +286,7 @@ def _bind_args(outs, ins, p: dict, env: BindEnv) -> dict[str, Any] | str:
         if pad or flip:
             raise PlanError(f"{where}: crop_pad={pad}, flip={bool(flip)} draw random numbers, so the node needs "
                             "ins [cursor, aug_offset]. Fix: add the epoch's aug_offset tensor to the node's ins.")
-        aug_offset = _ZERO_OFFSET
+        aug_offset = np.zeros(1, np.int64)  # owned by the closure: the offset of a node that draws nothing
     resize = (h, w) != (hs, ws)
     if resize:
         yi0, yi1, yw0, yw1 = _aug.bilinear_weights(hs, h)
