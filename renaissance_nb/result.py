@@ -24,6 +24,13 @@ class EpochRecord:
     ema_top1: float | None = None
     ema_top5: float | None = None
 
+    def __post_init__(self) -> None:
+        for f in ("train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5", "lr", "seconds",
+                  "ema_loss", "ema_top1", "ema_top5"):
+            v = getattr(self, f)
+            if v is not None:
+                object.__setattr__(self, f, float(v))
+
     def line(self) -> str:
         val = "" if self.val_loss is None else (
             f"  val loss {self.val_loss:.4f} top1 {100 * self.val_top1:6.2f}% top5 {100 * self.val_top5:6.2f}%")

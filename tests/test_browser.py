@@ -109,7 +109,7 @@ def page(lab):  # type: ignore[no-untyped-def]
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        ctx = browser.new_context(viewport={"width": 1360, "height": 1000}, device_scale_factor=1)
+        ctx = browser.new_context(viewport={"width": 1360, "height": 2000}, device_scale_factor=1)
         pg = ctx.new_page()
         errors: list[str] = []
         pg.on("pageerror", lambda e: errors.append(str(e)))
@@ -136,6 +136,11 @@ def page(lab):  # type: ignore[no-untyped-def]
         pg.page_errors = errors  # type: ignore[attr-defined]
         yield pg
         browser.close()
+
+
+def _standalone(page, cls: str):  # type: ignore[no-untyped-def]
+    """The first widget of a class displayed on its own (not inside a dashboard)."""
+    return page.locator(f".{cls}:not(.rnb-dashboard .{cls})").first
 
 
 def _shot(locator, name: str) -> None:  # type: ignore[no-untyped-def]
@@ -166,16 +171,14 @@ def test_dashboard_rendered(page) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_phase_view_rendered(page) -> None:  # type: ignore[no-untyped-def]
-    view = page.locator(".rnb-phase-view").nth(1)  # the first standalone one (the dashboard's comes first)
+    view = _standalone(page, "rnb-phase-view")
     assert view.locator("svg g[data-phase]").count() == 3
     assert view.locator("button[data-action='lock_memory']").count() == 1
     _shot(view, "04_phase_view.png")
 
 
 def test_region_map_click_shows_dtensors(page) -> None:  # type: ignore[no-untyped-def]
-    rmap = page.locator(".rnb-region-map").nth(1)  # the standalone map (the first sits in the first dashboard)
-    if rmap.count() == 0:
-        rmap = page.locator(".rnb-region-map").first
+    rmap = _standalone(page, "rnb-region-map")
     assert rmap.locator("[data-tensor]").count() >= 10
     assert rmap.locator(".rnb-offsets-ok").count() == 1
     rmap.locator(".rnb-region-track[data-region='W_FC_WEIGHT']").click()
@@ -194,13 +197,13 @@ def test_region_map_click_shows_dtensors(page) -> None:  # type: ignore[no-untyp
 
 
 def test_lifetimes_rendered(page) -> None:  # type: ignore[no-untyped-def]
-    view = page.locator(".rnb-lifetimes").last
+    view = _standalone(page, "rnb-lifetimes")
     assert view.locator("rect.rnb-life-box").count() > 5
     _shot(view, "06_lifetimes.png")
 
 
 def test_graph_view_rendered(page) -> None:  # type: ignore[no-untyped-def]
-    view = page.locator(".rnb-graph").nth(1) if page.locator(".rnb-graph").count() > 1 else page.locator(".rnb-graph").first
+    view = _standalone(page, "rnb-graph")
     canvas = view.locator(".rnb-graph-canvas")
     mode = canvas.get_attribute("data-mode")
     if mode == "svg":
@@ -212,7 +215,7 @@ def test_graph_view_rendered(page) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_atlas_click_opens_graph(page) -> None:  # type: ignore[no-untyped-def]
-    atlas = page.locator(".rnb-atlas").nth(1) if page.locator(".rnb-atlas").count() > 1 else page.locator(".rnb-atlas").first
+    atlas = _standalone(page, "rnb-atlas")
     cell = atlas.locator("td.rnb-cell[data-variant='train_last'][data-gid='DEEP_FWD_BWD']")
     cell.click()
     detail = atlas.locator(".rnb-atlas-detail .rnb-graph-canvas")
@@ -223,7 +226,7 @@ def test_atlas_click_opens_graph(page) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_training_curves_rendered(page) -> None:  # type: ignore[no-untyped-def]
-    mon = page.locator(".rnb-monitor[data-epochs='3']").first
+    mon = page.locator(".rnb-monitor[data-epochs='3']:not(.rnb-dashboard .rnb-monitor)").first
     mon.wait_for(timeout=30_000)
     d = mon.locator("path[data-series='train']").first.get_attribute("d")
     assert d and d.count("L") >= 2, d

@@ -299,3 +299,41 @@ def test_shape_invariant_graphs_are_bound_once_for_all_train_variants() -> None:
     # every capture is distinct
     keys = [(c.graph, c.gid, c.shape_id) for c in a.captures]
     assert len(keys) == len(set(keys)) == len(t.executor.bound)
+
+
+def test_pack_never_overlaps_live_tensors_randomized() -> None:
+    """Seeded random cases: aligned offsets, everything inside the size, no live overlap, and
+    never more bytes than placing every tensor side by side."""
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        n = int(rng.integers(1, 12))
+        tensors = [DTensor(i, f"t{i}", (1,), "uint8", Region.F_FEATURE_FP32, int(rng.integers(1, 3000)))
+                   for i in range(n)]
+        lifes = {}
+        for i in range(n):
+            if rng.random() < 0.9:  # the rest have no lifetime: live for ever
+                starts = rng.integers(0, 20, int(rng.integers(1, 3)))
+                lifes[i] = [(int(a), int(a + rng.integers(0, 6))) for a in starts]
+        offsets, size = pack(tensors, lifes)
+        assert set(offsets) == set(range(n))
+        assert size % ALIGNMENT == 0 and all(o % ALIGNMENT == 0 for o in offsets.values())
+        assert all(offsets[t.id] + t.slot_bytes <= size for t in tensors)
+        assert size <= sum(-(-t.slot_bytes // ALIGNMENT) * ALIGNMENT for t in tensors)
+        assert live_overlaps([replace(t, offset=offsets[t.id]) for t in tensors], lifes) == []
+
+
+@pytest.mark.parametrize("model,fuse", [
+    (seq(fc(32), relu(), fc(4)), True),
+    (seq(fc(32), relu(), dropout(0.5), fc(16), tanh(), fc(4)), False),
+    (seq(dropout(0.2), fc(24), tanh(), fc(24), relu(), fc(24), relu(), fc(4)), True),
+])
+def test_compiled_tasks_have_no_live_overlaps(model, fuse) -> None:
+    t = make_task(n_train=100, batch=32, n_val=40, model=model, fuse=fuse)
+    for plan in t.plans.values():
+        assert plan.live_overlaps() == []
+    assert t.memory.total_bytes <= t.memory.bytes_without_reuse
+    # every tensor a graph touches has a lifetime; the others (weights, ranges) are not reusable anyway
+    touched = t.compiled.graphs.train.tensor_ids() | t.compiled.graphs.inference.tensor_ids()
+    for tid in touched:
+        if t.memory[tid].region.reusable:
+            assert tid in t.memory.lifetimes, t.memory[tid].name

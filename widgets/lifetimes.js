@@ -64,7 +64,7 @@ function render({ model, el }) {
     }
     const sub = v.reuse
       ? `Liveness reuse saves ${v.saved_human}: arena ${v.arena_human} instead of ${v.without_reuse_human}. `
-        + (v.shared.length ? `${v.shared.length} pairs of tensors share bytes (their boxes stack on the same offsets at different times).`
+        + (v.shared.length ? `${v.shared.length} pair${v.shared.length > 1 ? "s" : ""} of tensors share${v.shared.length > 1 ? "" : "s"} bytes (their boxes stack on the same offsets at different times).`
           : "No two tensors of this plan could share bytes: every feature map is still needed by the backward pass.")
       : "Liveness reuse is off (options(liveness=False)): every tensor keeps its own bytes.";
     const seg = h("div", { class: "rnb-seg" },

@@ -58,7 +58,7 @@ function chart(title, key, series) {
 
   function update(data, xmax, opts = {}) {
     // data: { name: [[x, y], ...] }
-    const pts = Object.values(data).flat();
+    const pts = Object.values(data).flat().concat(opts.bars || []);
     empty.style.display = pts.length ? "none" : "";
     let ymin = opts.ymin ?? Math.min(...pts.map((q) => q[1]));
     let ymax = opts.ymax ?? Math.max(...pts.map((q) => q[1]));

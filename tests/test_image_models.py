@@ -1,0 +1,189 @@
+"""Image models end to end: a residual conv net against PyTorch, progressive resizing and
+its atlas, EMA, augmentation determinism, and the errors for resolution-bound models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from renaissance_nb import (AdamW, CosineAnnealingLR, DeepLearningTask, GraphId, ShapeError, fc, flatten, relu, seq)
+from renaissance_nb.blueprint import RESNET_3_3, RESNET_3_3_DS, add2, avgpool, block, bn, cbr, conv, gap, maxpool
+
+
+def blobs(n: int, c: int = 3, hw: int = 16, classes: int = 4, seed: int = 0):
+    """Learnable images: each class brightens one quadrant, plus noise."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32) * 0.5
+    h = hw // 2
+    for k in range(classes):
+        r, q = divmod(k, 2)
+        x[y == k, :, r * h:(r + 1) * h, q * h:(q + 1) * h] += 1.0
+    return x, y
+
+
+def resnet_small(classes: int = 4):
+    return seq(cbr(8, 3, 1, 1), block(8, RESNET_3_3), block(16, RESNET_3_3_DS), gap(), fc(classes))
+
+
+def step_grads(task: DeepLearningTask) -> None:
+    ex = task.executor
+    ex.view("train_base", "cursor")[0] = 0
+    for gid in (GraphId.CLEAR_METRICS, GraphId.TRANSFER_A, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
+                GraphId.FIRST_LAYER_BWD_A):
+        for k in ex.kernels("train_base", gid):
+            k()
+
+
+def test_residual_convnet_matches_pytorch_forward_and_gradients() -> None:
+    torch = pytest.importorskip("torch")
+    from torch import nn
+    torch.set_num_threads(2)
+    x, y = blobs(16, c=3, hw=12)
+    model = seq(cbr(8, 3, 1, 1), maxpool(2), block(8, RESNET_3_3), block(16, RESNET_3_3_DS),
+                add2(avgpool(1), seq(conv(16, 1, 1, 0), bn())), gap(), fc(4))
+    task = (DeepLearningTask().model(model).data(train=(x, y), batch_size=16, shuffle=False)
+            .total_epochs(1).seed(3).options(prefetch=False))
+    task.compile()
+    sd = task.state_dict()  # before the step: it updates the running statistics
+    step_grads(task)
+    ours_loss = float(task.executor.view("train_base", "result")[0])
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+            self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+            self.short = None
+            if stride != 1:
+                self.short = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, t):
+            s = t if self.short is None else self.short(t)
+            return torch.relu(s + self.b2(self.c2(torch.relu(self.b1(self.c1(t))))))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.bn = nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8)
+            self.blk1, self.blk2 = Block(8, 8, 1), Block(8, 16, 2)
+            self.proj, self.pbn = nn.Conv2d(16, 16, 1, 1, 0), nn.BatchNorm2d(16)
+            self.fc = nn.Linear(16, 4)
+
+        def forward(self, t):
+            t = nn.functional.max_pool2d(torch.relu(self.bn(self.stem(t))), 2)
+            t = self.blk2(self.blk1(t))
+            t = nn.functional.avg_pool2d(t, 1) + self.pbn(self.proj(t))
+            return self.fc(t.mean(dim=(2, 3)))
+
+    net = Net()
+    # our layer names in walk order: conv1 bn1 | blk1: conv2 bn2 conv3 bn3 | blk2: conv4 bn4 (shortcut) conv5 bn5
+    # conv6 bn6 | add2: conv7 bn7 | fc1
+    pairs = [("conv1", net.stem), ("bn1", net.bn), ("conv2", net.blk1.c1), ("bn2", net.blk1.b1),
+             ("conv3", net.blk1.c2), ("bn3", net.blk1.b2), ("conv4", net.blk2.short[0]), ("bn4", net.blk2.short[1]),
+             ("conv5", net.blk2.c1), ("bn5", net.blk2.b1), ("conv6", net.blk2.c2), ("bn6", net.blk2.b2),
+             ("conv7", net.proj), ("bn7", net.pbn), ("fc1", net.fc)]
+    with torch.no_grad():
+        for name, mod in pairs:
+            for role, t in mod.state_dict().items():
+                if role == "num_batches_tracked":
+                    continue
+                t.copy_(torch.from_numpy(sd[f"{name}.{role}"]))
+    net.train()
+    xt = torch.from_numpy(x)
+    loss = nn.functional.cross_entropy(net(xt), torch.from_numpy(y.astype(np.int64)))
+    loss.backward()
+    assert ours_loss == pytest.approx(float(loss.detach()), rel=1e-5)
+    ex = task.executor
+    for name, mod in pairs:
+        for role, prm in mod.named_parameters():
+            g = ex.view("train_base", f"{name}.{role}@grad")
+            if g.ndim == 4:
+                g = g.transpose(0, 3, 1, 2)
+            want = prm.grad.numpy()
+            np.testing.assert_allclose(g, want, rtol=2e-4, atol=max(1e-6, 2e-5 * np.abs(want).max()),
+                                       err_msg=f"{name}.{role}")
+        if isinstance(mod, nn.BatchNorm2d):  # running statistics updated like PyTorch's
+            np.testing.assert_allclose(ex.view("train_base", f"{name}.running_var"), mod.running_var.numpy(),
+                                       rtol=1e-5, atol=1e-6)
+
+
+def test_progressive_resizing_trains_and_binds_one_graph_per_shape() -> None:
+    x, y = blobs(200, c=3, hw=16)
+    xv, yv = blobs(64, c=3, hw=16, seed=1)
+    task = (DeepLearningTask().model(resnet_small()).data(train=(x, y), val=(xv, yv), batch_size=48)
+            .optimizer(AdamW()).scheduler(CosineAnnealingLR().base_lr(3e-3)).total_epochs(4).seed(0)
+            .train_resolution(16, 12, boundary_epoch=2).options(prefetch=False))
+    task.compile()
+    atlas = task.compiled.atlas
+    shapes = {atlas.entry(v, GraphId.DEEP_FWD_BWD).shape_id for v in
+              ("train_base", "train_last", "train_lowres", "train_lowres_last")}
+    assert len(shapes) == 4  # 48 and 8 rows, at 16x16 and 12x12
+    assert atlas.shape_ids[atlas.entry("train_lowres", GraphId.DEEP_FWD_BWD).shape_id] == (48, 3, 12, 12)
+    opt = {atlas.entry(v, GraphId.OPTIMIZER).captured_index for v in ("train_base", "train_lowres_last")}
+    assert len(opt) == 1 and atlas.entry("train_base", GraphId.OPTIMIZER).shape_id == 0
+    # same offsets at both resolutions
+    a, b = task.plans["train_base"], task.plans["train_lowres"]
+    assert [t.offset for t in a] == [t.offset for t in b]
+    assert a["conv1.out"].shape != b["conv1.out"].shape
+    r = task.run(progress=False)
+    losses = [h.train_loss for h in r.history]
+    assert losses[-1] < losses[0]
+    assert r.history[-1].val_top1 > 0.45  # 4 classes: chance is 0.25
+
+
+def test_resolution_bound_model_gets_a_clear_error() -> None:
+    x, y = blobs(64, c=1, hw=8)
+    task = (DeepLearningTask().model(seq(conv(4, 3, 1, 1), relu(), flatten(), fc(4))).data(train=(x, y), batch_size=16)
+            .train_resolution(8, 6, boundary_epoch=1))
+    with pytest.raises(ShapeError, match="gap"):
+        task.plan()
+
+
+def test_ema_is_evaluated_and_tracks_weights() -> None:
+    x, y = blobs(192, c=1, hw=8)
+    xv, yv = blobs(64, c=1, hw=8, seed=2)
+    mk = lambda decay: (DeepLearningTask().model(seq(cbr(8, 3, 1, 1), gap(), fc(4)))  # noqa: E731
+                        .data(train=(x, y), val=(xv, yv), batch_size=32).total_epochs(2).seed(4).ema(decay)
+                        .options(prefetch=False))
+    t = mk(0.5)
+    r = t.run(progress=False)
+    rec = r.history[-1]
+    assert rec.ema_top1 is not None and r.best_ema_epoch in (1, 2)
+    # a fast EMA ends close to the weights, and so does its accuracy
+    ex = t.executor
+    w, e = ex.view("train_base", "conv1.weight"), ex.view("train_base", "conv1.weight@ema")
+    assert np.abs(w - e).max() < 0.1 * np.abs(w).max()
+    assert abs(rec.ema_top1 - rec.val_top1) < 0.1
+    slow = mk(0.999)
+    slow.run(progress=False)
+    ex = slow.executor
+    w, e = ex.view("train_base", "conv1.weight"), ex.view("train_base", "conv1.weight@ema")
+    assert np.abs(w - e).max() > np.abs(ex.view("train_base", "conv1.weight@ema")).max() * 1e-3
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_augmentation_runs_are_byte_identical(prefetch: bool) -> None:
+    x, y = blobs(96, c=3, hw=8)
+    mk = lambda: (DeepLearningTask().model(seq(cbr(4, 3, 1, 1), gap(), fc(4))).data(train=(x, y), batch_size=32)  # noqa: E731
+                  .augment(crop_pad=2, flip=True).total_epochs(2).seed(9).options(prefetch=prefetch))
+    a, b = mk(), mk()
+    a.run(progress=False)
+    b.run(progress=False)
+    for k, v in a.state_dict().items():
+        assert v.tobytes() == b.state_dict()[k].tobytes(), k
+    plain = (DeepLearningTask().model(seq(cbr(4, 3, 1, 1), gap(), fc(4))).data(train=(x, y), batch_size=32)
+             .total_epochs(2).seed(9).options(prefetch=prefetch))
+    plain.run(progress=False)
+    assert any(plain.state_dict()[k].tobytes() != v.tobytes() for k, v in a.state_dict().items())
+
+
+def test_evaluate_and_predict_on_images() -> None:
+    x, y = blobs(128, c=1, hw=8)
+    task = (DeepLearningTask().model(seq(cbr(8, 3, 1, 1), maxpool(2), gap(), fc(4)))
+            .data(train=(x, y), val=(x[:50], y[:50]), batch_size=32).total_epochs(3).seed(1).options(prefetch=False))
+    r = task.run(progress=False)
+    ev = task.evaluate(x[:50], y[:50])
+    assert ev["top1"] == pytest.approx(r.history[-1].val_top1, abs=1e-6)
+    assert ev["loss"] == pytest.approx(r.history[-1].val_loss, rel=1e-5)
+    pred = task.predict(x[:50])
+    assert (pred == y[:50]).mean() == pytest.approx(ev["top1"], abs=1e-9)
