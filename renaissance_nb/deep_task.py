@@ -468,7 +468,7 @@ class DeepLearningTask(TaskBase):
                 train = acc.copy()
                 val = self._run_eval(val_sched) if val_sched else None
                 emav = self._run_eval(ema_sched) if ema_sched else None
-                lr = float(lr_table[min(int(step_counter[0]), len(lr_table) - 1) - 1]) if step_counter[0] else 0.0
+                lr = float(lr_table[min(int(step_counter[0]), len(lr_table)) - 1]) if step_counter[0] else 0.0
                 rec = EpochRecord(epoch + 1, train[0] / train[3], train[1] / train[3], train[2] / train[3],
                                   None if val is None else val[0] / val[3], None if val is None else val[1] / val[3],
                                   None if val is None else val[2] / val[3], lr, time.perf_counter() - t0,
@@ -609,6 +609,11 @@ class DeepLearningTask(TaskBase):
             arrays[k] = a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
         for k, a in arrays.items():
             self.executor.view("train_base", k)[...] = a
+
+    @property
+    def skipped_updates(self) -> int:
+        """Updates skipped by nan_policy='skip' so far."""
+        return int(self.executor.view("train_base", "nan.skipped")[0]) if self.executor else 0
 
     # ---- checkpoints ------------------------------------------------------------------------------
     def save(self, path: str) -> str:

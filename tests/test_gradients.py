@@ -136,8 +136,6 @@ def test_fc_gradients_match_finite_differences(act: str, slope: float, bias: boo
     outs = [dw] + ([db] if bias else []) + [dx]
     run_kernel("fc_bwd", outs, [dy, x, w, y, ones], act=act, slope=slope, bias=bias, need_dx=True)
 
-    # leaky_relu's backward rounds dy * slope to float32 (see the xfail below): ~6e-8 relative, far
-    # below any real derivative error, so one tolerance serves every activation
     tol = dict(rtol=1e-6, atol=1e-8)
     assert_grad(dw, numgrad(ref_loss, w), **tol)
     assert_grad(dx, numgrad(ref_loss, x), **tol)
@@ -175,9 +173,7 @@ def test_fc_fused_activation_is_exact_in_float64(act: str, slope: float) -> None
 
 @pytest.mark.parametrize("act,slope", [
     ("relu", 0.0), ("tanh", 0.0), ("sigmoid", 0.0),
-    pytest.param("leaky_relu", 0.1, marks=pytest.mark.xfail(
-        strict=True, reason="kernels/fused.py act_grad_from_output_ (act == 4) stores "
-                            "np.float32(flat_d[k] * slope): float64 gradients are rounded to float32")),
+    ("leaky_relu", 0.1),
 ])
 def test_fc_fused_activation_backward_is_exact_in_float64(act: str, slope: float) -> None:
     rng = np.random.default_rng(4)

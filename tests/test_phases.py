@@ -254,7 +254,7 @@ def test_settings_cannot_change_after_plan(stage: str) -> None:
         assert f"The setting {name} can no longer change" in msg
         assert "PLANNING (before plan())" in msg
         assert str(t.phase) in msg
-    assert t.arch is arch and t._epochs == 2 and t._batch == 32  # nothing changed
+    assert t.arch is arch and t.steps_per_epoch == 3 and t.total_steps == 6  # nothing changed
     res = t.run(progress=False)
     assert len(res.history) == 2 and np.isfinite(res.step_losses).all()
     assert len(res.step_losses) == 2 * 3

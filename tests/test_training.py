@@ -7,7 +7,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from renaissance_nb import (CheckpointError, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, AdamW, SGD,
+from renaissance_nb import (AdamW, CheckpointError, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask,
                             datasets, dropout, fc, leaky_relu, relu, seq, sigmoid, tanh)
 from renaissance_nb.runtime.replay import batch_variants
 
@@ -191,8 +191,6 @@ def test_epoch_metrics_are_exactly_sample_weighted() -> None:
     assert t.evaluate(xt, yt)["loss"] == pytest.approx(ref_loss, rel=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="deep_task.py run(): the EpochRecord lr reads lr_table[min(step, len-1) - 1], "
-                                       "one step early at the end of training; should be lr_table[min(step, len) - 1]")
 def test_epoch_record_lr_is_the_rate_of_the_epochs_last_step() -> None:
     t = build(seq(fc(8), relu(), fc(5)), n=128, batch=32, epochs=2).scheduler(CosineAnnealingLR().base_lr(0.01))
     res = t.run(progress=False)

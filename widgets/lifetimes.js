@@ -141,9 +141,9 @@ function render({ model, el }) {
     el.append(svg);
 
     const legend = h("div", { class: "rnb-legend" });
-    const fams = new Map();
-    for (const t of tensors) fams.set(t.family, t.color);
-    for (const [f, c] of fams) legend.append(h("span", {}, h("span", { class: "rnb-swatch", style: { background: c } }), h("b", {}, f)));
+    const regs = new Map();
+    for (const t of tensors) regs.set(t.region, t.color);
+    for (const [r, c] of regs) legend.append(h("span", {}, h("span", { class: "rnb-swatch", style: { background: c } }), h("b", {}, r)));
     legend.append(h("span", {}, "· hover a box for the tensor, its region, offset, bytes and the ops that open and close its lifetime"));
     el.append(legend);
     if (v.shared.length) {

@@ -204,7 +204,8 @@ def lifetimes_html(view: dict[str, Any]) -> str:
         return lifetimes_svg(view)
     shared = view["shared"]
     pairs = ", ".join(f"{esc(s['a'])} ⇄ {esc(s['b'])}" for s in shared[:8]) + (" …" if len(shared) > 8 else "")
-    text = (f"{len(shared)} pair{"s" if len(shared) > 1 else ""} of tensors share{"" if len(shared) > 1 else "s"} bytes because their lifetimes never meet: {pairs}"
+    text = (f"{len(shared)} pair{'s' if len(shared) > 1 else ''} of tensors share{'' if len(shared) > 1 else 's'} "
+            f"bytes because their lifetimes never meet: {pairs}"
             if shared else "No two feature/temporary tensors share bytes in this plan"
             + ("" if view["reuse"] else " (liveness reuse is off)") + ".")
     return (f"<div class='rnb-lifetimes-static'><div class='rnb-sub'>{text} Reuse saves "

@@ -50,6 +50,16 @@ def family_color(family: str) -> str:
     return FAMILY_COLORS.get(family, "#8a8f98")
 
 
+def region_color(region: str) -> str:
+    """The family colour, lightened for gradient slots so features and their gradients differ."""
+    base = family_color(region.split("_", 1)[0])
+    if "GRAD" not in region:
+        return base
+    r, g, b = (int(base[i:i + 2], 16) for i in (1, 3, 5))
+    mix = lambda c: int(c + (255 - c) * 0.45)  # noqa: E731
+    return "#{:02x}{:02x}{:02x}".format(mix(r), mix(g), mix(b))
+
+
 def stream_color(stream: str) -> str:
     return STREAM_COLORS.get(stream, "#8a8f98")
 
@@ -96,5 +106,5 @@ def shape_text(shape: object) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-__all__ = ["FAMILY_COLORS", "STREAM_COLORS", "PHASE_COLORS", "family_color", "stream_color", "capture_color",
+__all__ = ["FAMILY_COLORS", "STREAM_COLORS", "PHASE_COLORS", "family_color", "region_color", "stream_color", "capture_color",
            "capture_ink", "esc", "clock", "duration", "shape_text", "human_bytes"]

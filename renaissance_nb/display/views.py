@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from ..graph.ids import GraphId
 from ..memory.plan import MemoryPlan, human_bytes
 from ..memory.region import FAMILIES
-from .theme import capture_color, capture_ink, clock, family_color, shape_text, stream_color
+from .theme import capture_color, capture_ink, clock, family_color, region_color, shape_text, stream_color
 
 PHASES = ("PLANNING", "MEMORY_LOCKED", "COMPILED")
 
@@ -244,7 +244,7 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
         tensors.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
                         "offset": t.offset, "slot_bytes": t.slot_bytes, "shape": list(t.shape), "dtype": t.dtype,
                         "intervals": [[int(a), int(b)] for a, b in iv], "reusable": t.region.reusable,
-                        "color": family_color(t.region.family)})
+                        "color": region_color(t.region.name)})
     if not steps:
         steps = [{"t": i, "op": "", "layer": "", "gid": "", "stream": "", "color": "#8a8f98"}
                  for i in range(t_max + 1)]

@@ -61,7 +61,7 @@ def act_grad_from_output_(dy, y, act, slope):
             flat_d[k] = flat_d[k] * (yk * (np.float32(1.0) - yk))
         elif act == 4:
             if yk <= 0:
-                flat_d[k] = np.float32(flat_d[k] * slope)
+                flat_d[k] = flat_d[k] * slope
 
 
 @jit
