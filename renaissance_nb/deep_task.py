@@ -394,7 +394,7 @@ class DeepLearningTask(TaskBase):
                 offset += Philox.blocks_needed(view.size)
             else:
                 view.fill(1.0 if p.init == "ones" else 0.0)
-            if self._ema is not None and p.trainable:
+            if self._ema is not None:
                 ex.view("train_base", f"{p.name}@ema")[...] = view
         for v in ex.views.values():
             v[compiled.ids["ones"]].fill(1.0)

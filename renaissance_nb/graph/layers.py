@@ -313,7 +313,9 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
             t.add(f"{layer.name}.invstd", (c,), f32, Region.T_TEMP_FP32)
             t.add(f"{layer.name}.eq_scale", (c,), f32, Region.W_EQ_SCALE)
             t.add(f"{layer.name}.eq_bias", (c,), f32, Region.W_EQ_BIAS)
-            if ema:
+            if ema:  # the EMA model's own running statistics (an EMA of the model's), folded separately
+                t.add(f"{layer.name}.running_mean@ema", (c,), f32, Region.B_NEXT_MEAN)
+                t.add(f"{layer.name}.running_var@ema", (c,), f32, Region.B_NEXT_VAR)
                 t.add(f"{layer.name}.eq_scale@ema", (c,), f32, Region.W_EQ_SCALE)
                 t.add(f"{layer.name}.eq_bias@ema", (c,), f32, Region.W_EQ_BIAS)
             if idx == 0:
@@ -530,8 +532,8 @@ def _bn_fold(g: ComputationGraph, arch: ArchPlan, ids: dict[str, int], ema: bool
         n = layer.name
         for sfx in ("", "@ema") if ema else ("",):
             g.append(GraphId.UPDATE_BN_INF_PARAMS, node(
-                "bn_fold", [ids[f"{n}.weight{sfx}"], ids[f"{n}.bias{sfx}"], ids[f"{n}.running_mean"],
-                            ids[f"{n}.running_var"]], [ids[f"{n}.eq_scale{sfx}"], ids[f"{n}.eq_bias{sfx}"]], n,
+                "bn_fold", [ids[f"{n}.weight{sfx}"], ids[f"{n}.bias{sfx}"], ids[f"{n}.running_mean{sfx}"],
+                            ids[f"{n}.running_var{sfx}"]], [ids[f"{n}.eq_scale{sfx}"], ids[f"{n}.eq_bias{sfx}"]], n,
                 eps=layer.p["eps"]))
 
 
@@ -571,7 +573,7 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
     g.append(GraphId.OPTIMIZER, node("optimizer", [ids["lr_table"], ids["nan.flag"]], [ids["step"]], "optimizer",
                                      **dict(opts.optimizer)))
     if opts.ema_decay is not None:
-        g.append(GraphId.EMA_UPDATE, node("ema_update", [], [], "ema", decay=opts.ema_decay))
+        g.append(GraphId.EMA_UPDATE, node("ema_update", [ids["step"]], [], "ema", decay=opts.ema_decay))
     return g
 
 

@@ -320,14 +320,27 @@ def optimizer_k(outs, ins, p, env):
 
 @kernel("ema_update")
 def ema_update(outs, ins, p, env):
-    """E = decay * E + (1 - decay) * W over the whole E and W parameter ranges, one pass."""
+    """E = d * E + (1 - d) * W over the whole E and W parameter ranges, and the same for the
+    EMA's BN running statistics (B_NEXT from B_PREV), in one pass each. d warms up as
+    min(decay, (1 + t) / (10 + t)) with t the finished steps, so early averages are useful."""
+    (step,) = ins
     e = env.range_view("E_BN_BIAS", "E_DEEP_CONV", "float32")
     w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
-    if e.size != w.size:
-        raise PlanError(f"ema_update: the E range holds {e.size} values but W holds {w.size}; they must list the "
-                        "same tensors with the same slot sizes.")
+    be = env.range_view("B_NEXT_MEAN", "B_NEXT_VAR", "float32")
+    bw = env.range_view("B_PREV_MEAN", "B_PREV_VAR", "float32")
+    for name, a, b in (("E", e, w), ("B_NEXT", be, bw)):
+        if a.size != b.size:
+            raise PlanError(f"ema_update: the {name} range holds {a.size} values but its source holds {b.size}; "
+                            "they must list the same tensors with the same slot sizes.")
     decay, f = float(p["decay"]), fused.ema_
-    return lambda: f(e, w, decay)
+
+    def run() -> None:
+        t = float(step[0])
+        d = min(decay, (1.0 + t) / (10.0 + t))
+        f(e, w, d)
+        if be.size:
+            f(be, bw, d)
+    return run
 
 
 # the image kernels register themselves into KERNELS on import

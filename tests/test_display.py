@@ -1,0 +1,457 @@
+"""The display layer: views read artifacts, widgets never raise, static HTML always renders.
+
+No kernel or browser needed: widgets are created without a front end (ipywidgets allows it),
+and what a front end would send is simulated by calling the same handlers.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("anywidget")
+
+from renaissance_nb import (DeepLearningTask, PhaseError, Region, StreamKind, TaskBase, datasets, fc,  # noqa: E402
+                            node, relu, seq)
+from renaissance_nb import display  # noqa: E402
+from renaissance_nb.display import (AtlasView, GraphView, LifetimeView, PhaseView, RegionMap,  # noqa: E402
+                                    TrainingMonitor, dashboard, dashboard_bundle, graphdraw, static, views)
+from renaissance_nb.display._assets import asset  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def small_task(epochs: int = 1, batch: int = 128) -> DeepLearningTask:
+    return (DeepLearningTask("t").model(seq(fc(32), relu(), fc(10)))
+            .data(datasets.default_mnist(), batch_size=batch).total_epochs(epochs))
+
+
+@pytest.fixture(scope="module")
+def compiled() -> DeepLearningTask:
+    return small_task().compile()
+
+
+@pytest.fixture(scope="module")
+def trained() -> DeepLearningTask:
+    t = small_task(epochs=2)
+    t.run(progress=False)
+    return t
+
+
+def hand_task(finalize: bool = True, graph: bool = True, compile_: bool = False) -> TaskBase:
+    t = TaskBase("hand")
+    x = t.alloc((4, 3), "float32", Region.I_A_DATA, name="x")
+    w = t.alloc((3, 2), "float32", Region.W_FC_WEIGHT, name="w")
+    y = t.alloc((4, 2), "float32", Region.F_FEATURE_FP32, name="y")
+    if finalize:
+        t.finalize_memory()
+        if graph:
+            t.add_graph("forward", [node("matmul", [x.id, w.id], [y.id], layer="fc")], StreamKind.COMP_1)
+            if compile_:
+                t.compile()
+    return t
+
+
+class _Checker(HTMLParser):
+    """Fails on nothing; collects tags so a test can see the HTML parsed into real elements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
+        self.tags.append(tag)
+
+
+def parse(html: str) -> list[str]:
+    p = _Checker()
+    p.feed(html)
+    p.close()
+    return p.tags
+
+
+# ---- the engine never imports the display layer ---------------------------------------------------------
+def test_engine_runs_without_importing_display() -> None:
+    code = ("import sys; from renaissance_nb import *; "
+            "t = DeepLearningTask().model(seq(fc(16), relu(), fc(10))).data(datasets.default_mnist()).total_epochs(1); "
+            "t.run(progress=False); repr(t); t.summary(); "
+            "bad = [m for m in sys.modules if m.startswith('renaissance_nb.display') or m in ('ipywidgets', 'anywidget')]; "
+            "print(bad); assert not bad, bad")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_only_the_two_lazy_imports_reach_display() -> None:
+    hits = []
+    for path in (ROOT / "renaissance_nb").rglob("*.py"):
+        if "display" in path.relative_to(ROOT / "renaissance_nb").parts:
+            continue
+        tree = ast.parse(path.read_text())
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module and "display" in n.module.split("."):
+                hits.append((path.name, n.module, tuple(a.name for a in n.names), n.col_offset > 0))
+            elif isinstance(n, ast.Import) and any("display" in a.name.split(".") for a in n.names):
+                hits.append((path.name, "import", tuple(a.name for a in n.names), n.col_offset > 0))
+    assert all(lazy for *_, lazy in hits), f"module-level imports of the display layer: {hits}"
+    assert {names for _, _, names, _ in hits} <= {("dashboard",), ("dashboard_bundle",)}, hits
+
+
+# ---- views ----------------------------------------------------------------------------------------------
+def test_region_view_reads_the_plans(compiled: DeepLearningTask) -> None:
+    v = views.region_view(compiled)
+    plan = compiled.plans["train_base"]
+    assert v["ready"] and v["variants"] == list(compiled.plans)
+    assert v["arena_bytes"] == plan.total_bytes and v["offsets_identical"] is True
+    assert len(v["tensors"]) == len(plan)
+    for t in v["tensors"]:
+        assert t["offset"] == plan[t["id"]].offset
+        assert t["shapes"]["train_last"] == list(compiled.plans["train_last"][t["id"]].shape)
+        assert t["color"] == display.theme.FAMILY_COLORS[t["family"]]
+    by_region = {r["region"]: r for r in v["regions"]}
+    assert by_region["W_FC_WEIGHT"]["tensor_ids"] == list(plan.regions[Region.W_FC_WEIGHT].tensor_ids)
+    assert all(r["size"] > 0 for r in v["regions"])
+    # the last batch has 4000 % 128 = 32 rows: shapes change, offsets do not
+    fc1 = next(t for t in v["tensors"] if t["name"] == "fc1.out")
+    assert fc1["shapes"]["train_base"] == [128, 32] and fc1["shapes"]["train_last"] == [32, 32]
+    assert fc1["nbytes"]["train_last"] < fc1["slot_bytes"]
+
+
+def test_region_view_before_any_plan() -> None:
+    assert views.region_view(small_task())["ready"] is False
+    assert views.region_view(hand_task(finalize=False))["ready"] is False
+    v = views.region_view(hand_task())
+    assert v["ready"] and [t["name"] for t in v["tensors"]] == ["x", "w", "y"]
+
+
+def test_lifetime_view_labels_the_timeline(compiled: DeepLearningTask) -> None:
+    v = views.lifetime_view(compiled)
+    plan = compiled.plans["train_base"]
+    assert v["ready"] and v["programs"] and v["programs"][0]["name"].startswith("train step")
+    for t in v["tensors"]:
+        assert [tuple(iv) for iv in t["intervals"]] == [tuple(iv) for iv in plan.lifetimes[t["id"]]]
+    ops = {s["op"] for s in v["steps"]}
+    assert {"fc_fwd", "fc_bwd", "softmax_xent", "optimizer"} <= ops
+    assert all(s["t"] == i for i, s in enumerate(v["steps"]))
+    # every pair reported as sharing bytes really overlaps in bytes and never in time
+    for p in v["shared"]:
+        a, b = plan[p["a_id"]], plan[p["b_id"]]
+        assert a.offset < b.end and b.offset < a.end
+        assert not any(x0 <= y1 and y0 <= x1 for x0, x1 in plan.lifetimes.get(a.id, [])
+                       for y0, y1 in plan.lifetimes.get(b.id, []))
+
+
+def test_liveness_off_shares_nothing() -> None:
+    t = small_task().options(liveness=False).lock_memory()
+    v = views.lifetime_view(t)
+    assert v["shared"] == [] and v["reuse"] is False
+
+
+def test_atlas_view_groups_shared_captures(compiled: DeepLearningTask) -> None:
+    atlas = compiled.compiled.atlas
+    v = views.atlas_view(compiled)
+    assert v["captures"] == len(atlas.captures) and v["entries"] == len(atlas.entries)
+    colours: dict[int, set[str]] = {}
+    counts: dict[int, int] = {}
+    for row in v["cells"].values():
+        for c in row.values():
+            colours.setdefault(c["captured"], set()).add(c["color"])
+            counts[c["captured"]] = counts.get(c["captured"], 0) + 1
+            assert c["captured"] == atlas.entry(c["variant"], __import__("renaissance_nb").GraphId[c["gid"]]).captured_index
+    assert all(len(s) == 1 for s in colours.values()), "one colour per bound graph"
+    assert len({next(iter(s)) for s in colours.values()}) == len(colours), "different bound graphs, different colours"
+    for row in v["cells"].values():
+        for c in row.values():
+            assert c["shared_by"] == counts[c["captured"]]
+    assert v["cells"]["train_base"]["OPTIMIZER"]["shared_by"] >= 2
+
+
+def test_variants_and_blueprint_views(compiled: DeepLearningTask) -> None:
+    vv = views.variants_view(compiled)
+    assert [r["variant"] for r in vv["rows"]] == list(compiled.shapes.specs)
+    last = next(r for r in vv["rows"] if r["variant"] == "train_last")
+    assert last["batch"] == 32 and "fc1.out" in last["differs_from_base"] and vv["offsets_identical"]
+    bv = views.blueprint_view(compiled)
+    assert [l["name"] for l in bv["layers"]] == [l.name for l in compiled.arch.layers]
+    assert bv["total_params"] == 784 * 32 + 32 + 32 * 10 + 10
+    assert views.blueprint_view(small_task())["layers"] == []
+
+
+def test_phase_view_actions() -> None:
+    t = small_task()
+    v = views.phase_view(t)
+    assert v["current"] == "PLANNING" and [p["state"] for p in v["phases"]] == ["current", "todo", "todo"]
+    acts = {a["name"]: a for a in v["actions"]}
+    assert acts["plan"]["next"] and not acts["compile"]["enabled"], "compile waits for MEMORY_LOCKED"
+    t.lock_memory()
+    v = views.phase_view(t)
+    assert [p["state"] for p in v["phases"]] == ["done", "current", "todo"]
+    assert [h["operation"] for h in v["history"]] == ["plan", "lock_memory"]
+    assert {a["name"]: a for a in v["actions"]}["compile"]["next"]
+    hv = views.phase_view(hand_task(finalize=False))
+    assert [a["name"] for a in hv["actions"]] == ["finalize_memory", "compile"]
+
+
+# ---- static HTML ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("stage", ["new", "planned", "locked", "compiled", "trained"])
+def test_static_dashboard_at_every_stage(stage: str, trained: DeepLearningTask) -> None:
+    t = trained if stage == "trained" else small_task()
+    if stage == "planned":
+        t.plan()
+    elif stage in ("locked", "compiled"):
+        t.lock_memory()
+        if stage == "compiled":
+            t.compile()
+    html = static.dashboard_html(t)
+    tags = parse(html)
+    assert "details" in tags and "svg" in tags
+    assert "view failed" not in html
+    for title in ("Phases", "BluePrint", "Variants", "Memory", "Graph", "Atlas", "Training"):
+        assert f"<summary>{title}</summary>" in html
+    if stage in ("locked", "compiled", "trained"):
+        assert "data-tensor=" in html and "<title>fc1.out (#" in html  # hover text without JavaScript
+    if stage == "trained":
+        assert "train loss" in html
+
+
+def test_static_dashboard_of_a_hand_built_task() -> None:
+    for t in (hand_task(finalize=False), hand_task(graph=False), hand_task(compile_=True)):
+        html = static.dashboard_html(t)
+        parse(html)
+        assert "view failed" not in html
+
+
+def test_a_failing_view_does_not_break_the_page(monkeypatch: pytest.MonkeyPatch, compiled: DeepLearningTask) -> None:
+    def boom(_task):  # type: ignore[no-untyped-def]
+        raise RuntimeError("simulated")
+
+    monkeypatch.setattr(views, "atlas_view", boom)
+    html = static.dashboard_html(compiled)
+    assert "Atlas view failed" in html and "simulated" in html and "<summary>Memory</summary>" in html
+
+
+# ---- graph drawing ----------------------------------------------------------------------------------------
+def test_graph_drawing_with_dot(compiled: DeepLearningTask) -> None:
+    if not graphdraw.dot_available():
+        pytest.skip("Graphviz's dot is not installed here")
+    from renaissance_nb import GraphId
+
+    g = compiled.graphs.train
+    out = graphdraw.render_graph(g, GraphId.DEEP_FWD_BWD, compiled.plans["train_last"])
+    assert out["svg"].startswith("<svg") and out["note"] == "" and "(32, 10)" in out["svg"]
+    folded = graphdraw.render_graph(g, None, compiled.plans["train_base"], collapsed=["fc2", "loss"])
+    assert 'id="layer-fc2"' in folded["svg"] and "fc2  ▸" in folded["svg"]
+
+
+def test_graph_fallback_without_dot(monkeypatch: pytest.MonkeyPatch, compiled: DeepLearningTask) -> None:
+    monkeypatch.setattr(graphdraw.shutil, "which", lambda _name: None)
+    assert not graphdraw.dot_available()
+    out = graphdraw.render_graph(compiled.graphs.train, None, compiled.plans["train_base"])
+    assert out["svg"] is None and "dot" in out["note"] and "<table" in out["table"]
+    assert "fc_fwd" in out["table"] and "fc1.out" in out["table"]
+    gv = GraphView(compiled)
+    assert gv.svg == "" and gv.table and gv.note and gv.dot is False
+    assert "rnb-note" in gv._repr_html_()
+    assert "Graphviz" in static.graph_html(compiled)
+
+
+def test_graph_view_switches_and_folds(compiled: DeepLearningTask) -> None:
+    gv = GraphView(compiled)
+    assert gv.graph == "train" and gv.gid == "DEEP_FWD_BWD" and gv.layers
+    before = gv.svg or gv.table
+    gv.gid = ""
+    assert set(gv.layers) >= {"data", "fc1", "fc2", "loss", "optimizer"}
+    gv.collapsed = ["fc1"]
+    assert (gv.svg or gv.table) != before
+    gv.graph = "inference"
+    assert gv.gid == "" and "optimizer" not in gv.layers
+    hv = GraphView(hand_task())
+    assert hv.graph == "forward" and "matmul" in (hv.svg or hv.table)
+
+
+# ---- widgets ------------------------------------------------------------------------------------------------
+def test_phase_view_buttons_call_the_api_and_show_errors() -> None:
+    t = small_task()
+    pv = PhaseView(t)
+    seen = []
+    pv.on_change(lambda w: seen.append(w.view["current"]))
+    pv._on_msg(pv, {"action": "lock_memory"}, [])  # what the front end sends on a click
+    assert t.phase.value == "MEMORY_LOCKED" and pv.error == {} and pv.view["current"] == "MEMORY_LOCKED"
+    pv._on_msg(pv, {"action": "lock_memory"}, [])
+    assert pv.error["type"] == "PhaseError" and "needs phase PLANNING" in pv.error["message"]
+    assert t.phase.value == "MEMORY_LOCKED"
+    pv.act("compile")
+    assert t.phase.value == "COMPILED" and pv.error == {} and seen == ["MEMORY_LOCKED", "MEMORY_LOCKED", "COMPILED"]
+    pv.act("not_an_operation")
+    assert pv.error["type"] == "ValueError"
+    empty = PhaseView(TaskBase("empty"))
+    empty.act("finalize_memory")
+    assert empty.error["type"] == "PlanError" and empty.view["current"] == "PLANNING"
+
+
+def test_region_map_and_lifetimes(compiled: DeepLearningTask) -> None:
+    rm = RegionMap(compiled)
+    assert rm.variant == "train_base"
+    names = [t["name"] for t in rm.tensors_in("W_FC_WEIGHT")]
+    assert names == ["fc1.weight", "fc2.weight"]
+    rm.variant = "val_last"
+    assert "val_last" in rm._repr_html_()
+    assert RegionMap(compiled.plans["train_last"]).view["variants"] == ["train_last"]
+    lv = LifetimeView(compiled)
+    assert lv.view["tensors"] and "rnb-lifetime-svg" in lv._repr_html_()
+
+
+def test_atlas_click_opens_the_graph(compiled: DeepLearningTask) -> None:
+    av = AtlasView(compiled)
+    d = av.select_cell("train_last", "DEEP_FWD_BWD")
+    assert d["gid"] == "DEEP_FWD_BWD" and d["shape"] == "(32, 784)" and d["n_nodes"] > 0
+    assert d["svg"] or d["table"]
+    assert "train_lowres_last" in d["shared_with"]
+    d = av.select_cell("train_base", "OPTIMIZER")
+    assert d["shape_id"] == 0 and len(d["shared_with"]) >= 1
+    av.selected = {"variant": "val_base", "gid": "DEEP_FWD_BWD"}  # an empty cell
+    assert av.detail == {}
+
+
+def test_training_monitor_is_a_run_callback() -> None:
+    t = small_task(epochs=2)
+    mon = TrainingMonitor(t)
+    assert mon.records == [] and mon.lr and mon.total_epochs == 2 and mon.status == "idle"
+    updates = []
+    mon.observe(lambda ch: updates.append(len(ch["new"])), names="records")
+    t.run(callbacks=[mon], progress=False)
+    assert updates == [1, 2], "one update per epoch, while the run goes on"
+    assert [r["epoch"] for r in mon.records] == [1, 2] and mon.status == "done"
+    assert len(mon.step_losses) == t.total_steps
+    assert mon.step_losses == pytest.approx([float(x) for x in t.result.step_losses])
+    assert "train loss" in mon._repr_html_()
+    mon("something-else", None)  # unknown events are ignored
+
+
+def test_monitor_run_shows_errors() -> None:
+    t = small_task(epochs=1)
+    mon = TrainingMonitor(t, controls=True)
+    mon._on_msg(mon, {"action": "run", "epochs": 1}, [])
+    assert mon.status == "done" and len(mon.records) == 1
+    t2 = DeepLearningTask("no data").model(seq(fc(10)))
+    bad = TrainingMonitor(t2)
+    bad.run()
+    assert bad.status == "error" and bad.error["type"] == "ConfigError"
+
+
+def test_dashboard_tabs_follow_the_task() -> None:
+    t = small_task()
+    d = dashboard(t)
+    assert d.tabs.titles == ("Phases", "BluePrint", "Variants", "Memory", "Graph", "Atlas", "Training")
+    assert "rnb-dashboard" in d._dom_classes
+    memory = d.tabs.children[3]
+    assert "lock_memory()" in memory.value
+    d.phases.act("lock_memory")
+    assert isinstance(d.tabs.children[3].children[0], RegionMap)
+    assert isinstance(d.tabs.children[4], GraphView)
+    d.phases.act("compile")
+    assert isinstance(d.tabs.children[5], AtlasView)
+    d.select("Training")
+    d.monitor.run(1, progress=False)
+    assert d.tabs.selected_index == 6 and "1 epochs" in d.header.value
+    hd = dashboard(hand_task(compile_=True))
+    assert hd.tabs.titles == ("Phases", "Memory", "Graph", "Atlas")
+
+
+def test_bundle_has_widget_html_and_text(compiled: DeepLearningTask) -> None:
+    b = compiled._repr_mimebundle_()
+    assert set(b) == {"text/plain", "text/html", WIDGET_MIME}
+    assert b[WIDGET_MIME]["model_id"]
+    assert b["text/plain"].startswith("<DeepLearningTask")
+    assert dashboard_bundle(compiled).keys() == b.keys()
+
+
+def test_bundle_without_widgets_is_static(monkeypatch: pytest.MonkeyPatch, compiled: DeepLearningTask) -> None:
+    monkeypatch.setattr(display, "_board", None)
+    monkeypatch.setattr(display, "_missing", "No module named 'anywidget'", raising=False)
+    b = display.dashboard_bundle(compiled)
+    assert set(b) == {"text/plain", "text/html"}
+    with pytest.raises(ImportError, match="notebook extra"):
+        display.dashboard(compiled)
+
+
+def test_bundle_survives_a_broken_widget(monkeypatch: pytest.MonkeyPatch, compiled: DeepLearningTask) -> None:
+    def boom(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise RuntimeError("simulated widget failure")
+
+    monkeypatch.setattr(display._board.Dashboard, "__init__", boom)
+    b = compiled._repr_mimebundle_()
+    assert WIDGET_MIME not in b and "rnb-dashboard-static" in b["text/html"]
+
+
+def test_static_fallbacks_of_every_widget(trained: DeepLearningTask) -> None:
+    for w in (PhaseView(trained), RegionMap(trained), LifetimeView(trained), GraphView(trained),
+              AtlasView(trained), TrainingMonitor(trained)):
+        bundle = w._repr_mimebundle_()
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        assert WIDGET_MIME in data
+        html = w._repr_html_()
+        assert html.startswith("<div class='rnb rnb-static") and "<style>" in html
+        parse(html)
+
+
+# ---- front-end files and packaging ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["phase.js", "regions.js", "lifetimes.js", "graph.js", "atlas.js", "monitor.js"])
+def test_es_modules_export_a_render(name: str) -> None:
+    src = asset(name)
+    assert "export default { render }" in src
+    assert "model.on(" in src and "model.off(" in src, "views unsubscribe when removed"
+    assert src.count("{") == src.count("}") and src.count("(") == src.count(")")
+    node_bin = __import__("shutil").which("node")
+    if node_bin:
+        r = subprocess.run([node_bin, "--check", "--input-type=module"], input=src, text=True, capture_output=True)
+        assert r.returncode == 0, r.stderr
+
+
+def test_css_is_scoped() -> None:
+    css = asset("renaissance.css")
+    selectors = re.findall(r"(?m)^([^{}@/*\n][^{}\n]*)\{", css)
+    assert selectors
+    for sel in selectors:
+        for part in sel.split(","):
+            assert part.strip().startswith(".rnb"), f"unscoped selector: {part.strip()}"
+
+
+def test_wheel_ships_the_widgets() -> None:
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert conf["package-dir"]["renaissance_nb._widgets"] == "widgets"
+    assert set(conf["package-data"]["renaissance_nb._widgets"]) >= {"*.js", "*.css"}
+    listed = set(conf["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "renaissance_nb").rglob("__init__.py")}
+    assert on_disk <= listed, f"packages missing from pyproject's list: {sorted(on_disk - listed)}"
+    for name in ("phase.js", "regions.js", "lifetimes.js", "graph.js", "atlas.js", "monitor.js", "renaissance.css"):
+        assert (ROOT / "widgets" / name).is_file()
+
+
+def test_notebook_extra_lists_what_the_display_needs() -> None:
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["notebook"]
+    names = {re.split(r"[<>=\[ ]", e)[0].lower() for e in extra}
+    assert {"ipywidgets", "anywidget", "matplotlib", "graphviz", "ipykernel"} <= names
+
+
+def test_views_are_json(trained: DeepLearningTask) -> None:
+    for v in (views.phase_view(trained), views.region_view(trained), views.lifetime_view(trained),
+              views.atlas_view(trained), views.variants_view(trained), views.blueprint_view(trained),
+              views.training_view(trained)):
+        json.dumps(v)
+
+
+def test_phase_error_is_not_swallowed_by_the_api() -> None:
+    """The widget shows errors; the API still raises them."""
+    t = small_task().lock_memory()
+    with pytest.raises(PhaseError):
+        t.lock_memory()
