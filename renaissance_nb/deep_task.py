@@ -406,9 +406,12 @@ class DeepLearningTask(TaskBase):
         """Train to total_epochs (or ``epochs`` more). Compiles first if needed.
 
         Ctrl-C (the notebook's stop button) ends the run at a step boundary; the task
-        stays COMPILED, the history is complete up to that step, and run() continues
-        from there.
+        stays COMPILED, the history is complete up to that step, and ``run()`` (resume=True)
+        continues from the next step, ending with the same weights as an uninterrupted
+        run. ``resume=False`` starts the interrupted epoch over instead.
         """
+        if not resume:
+            self._resume_at = None
         if self._phase is not Phase.COMPILED:
             self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
             self.compile()

@@ -249,7 +249,7 @@ def test_graph_drawing_with_dot(compiled: DeepLearningTask) -> None:
     out = graphdraw.render_graph(g, GraphId.DEEP_FWD_BWD, compiled.plans["train_last"])
     assert out["svg"].startswith("<svg") and out["note"] == "" and "(32, 10)" in out["svg"]
     folded = graphdraw.render_graph(g, None, compiled.plans["train_base"], collapsed=["fc2", "loss"])
-    assert 'id="layer-fc2"' in folded["svg"] and "fc2  ▸" in folded["svg"]
+    assert 'id="layer_fc2"' in folded["svg"] and "fc2 &#160;▸" not in folded["svg"] and "▸ 2 ops" in folded["svg"]
 
 
 def test_graph_fallback_without_dot(monkeypatch: pytest.MonkeyPatch, compiled: DeepLearningTask) -> None:

@@ -85,7 +85,7 @@ function render({ model, el }) {
     canvas.dataset.mode = svg ? "svg" : "table";
     canvas.innerHTML = svg || table || "";
     const bySafe = new Map((model.get("layers") || []).map((l) => [safe(l), l]));
-    for (const g of canvas.querySelectorAll("g[id^='layer-']")) {
+    for (const g of canvas.querySelectorAll("g[id^='layer_']")) {
       const layer = bySafe.get(g.id.slice(6));
       if (layer == null) continue;
       g.addEventListener("click", (ev) => { ev.stopPropagation(); toggle(layer); });

@@ -87,10 +87,10 @@ def graph_source(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None
     op_id: dict[int, str] = {}
     for layer, members in by_layer.items():
         if layer in collapsed:
-            nid = f"layer-{_safe(layer)}"
+            nid = f"layer_{_safe(layer)}"
             streams = sorted({gg.stream.name for _, gg, _ in members})
             colour = stream_color(streams[0])
-            g.node(nid, label=f"{layer}  ▸  {len(members)} ops", shape="box3d", style="filled",
+            g.node(nid, label=f"{layer} ▸ {len(members)} ops", shape="box3d", style="filled",
                    fillcolor=colour, fontcolor="white", color=colour, id=nid,
                    tooltip=f"{layer}: {len(members)} ops collapsed (click to expand)")
             for k, _, _ in members:
@@ -98,7 +98,7 @@ def graph_source(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None
             continue
         with g.subgraph(name=f"cluster_{_safe(layer)}") as sub:
             sub.attr(label=layer, style="rounded,dashed", color="#c0c6d0", fontcolor="#475467",
-                     fontsize="11", id=f"layer-{_safe(layer)}", tooltip=f"{layer} (click to collapse)")
+                     fontsize="11", id=f"layer_{_safe(layer)}", tooltip=f"{layer} (click to collapse)")
             for k, g_id, n in members:
                 nid = f"op{k}"
                 op_id[k] = nid
@@ -114,7 +114,7 @@ def graph_source(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None
     edges: set[tuple[str, str]] = set()
 
     def tensor(t: int) -> str:
-        tid = f"tensor-{t}"
+        tid = f"tensor_{t}"
         if t not in drawn:
             name, shape, colour = _tensor_label(t, plan)
             label = f"<<b>{esc(name)}</b> <font color='#667085'>#{t}</font>" + (
