@@ -15,7 +15,6 @@ import dataclasses
 import math
 import os
 import signal
-import sys
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -39,7 +38,7 @@ from .runtime.arena import Arena
 from .runtime.replay import Executor, batch_variants
 from .task import Phase, TaskBase
 from .train.losses import CrossEntropyLoss
-from .train.optimizers import SGD, Adam, AdamW, Optimizer
+from .train.optimizers import AdamW, Optimizer
 from .train.rng import Philox, StreamId
 from .train.schedulers import Scheduler
 

@@ -7,7 +7,6 @@ exactly as it was before the call (phase, settings, plan, arena bytes).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -15,8 +14,7 @@ import pytest
 
 from renaissance_nb import (SGD, Adam, AdamW, BluePrintError, CheckpointError, ConfigError, CosineAnnealingLR,
                            CrossEntropyLoss, DataError, DeepLearningTask, PhaseError, PlanError, Region,
-                           RenaissanceError, ShapeError, StepLR, StreamKind, TaskBase, dropout, fc, flatten,
-                           leaky_relu, node, relu, repeat, seq)
+                           RenaissanceError, ShapeError, StepLR, TaskBase, dropout, fc, leaky_relu, node, relu, repeat, seq)
 from renaissance_nb import checkpoint
 
 RNG = np.random.default_rng(1)

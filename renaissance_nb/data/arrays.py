@@ -140,7 +140,7 @@ def _check_y(y_in: Any, n: int, where: str, arg: str, x_arg: str, num_classes: i
     if y.dtype.kind not in "biuf":
         raise bad_argument(
             DataError, where, arg, y, "integer class labels (int, uint, or integral float dtype)",
-            f"map label names to integers first, e.g. np.unique(y, return_inverse=True)[1]",
+            "map label names to integers first, e.g. np.unique(y, return_inverse=True)[1]",
         )
     if len(y) != n:
         raise bad_argument(
@@ -169,7 +169,7 @@ def _check_y(y_in: Any, n: int, where: str, arg: str, x_arg: str, num_classes: i
         if hi >= _INT32_MAX:
             raise bad_argument(
                 DataError, where, arg, y, f"labels < {_INT32_MAX} (int32); the largest is {hi!r}",
-                f"remap the labels to 0 .. num_classes-1, e.g. np.unique(y, return_inverse=True)[1]",
+                "remap the labels to 0 .. num_classes-1, e.g. np.unique(y, return_inverse=True)[1]",
             )
         num_classes = max(int(hi) + 1, 2)
     elif hi >= num_classes:

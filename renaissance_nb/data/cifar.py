@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, validate_arrays
+from .download import fetch
 
 #: Where the archive is published (the page https://www.cs.toronto.edu/~kriz/cifar.html links it).
 DEFAULT_CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/"
@@ -144,17 +145,7 @@ def _verify(path: Path, checks: list[tuple[str, str]]) -> str | None:
     return None
 
 
-def _fetch(url: str, dest_dir: Path, timeout: float) -> Path:
-    """Download ``url`` into a temp file in ``dest_dir`` (same filesystem, so a later rename is atomic)."""
-    fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=dest_dir)
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
-            for chunk in iter(lambda: resp.read(1 << 20), b""):
-                out.write(chunk)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
+_fetch = fetch
 
 
 def _safe_member_path(name: str) -> PurePosixPath | None:

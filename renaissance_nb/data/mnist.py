@@ -11,7 +11,6 @@ import hashlib
 import http.client
 import os
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
@@ -22,6 +21,7 @@ import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, validate_arrays
+from .download import fetch
 
 MNIST_FILES: tuple[str, ...] = (
     "train-images-idx3-ubyte",
@@ -153,17 +153,7 @@ def _mirrors(base_url: str | Sequence[str]) -> list[str]:
     return [u if u.endswith("/") else u + "/" for u in urls]
 
 
-def _fetch(url: str, dest_dir: Path, timeout: float) -> Path:
-    """Download ``url`` into a temp file in ``dest_dir`` (same filesystem, so a later rename is atomic)."""
-    fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=dest_dir)
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
-            for chunk in iter(lambda: resp.read(1 << 20), b""):
-                out.write(chunk)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
+_fetch = fetch
 
 
 def download_mnist(

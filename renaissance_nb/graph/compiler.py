@@ -17,7 +17,6 @@ from typing import Any, Sequence
 from ..errors import PlanError, ShapeError
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
-from ..memory.region import Region
 from .atlas import GraphAtlas, build_atlas
 from .graph import ComputationGraph
 from .ids import GraphId

@@ -9,7 +9,7 @@ arena views with ``out=``, everything else is a fused numba pass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 

@@ -7,7 +7,7 @@ allocation order, or packed by liveness when the region holds short-lived data.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
