@@ -161,6 +161,11 @@ def test_dashboard_rendered(page) -> None:  # type: ignore[no-untyped-def]
     assert tabs == ["Phases", "BluePrint", "Variants", "Memory", "Graph", "Atlas", "Training"]
     assert dash.locator(".rnb-phase-view[data-phase='COMPILED']").count() == 1
     _shot(dash, "01_dashboard_phases.png")
+    # a button in the wrong phase: the same call as the API, its PhaseError shown in the widget
+    dash.locator(".rnb-phase-view button[data-action='lock_memory']").click()
+    err = dash.locator(".rnb-phase-view .rnb-error[data-error='PhaseError']")
+    err.wait_for(timeout=15_000)
+    assert "needs phase PLANNING" in err.inner_text()
     dash.locator(".lm-TabBar-tab", has_text="Memory").click()
     dash.locator(".rnb-region-map [data-tensor]").first.wait_for(state="visible", timeout=10_000)
     _shot(dash, "02_dashboard_memory.png")
@@ -211,6 +216,13 @@ def test_graph_view_rendered(page) -> None:  # type: ignore[no-untyped-def]
         assert canvas.locator("table tr").count() > 3
         assert view.locator(".rnb-graph-note").count() == 1
     _shot(view, "07_graph.png")
+    # fold a layer: Python redraws, the view swaps the drawing in
+    view.locator("button.rnb-chip[data-layer='fc2']").click()
+    view.locator("button.rnb-chip.rnb-off[data-layer='fc2']").wait_for(timeout=15_000)
+    if mode == "svg":
+        canvas.locator("g.node#layer_fc2").wait_for(timeout=15_000)
+    view.locator("button.rnb-chip[data-layer='fc2']").click()  # and unfold it again
+    view.locator("button.rnb-chip:not(.rnb-off)[data-layer='fc2']").wait_for(timeout=15_000)
 
 
 def test_atlas_click_opens_graph(page) -> None:  # type: ignore[no-untyped-def]

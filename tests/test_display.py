@@ -410,7 +410,6 @@ def test_es_modules_export_a_render(name: str) -> None:
     src = asset(name)
     assert "export default { render }" in src
     assert "model.on(" in src and "model.off(" in src, "views unsubscribe when removed"
-    assert src.count("{") == src.count("}") and src.count("(") == src.count(")")
     node_bin = __import__("shutil").which("node")
     if node_bin:
         r = subprocess.run([node_bin, "--check", "--input-type=module"], input=src, text=True, capture_output=True)

@@ -52,7 +52,8 @@ function render({ model, el }) {
       onchange: (ev) => { model.set("gid", ev.target.value); model.save_changes(); } },
       h("option", { value: "", selected: model.get("gid") === "" }, "all GraphIds"),
       ...g.gids.map((x) => h("option", { value: x, selected: x === model.get("gid") }, `${x} · ${g.streams[x]}`)));
-    controls.append(h("span", { class: "rnb-muted" }, "graph"), pickGraph, h("span", { class: "rnb-muted" }, "GraphId"), pickGid);
+    controls.append(h("span", { class: "rnb-muted" }, "graph"), pickGraph);
+    if (!v.hand) controls.append(h("span", { class: "rnb-muted" }, "GraphId"), pickGid);
     if ((v.variants || []).length > 1) {
       controls.append(h("span", { class: "rnb-muted" }, "shapes of"),
         h("select", { class: "rnb-select", "data-role": "variant",

@@ -24,13 +24,12 @@ function s(tag, attrs = {}, text) {
 
 const W = 360, H = 150, L = 44, R = 10, T = 10, B = 22;
 
-function fmt(v) {
-  const a = Math.abs(v);
-  if (a === 0) return "0";
-  if (a >= 100) return v.toFixed(0);
-  if (a >= 1) return v.toFixed(2);
-  if (a >= 0.01) return v.toFixed(3);
-  return v.toExponential(1);
+// A round step (1, 2 or 5 times a power of ten) giving about n intervals over span.
+function niceStep(span, n) {
+  const raw = Math.max(span, 1e-12) / n;
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const f = raw / p;
+  return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * p;
 }
 
 // A chart whose axes, grid and series are SVG elements created once and then only updated.
@@ -70,13 +69,15 @@ function chart(title, key, series) {
     const X = (x) => L + (x / Math.max(xmax, 1e-9)) * (W - L - R);
     const Y = (y) => T + (1 - (y - ymin) / (ymax - ymin)) * (H - T - B);
     grid.replaceChildren(); axes.replaceChildren();
-    for (let k = 0; k <= 3; k++) {
-      const y = ymin + ((ymax - ymin) * k) / 3;
+    const step = niceStep(ymax - ymin, 3);
+    const digits = Math.max(0, -Math.floor(Math.log10(step)));
+    for (let y = Math.ceil(ymin / step) * step; y <= ymax + step * 1e-6; y += step) {
       grid.append(s("line", { x1: L, x2: W - R, y1: Y(y), y2: Y(y), stroke: "#eef0f3" }));
-      axes.append(s("text", { x: L - 5, y: Y(y) + 3.5, "text-anchor": "end", "font-size": 9.5, fill: "#667085" }, fmt(y)));
+      const label = Math.abs(y) < step * 1e-6 ? "0" : (step < 0.01 ? y.toExponential(1) : y.toFixed(Math.min(digits, 4)));
+      axes.append(s("text", { x: L - 5, y: Y(y) + 3.5, "text-anchor": "end", "font-size": 9.5, fill: "#667085" }, label));
     }
-    const step = xmax > 12 ? Math.ceil(xmax / 6) : 1;
-    for (let x = 0; x <= xmax + 1e-9; x += step) {
+    const xstep = xmax > 12 ? Math.ceil(xmax / 6) : 1;
+    for (let x = 0; x <= xmax + 1e-9; x += xstep) {
       axes.append(s("text", { x: X(x), y: H - 6, "text-anchor": "middle", "font-size": 9.5, fill: "#667085" }, x));
     }
     axes.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#c0c6d0" }));

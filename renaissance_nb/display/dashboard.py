@@ -27,8 +27,12 @@ class Dashboard(w.VBox):
         super().__init__(**kwargs)
         self.task = task
         self.add_class("rnb-dashboard")
-        self.header = w.HTML()
+        self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
         self.header.add_class("rnb-dashboard-header")
+        self.reload = w.Button(description="↻ refresh", tooltip="read the task again (after calls made in code)",
+                               layout=w.Layout(width="auto", margin="4px 0 0 0"))
+        self.reload.add_class("rnb-refresh")
+        self.reload.on_click(lambda _: self.refresh())
         self.phases = PhaseView(task)
         self.phases.on_change(lambda _: self.refresh())
         self.monitor = TrainingMonitor(task, controls=views.is_deep(task))
@@ -36,7 +40,7 @@ class Dashboard(w.VBox):
         self.tabs = w.Tab()
         self.tabs.add_class("rnb-tabs")
         self._titles: list[str] = []
-        self.children = [self.header, self.tabs]
+        self.children = [w.HBox([self.header, self.reload]), self.tabs]
         self.refresh()
 
     def _build(self) -> list[tuple[str, w.Widget]]:

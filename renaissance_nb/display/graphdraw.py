@@ -109,7 +109,7 @@ def graph_source(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None
                 g_label = f"<<b>{esc(n.op)}</b>{sub_label}{gid_label}>"
                 sub.node(nid, label=g_label, shape="box", style="rounded,filled", fillcolor=colour,
                          fontcolor="white", color=colour, id=nid,
-                         tooltip=f"{n.op} on stream {g_id.stream.name} ({g_id.name})")
+                         tooltip=f"{n.op} on stream {g_id.stream.name}" + (f" ({g_id.name})" if gid is None else ""))
     drawn: set[int] = set()
     edges: set[tuple[str, str]] = set()
 
@@ -158,20 +158,26 @@ def graph_svg(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None = 
 
 
 def graph_table(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None = None,
-                collapsed: Iterable[str] = ()) -> str:
+                collapsed: Iterable[str] = (), gid_column: bool = True) -> str:
     """The same nodes as an HTML table, grouped by layer (the fallback without `dot`)."""
     collapsed = set(collapsed)
     rows = []
-    last_layer = None
-    counts: dict[str, int] = {}
-    for _, n in _nodes(graph, gid):
-        counts[n.layer or "step"] = counts.get(n.layer or "step", 0) + 1
-    for g_id, n in _nodes(graph, gid):
+    nodes = _nodes(graph, gid)
+    runs: list[int] = []  # length of each run of consecutive nodes of one layer
+    for k, (_, n) in enumerate(nodes):
+        if k and (n.layer or "step") == (nodes[k - 1][1].layer or "step"):
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    run = -1
+    for k, (g_id, n) in enumerate(nodes):
         layer = n.layer or "step"
-        if layer != last_layer:
-            rows.append(f"<tr class='rnb-layer-row'><th colspan='5' data-layer='{esc(layer)}'>{esc(layer)}"
-                        f"<span class='rnb-muted'> · {counts[layer]} ops</span></th></tr>")
-            last_layer = layer
+        if k == 0 or layer != (nodes[k - 1][1].layer or "step"):
+            run += 1
+            ops = f"{runs[run]} op" + ("s" if runs[run] > 1 else "")
+            state = " (folded)" if layer in collapsed else ""
+            rows.append(f"<tr class='rnb-layer-row'><th colspan='{5 if gid_column else 4}' data-layer='{esc(layer)}'>{esc(layer)}"
+                        f"<span class='rnb-muted'> · {ops}{state}</span></th></tr>")
         if layer in collapsed:
             continue
 
@@ -184,16 +190,17 @@ def graph_table(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None 
             return " ".join(parts)
 
         colour = stream_color(g_id.stream.name)
+        gid_cell = f"<td class='rnb-mono'>{esc(g_id.name)}</td>" if gid_column else ""
         rows.append(f"<tr><td><span class='rnb-pill' style='background:{colour}'>{esc(g_id.stream.name)}</span></td>"
-                    f"<td class='rnb-mono'>{esc(g_id.name)}</td><td class='rnb-mono'><b>{esc(n.op)}</b>"
+                    f"{gid_cell}<td class='rnb-mono'><b>{esc(n.op)}</b>"
                     f"<div class='rnb-muted'>{esc(_params_text(n))}</div></td><td>{fmt(n.inputs)}</td>"
                     f"<td>{fmt(n.outputs)}</td></tr>")
-    head = "<tr><th>stream</th><th>GraphId</th><th>op</th><th>reads</th><th>writes</th></tr>"
+    head = f"<tr><th>stream</th>{'<th>GraphId</th>' if gid_column else ''}<th>op</th><th>reads</th><th>writes</th></tr>"
     return f"<table class='rnb-table rnb-graph-table'>{head}{''.join(rows)}</table>"
 
 
 def render_graph(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None = None,
-                 collapsed: Iterable[str] = ()) -> dict[str, Any]:
+                 collapsed: Iterable[str] = (), gid_column: bool = True) -> dict[str, Any]:
     """{'svg': str|None, 'table': html, 'note': str}: what a view of this graph shows."""
     collapsed = list(collapsed)
     svg = graph_svg(graph, gid, plan, collapsed)
@@ -201,4 +208,5 @@ def render_graph(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None
         "Graphviz's `dot` program was not found, so the graph is listed as a table. "
         "Install it (apt-get install graphviz, conda install graphviz, or brew install graphviz) for the drawing."
         if not dot_available() else "Graphviz could not lay this graph out; it is listed as a table.")
-    return {"svg": svg, "table": graph_table(graph, gid, plan, collapsed) if svg is None else "", "note": note}
+    table = graph_table(graph, gid, plan, collapsed, gid_column) if svg is None else ""
+    return {"svg": svg, "table": table, "note": note}

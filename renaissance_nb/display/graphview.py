@@ -37,6 +37,8 @@ class GraphView(ViewWidget):
             self.graph = graph if graph in names else names[0]
             if not gid and views.is_deep(self.source) and self.graph == "train":
                 gid = GraphId.DEEP_FWD_BWD.name
+            if self.view.get("hand"):  # a hand-built graph has one bucket: its stream, no GraphId
+                gid = graphs[names.index(self.graph)]["gids"][0]
             self.gid = gid
         self._drawing = False
         self.draw(reset_layers=True)
@@ -44,7 +46,8 @@ class GraphView(ViewWidget):
     def make_view(self) -> dict[str, Any]:
         graphs = views.graphs_of(self.source)
         plans = views.plans_of(self.source)
-        return {"ready": bool(graphs),
+        return {"ready": bool(graphs), "hand": bool(graphs) and not hasattr(getattr(self.source, "graphs", None), "train")
+                and not hasattr(self.source, "buckets"),
                 "graphs": [{"name": n, "gids": [g.name for g in cg.ids()],
                             "streams": {g.name: g.stream.name for g in cg.ids()}, "nodes": len(cg)}
                            for n, cg in graphs.items()],
@@ -56,6 +59,8 @@ class GraphView(ViewWidget):
         return f"<div class='rnb-graph-static'><div class='rnb-sub'>{esc(self.title())}</div>{note}{body}</div>"
 
     def title(self) -> str:
+        if self.view.get("hand"):
+            return f"graph {self.graph!r}"
         return f"{self.graph} graph · " + (self.gid or "all GraphIds")
 
     def draw(self, reset_layers: bool = False) -> None:
@@ -76,17 +81,22 @@ class GraphView(ViewWidget):
             if reset_layers:
                 self.layers = layers_of(g, gid)
                 self.collapsed = default_collapsed(g, gid)
-            out = render_graph(g, gid, plans.get(self.variant), self.collapsed)
+            out = render_graph(g, gid, plans.get(self.variant), self.collapsed, gid_column=not self.view.get("hand"))
             self.svg, self.table, self.note, self.dot = out["svg"] or "", out["table"], out["note"], dot_available()
         finally:
             self._drawing = False
 
     @traitlets.observe("graph", "gid")
     def _on_pick(self, change: Any) -> None:
-        if change["name"] == "graph":
+        if change["name"] == "graph" and not self._drawing:
             gids = next((g["gids"] for g in self.view.get("graphs", []) if g["name"] == change["new"]), [])
-            if self.gid and self.gid not in gids:
-                self._drawing, self.gid, self._drawing = True, "", False
+            keep = gids[0] if self.view.get("hand") and gids else ("" if self.gid not in gids else self.gid)
+            if keep != self.gid:
+                self._drawing = True
+                try:
+                    self.gid = keep
+                finally:
+                    self._drawing = False
         self.draw(reset_layers=True)
 
     @traitlets.observe("variant", "collapsed")

@@ -387,8 +387,12 @@ def graph_html(task: Any, graph: str | None = None, gid: Any = None) -> str:
         gid = GraphId.DEEP_FWD_BWD
     plans = views.plans_of(task)
     plan = plans.get("train_base") or next(iter(plans.values()), None)
-    out = render_graph(g, gid, plan, default_collapsed(g, gid))
-    title = f"{name} graph" + (f" · {GraphId(gid).name}" if gid is not None else " · all GraphIds")
+    hand = not views.is_deep(task) and not hasattr(task, "buckets")
+    if hand and g.ids():  # a hand-built graph has one bucket: its stream, no GraphId
+        gid = g.ids()[0]
+    out = render_graph(g, gid, plan, default_collapsed(g, gid), gid_column=not hand)
+    title = (f"graph {name!r}" if hand else
+             f"{name} graph" + (f" · {GraphId(gid).name}" if gid is not None else " · all GraphIds"))
     body = out["svg"] if out["svg"] is not None else out["table"]
     note = f"<div class='rnb-note'>{esc(out['note'])}</div>" if out["note"] else ""
     return f"<div class='rnb-graph-static'><div class='rnb-sub'>{esc(title)}</div>{note}{body}</div>"
