@@ -264,6 +264,26 @@ class DeepLearningTask(TaskBase):
         self.__dict__.update(keep)
         return self
 
+    # ---- read-only views of the settings ----------------------------------------------------------
+    @property
+    def blueprint(self) -> BluePrint | None:
+        return self._model
+
+    @property
+    def splits(self) -> DataSplits | None:
+        return self._splits
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Every setting, by name (what the BluePrint and Training views show)."""
+        return {"model": self._model, "data": self._splits, "batch_size": self._batch,
+                "val_batch_size": self._val_batch or self._batch, "shuffle": self._shuffle, "loss": self._loss,
+                "optimizer": self._optimizer, "scheduler": self._scheduler, "total_epochs": self._epochs,
+                "seed": self._seed, "ema": self._ema, "train_resolution": self._resolution,
+                "augment": {"crop_pad": self._crop_pad, "flip": self._flip},
+                "options": {"fuse": self._fuse, "liveness": self._liveness, "nan_check": self._nan_check,
+                            "nan_policy": self._nan_policy, "zero_grad": self._zero_grad, "prefetch": self._prefetch}}
+
     # ---- derived quantities ------------------------------------------------------------------
     @property
     def steps_per_epoch(self) -> int:
@@ -438,6 +458,8 @@ class DeepLearningTask(TaskBase):
         lr_table = ex.view("train_base", "lr_table")
         stop = _StopFlag()
         prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name)
+        for cb in callbacks:
+            cb("start", {"epoch": self._epoch, "total_epochs": self._epochs, "steps_per_epoch": sched.batches})
         self.result.interrupted = False
         with stop:
             while self._epoch < end:
@@ -462,7 +484,10 @@ class DeepLearningTask(TaskBase):
                         self._resume_at = (epoch, i + 1)
                         break
                     if (i & 15) == 15:
-                        prog.update(16, float(ex.view("train_base", "result")[0]))
+                        loss = float(ex.view("train_base", "result")[0])
+                        prog.update(16, loss)
+                        for cb in callbacks:
+                            cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
                 if self._resume_at is not None:
                     self.result.interrupted = True
                     break
@@ -484,6 +509,8 @@ class DeepLearningTask(TaskBase):
                 for cb in callbacks:
                     cb("epoch", rec)
         prog.close()
+        for cb in callbacks:
+            cb("end", {"epoch": self._epoch, "interrupted": self.result.interrupted})
         self.result.step_losses = ex.view("train_base", "loss_log")[: int(step_counter[0])].copy()
         return self.result
 

@@ -185,6 +185,11 @@ class TaskBase:
         self._views[t.id][...] = arr
 
     @property
+    def registered_graphs(self) -> dict[str, tuple[list[GraphNode], StreamKind]]:
+        """The graphs registered with add_graph (or built by a DeepLearningTask): name -> (nodes, stream)."""
+        return dict(self._graphs)
+
+    @property
     def arena_bytes(self) -> int:
         return self.memory.total_bytes if self.memory.finalized else 0
 

@@ -9,6 +9,8 @@ to them, and the view updates its SVG paths in place (no flicker, no re-render).
 """
 from __future__ import annotations
 
+import time
+
 from typing import Any
 
 import traitlets
@@ -51,6 +53,8 @@ class TrainingMonitor(ViewWidget):
                 "total_epochs": self.total_epochs, "steps_per_epoch": self.steps_per_epoch}
 
     # ---- the callback the engine calls ------------------------------------------------------------
+    _last_push = 0.0
+
     def __call__(self, event: str, payload: Any = None) -> None:
         if event == "epoch" and payload is not None:
             rec = views.record_dict(payload)
@@ -59,8 +63,15 @@ class TrainingMonitor(ViewWidget):
             losses = self._losses_so_far(int(getattr(payload, "steps", 0)))
             if losses is not None:
                 self.step_losses = losses
-        elif event == "step" and isinstance(payload, dict) and "loss" in payload:  # finer events, if sent
-            self.step_losses = [*self.step_losses, float(payload["loss"])]
+        elif event == "step" and isinstance(payload, dict) and "step" in payload:
+            now = time.monotonic()
+            if now - self._last_push >= 0.5:  # at most two updates a second: no flicker, little traffic
+                self._last_push = now
+                losses = self._losses_so_far(int(payload["step"]))
+                if losses is not None:
+                    self.step_losses = losses
+        elif event == "start" and isinstance(payload, dict):
+            self.status = "running"
 
     def _losses_so_far(self, steps: int) -> list[float] | None:
         """The per-step losses the compiled step has logged into its arena so far (read-only)."""

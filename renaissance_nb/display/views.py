@@ -54,7 +54,7 @@ def graphs_of(obj: Any) -> dict[str, Any]:
         return {"train": g.train, "inference": g.inference}
     if hasattr(g, "buckets"):
         return {g.name: g}
-    hand = getattr(obj, "_graphs", None)
+    hand = getattr(obj, "registered_graphs", None)
     if hand and not is_deep(obj):
         # TaskBase: named lists of nodes on a stream; show each as its own graph
         out = {}
@@ -303,7 +303,7 @@ def _param_count(shape: tuple[int, ...]) -> int:
 
 def blueprint_view(task: Any) -> dict[str, Any]:
     """The declared model, the executable layers after fusion, and the task's settings."""
-    bp = getattr(task, "_model", None)
+    bp = getattr(task, "blueprint", None)
     arch = getattr(task, "arch", None)
     shapes = getattr(task, "shapes", None)
     layers = []
@@ -322,19 +322,22 @@ def blueprint_view(task: Any) -> dict[str, Any]:
                            "reads": [str(x) for x in getattr(layer, "inputs", ())],
                            "in": shape_text(i) if i else "", "out": shape_text(o) if o else "",
                            "params": params.get(layer.name, 0)})
-    splits = getattr(task, "_splits", None)
-    sched = getattr(task, "_scheduler", None)
+    cfg = getattr(task, "settings", None)
     settings = []
-    if splits is not None:
-        settings.append(("data", repr(splits)))
-    if hasattr(task, "_batch"):
-        settings += [("batch size", str(task._batch)), ("epochs", str(getattr(task, "_epochs", ""))),
+    if isinstance(cfg, dict):
+        if cfg["data"] is not None:
+            settings.append(("data", repr(cfg["data"])))
+        settings += [("batch size", str(cfg["batch_size"])), ("epochs", str(cfg["total_epochs"])),
                      ("steps per epoch", str(getattr(task, "steps_per_epoch", ""))),
-                     ("loss", repr(getattr(task, "_loss", ""))), ("optimizer", repr(getattr(task, "_optimizer", ""))),
-                     ("scheduler", repr(sched) if sched is not None else "constant lr"),
-                     ("seed", str(getattr(task, "_seed", ""))),
-                     ("compiler options", ", ".join(f"{k}={getattr(task, '_' + k, '?')}"
-                                                    for k in ("fuse", "liveness", "nan_check", "zero_grad")))]
+                     ("loss", repr(cfg["loss"])), ("optimizer", repr(cfg["optimizer"])),
+                     ("scheduler", repr(cfg["scheduler"]) if cfg["scheduler"] is not None else "constant lr"),
+                     ("seed", str(cfg["seed"]))]
+        if cfg["ema"] is not None:
+            settings.append(("EMA decay", str(cfg["ema"])))
+        if cfg["train_resolution"] is not None:
+            (h0, w0), (h1, w1), b = cfg["train_resolution"]
+            settings.append(("progressive resizing", f"{h0}x{w0} then {h1}x{w1} from epoch {b + 1}"))
+        settings.append(("compiler options", ", ".join(f"{k}={v}" for k, v in cfg["options"].items())))
     return {"tree": bp.tree() if bp is not None else "", "layers": layers,
             "fused": list(arch.fused) if arch is not None else [], "settings": settings,
             "total_params": sum(l["params"] for l in layers), "planned": arch is not None}
@@ -385,11 +388,11 @@ def training_view(task: Any) -> dict[str, Any]:
     losses = getattr(res, "step_losses", None)
     lr = []
     try:
-        if getattr(task, "_splits", None) is not None:
+        if getattr(task, "splits", None) is not None:
             lr = [float(x) for x in task.lr_table()]
     except Exception:  # a schedule that does not fit the data yet: no curve, no traceback
         lr = []
     return {"records": records, "step_losses": [float(x) for x in losses] if losses is not None else [],
-            "lr": lr, "total_epochs": int(getattr(task, "_epochs", 0) or 0),
+            "lr": lr, "total_epochs": int(getattr(task, "settings", {}).get("total_epochs", 0) or 0),
             "steps_per_epoch": int(getattr(task, "steps_per_epoch", 0) or 0),
             "interrupted": bool(getattr(res, "interrupted", False))}
