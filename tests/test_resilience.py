@@ -60,6 +60,7 @@ def test_real_sigint_stops_at_a_step_boundary_and_resume_is_exact() -> None:
     np.testing.assert_array_equal(r2.step_losses, ref.result.step_losses)
 
 
+@pytest.mark.filterwarnings("ignore:.*encountered in matmul:RuntimeWarning")
 def test_nan_raise_names_step_tensor_and_keeps_weights_finite() -> None:
     x, y = data()
     task = (DeepLearningTask().model(seq(fc(16), relu(), fc(4))).data(train=(x * 1e3, y), batch_size=50)
@@ -72,6 +73,7 @@ def test_nan_raise_names_step_tensor_and_keeps_weights_finite() -> None:
     assert task.phase is Phase.COMPILED
 
 
+@pytest.mark.filterwarnings("ignore:.*encountered in matmul:RuntimeWarning")
 def test_nan_skip_policy_counts_and_skips_updates() -> None:
     x, y = data()
     x = x.copy()
