@@ -175,6 +175,70 @@ print(json.dumps({{'rss_growth': first, 'steady_growth': status('VmHWM') - base2
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _worker(conn, kind: str, batch: int, samples: int) -> None:  # type: ignore[no-untyped-def]
+    """One contender in its own process: builds it, then runs an epoch each time it is asked."""
+    try:
+        x, y, _ = load_data(samples)
+        c = Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
+        conn.send(("ready", c.name, c.compile_s))
+    except Exception as exc:  # noqa: BLE001 - reported by the parent as skipped
+        conn.send(("error", kind, f"{type(exc).__name__}: {str(exc)[:160]}"))
+        return
+    while conn.recv() == "epoch":
+        conn.send(c.epoch())
+
+
+class Remote:
+    """A contender living in a worker process; interleaving stays, shared process state goes."""
+
+    def __init__(self, kind: str, batch: int, samples: int) -> None:
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, kind, batch, samples), daemon=True)
+        self.proc.start()
+        status, self.name, extra = self.conn.recv()
+        if status != "ready":
+            self.close()
+            raise RuntimeError(extra)
+        self.compile_s = extra
+
+    def epoch(self) -> float:
+        self.conn.send("epoch")
+        return self.conn.recv()
+
+    def close(self) -> None:
+        try:
+            self.conn.send("stop")
+        except (OSError, BrokenPipeError):
+            pass
+        self.proc.join(timeout=10)
+
+
+def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_compile: bool,
+                 arena_bytes: int) -> dict:
+    """Like run(), each contender in its own process (PyTorch's OpenMP pool and libraries loaded
+    beside NumPy/OpenBLAS slowed the replay by up to 25% in one process here)."""
+    kinds = ["ours"] + (["eager", "fused"] + (["compile"] if use_compile else []) if have_torch else [])
+    contenders, skipped = [], []
+    for k in kinds:
+        try:
+            contenders.append(Remote(k, batch, samples))
+        except RuntimeError as exc:
+            skipped.append(f"{k}: {exc}")
+    if not have_torch:
+        skipped.append("PyTorch not installed: PyTorch contenders skipped (pip install torch)")
+    times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for _ in range(rounds):
+        for c in contenders:
+            times[c.name].append(c.epoch())
+    for c in contenders:
+        c.close()
+    return {"batch": batch, "median_epoch_s": {k: statistics.median(v) for k, v in times.items()},
+            "steps": samples // batch, "compile_s": {c.name: c.compile_s for c in contenders}, "skipped": skipped,
+            "arena_bytes": arena_bytes}
+
+
 def run(batch: int, x: np.ndarray, y: np.ndarray, rounds: int, have_torch: bool, use_compile: bool) -> dict:
     contenders = [Ours(x, y, batch)]
     skipped = []
@@ -207,6 +271,8 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--same-process", action="store_true",
+                    help="run every contender in this process (the default gives each its own process)")
     args = ap.parse_args()
     if args.quick:
         args.samples, args.rounds = 6400, 2
@@ -222,10 +288,14 @@ def main() -> int:
     blas = ", ".join(f"{i['internal_api']} {i.get('version')} x{i['num_threads']}" for i in threadpool_info())
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__} "
           f"({blas}); torch {tver}; data {data_name}, {len(x)} samples")
-    print(f"sgemm 1024^3 (NumPy): {rate / 1e9:.0f} GFLOP/s")
+    print(f"sgemm 1024^3 (NumPy): {rate / 1e9:.0f} GFLOP/s; contenders "
+          + ("in this process" if args.same_process else "each in its own process") + ", interleaved")
     rows = []
     for batch in args.batches:
-        r = run(batch, x, y, args.rounds, have_torch, not args.no_compile)
+        if args.same_process:
+            r = run(batch, x, y, args.rounds, have_torch, not args.no_compile)
+        else:
+            r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0)
         ours = r["median_epoch_s"]["renaissance_nb"]
         step_ms = 1e3 * ours / r["steps"]
         roof = step_flops(batch) / rate
