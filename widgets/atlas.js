@@ -1,18 +1,6 @@
 // AtlasView: the GraphAtlas as a table of variants x GraphIds. Cells that share one bound
 // graph share a colour (hover one to light up the others); a click opens that graph below.
 
-function h(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v;
-    else if (k === "style") Object.assign(e.style, v);
-    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return e;
-}
-
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-atlas");
 

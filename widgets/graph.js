@@ -1,18 +1,6 @@
 // GraphView: pick a graph and a GraphId, fold layers (chips, or click a layer's frame in the
 // drawing). Python draws with graphviz; without `dot` it sends an HTML table and a note.
 
-function h(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v;
-    else if (k === "style") Object.assign(e.style, v);
-    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return e;
-}
-
 const safe = (name) => name.replace(/[^A-Za-z0-9_]/g, "_");
 
 const STREAMS = { TRANS: "#d06ba6", COMP_1: "#3b6fb6", COMP_2: "#2f9c95", COMP_3: "#a58fd6", UPDATE: "#e07b39" };

@@ -1,27 +1,6 @@
 // LifetimeView: step order (x) by byte offset (y), one box per live interval of a tensor,
 // like XLA's memory viewer. Boxes on the same bytes at different times = liveness reuse.
 
-const NS = "http://www.w3.org/2000/svg";
-
-function h(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v;
-    else if (k === "style") Object.assign(e.style, v);
-    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return e;
-}
-
-function s(tag, attrs = {}, text) {
-  const e = document.createElementNS(NS, tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text != null) e.textContent = text;
-  return e;
-}
-
 function human(n) {
   const units = ["B", "KiB", "MiB", "GiB"];
   let i = 0;

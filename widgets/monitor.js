@@ -1,27 +1,6 @@
 // TrainingMonitor: four small charts (loss, top-1, learning rate, step time) drawn once and
 // updated in place as epochs arrive, so the curves grow without flicker.
 
-const NS = "http://www.w3.org/2000/svg";
-
-function h(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v;
-    else if (k === "style") Object.assign(e.style, v);
-    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return e;
-}
-
-function s(tag, attrs = {}, text) {
-  const e = document.createElementNS(NS, tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text != null) e.textContent = text;
-  return e;
-}
-
 const W = 360, H = 150, L = 44, R = 10, T = 10, B = 22;
 
 // A round step (1, 2 or 5 times a power of ten) giving about n intervals over span.

@@ -1,17 +1,6 @@
 // PhaseView: the phase diagram (drawn by Python, display/static.py), what each phase allows,
 // buttons that make the API calls, errors, and the history of transitions.
 
-function h(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v;
-    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return e;
-}
-
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-phase-view");
   const diagram = h("div", { class: "rnb-phase-diagram-wrap" });

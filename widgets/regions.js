@@ -2,18 +2,6 @@
 // a hover card per tensor, a click on a region lists its DTensors, and a switch between
 // the six variants (offsets stay; only the used part of each slot changes).
 
-function h(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v;
-    else if (k === "style") Object.assign(e.style, v);
-    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else if (v !== false && v != null) e.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c != null) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return e;
-}
-
 function human(n) {
   const units = ["B", "KiB", "MiB", "GiB"];
   let i = 0;

@@ -20,6 +20,11 @@ def asset(name: str) -> str:
         return (_source_dir() / name).read_text(encoding="utf-8")
 
 
+def esm(name: str) -> str:
+    """A widget's ES module: the shared DOM helpers (dom.js) followed by widgets/<name>."""
+    return asset("dom.js") + "\n" + asset(name)
+
+
 def css() -> str:
     """The one style sheet of every widget and every static fallback."""
     return asset("renaissance.css")

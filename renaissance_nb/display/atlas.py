@@ -7,7 +7,7 @@ import traitlets
 
 from ..graph.ids import GraphId
 from . import static, views
-from ._assets import asset
+from ._assets import esm
 from ._base import ViewWidget
 from .graphdraw import default_collapsed, render_graph
 
@@ -15,7 +15,7 @@ from .graphdraw import default_collapsed, render_graph
 class AtlasView(ViewWidget):
     """The GraphAtlas of a compiled task. ``selected`` is the clicked cell; ``detail`` shows its graph."""
 
-    _esm = asset("atlas.js")
+    _esm = esm("atlas.js")
     selected = traitlets.Dict().tag(sync=True)
     detail = traitlets.Dict().tag(sync=True)
 

@@ -7,7 +7,7 @@ import traitlets
 
 from ..graph.ids import GraphId
 from . import views
-from ._assets import asset
+from ._assets import esm
 from ._base import ViewWidget
 from .graphdraw import default_collapsed, dot_available, layers_of, render_graph
 from .theme import esc
@@ -16,7 +16,7 @@ from .theme import esc
 class GraphView(ViewWidget):
     """Pick a graph (train / inference) and a GraphId ('' = all); click a layer to fold it."""
 
-    _esm = asset("graph.js")
+    _esm = esm("graph.js")
     graph = traitlets.Unicode("").tag(sync=True)
     gid = traitlets.Unicode("").tag(sync=True)
     variant = traitlets.Unicode("").tag(sync=True)

@@ -6,7 +6,7 @@ from typing import Any
 import traitlets
 
 from . import static, views
-from ._assets import asset
+from ._assets import esm
 from ._base import ViewWidget
 
 
@@ -16,7 +16,7 @@ class LifetimeView(ViewWidget):
     ``scope``: 'reusable' shows the F and T regions (the ones liveness may pack), 'arena' everything.
     """
 
-    _esm = asset("lifetimes.js")
+    _esm = esm("lifetimes.js")
     scope = traitlets.Unicode("reusable").tag(sync=True)
 
     def make_view(self) -> dict[str, Any]:

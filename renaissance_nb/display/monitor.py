@@ -16,14 +16,14 @@ from typing import Any
 import traitlets
 
 from . import static, views
-from ._assets import asset
+from ._assets import esm
 from ._base import ViewWidget
 
 
 class TrainingMonitor(ViewWidget):
     """Curves of a task's training. Call it as ``monitor(event, payload)``, or use ``monitor.run()``."""
 
-    _esm = asset("monitor.js")
+    _esm = esm("monitor.js")
     records = traitlets.List().tag(sync=True)
     step_losses = traitlets.List().tag(sync=True)
     lr = traitlets.List().tag(sync=True)

@@ -6,7 +6,7 @@ from typing import Any
 import traitlets
 
 from . import static, views
-from ._assets import asset
+from ._assets import esm
 from ._base import ViewWidget
 
 ACTIONS = ("plan", "lock_memory", "compile", "reset", "finalize_memory")
@@ -15,7 +15,7 @@ ACTIONS = ("plan", "lock_memory", "compile", "reset", "finalize_memory")
 class PhaseView(ViewWidget):
     """The task's phase machine. Each button makes the same call as the API; errors appear in the widget."""
 
-    _esm = asset("phase.js")
+    _esm = esm("phase.js")
     error = traitlets.Dict().tag(sync=True)
     busy = traitlets.Bool(False).tag(sync=True)
 

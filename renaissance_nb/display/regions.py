@@ -6,7 +6,7 @@ from typing import Any
 import traitlets
 
 from . import static, views
-from ._assets import asset
+from ._assets import esm
 from ._base import ViewWidget
 
 
@@ -16,7 +16,7 @@ class RegionMap(ViewWidget):
     ``source``: a DeepLearningTask (all six variants), a TaskBase, a MemoryPlan or a dict of plans.
     """
 
-    _esm = asset("regions.js")
+    _esm = esm("regions.js")
     variant = traitlets.Unicode("").tag(sync=True)
     selected_region = traitlets.Unicode("").tag(sync=True)
 
