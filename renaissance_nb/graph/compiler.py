@@ -8,6 +8,9 @@ the largest size over the variants; stage 3 places the tensors once with those
 sizes (so a tensor has the same offset in every variant) and derives the six
 variant plans; stage 4 builds the zero-shape graphs; stage 5 decides which
 (graph, GraphId, ShapeId) triples are bound, sharing where shapes agree.
+
+The task runs stage 4 before stage 3: a zero-shape graph needs only tensor ids,
+and liveness-based placement needs the graph's step order (``graph_lifetimes``).
 """
 from __future__ import annotations
 
