@@ -1,17 +1,15 @@
 """CIFAR-10 binary files, the loader and the download (against a local HTTP server only)."""
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import io
 import tarfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import serve_directory
 
 from renaissance_nb import datasets
 from renaissance_nb.data import (
@@ -162,19 +160,8 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[st
     arrays = fake_cifar(seed=5)
     blob = make_archive(srv_dir / CIFAR10_ARCHIVE, arrays)
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(srv_dir)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", srv_dir, blob, arrays
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serve_directory(srv_dir) as url:
+        yield url, srv_dir, blob, arrays
 
 
 def test_download_and_load(served, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]

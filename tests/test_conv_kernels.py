@@ -10,6 +10,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from helpers import numgrad
 
 import renaissance_nb.kernels.conv  # noqa: F401  (registers the kernels)
 from renaissance_nb.errors import PlanError
@@ -22,21 +23,6 @@ F32 = np.float32
 # ---- helpers -----------------------------------------------------------------------------------
 def bind(op: str, outs, ins, **params):
     return KERNELS[op](list(outs), list(ins), params, BindEnv())
-
-
-def numgrad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """Central differences of the scalar f() with respect to x (x is perturbed in place)."""
-    g = np.zeros_like(x)
-    flat, gflat = x.reshape(-1), g.reshape(-1)
-    for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + eps
-        fp = f()
-        flat[i] = old - eps
-        fm = f()
-        flat[i] = old
-        gflat[i] = (fp - fm) / (2 * eps)
-    return g
 
 
 def assert_grad(analytic, numeric, tol=1e-6):

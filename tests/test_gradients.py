@@ -12,9 +12,21 @@ import math
 
 import numpy as np
 import pytest
+from helpers import numgrad, one_step_gradients
 
-from renaissance_nb import CrossEntropyLoss, DeepLearningTask, dropout, fc, flatten, gelu, leaky_relu, relu, seq, silu, tanh
-from renaissance_nb.graph.ids import GraphId
+from renaissance_nb import (
+    CrossEntropyLoss,
+    DeepLearningTask,
+    dropout,
+    fc,
+    flatten,
+    gelu,
+    leaky_relu,
+    relu,
+    seq,
+    silu,
+    tanh,
+)
 from renaissance_nb.kernels.cpu import KERNELS, BindEnv
 
 F64 = np.float64
@@ -24,21 +36,6 @@ ERF = np.vectorize(math.erf)
 # ---- helpers -----------------------------------------------------------------------------------
 def run_kernel(op: str, outs, ins, **params) -> None:
     KERNELS[op](list(outs), list(ins), params, BindEnv())()
-
-
-def numgrad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """Central differences of the scalar f() with respect to x (x is perturbed in place)."""
-    g = np.zeros_like(x)
-    flat, gflat = x.reshape(-1), g.reshape(-1)
-    for i in range(flat.size):
-        old = flat[i]
-        flat[i] = old + eps
-        fp = f()
-        flat[i] = old - eps
-        fm = f()
-        flat[i] = old
-        gflat[i] = (fp - fm) / (2 * eps)
-    return g
 
 
 def assert_grad(analytic: np.ndarray, numeric: np.ndarray, rtol: float = 1e-6, atol: float = 1e-8) -> None:
@@ -330,16 +327,6 @@ def test_flatten_forward_and_backward() -> None:
 
 
 # ---- end to end: one step's gradients in the arena ---------------------------------------------
-def _one_step_gradients(task: DeepLearningTask) -> None:
-    """Run batch 0's forward and backward (no optimizer) through the bound graphs."""
-    ex = task.executor
-    ex.view("train_base", "cursor")[0] = 0
-    for gid in (GraphId.CLEAR_METRICS, GraphId.TRANSFER_A, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
-                GraphId.FIRST_LAYER_BWD_A):
-        for k in ex.kernels("train_base", gid):
-            k()
-
-
 def _reference_backprop(layers, x, labels, smoothing):
     """Float64 forward and backward of a layer list; returns (loss, {name: grad})."""
     acts = [x]
@@ -382,7 +369,7 @@ def _reference_backprop(layers, x, labels, smoothing):
 
 
 def _compare_step(task, layers_of, x, labels, smoothing) -> None:
-    _one_step_gradients(task)
+    one_step_gradients(task)
     ex = task.executor
     layers = layers_of(ex)
     loss, ref = _reference_backprop(layers, x.astype(F64), labels, smoothing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import one_step_gradients
 
 from renaissance_nb import (AdamW, CosineAnnealingLR, DeepLearningTask, GraphId, ShapeError, fc, flatten, relu, seq)
 from renaissance_nb.blueprint import RESNET_3_3, RESNET_3_3_DS, add2, avgpool, block, bn, cbr, conv, gap, maxpool
@@ -25,15 +26,6 @@ def resnet_small(classes: int = 4):
     return seq(cbr(8, 3, 1, 1), block(8, RESNET_3_3), block(16, RESNET_3_3_DS), gap(), fc(classes))
 
 
-def step_grads(task: DeepLearningTask) -> None:
-    ex = task.executor
-    ex.view("train_base", "cursor")[0] = 0
-    for gid in (GraphId.CLEAR_METRICS, GraphId.TRANSFER_A, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
-                GraphId.FIRST_LAYER_BWD_A):
-        for k in ex.kernels("train_base", gid):
-            k()
-
-
 def test_residual_convnet_matches_pytorch_forward_and_gradients() -> None:
     torch = pytest.importorskip("torch")
     from torch import nn
@@ -45,7 +37,7 @@ def test_residual_convnet_matches_pytorch_forward_and_gradients() -> None:
             .total_epochs(1).seed(3).options(prefetch=False))
     task.compile()
     sd = task.state_dict()  # before the step: it updates the running statistics
-    step_grads(task)
+    one_step_gradients(task)
     ours_loss = float(task.executor.view("train_base", "result")[0])
 
     class Block(nn.Module):

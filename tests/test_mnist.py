@@ -1,19 +1,23 @@
 """IDX reading, the download path (against a local HTTP server only) and real MNIST if present."""
 from __future__ import annotations
 
-import functools
 import gzip
 import hashlib
-import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import serve_directory
 
 from renaissance_nb import datasets
-from renaissance_nb.data import MNIST_FILES, download_mnist, find_mnist_files, mnist, read_idx
+from renaissance_nb.data import (
+    MNIST_FILES,
+    download_mnist,
+    find_mnist_files,
+    mnist,
+    read_idx,
+)
 from renaissance_nb.errors import DataError, DownloadError
 
 SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
@@ -155,19 +159,8 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[st
         sums[name] = hashlib.sha256(raw).hexdigest()
         (srv_dir / f"{name}.gz").write_bytes(gzip.compress(raw))
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(srv_dir)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", srv_dir, sums, arrays
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serve_directory(srv_dir) as url:
+        yield url, srv_dir, sums, arrays
 
 
 def test_download_and_load(served, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]

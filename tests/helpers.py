@@ -1,0 +1,57 @@
+"""Helpers shared by several test modules: finite differences and a local file server."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import threading
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+
+def numgrad(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """Central differences of the scalar f() with respect to x (x is perturbed in place)."""
+    g = np.zeros_like(x)
+    flat, gflat = x.reshape(-1), g.reshape(-1)
+    for i in range(flat.size):
+        old = flat[i]
+        flat[i] = old + eps
+        fp = f()
+        flat[i] = old - eps
+        fm = f()
+        flat[i] = old
+        gflat[i] = (fp - fm) / (2 * eps)
+    return g
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+
+@contextlib.contextmanager
+def serve_directory(folder: Path) -> Iterator[str]:
+    """Serve a folder over HTTP on 127.0.0.1 (an ephemeral port) while the block runs; yields its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def one_step_gradients(task) -> None:  # type: ignore[no-untyped-def]
+    """Run batch 0's forward and backward (no optimizer) through a compiled task's bound graphs."""
+    from renaissance_nb import GraphId
+
+    ex = task.executor
+    ex.view("train_base", "cursor")[0] = 0
+    for gid in (GraphId.CLEAR_METRICS, GraphId.TRANSFER_A, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
+                GraphId.FIRST_LAYER_BWD_A):
+        for k in ex.kernels("train_base", gid):
+            k()
