@@ -199,9 +199,13 @@ def bn_train_fwd_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps,
 @jit
 def affine_act_(x2, y2, aff, act):
     """y = act(x * aff[0] + aff[1]) per channel, over rows."""
+    channel_affine_(x2, y2, aff[0], aff[1], act)
+
+
+@jit
+def channel_affine_(x2, y2, a, b, act):
+    """y = act(x * a + b) with per-channel a, b over the rows of (rows, C) views; act 1 = relu."""
     m, c = x2.shape
-    a = aff[0]
-    b = aff[1]
     for i in range(m):
         xr = x2[i]
         yr = y2[i]
@@ -265,17 +269,7 @@ def bn_fold_(gamma, beta, rmean, rvar, eps, scale, bias):
 
 @jit
 def bn_inf_(x2, scale, bias, y2, act):
-    m, c = x2.shape
-    for i in range(m):
-        xr = x2[i]
-        yr = y2[i]
-        if act == 1:
-            for j in range(c):
-                z = xr[j] * scale[j] + bias[j]
-                yr[j] = z if z > 0 else 0.0
-        else:
-            for j in range(c):
-                yr[j] = xr[j] * scale[j] + bias[j]
+    channel_affine_(x2, y2, scale, bias, act)
 
 
 @jit
