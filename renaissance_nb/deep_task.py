@@ -523,11 +523,7 @@ class DeepLearningTask(TaskBase):
         self._fold_bn()
         ex.view("val_base", "cursor")[0] = 0
         ex.view("val_base", "aug.offset")[0] = 0
-        for k in sched.prologue:
-            k()
-        for prog in sched.steps:
-            for k in prog:
-                k()
+        sched.replay()
         return ex.view("val_base", "metrics.sum").copy()
 
     def _shuffle_into(self, perm: np.ndarray, epoch: int) -> None:

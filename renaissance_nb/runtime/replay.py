@@ -32,6 +32,14 @@ class EpochSchedule:
     steps: list[Program]
     batches: int
 
+    def replay(self) -> None:
+        """The whole pass: prologue, then every step's kernels in order."""
+        for k in self.prologue:
+            k()
+        for prog in self.steps:
+            for k in prog:
+                k()
+
 
 def batch_variants(n: int, batch: int, base: str, last: str) -> list[str]:
     """Variant of each batch of an epoch: base, and last for a partial final batch."""
