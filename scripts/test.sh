@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A Debian-managed python3 refuses pip installs outside a venv (PEP 668); CI runs as root on a
+# throwaway machine, where installing beside the system packages is what we want.
+export PIP_BREAK_SYSTEM_PACKAGES=1
 python3 -m pip install -q -e ".[test]"
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   bash scripts/install_browser.sh
