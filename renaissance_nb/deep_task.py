@@ -509,10 +509,19 @@ class DeepLearningTask(TaskBase):
                 for cb in callbacks:
                     cb("epoch", rec)
         prog.close()
+        self._drain_transfers()
         for cb in callbacks:
             cb("end", {"epoch": self._epoch, "interrupted": self.result.interrupted})
         self.result.step_losses = ex.view("train_base", "loss_log")[: int(step_counter[0])].copy()
         return self.result
+
+    def _drain_transfers(self) -> None:
+        """Wait for background batch copies still writing an input buffer (after a stop, before a save)."""
+        if self.executor is None or not self._prefetch:
+            return
+        from .kernels.transfer import buffer_slot
+        for name in ("I_A.data", "I_B.data"):
+            buffer_slot(self.executor.view("train_base", name)).wait()
 
     def _fold_bn(self) -> None:
         for k in self.executor.kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS):
@@ -645,6 +654,7 @@ class DeepLearningTask(TaskBase):
         """Write everything needed to continue (state-carrying regions, RNG and data position,
         history) atomically to one .npz file with a JSON header and a checksum."""
         from .checkpoint import save
+        self._drain_transfers()
         return save(self, path)
 
     def load_state(self, path: str, *, strict: bool = True) -> "DeepLearningTask":

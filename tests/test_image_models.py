@@ -179,3 +179,38 @@ def test_evaluate_and_predict_on_images() -> None:
     assert ev["loss"] == pytest.approx(r.history[-1].val_loss, rel=1e-5)
     pred = task.predict(x[:50])
     assert (pred == y[:50]).mean() == pytest.approx(ev["top1"], abs=1e-9)
+
+
+def test_prefetch_augment_interrupt_save_resume_is_byte_identical(tmp_path, monkeypatch) -> None:
+    """The background loader may be mid-copy when a run stops: the stop drains it, so a checkpoint
+    taken then resumes to exactly the weights of an uninterrupted run."""
+    import renaissance_nb.deep_task as dt
+
+    x, y = blobs(160, c=3, hw=8)
+    mk = lambda: (DeepLearningTask().model(seq(cbr(4, 3, 1, 1), gap(), fc(4))).data(train=(x, y), batch_size=32)  # noqa: E731
+                  .augment(crop_pad=2, flip=True).total_epochs(2).seed(11).options(prefetch=True))
+    ref = mk()
+    ref.run(progress=False)
+
+    class StopAfter(dt._StopFlag):
+        checks = 0
+
+        @property
+        def requested(self) -> bool:
+            StopAfter.checks += 1
+            return StopAfter.checks == 3  # after the third step of epoch 1, a copy of batch 4 is in flight
+
+        @requested.setter
+        def requested(self, value: bool) -> None:
+            pass
+
+    task = mk()
+    monkeypatch.setattr(dt, "_StopFlag", StopAfter)
+    task.run(progress=False)
+    monkeypatch.undo()
+    assert task.result.interrupted
+    path = task.save(str(tmp_path / "mid.npz"))
+    back = mk().compile().load_state(path)
+    back.run(progress=False)
+    for k, v in ref.state_dict().items():
+        assert v.tobytes() == back.state_dict()[k].tobytes(), k
