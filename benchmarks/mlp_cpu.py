@@ -164,11 +164,18 @@ print(json.dumps({{'rss_growth': first, 'steady_growth': status('VmHWM') - base2
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _worker(conn, kind: str, batch: int, samples: int) -> None:  # type: ignore[no-untyped-def]
+def make_contender(kind: str, batch: int, samples: int):  # type: ignore[no-untyped-def]
+    """Build one contender of this benchmark ("ours", "eager", "fused", "compile")."""
+    x, y, _ = load_data(samples)
+    return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
+
+
+def _worker(conn, module: str, kind: str, batch: int, samples: int) -> None:  # type: ignore[no-untyped-def]
     """One contender in its own process: builds it, then runs an epoch each time it is asked."""
     try:
-        x, y, _ = load_data(samples)
-        c = Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
+        import importlib
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        c = importlib.import_module(module).make_contender(kind, batch, samples)
         conn.send(("ready", c.name, c.compile_s))
     except Exception as exc:  # noqa: BLE001 - reported by the parent as skipped
         conn.send(("error", kind, f"{type(exc).__name__}: {str(exc)[:160]}"))
@@ -180,11 +187,11 @@ def _worker(conn, kind: str, batch: int, samples: int) -> None:  # type: ignore[
 class Remote:
     """A contender living in a worker process; interleaving stays, shared process state goes."""
 
-    def __init__(self, kind: str, batch: int, samples: int) -> None:
+    def __init__(self, kind: str, batch: int, samples: int, module: str = "mlp_cpu") -> None:
         import multiprocessing as mp
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, kind, batch, samples), daemon=True)
+        self.proc = ctx.Process(target=_worker, args=(child, module, kind, batch, samples), daemon=True)
         self.proc.start()
         status, self.name, extra = self.conn.recv()
         if status != "ready":
@@ -205,14 +212,17 @@ class Remote:
 
 
 def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_compile: bool,
-                 arena_bytes: int) -> dict:
+                 arena_bytes: int, module: str = "mlp_cpu", kinds: list[str] | None = None) -> dict:
     """Like run(), each contender in its own process (PyTorch's OpenMP pool and libraries loaded
     beside NumPy/OpenBLAS slowed the replay by up to 25% in one process here)."""
-    kinds = ["ours"] + (["eager", "fused"] + (["compile"] if use_compile else []) if have_torch else [])
+    if kinds is None:
+        kinds = ["ours"] + (["eager", "fused"] + (["compile"] if use_compile else []) if have_torch else [])
+    elif not have_torch:
+        kinds = [k for k in kinds if k == "ours"]
     contenders, skipped = [], []
     for k in kinds:
         try:
-            contenders.append(Remote(k, batch, samples))
+            contenders.append(Remote(k, batch, samples, module))
         except RuntimeError as exc:
             skipped.append(f"{k}: {exc}")
     if not have_torch:

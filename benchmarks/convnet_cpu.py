@@ -1,0 +1,115 @@
+"""Side-by-side CPU benchmark of the conv net (issue 4's three cbr stages, pooling, gap, fc):
+renaissance_nb against PyTorch eager with the same layers, AdamW, label smoothing, batch 128.
+
+    python benchmarks/convnet_cpu.py [--samples 5120] [--rounds 3]
+
+Same harness as mlp_cpu.py: each contender in its own process, epochs interleaved, medians.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import renaissance_nb as rnb  # noqa: E402
+from convnet_mnist import convnet  # noqa: E402
+from mlp_cpu import run_isolated  # noqa: E402
+
+
+def load_images(n: int) -> tuple[np.ndarray, np.ndarray]:
+    shared = ROOT.parent / "shared" / "data" / "mnist"
+    if shared.exists():
+        s = rnb.datasets.mnist(shared, layout="image")
+        return s.train.x[:n], s.train.y[:n]
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, n).astype(np.int32)
+
+
+class Ours:
+    name = "renaissance_nb"
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int) -> None:
+        t = time.perf_counter()
+        self.task = (rnb.DeepLearningTask("bench").model(convnet()).data(train=(x, y), batch_size=batch)
+                     .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW())
+                     .total_epochs(1000).seed(0))
+        self.task.compile()
+        self.compile_s = time.perf_counter() - t
+        self.epoch()
+
+    def epoch(self) -> float:
+        t = time.perf_counter()
+        self.task.run(epochs=1, progress=False)
+        return time.perf_counter() - t
+
+
+class Torch:
+    name = "PyTorch eager AdamW"
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int) -> None:
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+
+        def cbr(cin: int, cout: int) -> list:
+            return [nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        self.torch = torch
+        self.model = nn.Sequential(*cbr(1, 32), nn.MaxPool2d(2), *cbr(32, 64), nn.MaxPool2d(2), *cbr(64, 128),
+                                   nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.loss = nn.CrossEntropyLoss(label_smoothing=0.1)
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+        self.batch, self.compile_s = batch, 0.0
+        self.epoch()
+
+    def epoch(self) -> float:
+        torch = self.torch
+        t = time.perf_counter()
+        perm = torch.randperm(len(self.x))
+        for i in range(0, len(self.x) - self.batch + 1, self.batch):
+            idx = perm[i:i + self.batch]
+            self.opt.zero_grad(set_to_none=True)
+            self.loss(self.model(self.x[idx]), self.y[idx]).backward()
+            self.opt.step()
+        return time.perf_counter() - t
+
+
+def make_contender(kind: str, batch: int, samples: int):  # type: ignore[no-untyped-def]
+    x, y = load_images(samples)
+    return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", type=int, default=5120)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=128)
+    args = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+        have_torch = True
+    except ImportError:
+        have_torch = False
+    r = run_isolated(args.batch, args.samples, args.rounds, have_torch, False, 0, module="convnet_cpu",
+                     kinds=["ours", "eager"])
+    ours = r["median_epoch_s"]["renaissance_nb"]
+    print(f"conv net, batch {args.batch}, {r['steps']} steps per pass, medians of {args.rounds} interleaved rounds")
+    for name, t in r["median_epoch_s"].items():
+        ratio = "" if name == "renaissance_nb" else f"   ours/this = {ours / t:.2f}x"
+        print(f"  {name:<28} {t:7.3f} s  {1e3 * t / r['steps']:8.2f} ms/step{ratio}")
+    print(f"  compile(): {r['compile_s']['renaissance_nb']:.3f} s")
+    for s in r["skipped"]:
+        print(f"  skipped: {s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
