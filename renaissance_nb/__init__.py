@@ -4,8 +4,8 @@ Declare a model as a BluePrint, build a DeepLearningTask, and step it through
 PLANNING -> MEMORY_LOCKED -> COMPILED; training then replays the compiled step.
 """
 from . import datasets
-from .blueprint import (BluePrint, dropout, fc, flatten, gelu, identity, leaky_relu, relu, repeat, seq, sigmoid,
-                        silu, tanh)
+from .blueprint import (RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn, cbr, conv, dropout, fc,
+                        flatten, gap, gelu, identity, leaky_relu, maxpool, relu, repeat, seq, sigmoid, silu, tanh)
 from .deep_task import DeepLearningTask
 from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DownloadError, NumericalError,
                      PhaseError, PlanError, RenaissanceError, ShapeError)
@@ -25,7 +25,8 @@ from .train.schedulers import (ConstantLR, CosineAnnealingLR, ExponentialLR, Mul
 __version__ = "0.1.0"
 
 __all__ = [
-    "datasets", "BluePrint", "dropout", "fc", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
+    "datasets", "BluePrint", "RESNET_3_3", "RESNET_3_3_DS", "add2", "avgpool", "block", "bn", "cbr", "conv", "gap",
+    "maxpool", "dropout", "fc", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
     "sigmoid", "silu", "tanh", "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
     "ConfigError", "DataError", "DownloadError", "NumericalError", "PhaseError", "PlanError", "RenaissanceError",
     "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
