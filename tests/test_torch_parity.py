@@ -30,8 +30,9 @@ import warnings
 import numpy as np
 import pytest
 
-from renaissance_nb import (SGD, Adam, AdamW, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, GraphId, fc, relu,
+from renaissance_nb import (SGD, Adam, AdamW, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, fc, relu,
                             seq)
+from helpers import one_step_gradients
 
 torch = pytest.importorskip("torch")
 
@@ -80,11 +81,7 @@ def engine_run(x, y, make_opt, lr):
     init = task.state_dict()
     # first step's gradients: batch 0's forward and backward, no optimizer
     ex = task.executor
-    ex.view("train_base", "cursor")[0] = 0
-    for gid in (GraphId.CLEAR_METRICS, GraphId.TRANSFER_A, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
-                GraphId.FIRST_LAYER_BWD_A):
-        for k in ex.kernels("train_base", gid):
-            k()
+    one_step_gradients(task)
     grads = {k: ex.view("train_base", f"{k}@grad").copy() for k in init}
     first_loss = float(ex.view("train_base", "result")[0])
     assert int(ex.view("train_base", "step")[0]) == 0  # nothing was updated

@@ -273,19 +273,22 @@ def bn_inf_(x2, scale, bias, y2, act):
 
 
 @jit
+def window_(o, s, p, k, n):
+    """Input rows [start, end) that output position o's window covers (padding clipped)."""
+    start = o * s - p
+    return max(start, 0), min(start + k, n)
+
+
+@jit
 def maxpool_fwd_(x, y, am, k, s, p):
     """y = max over the window (-inf padding); am = ih*W + iw of the first max (NaN wins, as PyTorch)."""
     n_, h, w, c = x.shape
     ho, wo = y.shape[1], y.shape[2]
     for n in range(n_):
         for oh in range(ho):
-            h0 = oh * s - p
-            hs = max(h0, 0)
-            he = min(h0 + k, h)
+            hs, he = window_(oh, s, p, k, h)
             for ow in range(wo):
-                w0 = ow * s - p
-                ws = max(w0, 0)
-                we = min(w0 + k, w)
+                ws, we = window_(ow, s, p, k, w)
                 yr = y[n, oh, ow]
                 ar = am[n, oh, ow]
                 first = hs * w + ws
@@ -332,13 +335,9 @@ def avgpool_fwd_(x, y, k, s, p, kk):
     ho, wo = y.shape[1], y.shape[2]
     for n in range(n_):
         for oh in range(ho):
-            h0 = oh * s - p
-            hs = max(h0, 0)
-            he = min(h0 + k, h)
+            hs, he = window_(oh, s, p, k, h)
             for ow in range(wo):
-                w0 = ow * s - p
-                ws = max(w0, 0)
-                we = min(w0 + k, w)
+                ws, we = window_(ow, s, p, k, w)
                 yr = y[n, oh, ow]
                 for q in range(c):
                     yr[q] = 0.0
@@ -362,13 +361,9 @@ def avgpool_bwd_(dy, dx, k, s, p, kk):
                 for q in range(c):
                     d[q] = 0.0
         for oh in range(ho):
-            h0 = oh * s - p
-            hs = max(h0, 0)
-            he = min(h0 + k, h)
+            hs, he = window_(oh, s, p, k, h)
             for ow in range(wo):
-                w0 = ow * s - p
-                ws = max(w0, 0)
-                we = min(w0 + k, w)
+                ws, we = window_(ow, s, p, k, w)
                 gr = dy[n, oh, ow]
                 for ih in range(hs, he):
                     for iw in range(ws, we):
