@@ -7,8 +7,8 @@ from . import datasets
 from .blueprint import (RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn, cbr, conv, dropout, fc,
                         flatten, gap, gelu, identity, leaky_relu, maxpool, relu, repeat, seq, sigmoid, silu, tanh)
 from .deep_task import DeepLearningTask
-from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DownloadError, NumericalError,
-                     PhaseError, PlanError, RenaissanceError, ShapeError)
+from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DeviceError, DownloadError,
+                     NumericalError, PhaseError, PlanError, RenaissanceError, ShapeError)
 from .graph.atlas import GraphAtlas
 from .graph.graph import ComputationGraph, GraphNode, node
 from .graph.ids import GraphId, StreamKind
@@ -28,8 +28,8 @@ __all__ = [
     "datasets", "BluePrint", "RESNET_3_3", "RESNET_3_3_DS", "add2", "avgpool", "block", "bn", "cbr", "conv", "gap",
     "maxpool", "dropout", "fc", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
     "sigmoid", "silu", "tanh", "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
-    "ConfigError", "DataError", "DownloadError", "NumericalError", "PhaseError", "PlanError", "RenaissanceError",
-    "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
+    "ConfigError", "DataError", "DeviceError", "DownloadError", "NumericalError", "PhaseError", "PlanError",
+    "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
     "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
     "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
 ]

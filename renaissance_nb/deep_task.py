@@ -23,7 +23,8 @@ import numpy as np
 
 from .blueprint import BluePrint
 from .data.arrays import DataSplits, Dataset, make_splits, validate_arrays
-from .errors import CheckpointError, ConfigError, DataError, PhaseError, PlanError, bad_argument
+from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
+                     bad_argument)
 from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
                              create_memory_plans, derive_all_shapes, graph_lifetimes, share_or_clone,
                              variant_specs)
@@ -35,7 +36,7 @@ from .memory.plan import human_bytes
 from .progress import make_progress
 from .result import EpochRecord, TrainingResult
 from .runtime.arena import Arena
-from .runtime.replay import Executor, batch_variants
+from .runtime.replay import Executor, StepPrograms, batch_variants
 from .task import Phase, TaskBase
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
@@ -78,6 +79,9 @@ class DeepLearningTask(TaskBase):
         self._prefetch = (os.cpu_count() or 1) > 2
         self._save_every: tuple[int, str] | None = None
         self._save_best: str | None = None
+        self._device = "cpu"
+        self.device_kind: str | None = None  # what compile() resolved the device to
+        self._runner: StepPrograms | None = None  # who replays steps: the CPU executor or the GPU one
         self.arch: ArchPlan | None = None
         self.shapes: AllShapes | None = None
         self.max_slot_bytes: list[int] | None = None
@@ -225,6 +229,18 @@ class DeepLearningTask(TaskBase):
                 setattr(self, f"_{k}", v)
         return self
 
+    def device(self, device: str = "auto") -> "DeepLearningTask":
+        """Where the step replays: "cpu" (default), "cuda" (CUDA graphs through CuPy; an error
+        if there is no GPU) or "auto" (the GPU when CuPy finds one and the model's ops all
+        have GPU kernels, else the CPU). The plan, offsets and atlas are the same on both."""
+        from .gpu.device import CHOICES
+        self._setting("device")
+        if device not in CHOICES:
+            raise bad_argument(DeviceError, "device", "device", device, f"one of {CHOICES}",
+                               "pass 'auto' (GPU when CuPy finds one), 'cuda' or 'cpu'")
+        self._device = device
+        return self
+
     def save_every(self, epochs: int, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
         """Checkpoint every ``epochs`` epochs; ``path`` may use {name} and {epoch}."""
         self._setting("save_every")
@@ -258,7 +274,7 @@ class DeepLearningTask(TaskBase):
         keep = {k: getattr(self, k) for k in ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss",
                                                  "_optimizer", "_scheduler", "_epochs", "_seed", "_fuse",
                                                  "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every", "_ema",
-                                                 "_resolution", "_crop_pad", "_flip", "_prefetch",
+                                                 "_resolution", "_crop_pad", "_flip", "_prefetch", "_device",
                                                  "_save_best", "name")}
         self.__init__(self.name)  # type: ignore[misc]
         self.__dict__.update(keep)
@@ -279,7 +295,7 @@ class DeepLearningTask(TaskBase):
         return {"model": self._model, "data": self._splits, "batch_size": self._batch,
                 "val_batch_size": self._val_batch or self._batch, "shuffle": self._shuffle, "loss": self._loss,
                 "optimizer": self._optimizer, "scheduler": self._scheduler, "total_epochs": self._epochs,
-                "seed": self._seed, "ema": self._ema, "train_resolution": self._resolution,
+                "seed": self._seed, "device": self._device, "ema": self._ema, "train_resolution": self._resolution,
                 "augment": {"crop_pad": self._crop_pad, "flip": self._flip},
                 "options": {"fuse": self._fuse, "liveness": self._liveness, "nan_check": self._nan_check,
                             "nan_policy": self._nan_policy, "zero_grad": self._zero_grad, "prefetch": self._prefetch}}
@@ -369,6 +385,8 @@ class DeepLearningTask(TaskBase):
         if self._phase is Phase.PLANNING:
             self.lock_memory()
         started = time.time()
+        from .gpu.device import resolve_device
+        kind = resolve_device(self._device)  # before anything changes: a missing GPU leaves the task as it was
         specs = self.shapes.specs
         atlas = share_or_clone(specs, self.graphs, self.plans, self._zero_grad, self._nan_check)
         ids = self.shapes.tables["train_base"].ids
@@ -392,7 +410,22 @@ class DeepLearningTask(TaskBase):
                                   f"{human_bytes(m.total_bytes)} instead of {human_bytes(m.bytes_without_reuse)}.")
         executor = Executor(compiled, arena, env)
         self._initialise(executor, compiled)
+        runner: StepPrograms = executor
+        if kind == "cuda":
+            from .gpu.executor import GpuExecutor, check_supported
+            try:
+                check_supported(compiled)
+            except DeviceError as exc:
+                if self._device == "cuda":
+                    raise
+                kind = "cpu"
+                compiled.notes.append(f"device: auto chose the CPU: {exc}")
+        if kind == "cuda":
+            runner = GpuExecutor(compiled, executor, env, self._nan_policy)
+            compiled.notes.append(f"device: CUDA, {len(runner.atlas.captures)} atlas entries captured as CUDA "
+                                  "graphs on one device arena; the host arena mirrors it at epoch ends.")
         self.compiled, self.executor, self._arena = compiled, executor, arena
+        self._runner, self.device_kind = runner, kind
         self._views = executor.views["train_base"]
         self._env = env
         self._advance(Phase.COMPILED, "compile", started)
@@ -435,27 +468,30 @@ class DeepLearningTask(TaskBase):
             self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
             self.compile()
         end = self._epochs if epochs is None else min(self._epochs, self._epoch + _int_setting("run", "epochs", epochs))
-        ex = self.executor
+        ex = self.executor  # host views: what the loop reads and writes
+        rx = self._runner   # who replays: ex itself on the CPU, the captured graphs on a GPU
         s = self._splits
-        sched_base = ex.train_schedule(batch_variants(len(s.train), self._batch, "train_base", "train_last"))
+        sched_base = rx.train_schedule(batch_variants(len(s.train), self._batch, "train_base", "train_last"))
         sched_low = sched_base
         boundary = self._epochs + 1
         if self._resolution is not None:
             boundary = self._resolution[2]
-            sched_low = ex.train_schedule(batch_variants(len(s.train), self._batch, "train_lowres",
+            sched_low = rx.train_schedule(batch_variants(len(s.train), self._batch, "train_lowres",
                                                          "train_lowres_last"))
         sched = sched_base
         val_sched = ema_sched = None
         if s.val is not None:
             val_vs = batch_variants(len(s.val), self._val_batch or self._batch, "val_base", "val_last")
-            val_sched = ex.eval_schedule(val_vs)
+            val_sched = rx.eval_schedule(val_vs)
             if self._ema is not None:
-                ema_sched = ex.eval_schedule(val_vs, ema=True)
+                ema_sched = rx.eval_schedule(val_vs, ema=True)
         aug_offset = ex.view("train_base", "aug.offset")
         cursor = ex.view("train_base", "cursor")
         acc = ex.view("train_base", "metrics.sum")
         step_counter = ex.view("train_base", "step")
         lr_table = ex.view("train_base", "lr_table")
+        result_view = ex.view("train_base", "result")
+        rx.upload_all()
         stop = _StopFlag()
         prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name)
         for cb in callbacks:
@@ -471,8 +507,10 @@ class DeepLearningTask(TaskBase):
                     start = self._resume_at[1]
                 else:
                     self._shuffle_into(self._env.perms["train"], epoch)
+                    rx.set_perm("train", self._env.perms["train"])
                     cursor[0] = 0
                     aug_offset[0] = epoch * len(s.train)
+                    rx.push(cursor, aug_offset)
                     for k in sched.prologue:
                         k()
                 self._resume_at = None
@@ -484,14 +522,20 @@ class DeepLearningTask(TaskBase):
                         self._resume_at = (epoch, i + 1)
                         break
                     if (i & 15) == 15:
-                        loss = float(ex.view("train_base", "result")[0])
+                        rx.pull(result_view)
+                        if rx.halted():
+                            self._raise_halted()
+                        loss = float(result_view[0])
                         prog.update(16, loss)
                         for cb in callbacks:
                             cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
                 if self._resume_at is not None:
                     self.result.interrupted = True
                     break
-                prog.update(sched.batches % 16, float(ex.view("train_base", "result")[0]))
+                rx.pull(result_view, acc, step_counter)
+                if rx.halted():
+                    self._raise_halted()
+                prog.update(sched.batches % 16, float(result_view[0]))
                 train = acc.copy()
                 val = self._run_eval(val_sched) if val_sched else None
                 emav = self._run_eval(ema_sched) if ema_sched else None
@@ -504,11 +548,13 @@ class DeepLearningTask(TaskBase):
                                                                              emav[2] / emav[3])))
                 self.result.history.append(rec)
                 self._epoch += 1
+                rx.download_all()
                 self._autosave(rec)
                 prog.epoch(rec)
                 for cb in callbacks:
                     cb("epoch", rec)
         prog.close()
+        rx.download_all()
         self._drain_transfers()
         for cb in callbacks:
             cb("end", {"epoch": self._epoch, "interrupted": self.result.interrupted})
@@ -523,17 +569,33 @@ class DeepLearningTask(TaskBase):
         for name in ("I_A.data", "I_B.data"):
             buffer_slot(self.executor.view("train_base", name)).wait()
 
-    def _fold_bn(self) -> None:
-        for k in self.executor.kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS):
+    def _fold_bn(self, runner: StepPrograms | None = None) -> None:
+        for k in (runner or self.executor).kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS):
             k()
 
     def _run_eval(self, sched) -> np.ndarray:  # type: ignore[no-untyped-def]
-        ex = self.executor
-        self._fold_bn()
-        ex.view("val_base", "cursor")[0] = 0
-        ex.view("val_base", "aug.offset")[0] = 0
+        ex, rx = self.executor, self._runner
+        self._fold_bn(rx)
+        cursor, aug = ex.view("val_base", "cursor"), ex.view("val_base", "aug.offset")
+        sums = ex.view("val_base", "metrics.sum")
+        cursor[0] = 0
+        aug[0] = 0
+        rx.push(cursor, aug)
         sched.replay()
-        return ex.view("val_base", "metrics.sum").copy()
+        rx.pull(sums)
+        return sums.copy()
+
+    def _raise_halted(self) -> None:
+        """A device backend stopped updating at a non-finite value: report it as the CPU would."""
+        self._runner.download_all()
+        step = int(self.executor.view("train_base", "step")[0])
+        loss = float(self.executor.view("train_base", "loss_log")[min(step, self.total_steps - 1)])
+        grads = self._arena.range_view("G_BN_BIAS", "G_DEEP_CONV", "float32")
+        k = fused.all_finite(grads)
+        where = self._arena.locate("G_BN_BIAS", k * 4) if k >= 0 else "the loss or a gradient"
+        raise NumericalError(f"step {step + 1}: non-finite value in {where}; loss={loss} (found on the GPU). The "
+                             "update was not applied, the weights are those before this step. Fix: lower the "
+                             "learning rate, check the data for extreme values, or use options(nan_policy='skip').")
 
     def _shuffle_into(self, perm: np.ndarray, epoch: int) -> None:
         n = perm.shape[0]

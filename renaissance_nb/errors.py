@@ -57,6 +57,10 @@ class CheckpointError(RenaissanceError, ValueError):
     """A checkpoint file is missing, corrupted or belongs to a different plan."""
 
 
+class DeviceError(RenaissanceError, RuntimeError):
+    """A device was asked for that is not there, or a model has ops the device cannot run."""
+
+
 class DownloadError(RenaissanceError, OSError):
     """A data set could not be downloaded or failed its checksum."""
 

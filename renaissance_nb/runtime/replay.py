@@ -50,29 +50,20 @@ def batch_variants(n: int, batch: int, base: str, last: str) -> list[str]:
     return out
 
 
-class Executor:
-    """Owns the bound graphs of a compiled task and runs epochs of them."""
+class StepPrograms:
+    """Builds step programs from ``kernels(variant, gid)``; the backends say what a kernel is.
 
-    def __init__(self, compiled: CompiledPlan, arena: Arena, env: BindEnv) -> None:
+    On the CPU a program is the flat list of bound kernels; on the GPU it is the list of
+    captured-graph launches (runtime/../gpu/executor.py). The order is the same.
+    """
+
+    def __init__(self, compiled: CompiledPlan) -> None:
         self.compiled = compiled
-        self.arena = arena
         self.atlas: GraphAtlas = compiled.atlas
-        self.views = {v: arena.views(p) for v, p in compiled.plans.items()}
-        graphs = {"train": compiled.graphs.train, "inference": compiled.graphs.inference}
-        self.bound: list[BoundGraph] = []
-        for key in self.atlas.captures:
-            spec = compiled.shapes.specs[key.variant]
-            benv = BindEnv(env.seed, env.sources, env.perms, env.range_view, env.locate, spec.batch)
-            nodes = graphs[key.graph].nodes(key.gid)
-            name = f"{key.graph}/{key.gid.name}/s{key.shape_id}"
-            self.bound.append(bind(name, nodes, self.views[key.variant], benv))
         self._programs: dict[tuple, Program] = {}
 
-    def kernels(self, variant: str, gid: GraphId) -> Program:
-        """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""
-        vi = self.atlas.variants.index(variant)
-        idx = self.atlas.table[vi][gid]
-        return self.bound[idx].kernels if idx >= 0 else []
+    def kernels(self, variant: str, gid: GraphId) -> Program:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def _program(self, key: tuple, gids: list[tuple[str, GraphId]]) -> Program:
         if key not in self._programs:
@@ -115,6 +106,55 @@ class Executor:
         prologue = self._program(("val-pro", variants[0]),
                                  [(variants[0], GraphId.CLEAR_METRICS), (variants[0], GraphId.TRANSFER_A)])
         return EpochSchedule(prologue, steps, len(variants))
+
+    def entry(self, variant: str, gid: GraphId) -> int:
+        """Phase C: the atlas index of (variant, GraphId) by array lookup; -1 if none."""
+        return self.atlas.table[self.atlas.variants.index(variant)][gid]
+
+    # Host <-> device hand-over. The host arena is the canonical copy between runs (checkpoints,
+    # state_dict, evaluate read it); a device backend copies it up before a run, pushes the few
+    # values the host writes during one (data order, cursors), pulls what it reads (metrics), and
+    # copies everything back at epoch ends. On the CPU the host arena is the only arena: no-ops.
+    def upload_all(self) -> None:
+        """Host arena -> device arena."""
+
+    def download_all(self) -> None:
+        """Device arena -> host arena (waits for queued work)."""
+
+    def push(self, *views: np.ndarray) -> None:
+        """Host views just written -> the same bytes on the device."""
+
+    def pull(self, *views: np.ndarray) -> None:
+        """The device's bytes of these host views -> the host views."""
+
+    def set_perm(self, source: str, perm: np.ndarray) -> None:
+        """A new data order for ``source`` (the host's copy is already updated)."""
+
+    def halted(self) -> bool:
+        """True when a non-finite value stopped the updates (device backends check lazily)."""
+        return False
+
+
+class Executor(StepPrograms):
+    """Owns the bound graphs of a compiled task and runs epochs of them."""
+
+    def __init__(self, compiled: CompiledPlan, arena: Arena, env: BindEnv) -> None:
+        super().__init__(compiled)
+        self.arena = arena
+        self.views = {v: arena.views(p) for v, p in compiled.plans.items()}
+        graphs = {"train": compiled.graphs.train, "inference": compiled.graphs.inference}
+        self.bound: list[BoundGraph] = []
+        for key in self.atlas.captures:
+            spec = compiled.shapes.specs[key.variant]
+            benv = BindEnv(env.seed, env.sources, env.perms, env.range_view, env.locate, spec.batch)
+            nodes = graphs[key.graph].nodes(key.gid)
+            name = f"{key.graph}/{key.gid.name}/s{key.shape_id}"
+            self.bound.append(bind(name, nodes, self.views[key.variant], benv))
+
+    def kernels(self, variant: str, gid: GraphId) -> Program:
+        """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""
+        idx = self.entry(variant, gid)
+        return self.bound[idx].kernels if idx >= 0 else []
 
     def view(self, variant: str, name: str) -> np.ndarray:
         return self.views[variant][self.compiled.ids[name]]

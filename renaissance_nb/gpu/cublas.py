@@ -1,0 +1,124 @@
+"""Capture-safe matrix products: cuBLAS called on our own handle, with a preset workspace.
+
+Why this path: CuPy's matmul refuses to run while a stream is capturing (cuBLAS may
+allocate its workspace lazily, and allocation is illegal inside a capture; cupy issue
+6290). cuBLAS itself supports capture once a workspace is set with cublasSetWorkspace, so
+this module loads the libcublas that CuPy already mapped, creates a handle, gives it a
+fixed workspace that lives as long as the arena, and calls cublasSgemm_v2 with host
+scalars (captured by value). Of the candidates the issue lists (cuTENSOR contraction,
+nvmath-python, a tiled RawKernel), this one needs no new dependency and runs NVIDIA's
+tuned SGEMM kernels; pure FP32 math mode (no TF32) keeps results within float32 rounding
+of the CPU backend. The benchmark script on the device machine times it against the
+alternatives that are installed there.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import Any
+
+from ..errors import DeviceError
+
+CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+CUBLAS_PEDANTIC_MATH = 2  # FP32 SGEMM without TF32, whatever NVIDIA_TF32_OVERRIDE says
+WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper is 32 MiB
+
+
+def _find_libcublas() -> ctypes.CDLL:
+    """The libcublas CuPy loaded (same handle types), else the one the loader finds."""
+    try:  # importing CuPy's wrapper maps its libcublas into the process
+        import cupy_backends.cuda.libs.cublas  # noqa: F401
+    except Exception:
+        pass
+    paths = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                part = line.split()[-1]
+                if "libcublas.so" in part and "libcublasLt" not in part and part not in paths:
+                    paths.append(part)
+    except OSError:
+        pass
+    found = ctypes.util.find_library("cublas")
+    for name in (*paths, found, "libcublas.so.13", "libcublas.so.12", "libcublas.so"):
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise DeviceError("cuBLAS: libcublas could not be loaded. Fix: install the CUDA toolkit's cuBLAS or "
+                      "the nvidia-cublas wheel that matches your CuPy.")
+
+
+def gemm_layout(x: Any) -> tuple[int, int]:
+    """(cuBLAS op, leading dimension) of a 2-D row-major matrix (op N) or a transposed view of one (op T)."""
+    if x.ndim != 2:
+        raise DeviceError(f"cuBLAS: a matrix product got a {x.ndim}-D operand of shape {x.shape}; "
+                          "the GPU backend multiplies 2-D arena views only.")
+    item = x.itemsize
+    if x.strides == (x.shape[1] * item, item) or x.shape[0] == 1:
+        return CUBLAS_OP_N, max(1, x.shape[1])
+    if x.strides == (item, x.shape[0] * item) or x.shape[1] == 1:
+        return CUBLAS_OP_T, max(1, x.shape[0])
+    raise DeviceError(f"cuBLAS: operand of shape {x.shape} with strides {x.strides} is neither row-major nor "
+                      "a transposed row-major view.")
+
+
+def check_gemm(c: Any, a: Any, b: Any) -> None:
+    """c = a @ b must be (m, k) @ (k, n) into a contiguous (m, n)."""
+    m, k = a.shape
+    k2, n = b.shape
+    if k2 != k or c.shape != (m, n) or not c.flags.c_contiguous:
+        raise DeviceError(f"cuBLAS: cannot multiply {a.shape} @ {b.shape} into {c.shape} (contiguous="
+                          f"{c.flags.c_contiguous}).")
+
+
+class Gemm:
+    """Row-major SGEMM on one cuBLAS handle; every call goes to the stream it is given."""
+
+    def __init__(self, workspace: Any) -> None:
+        lib = _find_libcublas()
+        self.lib = lib
+        self._handle = ctypes.c_void_p()
+        self._check(lib.cublasCreate_v2(ctypes.byref(self._handle)), "cublasCreate")
+        self.workspace = workspace  # a cupy array kept alive as long as this object
+        self._check(lib.cublasSetWorkspace_v2(self._handle, ctypes.c_void_p(workspace.data.ptr),
+                                              ctypes.c_size_t(workspace.nbytes)), "cublasSetWorkspace")
+        self._check(lib.cublasSetMathMode(self._handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode")
+        self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise DeviceError(f"cuBLAS: {what} failed with status {status}. Fix: check that CuPy's CUDA version "
+                              "matches the driver; run benchmarks/gpu_device_check.py for details.")
+
+    @staticmethod
+    def operand(x: Any) -> tuple[int, int, int]:
+        """(pointer, cuBLAS op, leading dimension) of a 2-D row-major matrix or a transposed view of one."""
+        op, ld = gemm_layout(x)
+        return x.data.ptr, op, ld
+
+    def bind(self, c: Any, a: Any, b: Any):  # type: ignore[no-untyped-def]
+        """A launcher for c = a @ b (row-major): cuBLAS computes c^T = b^T a^T in its column-major terms."""
+        check_gemm(c, a, b)
+        m, k = a.shape
+        n = b.shape[1]
+        pa, opa, lda = self.operand(a)
+        pb, opb, ldb = self.operand(b)
+        pc = c.data.ptr
+        lib, h, one, zero = self.lib, self._handle, ctypes.byref(self._one), ctypes.byref(self._zero)
+        args = (opb, opa, n, m, k, one, ctypes.c_void_p(pb), ldb, ctypes.c_void_p(pa), lda, zero,
+                ctypes.c_void_p(pc), n)
+        check = self._check
+
+        def launch(stream: Any) -> None:
+            check(lib.cublasSetStream_v2(h, ctypes.c_void_p(stream.ptr)), "cublasSetStream")
+            check(lib.cublasSgemm_v2(h, *args), "cublasSgemm")
+        return launch
+
+    def close(self) -> None:
+        if self._handle:
+            self.lib.cublasDestroy_v2(self._handle)
+            self._handle = ctypes.c_void_p()

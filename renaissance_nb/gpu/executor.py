@@ -1,0 +1,196 @@
+"""The GPU executor: one CuPy arena, every atlas entry captured once as a CUDA graph.
+
+Compile time, in order:
+1. one device allocation of the plan's size (the arena); every DTensor is a view of it at
+   the offset the MemoryPlan fixed, so offsets are the CPU backend's;
+2. the data sets and their orders are copied to the device once;
+3. each distinct atlas entry (graph, GraphId, ShapeId) is bound with the GPU kernel table,
+   run once eagerly (warm-up: NVRTC compiles, cuBLAS picks kernels) and then captured on
+   its StreamKind's stream, forked from the primary stream with an event and joined back
+   before the capture ends;
+4. the host arena is uploaded again, undoing what the warm-ups changed.
+
+A step is then a handful of graph launches. TRANSFER graphs go to the TRANS stream so the
+next batch's gather overlaps the current step; the graphs that read an input buffer wait
+for that buffer's transfer event first.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceError
+from ..graph.ids import GraphId, StreamKind
+from ..kernels.cpu import BindEnv
+from ..memory.dtensor import ALIGNMENT
+from ..memory.region import Region
+from ..runtime.replay import Executor, Program, StepPrograms
+from .cublas import WORKSPACE_BYTES, Gemm
+from .kernels import NVRTC_OPTIONS, GpuBindEnv, bind_launchers, cupy_memory_ops, kernel_source, unsupported_ops
+
+
+def check_supported(compiled: Any) -> None:
+    """Raise DeviceError naming the plan's ops that have no GPU kernel."""
+    ops = [n.op for g in (compiled.graphs.train, compiled.graphs.inference) for gid in g.ids() for n in g.nodes(gid)]
+    missing = unsupported_ops(ops)
+    if missing:
+        raise DeviceError(f"device('cuda'): this model needs ops with no GPU kernel yet: {missing}. The GPU backend "
+                          "runs fc/activation/dropout models (MLPs). Fix: use device('cpu') for this model, or "
+                          "device('auto'), which falls back to the CPU for it.")
+
+
+class GpuExecutor(StepPrograms):
+    """Device arena, captured graphs, and the host hand-over (see StepPrograms)."""
+
+    def __init__(self, compiled: Any, host: Executor, env: BindEnv, nan_policy: str = "raise") -> None:
+        import cupy
+
+        check_supported(compiled)
+        super().__init__(compiled)
+        self.cupy = cupy
+        self.host = host
+        plan = host.arena.plan
+        self._raw = cupy.zeros(plan.total_bytes + ALIGNMENT, cupy.uint8)
+        shift = (-self._raw.data.ptr) % ALIGNMENT
+        self.bytes = self._raw[shift: shift + plan.total_bytes]
+        self._host_bytes = host.arena.bytes
+        self._host_base = host.arena.bytes.ctypes.data
+        self.views = {v: [self.bytes[t.offset: t.offset + t.nbytes].view(t.dtype).reshape(t.shape) for t in p]
+                      for v, p in compiled.plans.items()}
+        self.module = cupy.RawModule(code=kernel_source(), options=NVRTC_OPTIONS)
+        self.gemm = Gemm(cupy.empty(WORKSPACE_BYTES, cupy.uint8))
+        self.sources = {k: (cupy.asarray(np.ascontiguousarray(x.reshape(len(x), -1), np.float32)),
+                            cupy.asarray(np.ascontiguousarray(y, np.int32)))
+                        for k, (x, y) in env.sources.items()}
+        self.perms = {k: cupy.asarray(v) for k, v in env.perms.items()}
+        self.primary = cupy.cuda.Stream(non_blocking=True)
+        self.streams = {kind: cupy.cuda.Stream(non_blocking=True) for kind in StreamKind}
+        self._fork, self._join = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
+        self._ready = {b: cupy.cuda.Event(disable_timing=True) for b in "AB"}
+        self._done = {b: cupy.cuda.Event(disable_timing=True) for b in "AB"}
+        self.launchers: list[list[Any]] = []
+        self.graphs: list[Any] = []
+        self.names: list[str] = []
+        self._bind(compiled, env, nan_policy)
+        self._capture_all()
+
+    # ---- binding and capture -----------------------------------------------------------------
+    def _range_view(self, first: str, last: str, dtype: str) -> Any:
+        a, b = self.host.arena.plan.region_range(Region[first], Region[last])
+        return self.bytes[a:b].view(dtype)
+
+    def _bind(self, compiled: Any, env: BindEnv, nan_policy: str) -> None:
+        ops = cupy_memory_ops()
+
+        def make_env(batch: int) -> GpuBindEnv:
+            return GpuBindEnv(self.module, self.gemm, ops, env.seed, self.sources, self.perms, self._range_view,
+                              batch, nan_policy)
+        self.names, self.launchers = bind_launchers(compiled, self.views, make_env)
+
+    def _stream_of(self, idx: int) -> Any:
+        return self.streams[self.atlas.captures[idx].gid.stream]
+
+    def _capture_all(self) -> None:
+        """Warm up each bound graph, capture it, then restore the arena the warm-ups changed."""
+        for idx, launchers in enumerate(self.launchers):
+            if not launchers or any(getattr(f, "unavailable", False) for f in launchers):
+                self.graphs.append(None)
+                continue
+            stream = self._stream_of(idx)
+            self.upload_all()  # every warm-up starts from the initial state (cursors at 0)
+            self.primary.synchronize()
+            for f in launchers:
+                f(stream)
+            stream.synchronize()
+            self.graphs.append(self._capture(launchers, stream))
+        self.upload_all()
+        self.primary.synchronize()
+
+    def _capture(self, launchers: list[Any], stream: Any) -> Any:
+        p = self.primary
+        with p:
+            p.begin_capture()
+            try:
+                self._fork.record(p)
+                stream.wait_event(self._fork)
+                for f in launchers:
+                    f(stream)
+                self._join.record(stream)
+                p.wait_event(self._join)
+            finally:
+                graph = p.end_capture()
+        return graph
+
+    def debug_dot(self, idx: int) -> str:
+        """The captured CUDA graph of atlas entry ``idx`` in DOT (CuPy >= 14)."""
+        g = self.graphs[idx]
+        return "" if g is None else g.debug_dot_str()
+
+    # ---- step programs -------------------------------------------------------------------------
+    def kernels(self, variant: str, gid: GraphId) -> Program:
+        idx = self.entry(variant, gid)
+        if idx < 0 or not self.launchers[idx]:
+            return []
+        graph, p = self.graphs[idx], self.primary
+        if graph is None:  # e.g. the val transfer of a task without val data: fail only if run
+            missing = self.launchers[idx][0]
+            return [lambda: missing(p)]
+        name = gid.name
+        if name in ("TRANSFER_A", "TRANSFER_B"):
+            buf = name[-1]
+            ready, done, trans = self._ready[buf], self._done[buf], self.streams[StreamKind.TRANS]
+
+            def transfer() -> None:  # after everything queued so far (the last reader of buf), off the primary
+                ready.record(p)
+                trans.wait_event(ready)
+                graph.launch(trans)
+                done.record(trans)
+            return [transfer]
+        if name.endswith(("_A", "_B")):
+            done = self._done[name[-1]]
+
+            def reads_buffer() -> None:
+                p.wait_event(done)
+                graph.launch(p)
+            return [reads_buffer]
+        return [lambda: graph.launch(p)]
+
+    def view(self, variant: str, name: str) -> Any:
+        return self.views[variant][self.compiled.ids[name]]
+
+    # ---- host hand-over ------------------------------------------------------------------------
+    def _span(self, v: np.ndarray) -> tuple[int, int]:
+        a = v.ctypes.data - self._host_base
+        if not 0 <= a <= a + v.nbytes <= self._host_bytes.nbytes:
+            raise DeviceError("push/pull: the view is not part of the host arena.")
+        return a, a + v.nbytes
+
+    def upload_all(self) -> None:
+        self.bytes.set(self._host_bytes, stream=self.primary)
+
+    def download_all(self) -> None:
+        self.cupy.cuda.Device().synchronize()
+        self.bytes.get(stream=self.primary, out=self._host_bytes)
+
+    def push(self, *views: np.ndarray) -> None:
+        for v in views:
+            a, b = self._span(v)
+            self.bytes[a:b].set(self._host_bytes[a:b], stream=self.primary)
+
+    def pull(self, *views: np.ndarray) -> None:
+        for v in views:
+            a, b = self._span(v)
+            self.bytes[a:b].get(stream=self.primary, out=self._host_bytes[a:b])
+
+    def set_perm(self, source: str, perm: np.ndarray) -> None:
+        self.perms[source].set(perm, stream=self.primary)
+
+    def halted(self) -> bool:
+        flag = self.host.view("train_base", "nan.flag")
+        self.pull(flag)
+        return int(flag[0]) == 2
+
+    def close(self) -> None:
+        self.cupy.cuda.Device().synchronize()
+        self.gemm.close()

@@ -1,0 +1,403 @@
+"""The GPU kernel table: op name -> factory(outs, ins, params, env) -> launcher(stream).
+
+The same contract as the CPU table (kernels/cpu.py): binding resolves every view,
+activation code and size once; the launcher only enqueues work on the stream it is
+given. Launchers run once eagerly (warm-up: NVRTC compiles, cuBLAS picks its kernels)
+and once under stream capture; after that only the captured CUDA graphs replay them.
+Nothing a launcher does may allocate or synchronise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import DeviceError, PlanError
+from ..kernels.fused import ACT_CODES
+from ..train.rng import StreamId
+
+Launch = Callable[[Any], None]
+THREADS = 256
+MAX_BLOCKS = 8192
+NVRTC_OPTIONS = ("--fmad=false", "-std=c++17")
+"""--fmad=false: no contraction of a*b+c into one rounding, so the float32 element-wise results
+are those of the CPU kernels bit for bit (the CPU kernels are compiled without fastmath)."""
+
+
+def kernel_source() -> str:
+    """The CUDA C++ of every kernel: the per-element functions, then the __global__ kernels."""
+    src = resources.files("renaissance_nb.gpu") / "src"
+    return (src / "rnb_device.cuh").read_text() + "\n" + (src / "rnb_kernels.cu").read_text()
+
+
+@dataclass
+class GpuBindEnv:
+    """What GPU kernels need besides their views: the compiled module, cuBLAS, data on the device,
+    and the four memory operations that are not kernels of ours (copy, zero, fill, add).
+
+    ``module.get_function(name)`` gives a callable ``fn(grid, block, args)`` that launches on the
+    current stream; ``gemm.bind(c, a, b)`` gives a launcher of ``c = a @ b``. The test suite binds
+    this same table against a CPU build of the CUDA source (tests/cuda_emulator.py), so what
+    runs here is checked argument by argument without a GPU.
+    """
+
+    module: Any
+    gemm: Any
+    ops: "MemoryOps"
+    seed: int = 0
+    sources: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    perms: dict[str, Any] = field(default_factory=dict)
+    range_view: Callable[[str, str, str], Any] | None = None
+    batch: int = 0
+    nan_policy: str = "raise"
+
+
+@dataclass(frozen=True)
+class MemoryOps:
+    """Launcher factories for plain memory work on the arena."""
+
+    memcpy: Callable[[Any, Any], Launch]          # dst, src: same number of bytes, contiguous
+    memset0: Callable[[Sequence[Any]], Launch]    # zero these views
+    fill: Callable[[Sequence[Any], float], Launch]
+    add: Callable[[Any, Any, Any], Launch]        # c = a + b with broadcasting
+
+
+def cupy_memory_ops() -> MemoryOps:
+    """The real ones: async runtime copies and memsets on the launcher's stream."""
+    import cupy
+    from cupy.cuda import runtime
+
+    def memcpy(dst: Any, src: Any) -> Launch:
+        d, s, nb, kind = dst.data.ptr, src.data.ptr, dst.nbytes, runtime.memcpyDeviceToDevice
+        return lambda stream: runtime.memcpyAsync(d, s, nb, kind, stream.ptr)
+
+    def memset0(views: Sequence[Any]) -> Launch:
+        spans = [(v.data.ptr, v.nbytes) for v in views]
+
+        def launch(stream: Any) -> None:
+            for ptr, nb in spans:
+                runtime.memsetAsync(ptr, 0, nb, stream.ptr)
+        return launch
+
+    def fill(views: Sequence[Any], value: float) -> Launch:
+        def launch(stream: Any) -> None:
+            with stream:
+                for v in views:
+                    v.fill(value)
+        return launch
+
+    def add(a: Any, b: Any, c: Any) -> Launch:
+        def launch(stream: Any) -> None:
+            with stream:
+                cupy.add(a, b, out=c)
+        return launch
+    return MemoryOps(memcpy, memset0, fill, add)
+
+
+GPU_KERNELS: dict[str, Callable[..., Launch]] = {}
+
+
+def gpu_kernel(name: str) -> Callable[[Callable[..., Launch]], Callable[..., Launch]]:
+    def register(f: Callable[..., Launch]) -> Callable[..., Launch]:
+        GPU_KERNELS[name] = f
+        return f
+    return register
+
+
+def _grid(n: int) -> tuple[int]:
+    return (max(1, min(MAX_BLOCKS, -(-int(n) // THREADS))),)
+
+
+def _flat2d(a: Any) -> Any:
+    return a.reshape(a.shape[0], -1)
+
+
+def _launch(env: GpuBindEnv, name: str, n: int, *args: Any) -> Launch:
+    """A grid-stride kernel over n items, with its arguments fixed now."""
+    fn, grid, block = env.module.get_function(name), _grid(n), (THREADS,)
+
+    def launch(stream: Any) -> None:
+        with stream:
+            fn(grid, block, args)
+    return launch
+
+
+def _single(env: GpuBindEnv, name: str, *args: Any) -> Launch:
+    fn = env.module.get_function(name)
+
+    def launch(stream: Any) -> None:
+        with stream:
+            fn((1,), (1,), args)
+    return launch
+
+
+def _seq(*launches: Launch) -> Launch:
+    def launch(stream: Any) -> None:
+        for f in launches:
+            f(stream)
+    return launch
+
+
+def _i64(x: int) -> np.int64:
+    return np.int64(x)
+
+
+# ---- linear algebra -----------------------------------------------------------------------
+@gpu_kernel("fc_fwd")
+def fc_fwd(outs, ins, p, env):
+    (y,) = outs
+    x, w = _flat2d(ins[0]), ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    gemm = env.gemm.bind(y, x, w.T)
+    act = ACT_CODES[p["act"]]
+    if act == 0 and b is None:
+        return gemm
+    if act > 4:
+        raise PlanError(f"fc_fwd: activation {p['act']!r} is not fused into fc (the compiler keeps it separate).")
+    n, m = y.shape
+    bias = b if b is not None else y
+    return _seq(gemm, _launch(env, "rnb_bias_act", n * m, y, bias, np.int32(n), np.int32(m),
+                              np.int32(b is not None), np.int32(act), np.float32(p["slope"])))
+
+
+@gpu_kernel("fc_bwd")
+def fc_bwd(outs, ins, p, env):
+    """dy *= act'(y) and db = column sums in one kernel; then dW = dy^T x and dx = dy W (cuBLAS)."""
+    dy, x, w, y, _ones = ins
+    x = _flat2d(x)
+    outs = list(outs)
+    dw = outs.pop(0)
+    db = outs.pop(0) if p["bias"] else None
+    dx = _flat2d(outs.pop(0)) if p["need_dx"] else None
+    act = ACT_CODES[p["act"]]
+    n, m = dy.shape
+    parts = []
+    if act or db is not None:
+        fn = env.module.get_function("rnb_act_grad_colsum")
+        grid = (max(1, -(-m // THREADS)),)
+        args = (dy, y, db if db is not None else dy, np.int32(n), np.int32(m), np.int32(act),
+                np.float32(p["slope"]), np.int32(db is not None))
+
+        def colsum(stream: Any) -> None:
+            with stream:
+                fn(grid, (THREADS,), args)
+        parts.append(colsum)
+    parts.append(env.gemm.bind(dw, dy.T, x))
+    if dx is not None:
+        parts.append(env.gemm.bind(dx, dy, w))
+    return _seq(*parts)
+
+
+@gpu_kernel("matmul")
+def matmul_k(outs, ins, p, env):
+    a, b = ins
+    a = a.T if p.get("trans_a") else a
+    b = b.T if p.get("trans_b") else b
+    return env.gemm.bind(outs[0], a, b)
+
+
+@gpu_kernel("add")
+def add_k(outs, ins, p, env):
+    a, b = ins
+    return env.ops.add(a, b, outs[0])
+
+
+@gpu_kernel("relu")
+def relu_k(outs, ins, p, env):
+    (x,), (y,) = ins, outs
+    return _launch(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(1), np.float32(0.0))
+
+
+# ---- element-wise ------------------------------------------------------------------------
+@gpu_kernel("act_fwd")
+def act_fwd(outs, ins, p, env):
+    (x,), (y,) = ins, outs
+    return _launch(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(ACT_CODES[p["act"]]),
+                   np.float32(p["slope"]))
+
+
+@gpu_kernel("act_bwd")
+def act_bwd(outs, ins, p, env):
+    (dy, x), (dx,) = ins, outs
+    return _launch(env, "rnb_act_bwd", x.size, dy, x, dx, _i64(x.size), np.int32(ACT_CODES[p["act"]]),
+                   np.float32(p["slope"]))
+
+
+def _memcpy(env: GpuBindEnv, dst: Any, src: Any) -> Launch:
+    if dst.nbytes != src.nbytes or not (dst.flags.c_contiguous and src.flags.c_contiguous):
+        raise DeviceError(f"copy: {src.shape} -> {dst.shape} is not a contiguous copy of equal size; the GPU "
+                          "backend copies flat features only (image layouts run on the CPU backend).")
+    return env.ops.memcpy(dst, src)
+
+
+@gpu_kernel("copy")
+def copy_k(outs, ins, p, env):
+    return _memcpy(env, outs[0], ins[0])
+
+
+@gpu_kernel("reshape_copy")
+def reshape_copy(outs, ins, p, env):
+    (src,), (dst,) = ins, outs
+    if src.ndim == 4 or dst.ndim == 4:
+        raise DeviceError("reshape_copy: image feature maps have no GPU kernel yet. Fix: use device('cpu').")
+    return _memcpy(env, dst, src)
+
+
+@gpu_kernel("mul")
+def mul_k(outs, ins, p, env):
+    (a, b), (out,) = ins, outs
+    return _launch(env, "rnb_mul", out.size, out, a, b, _i64(out.size))
+
+
+@gpu_kernel("fill")
+def fill_k(outs, ins, p, env):
+    value = p.get("value", 0.0)
+    return env.ops.memset0(list(outs)) if value == 0 else env.ops.fill(list(outs), value)
+
+
+@gpu_kernel("dropout_fwd")
+def dropout_fwd(outs, ins, p, env):
+    """The mask from Philox(seed, DROPOUT, offset): the CPU backend's numbers; the offset advances in-graph."""
+    (x, offset), (y, mask) = ins, outs
+    keep = 1.0 - float(p["p"])
+    n = mask.size
+    blocks = (n + 3) // 4
+    draw = _launch(env, "rnb_dropout", blocks, x, y, mask, _i64(n), offset, np.uint64(env.seed),
+                   np.uint32(int(StreamId.DROPOUT)), np.float32(keep), np.float32(1.0 / keep))
+    return _seq(draw, _single(env, "rnb_advance", offset, _i64(blocks)))
+
+
+# ---- loss and metrics -------------------------------------------------------------------------
+@gpu_kernel("softmax_xent")
+def softmax_xent_k(outs, ins, p, env):
+    logits, labels = _flat2d(ins[0]), ins[1]
+    result = outs[0]
+    grad = bool(p["grad"])
+    dlogits = _flat2d(outs[1]) if grad else logits
+    n, c = logits.shape
+    fn = env.module.get_function("rnb_softmax_xent")
+    args = (logits, labels, np.int32(n), np.int32(c), np.float64(p["smoothing"]), result, dlogits, np.int32(grad))
+
+    def launch(stream: Any) -> None:
+        with stream:
+            fn((1,), (THREADS,), args)
+    return launch
+
+
+@gpu_kernel("accum_metrics")
+def accum_metrics(outs, ins, p, env):
+    result, step = ins
+    acc = outs[0]
+    log = outs[1] if p.get("log") else acc
+    return _single(env, "rnb_accum_metrics", result, acc, np.float64(env.batch), log,
+                   _i64(outs[1].size if p.get("log") else 0), step)
+
+
+@gpu_kernel("transfer")
+def transfer(outs, ins, p, env):
+    """The next batch, gathered on the device from the data set's device copy (perm and cursor in memory)."""
+    (cursor,) = ins
+    x_out, y_out = outs
+    source = p["source"]
+    if source not in env.sources:
+        def missing(stream: Any) -> None:
+            raise PlanError(f"transfer: no {source!r} data was given to the task. Fix: pass {source} data to .data().")
+        missing.unavailable = True  # type: ignore[attr-defined]
+        return missing
+    xs, ys = env.sources[source]
+    x2 = _flat2d(x_out)
+    n, d = x2.shape
+    gather = _launch(env, "rnb_gather", n * d, xs, ys, env.perms[source], cursor, x2, y_out, np.int32(n), _i64(d))
+    return _seq(gather, _single(env, "rnb_advance", cursor, _i64(n)))
+
+
+# ---- region-wide operations ---------------------------------------------------------------------
+@gpu_kernel("zero_range")
+def zero_range(outs, ins, p, env):
+    return env.ops.memset0([env.range_view(p["first"], p["last"], "uint8")])
+
+
+@gpu_kernel("nan_check")
+def nan_check(outs, ins, p, env):
+    """Probe every gradient, then fold in the loss: flag 1 = skip this update, 2 = halted (policy raise)."""
+    result, _step = ins
+    flag, skipped = outs
+    grads = env.range_view(p["first"], p["last"], "float32")
+    policy = 1 if p.get("policy", "raise") == "skip" else 0
+    return _seq(_launch(env, "rnb_nonfinite_probe", grads.size, grads, _i64(grads.size), flag),
+                _single(env, "rnb_nonfinite_tally", result, flag, skipped, np.int32(policy)))
+
+
+@gpu_kernel("optimizer")
+def optimizer_k(outs, ins, p, env):
+    """The whole update as one kernel over the W/G/M/V ranges, then the step counter."""
+    lr_table, flag = ins
+    (step,) = outs
+    w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
+    g = env.range_view("G_BN_BIAS", "G_DEEP_CONV", "float32")
+    m = env.range_view("M_BN_BIAS", "M_DEEP_CONV", "float32")
+    v = env.range_view("V_BN_BIAS", "V_DEEP_CONV", "float32")
+    for name, arr in (("G", g), ("M", m), ("V", v)):
+        if arr.size and arr.size != w.size:
+            raise PlanError(f"optimizer: the {name} range holds {arr.size} values but W holds {w.size}.")
+    kind, n, lr_len = p["kind"], w.size, _i64(lr_table.size)
+    maximize = np.int32(bool(p.get("maximize", False)))
+    if kind in ("adam", "adamw"):
+        update = _launch(env, "rnb_adam", n, w, g, m, v, _i64(n), lr_table, lr_len, step, flag,
+                         np.float64(p["beta1"]), np.float64(p["beta2"]), np.float64(p["eps"]),
+                         np.float64(p["weight_decay"]), np.int32(kind == "adamw"), maximize)
+    elif kind == "sgd":
+        mom, wd = float(p["momentum"]), float(p["weight_decay"])
+        update = _launch(env, "rnb_sgd", n, w, g, m if mom != 0 else w, _i64(n), lr_table, lr_len, step, flag,
+                         np.float32(mom), np.float32(1.0 - float(p["dampening"])), np.float32(wd),
+                         np.int32(wd != 0.0), np.int32(mom != 0), np.int32(bool(p["nesterov"])), maximize)
+    else:
+        raise PlanError(f"optimizer: unknown kind {kind!r}")
+    return _seq(update, _single(env, "rnb_optimizer_done", step, flag))
+
+
+@gpu_kernel("ema_update")
+def ema_update(outs, ins, p, env):
+    (step,) = ins
+    e = env.range_view("E_BN_BIAS", "E_DEEP_CONV", "float32")
+    w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
+    be = env.range_view("B_NEXT_MEAN", "B_NEXT_VAR", "float32")
+    bw = env.range_view("B_PREV_MEAN", "B_PREV_VAR", "float32")
+    decay = np.float64(p["decay"])
+    parts = [_launch(env, "rnb_ema", e.size, e, w, _i64(e.size), step, decay)]
+    if be.size:
+        parts.append(_launch(env, "rnb_ema", be.size, be, bw, _i64(be.size), step, decay))
+    return _seq(*parts)
+
+
+def unsupported_ops(ops: Sequence[str]) -> list[str]:
+    """Ops of a plan that have no GPU kernel (conv, BN, pooling and image transfers today)."""
+    return sorted({op for op in ops if op not in GPU_KERNELS})
+
+
+def bind_launchers(compiled: Any, views: dict[str, list[Any]], make_env: Callable[[int], GpuBindEnv]
+                   ) -> tuple[list[str], list[list[Launch]]]:
+    """Bind every distinct atlas entry with this table: (names, launcher lists), in atlas order.
+
+    ``views`` maps a variant to its tensor views (device arrays on a GPU); ``make_env(batch)``
+    gives the bind environment for a variant's batch size.
+    """
+    graphs = {"train": compiled.graphs.train, "inference": compiled.graphs.inference}
+    names, bound = [], []
+    for key in compiled.atlas.captures:
+        env = make_env(compiled.shapes.specs[key.variant].batch)
+        vs = views[key.variant]
+        name = f"{key.graph}/{key.gid.name}/s{key.shape_id}"
+        launchers = []
+        for n in graphs[key.graph].nodes(key.gid):
+            if n.op not in GPU_KERNELS:
+                raise DeviceError(f"{name}: op {n.op!r} has no GPU kernel. Fix: use device('cpu') for this model.")
+            try:
+                launchers.append(GPU_KERNELS[n.op]([vs[i] for i in n.outputs], [vs[i] for i in n.inputs], n.p, env))
+            except (ValueError, IndexError, KeyError, TypeError) as exc:
+                raise PlanError(f"{name}: cannot bind node {n!r} on the GPU: {exc}.") from exc
+        names.append(name)
+        bound.append(launchers)
+    return names, bound

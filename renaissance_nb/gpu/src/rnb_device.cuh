@@ -1,0 +1,211 @@
+// renaissance_nb: per-element device functions of the GPU kernels.
+//
+// Everything here is plain C++ marked RNB_HD, so the same source compiles
+// three ways: by NVRTC inside CuPy (the real kernels in rnb_kernels.cu call
+// these), by nvcc for a compile check, and by g++ into a small CPU harness that
+// the test suite runs on machines without a GPU, comparing every function with
+// the NumPy/numba kernels of the CPU backend. No standard headers under NVRTC.
+//
+// Floating point: the kernels are compiled with --fmad=false and the
+// expressions below keep the CPU kernels' operation order, so the float32
+// element-wise results (optimizer, EMA, masks, ReLU) are the CPU's bit for bit.
+#ifndef RNB_DEVICE_CUH
+#define RNB_DEVICE_CUH
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define RNB_HD __host__ __device__ __forceinline__
+#else
+#include <math.h>
+#define RNB_HD static inline
+#endif
+
+typedef unsigned int rnb_u32;
+typedef unsigned long long rnb_u64;
+typedef long long rnb_i64;
+
+// ---- Philox4x32-10 (Random123), the CPU backend's counter layout ------------------------
+// key = (seed lo, seed hi); counter of block b = (b lo, b hi, stream, 0).
+RNB_HD void rnb_philox(rnb_u32 c[4], rnb_u32 k0, rnb_u32 k1) {
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        rnb_u64 p0 = (rnb_u64)0xD2511F53u * (rnb_u64)c[0];
+        rnb_u64 p1 = (rnb_u64)0xCD9E8D57u * (rnb_u64)c[2];
+        rnb_u32 n0 = (rnb_u32)(p1 >> 32) ^ c[1] ^ k0;
+        rnb_u32 n1 = (rnb_u32)p1;
+        rnb_u32 n2 = (rnb_u32)(p0 >> 32) ^ c[3] ^ k1;
+        rnb_u32 n3 = (rnb_u32)p0;
+        c[0] = n0; c[1] = n1; c[2] = n2; c[3] = n3;
+    }
+}
+
+// The four 32-bit words of block `block` of (seed, stream).
+RNB_HD void rnb_philox_block(rnb_u64 seed, rnb_u32 stream, rnb_u64 block, rnb_u32 out[4]) {
+    out[0] = (rnb_u32)block;
+    out[1] = (rnb_u32)(block >> 32);
+    out[2] = stream;
+    out[3] = 0u;
+    rnb_philox(out, (rnb_u32)seed, (rnb_u32)(seed >> 32));
+}
+
+// Uniform in [0, 1) from the top 24 bits: exact in float32.
+RNB_HD float rnb_u24(rnb_u32 w) { return (float)(w >> 8) * 5.9604644775390625e-08f; }
+
+// Inverted-dropout mask value: scale where u < keep, else 0 (the comparison in float32).
+RNB_HD float rnb_dropout_mask(rnb_u32 w, float keep, float scale) { return rnb_u24(w) < keep ? scale : 0.0f; }
+
+// ---- activations ------------------------------------------------------------------------------
+// codes: 0 none, 1 relu, 2 tanh, 3 sigmoid, 4 leaky_relu, 5 silu, 6 gelu (the CPU's ACT_CODES)
+#define RNB_INV_SQRT2 0.70710678118654757
+#define RNB_INV_SQRT_2PI 0.3989422804014327
+
+// Fused bias+activation of fc_fwd: z = y + b, then act (relu/tanh/sigmoid/leaky as the CPU's bias_act_).
+RNB_HD float rnb_bias_act(float z, int act, float slope) {
+    if (act == 1) return z < 0.0f ? 0.0f : z;
+    if (act == 2) return (float)tanh((double)z);
+    if (act == 3) return (float)(1.0 / (1.0 + exp(-(double)z)));
+    if (act == 4) return z < 0.0f ? z * slope : z;
+    return z;
+}
+
+// dy * act'(z) written with the output y (fc_bwd of a fused layer).
+RNB_HD float rnb_act_grad_from_output(float d, float y, int act, float slope) {
+    if (act == 1) return y <= 0.0f ? 0.0f : d;
+    if (act == 2) return d * (1.0f - y * y);
+    if (act == 3) return d * (y * (1.0f - y));
+    if (act == 4) return y <= 0.0f ? d * slope : d;
+    return d;
+}
+
+// Stand-alone activation (any code), computed in double as the CPU's act_forward.
+RNB_HD float rnb_act_forward(float x, int act, float slope) {
+    double z = (double)x;
+    double r;
+    if (act == 1) r = z > 0.0 ? z : 0.0;
+    else if (act == 2) r = tanh(z);
+    else if (act == 3) r = 1.0 / (1.0 + exp(-z));
+    else if (act == 4) r = z > 0.0 ? z : z * (double)slope;
+    else if (act == 5) r = z / (1.0 + exp(-z));
+    else if (act == 6) r = 0.5 * z * (1.0 + erf(z * RNB_INV_SQRT2));
+    else r = z;
+    return (float)r;
+}
+
+RNB_HD float rnb_act_backward(float d, float x, int act, float slope) {
+    double z = (double)x;
+    double g;
+    if (act == 1) g = z > 0.0 ? 1.0 : 0.0;
+    else if (act == 2) { double t = tanh(z); g = 1.0 - t * t; }
+    else if (act == 3) { double s = 1.0 / (1.0 + exp(-z)); g = s * (1.0 - s); }
+    else if (act == 4) g = z > 0.0 ? 1.0 : (double)slope;
+    else if (act == 5) { double s = 1.0 / (1.0 + exp(-z)); g = s * (1.0 + z * (1.0 - s)); }
+    else if (act == 6) g = 0.5 * (1.0 + erf(z * RNB_INV_SQRT2)) + z * RNB_INV_SQRT_2PI * exp(-0.5 * z * z);
+    else g = 1.0;
+    return (float)((double)d * g);
+}
+
+// ---- softmax cross-entropy of one row, with label smoothing and the rank of the true class ----
+// Returns the row's loss (double); *better = how many logits beat the true one (ties: lower index
+// wins). With dlogits != 0 writes (softmax - target) * inv_n. Same formulas and order as the CPU.
+RNB_HD double rnb_xent_row(const float* row, int c, int y, double smoothing, double inv_n, float* dlogits,
+                           int* better) {
+    float mx = row[0];
+    for (int j = 1; j < c; ++j)
+        if (row[j] > mx) mx = row[j];
+    double s = 0.0;
+    for (int j = 0; j < c; ++j) s += exp((double)row[j] - (double)mx);
+    double lse = (double)mx + log(s);
+    double zsum = 0.0;
+    for (int j = 0; j < c; ++j) zsum += (double)row[j];
+    double off = smoothing / (double)c;
+    double on = 1.0 - smoothing;
+    double loss = on * (lse - (double)row[y]) + off * ((double)c * lse - zsum);
+    float zy = row[y];
+    int b = 0;
+    for (int j = 0; j < c; ++j)
+        if (row[j] > zy || (row[j] == zy && j < y)) ++b;
+    *better = b;
+    if (dlogits) {
+        for (int j = 0; j < c; ++j) {
+            double p = exp((double)row[j] - lse);
+            double t = off + (j == y ? on : 0.0);
+            dlogits[j] = (float)((p - t) * inv_n);
+        }
+    }
+    return loss;
+}
+
+// ---- optimizer ---------------------------------------------------------------------------------
+// a ** e by squaring, as numba computes float ** int (bit-identical bias corrections).
+RNB_HD double rnb_ipow(double a, rnb_i64 e) {
+    if (e > 0x10000) return pow(a, (double)e);
+    double r = 1.0;
+    while (e != 0) {
+        if (e & 1) r *= a;
+        e >>= 1;
+        a *= a;
+    }
+    return r;
+}
+
+// Per-step scalars of Adam/AdamW for finished-step count t (1-based) and learning rate lr.
+struct RnbAdamScalars {
+    float step_size, bc2, decay, wd, b2, one_b1, one_b2, eps;
+};
+
+RNB_HD RnbAdamScalars rnb_adam_scalars(double lr, rnb_i64 t, double beta1, double beta2, double eps,
+                                       double weight_decay) {
+    RnbAdamScalars s;
+    double bc1 = 1.0 - rnb_ipow(beta1, t);
+    double bc2_sqrt = sqrt(1.0 - rnb_ipow(beta2, t));
+    s.step_size = (float)(lr / bc1);
+    s.bc2 = (float)bc2_sqrt;
+    s.decay = (float)(1.0 - lr * weight_decay);
+    s.wd = (float)weight_decay;
+    s.b2 = (float)beta2;
+    s.one_b1 = (float)(1.0 - beta1);
+    s.one_b2 = (float)(1.0 - beta2);
+    s.eps = (float)eps;
+    return s;
+}
+
+// One element of PyTorch's Adam (decoupled=0) or AdamW (decoupled=1).
+RNB_HD void rnb_adam_elem(float* w, float g, float* m, float* v, const RnbAdamScalars s, int decoupled,
+                          int has_wd, int maximize) {
+    float gk = maximize ? -g : g;
+    float wk = *w;
+    if (decoupled) wk = wk * s.decay;
+    else if (has_wd) gk = gk + s.wd * wk;
+    float mk = *m + (gk - *m) * s.one_b1;
+    float vk = *v * s.b2 + s.one_b2 * gk * gk;
+    *m = mk;
+    *v = vk;
+    float denom = sqrtf(vk) / s.bc2 + s.eps;
+    *w = wk - s.step_size * (mk / denom);
+}
+
+// One element of PyTorch's SGD (first: the momentum buffer starts as the gradient).
+RNB_HD void rnb_sgd_elem(float* w, float g, float* m, float lr, int first, float momentum, float one_damp, float wd,
+                         int has_wd, int use_m, int nesterov, int maximize) {
+    float gk = maximize ? -g : g;
+    if (has_wd) gk = gk + wd * *w;
+    if (use_m) {
+        float buf = first ? gk : momentum * *m + one_damp * gk;
+        *m = buf;
+        gk = nesterov ? gk + momentum * buf : buf;
+    }
+    *w = *w - lr * gk;
+}
+
+// EMA decay with warm-up: min(decay, (1 + t) / (10 + t)), t = finished steps (in double; the
+// kernels use (float)d and (float)(1 - d), as the CPU does).
+RNB_HD double rnb_ema_decay(double decay, rnb_i64 t) {
+    double d = (1.0 + (double)t) / (10.0 + (double)t);
+    return d < decay ? d : decay;
+}
+
+RNB_HD float rnb_ema_elem(float e, float w, float d, float one_d) { return d * e + one_d * w; }
+
+#endif  // RNB_DEVICE_CUH

@@ -1,0 +1,187 @@
+// renaissance_nb: the GPU backend's kernels (compiled by NVRTC through cupy.RawModule, with
+// rnb_device.cuh prepended). Every kernel reads its per-step scalars (step, learning rate,
+// cursor, RNG offset) from arena memory, so a captured CUDA graph replays them unchanged and
+// still does new work each step. Reductions use one block and a fixed tree, never atomics on
+// floats, so two runs give the same bytes.
+
+#ifndef RNB_THREADS
+#define RNB_THREADS 256  // the block size of the one-block reduction in rnb_softmax_xent
+#endif
+
+extern "C" __global__ void rnb_bias_act(float* y, const float* b, int n, int m, int has_b, int act, float slope) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < (rnb_i64)n * m;
+         k += (rnb_i64)gridDim.x * blockDim.x) {
+        float z = y[k];
+        if (has_b) z = z + b[k % m];
+        y[k] = rnb_bias_act(z, act, slope);
+    }
+}
+
+// dy *= act'(y) in place and db[j] = sum_i dy[i, j]: one thread per column, rows in order.
+extern "C" __global__ void rnb_act_grad_colsum(float* dy, const float* y, float* db, int n, int m, int act,
+                                               float slope, int has_db) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= m) return;
+    float s = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        rnb_i64 k = (rnb_i64)i * m + j;
+        float d = act ? rnb_act_grad_from_output(dy[k], y[k], act, slope) : dy[k];
+        dy[k] = d;
+        s = s + d;
+    }
+    if (has_db) db[j] = s;
+}
+
+extern "C" __global__ void rnb_act_fwd(const float* x, float* y, rnb_i64 n, int act, float slope) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
+        y[k] = rnb_act_forward(x[k], act, slope);
+}
+
+extern "C" __global__ void rnb_act_bwd(const float* dy, const float* x, float* dx, rnb_i64 n, int act, float slope) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
+        dx[k] = rnb_act_backward(dy[k], x[k], act, slope);
+}
+
+extern "C" __global__ void rnb_mul(float* out, const float* a, const float* b, rnb_i64 n) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
+        out[k] = a[k] * b[k];
+}
+
+// Dropout: one thread per Philox block of 4 masks; the block offset is read from the arena.
+extern "C" __global__ void rnb_dropout(const float* x, float* y, float* mask, rnb_i64 n, const rnb_i64* offset,
+                                       unsigned long long seed, unsigned int stream, float keep, float scale) {
+    rnb_i64 blocks = (n + 3) / 4;
+    rnb_u64 base = (rnb_u64)offset[0];
+    for (rnb_i64 b = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; b < blocks; b += (rnb_i64)gridDim.x * blockDim.x) {
+        rnb_u32 w[4];
+        rnb_philox_block(seed, stream, base + (rnb_u64)b, w);
+        for (int j = 0; j < 4; ++j) {
+            rnb_i64 k = 4 * b + j;
+            if (k < n) {
+                float mk = rnb_dropout_mask(w[j], keep, scale);
+                mask[k] = mk;
+                y[k] = x[k] * mk;
+            }
+        }
+    }
+}
+
+// Advance an arena counter after the kernels that read it (a separate launch orders them).
+extern "C" __global__ void rnb_advance(rnb_i64* counter, rnb_i64 by) { counter[0] += by; }
+
+// The next batch: rows perm[cursor .. cursor + n) of the device copy of the data set.
+extern "C" __global__ void rnb_gather(const float* xs, const int* ys, const rnb_i64* perm, const rnb_i64* cursor,
+                                      float* x, int* y, int n, rnb_i64 d) {
+    rnb_i64 start = cursor[0];
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < (rnb_i64)n * d;
+         k += (rnb_i64)gridDim.x * blockDim.x) {
+        rnb_i64 i = k / d;
+        rnb_i64 r = perm[start + i];
+        x[k] = xs[r * d + (k - i * d)];
+        if (k - i * d == 0) y[i] = ys[r];
+    }
+}
+
+// Loss, top-1/top-5 counts and dlogits of a batch: one block, rows strided over its threads,
+// then a fixed-order tree over the per-thread sums.
+extern "C" __global__ void rnb_softmax_xent(const float* logits, const int* labels, int n, int c, double smoothing,
+                                            float* result, float* dlogits, int want_grad) {
+    __shared__ double s_loss[RNB_THREADS];
+    __shared__ double s_top1[RNB_THREADS];
+    __shared__ double s_top5[RNB_THREADS];
+    int t = threadIdx.x;
+    double inv_n = 1.0 / (double)n;
+    double loss = 0.0, top1 = 0.0, top5 = 0.0;
+    for (int i = t; i < n; i += RNB_THREADS) {
+        int better;
+        loss += rnb_xent_row(logits + (rnb_i64)i * c, c, labels[i], smoothing, inv_n,
+                             want_grad ? dlogits + (rnb_i64)i * c : 0, &better);
+        if (better == 0) top1 += 1.0;
+        if (better < 5) top5 += 1.0;
+    }
+    s_loss[t] = loss; s_top1[t] = top1; s_top5[t] = top5;
+    __syncthreads();
+    for (int h = RNB_THREADS / 2; h > 0; h >>= 1) {
+        if (t < h) {
+            s_loss[t] += s_loss[t + h];
+            s_top1[t] += s_top1[t + h];
+            s_top5[t] += s_top5[t + h];
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        result[0] = (float)(s_loss[0] * inv_n);
+        result[1] = (float)s_top1[0];
+        result[2] = (float)s_top5[0];
+    }
+}
+
+extern "C" __global__ void rnb_accum_metrics(const float* result, double* acc, double batch, float* loss_log,
+                                             rnb_i64 log_len, const rnb_i64* step) {
+    acc[0] += (double)result[0] * batch;
+    acc[1] += (double)result[1];
+    acc[2] += (double)result[2];
+    acc[3] += batch;
+    if (log_len > 0) {
+        rnb_i64 s = step[0];
+        if (s < log_len) loss_log[s] = result[0];
+    }
+}
+
+// NaN guard, part 1: any non-finite gradient sets the flag (benign identical writes).
+extern "C" __global__ void rnb_nonfinite_probe(const float* g, rnb_i64 n, rnb_i64* flag) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x) {
+        float x = g[k];
+        if (!(x - x == 0.0f)) flag[0] = 1;
+    }
+}
+
+// Part 2: a non-finite loss counts too; policy 0 ("raise") makes the flag 2, sticky: every later
+// update is skipped and the host raises at its next look, with the weights of before the fault;
+// policy 1 ("skip") skips this one update and counts it.
+extern "C" __global__ void rnb_nonfinite_tally(const float* result, rnb_i64* flag, rnb_i64* skipped, int policy) {
+    float l = result[0];
+    if (flag[0] == 2) return;
+    if (!(l - l == 0.0f)) flag[0] = 1;
+    if (flag[0] == 1) {
+        if (policy == 1) skipped[0] += 1;
+        else flag[0] = 2;
+    }
+}
+
+extern "C" __global__ void rnb_adam(float* w, const float* g, float* m, float* v, rnb_i64 n, const float* lr_table,
+                                    rnb_i64 lr_len, const rnb_i64* step, const rnb_i64* flag, double beta1,
+                                    double beta2, double eps, double weight_decay, int decoupled, int maximize) {
+    if (flag[0]) return;
+    rnb_i64 t = step[0];
+    double lr = (double)lr_table[t < lr_len - 1 ? t : lr_len - 1];
+    RnbAdamScalars s = rnb_adam_scalars(lr, t + 1, beta1, beta2, eps, weight_decay);
+    int has_wd = weight_decay != 0.0;
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
+        rnb_adam_elem(w + k, g[k], m + k, v + k, s, decoupled, has_wd, maximize);
+}
+
+extern "C" __global__ void rnb_sgd(float* w, const float* g, float* m, rnb_i64 n, const float* lr_table,
+                                   rnb_i64 lr_len, const rnb_i64* step, const rnb_i64* flag, float momentum,
+                                   float one_damp, float wd, int has_wd, int use_m, int nesterov, int maximize) {
+    if (flag[0]) return;
+    rnb_i64 t = step[0];
+    float lr = lr_table[t < lr_len - 1 ? t : lr_len - 1];
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
+        rnb_sgd_elem(w + k, g[k], use_m ? m + k : m, lr, t == 0, momentum, one_damp, wd, has_wd, use_m, nesterov,
+                     maximize);
+}
+
+// After the update: a skipped step (flag 1) is not a step; a halted task (flag 2) stays halted.
+extern "C" __global__ void rnb_optimizer_done(rnb_i64* step, rnb_i64* flag) {
+    if (flag[0] == 1) flag[0] = 0;
+    else if (flag[0] == 0) step[0] += 1;
+}
+
+extern "C" __global__ void rnb_ema(float* e, const float* w, rnb_i64 n, const rnb_i64* step, double decay) {
+    double dd = rnb_ema_decay(decay, step[0]);
+    float d = (float)dd;
+    float one_d = (float)(1.0 - dd);
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
+        e[k] = rnb_ema_elem(e[k], w[k], d, one_d);
+}
