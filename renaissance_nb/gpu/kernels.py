@@ -159,7 +159,7 @@ def fc_fwd(outs, ins, p, env):
     n, m = y.shape
     bias = b if b is not None else y
     return _seq(gemm, _launch(env, "rnb_bias_act", n * m, y, bias, np.int32(n), np.int32(m),
-                              np.int32(b is not None), np.int32(act), np.float32(p["slope"])))
+                              np.int32(b is not None), np.int32(act), np.float64(p["slope"])))
 
 
 @gpu_kernel("fc_bwd")
@@ -178,7 +178,7 @@ def fc_bwd(outs, ins, p, env):
         fn = env.module.get_function("rnb_act_grad_colsum")
         grid = (max(1, -(-m // THREADS)),)
         args = (dy, y, db if db is not None else dy, np.int32(n), np.int32(m), np.int32(act),
-                np.float32(p["slope"]), np.int32(db is not None))
+                np.float64(p["slope"]), np.int32(db is not None))
 
         def colsum(stream: Any) -> None:
             with stream:
@@ -207,7 +207,7 @@ def add_k(outs, ins, p, env):
 @gpu_kernel("relu")
 def relu_k(outs, ins, p, env):
     (x,), (y,) = ins, outs
-    return _launch(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(1), np.float32(0.0))
+    return _launch(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(1), np.float64(0.0))
 
 
 # ---- element-wise ------------------------------------------------------------------------
@@ -215,14 +215,14 @@ def relu_k(outs, ins, p, env):
 def act_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
     return _launch(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(ACT_CODES[p["act"]]),
-                   np.float32(p["slope"]))
+                   np.float64(p["slope"]))
 
 
 @gpu_kernel("act_bwd")
 def act_bwd(outs, ins, p, env):
     (dy, x), (dx,) = ins, outs
     return _launch(env, "rnb_act_bwd", x.size, dy, x, dx, _i64(x.size), np.int32(ACT_CODES[p["act"]]),
-                   np.float32(p["slope"]))
+                   np.float64(p["slope"]))
 
 
 def _memcpy(env: GpuBindEnv, dst: Any, src: Any) -> Launch:

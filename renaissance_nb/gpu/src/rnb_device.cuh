@@ -62,44 +62,45 @@ RNB_HD float rnb_dropout_mask(rnb_u32 w, float keep, float scale) { return rnb_u
 #define RNB_INV_SQRT_2PI 0.3989422804014327
 
 // Fused bias+activation of fc_fwd: z = y + b, then act (relu/tanh/sigmoid/leaky as the CPU's bias_act_).
-RNB_HD float rnb_bias_act(float z, int act, float slope) {
+// The slope is a double, as on the CPU, where the forward leaky product is formed in double.
+RNB_HD float rnb_bias_act(float z, int act, double slope) {
     if (act == 1) return z < 0.0f ? 0.0f : z;
     if (act == 2) return (float)tanh((double)z);
     if (act == 3) return (float)(1.0 / (1.0 + exp(-(double)z)));
-    if (act == 4) return z < 0.0f ? z * slope : z;
+    if (act == 4) return z < 0.0f ? (float)((double)z * slope) : z;
     return z;
 }
 
 // dy * act'(z) written with the output y (fc_bwd of a fused layer).
-RNB_HD float rnb_act_grad_from_output(float d, float y, int act, float slope) {
+RNB_HD float rnb_act_grad_from_output(float d, float y, int act, double slope) {
     if (act == 1) return y <= 0.0f ? 0.0f : d;
     if (act == 2) return d * (1.0f - y * y);
     if (act == 3) return d * (y * (1.0f - y));
-    if (act == 4) return y <= 0.0f ? d * slope : d;
+    if (act == 4) return y <= 0.0f ? d * (float)slope : d;  // float32 product, as numba compiles the CPU's
     return d;
 }
 
 // Stand-alone activation (any code), computed in double as the CPU's act_forward.
-RNB_HD float rnb_act_forward(float x, int act, float slope) {
+RNB_HD float rnb_act_forward(float x, int act, double slope) {
     double z = (double)x;
     double r;
     if (act == 1) r = z > 0.0 ? z : 0.0;
     else if (act == 2) r = tanh(z);
     else if (act == 3) r = 1.0 / (1.0 + exp(-z));
-    else if (act == 4) r = z > 0.0 ? z : z * (double)slope;
+    else if (act == 4) r = z > 0.0 ? z : z * slope;
     else if (act == 5) r = z / (1.0 + exp(-z));
     else if (act == 6) r = 0.5 * z * (1.0 + erf(z * RNB_INV_SQRT2));
     else r = z;
     return (float)r;
 }
 
-RNB_HD float rnb_act_backward(float d, float x, int act, float slope) {
+RNB_HD float rnb_act_backward(float d, float x, int act, double slope) {
     double z = (double)x;
     double g;
     if (act == 1) g = z > 0.0 ? 1.0 : 0.0;
     else if (act == 2) { double t = tanh(z); g = 1.0 - t * t; }
     else if (act == 3) { double s = 1.0 / (1.0 + exp(-z)); g = s * (1.0 - s); }
-    else if (act == 4) g = z > 0.0 ? 1.0 : (double)slope;
+    else if (act == 4) g = z > 0.0 ? 1.0 : slope;
     else if (act == 5) { double s = 1.0 / (1.0 + exp(-z)); g = s * (1.0 + z * (1.0 - s)); }
     else if (act == 6) g = 0.5 * (1.0 + erf(z * RNB_INV_SQRT2)) + z * RNB_INV_SQRT_2PI * exp(-0.5 * z * z);
     else g = 1.0;

@@ -8,7 +8,7 @@
 #define RNB_THREADS 256  // the block size of the one-block reduction in rnb_softmax_xent
 #endif
 
-extern "C" __global__ void rnb_bias_act(float* y, const float* b, int n, int m, int has_b, int act, float slope) {
+extern "C" __global__ void rnb_bias_act(float* y, const float* b, int n, int m, int has_b, int act, double slope) {
     for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < (rnb_i64)n * m;
          k += (rnb_i64)gridDim.x * blockDim.x) {
         float z = y[k];
@@ -19,7 +19,7 @@ extern "C" __global__ void rnb_bias_act(float* y, const float* b, int n, int m, 
 
 // dy *= act'(y) in place and db[j] = sum_i dy[i, j]: one thread per column, rows in order.
 extern "C" __global__ void rnb_act_grad_colsum(float* dy, const float* y, float* db, int n, int m, int act,
-                                               float slope, int has_db) {
+                                               double slope, int has_db) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= m) return;
     float s = 0.0f;
@@ -32,12 +32,12 @@ extern "C" __global__ void rnb_act_grad_colsum(float* dy, const float* y, float*
     if (has_db) db[j] = s;
 }
 
-extern "C" __global__ void rnb_act_fwd(const float* x, float* y, rnb_i64 n, int act, float slope) {
+extern "C" __global__ void rnb_act_fwd(const float* x, float* y, rnb_i64 n, int act, double slope) {
     for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
         y[k] = rnb_act_forward(x[k], act, slope);
 }
 
-extern "C" __global__ void rnb_act_bwd(const float* dy, const float* x, float* dx, rnb_i64 n, int act, float slope) {
+extern "C" __global__ void rnb_act_bwd(const float* dy, const float* x, float* dx, rnb_i64 n, int act, double slope) {
     for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
         dx[k] = rnb_act_backward(dy[k], x[k], act, slope);
 }

@@ -1,0 +1,305 @@
+"""The GPU backend, checked without a GPU.
+
+Three layers: device selection (clear errors, state kept); the CUDA source, compiled for the
+GPU by nvcc when it is installed and compiled for the CPU by g++ (tests/cuda_emulator.py);
+and the GPU kernel table, bound over a second arena and driven by ``task.run()`` through the
+same host hand-over as the CUDA executor, compared with the CPU backend. Capture, streams
+and events need a GPU: tests/test_gpu.py covers them on the device machine.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from renaissance_nb import (SGD, AdamW, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, DeviceError,
+                            NumericalError, Phase, PhaseError, conv, dropout, fc, flatten, gelu, leaky_relu, relu,
+                            seq, silu, tanh)
+from renaissance_nb.gpu import probe, resolve_device
+from renaissance_nb.gpu.kernels import GPU_KERNELS, kernel_source
+from renaissance_nb.kernels import fused
+
+import cuda_emulator  # noqa: E402  (tests/ is on sys.path, as for helpers.py)
+no_gpu = pytest.mark.skipif(probe()[0] is not None, reason="a GPU is present: tests/test_gpu.py covers it")
+
+RNG = np.random.default_rng(0)
+X, Y = RNG.normal(size=(300, 20)).astype(np.float32), RNG.integers(0, 5, 300)
+XV, YV = RNG.normal(size=(70, 20)).astype(np.float32), RNG.integers(0, 5, 70)
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is needed to build the CPU harness")
+    return cuda_emulator.EmulatedModule(tmp_path_factory.mktemp("emu"))
+
+
+def mlp_task(net=None, optimizer=None, epochs: int = 3, **opts) -> DeepLearningTask:  # type: ignore[no-untyped-def]
+    net = net or seq(fc(32, bias=True), relu(), dropout(0.2), fc(16, bias=True), tanh(), fc(5, bias=True))
+    t = (DeepLearningTask().model(net).data(train=(X, Y), val=(XV, YV), batch_size=64)
+         .loss(CrossEntropyLoss().label_smoothing(0.1)).optimizer(optimizer or AdamW().weight_decay(1e-2))
+         .scheduler(CosineAnnealingLR().base_lr(1e-2).warmup(1)).total_epochs(epochs).seed(7).ema(0.9))
+    if opts:
+        t.options(**opts)
+    return t
+
+
+def emulated(task: DeepLearningTask, module) -> DeepLearningTask:  # type: ignore[no-untyped-def]
+    task.compile()
+    task._runner = cuda_emulator.EmulatedExecutor(task, module)
+    return task
+
+
+# ---- device selection ---------------------------------------------------------------------------
+@no_gpu
+def test_cuda_without_a_gpu_is_a_clear_error_and_keeps_the_task() -> None:
+    t = mlp_task().device("cuda")
+    t.lock_memory()
+    with pytest.raises(DeviceError, match=r"device\('cuda'\).*Fix: .*device\('cpu'\)"):
+        t.compile()
+    assert t.phase is Phase.MEMORY_LOCKED and t.compiled is None
+    assert probe()[1], "the probe gives a reason"
+
+
+@no_gpu
+def test_auto_falls_back_to_the_cpu() -> None:
+    t = mlp_task(epochs=2).device("auto")
+    t.run(progress=False)
+    assert t.device_kind == "cpu" and resolve_device("auto") == "cpu"
+
+
+def test_device_rejects_unknown_names_and_late_changes() -> None:
+    with pytest.raises(DeviceError, match=r"device=.*'tpu'.*expected one of"):
+        DeepLearningTask().device("tpu")
+    t = mlp_task()
+    t.plan()
+    with pytest.raises(PhaseError):
+        t.device("cpu")
+    assert t.settings["device"] == "cpu"
+
+
+def test_models_with_ops_the_gpu_lacks_are_named() -> None:
+    from renaissance_nb.gpu.executor import check_supported
+    imgs = RNG.normal(size=(32, 1, 8, 8)).astype(np.float32)
+    t = (DeepLearningTask().model(seq(conv(4, 3, 1, 1), relu(), flatten(), fc(3)))
+         .data(train=(imgs, RNG.integers(0, 3, 32)), batch_size=16).total_epochs(1))
+    t.compile()
+    with pytest.raises(DeviceError, match=r"no GPU kernel yet: \[.*'conv_fwd'.*\].*device\('auto'\)"):
+        check_supported(t.compiled)
+    check_supported(mlp_task().compile().compiled)
+
+
+# ---- the CUDA source ----------------------------------------------------------------------------------
+def test_every_kernel_the_table_launches_exists_in_the_source() -> None:
+    src = kernel_source()
+    defined = set(re.findall(r'extern "C" __global__ void (\w+)\(', src))
+    table = Path(__file__).resolve().parents[1] / "renaissance_nb" / "gpu" / "kernels.py"
+    used = set(re.findall(r'"(rnb_\w+)"', table.read_text()))
+    assert used and used <= defined, sorted(used - defined)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (CUDA toolkit) is not installed")
+def test_cuda_source_compiles_for_hopper(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text(kernel_source())
+    r = subprocess.run(["nvcc", "-arch=sm_90", "--ptx", "-fmad=false", "-std=c++17", "-o", str(tmp_path / "k.ptx"),
+                        str(tmp_path / "k.cu")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    entries = set(re.findall(r"\.entry (\w+)\(", (tmp_path / "k.ptx").read_text()))
+    assert entries == set(re.findall(r'extern "C" __global__ void (\w+)\(', kernel_source()))
+
+
+# ---- kernels against the CPU's, bit for bit where the formulas are the same -----------------------
+def _run(module, name: str, n: int, *args):  # type: ignore[no-untyped-def]
+    module.get_function(name)((max(1, -(-n // 7)),), (7,), args)  # odd sizes: exercise the grid-stride loops
+
+
+@pytest.mark.parametrize("kind", ["adamw", "adam", "adam_wd_max"])
+def test_adam_kernel_is_the_cpu_update_bit_for_bit(module, kind: str) -> None:  # type: ignore[no-untyped-def]
+    n = 1001
+    w, g, m, v = (RNG.normal(size=n).astype(np.float32) for _ in range(4))
+    v = np.abs(v)
+    lr = np.array([1e-3, 5e-3, 2e-3], np.float32)
+    wd, decoupled, maximize = (0.01, 1, 0) if kind == "adamw" else ((0.0, 0, 0) if kind == "adam" else (0.05, 0, 1))
+    cpu = [a.copy() for a in (w, g, m, v)]
+    gpu = [a.copy() for a in (w, g, m, v)]
+    step_c, step_g, flag = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)
+    for _ in range(5):  # past the end of the lr table too
+        fused.adam_update(*cpu, lr, step_c, 0.9, 0.999, 1e-8, wd, bool(decoupled), bool(maximize))
+        _run(module, "rnb_adam", n, gpu[0], gpu[1], gpu[2], gpu[3], np.int64(n), lr, np.int64(3), step_g, flag,
+             np.float64(0.9), np.float64(0.999), np.float64(1e-8), np.float64(wd), np.int32(decoupled),
+             np.int32(maximize))
+        module.get_function("rnb_optimizer_done")((1,), (1,), (step_g, flag))
+    assert step_g[0] == step_c[0] == 5
+    for a, b in zip(cpu, gpu):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("nesterov,wd", [(False, 0.0), (True, 1e-3)])
+def test_sgd_kernel_is_the_cpu_update_bit_for_bit(module, nesterov: bool, wd: float) -> None:  # type: ignore[no-untyped-def]
+    n = 517
+    w, g, m = (RNG.normal(size=n).astype(np.float32) for _ in range(3))
+    cpu, gpu = [w.copy(), g, m.copy()], [w.copy(), g, m.copy()]
+    lr = np.array([0.1, 0.05], np.float32)
+    sc, sg, flag = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)
+    for _ in range(3):
+        fused.sgd_update(cpu[0], cpu[1], cpu[2], lr, sc, 0.9, 0.1, wd, nesterov, False)
+        _run(module, "rnb_sgd", n, gpu[0], gpu[1], gpu[2], np.int64(n), lr, np.int64(2), sg, flag, np.float32(0.9),
+             np.float32(0.9), np.float32(wd), np.int32(wd != 0), np.int32(1), np.int32(nesterov), np.int32(0))
+        module.get_function("rnb_optimizer_done")((1,), (1,), (sg, flag))
+    assert np.array_equal(cpu[0], gpu[0]) and np.array_equal(cpu[2], gpu[2])
+
+
+def test_ema_kernel_matches_the_cpu_warmup_and_decay(module) -> None:  # type: ignore[no-untyped-def]
+    n = 300
+    e, w = RNG.normal(size=n).astype(np.float32), RNG.normal(size=n).astype(np.float32)
+    for t in (0, 3, 500):
+        ec, eg = e.copy(), e.copy()
+        d = min(0.99, (1.0 + t) / (10.0 + t))
+        fused.ema_(ec, w, d)
+        _run(module, "rnb_ema", n, eg, w, np.int64(n), np.array([t], np.int64), np.float64(0.99))
+        assert np.array_equal(ec, eg)
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "leaky_relu", "tanh", "sigmoid"])
+def test_fused_bias_activation_and_its_gradient(module, act: str) -> None:  # type: ignore[no-untyped-def]
+    code = fused.ACT_CODES[act]
+    y0, b = RNG.normal(size=(9, 13)).astype(np.float32), RNG.normal(size=13).astype(np.float32)
+    yc, yg = y0.copy(), y0.copy()
+    fused.bias_act_(yc, b, code, 0.1)
+    _run(module, "rnb_bias_act", yg.size, yg, b, np.int32(9), np.int32(13), np.int32(1), np.int32(code),
+         np.float64(0.1))
+    exact = act in ("none", "relu", "leaky_relu")
+    assert np.array_equal(yc, yg) if exact else np.allclose(yc, yg, rtol=2e-7, atol=1e-7)
+    d0 = RNG.normal(size=(9, 13)).astype(np.float32)
+    dc, dg, db = d0.copy(), d0.copy(), np.zeros(13, np.float32)
+    fused.act_grad_from_output_(dc, yc, code, 0.1)
+    module.get_function("rnb_act_grad_colsum")((2,), (7,), (dg, yc, db, np.int32(9), np.int32(13), np.int32(code),
+                                                            np.float64(0.1), np.int32(1)))
+    assert np.array_equal(dc, dg)
+    assert np.allclose(db, dc.sum(axis=0, dtype=np.float64), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("act", ["relu", "tanh", "sigmoid", "leaky_relu", "silu", "gelu"])
+def test_standalone_activation_kernels(module, act: str) -> None:  # type: ignore[no-untyped-def]
+    code = fused.ACT_CODES[act]
+    x, dy = RNG.normal(size=257).astype(np.float32) * 3, RNG.normal(size=257).astype(np.float32)
+    yc, yg, dxc, dxg = (np.zeros(257, np.float32) for _ in range(4))
+    fused.act_forward(x, yc, code, 0.1)
+    fused.act_backward(dy, x, dxc, code, 0.1)
+    _run(module, "rnb_act_fwd", 257, x, yg, np.int64(257), np.int32(code), np.float64(0.1))
+    _run(module, "rnb_act_bwd", 257, dy, x, dxg, np.int64(257), np.int32(code), np.float64(0.1))
+    assert np.allclose(yc, yg, rtol=2e-7, atol=1e-7) and np.allclose(dxc, dxg, rtol=2e-7, atol=1e-7)
+
+
+def test_softmax_xent_kernel_matches_the_cpu_loss(module) -> None:  # type: ignore[no-untyped-def]
+    logits = RNG.normal(size=(37, 11)).astype(np.float32) * 4
+    logits[3, :] = logits[3, 0]  # ties: the lower index wins, as on the CPU
+    labels = RNG.integers(0, 11, 37).astype(np.int32)
+    rc, rg = np.zeros(3, np.float32), np.zeros(3, np.float32)
+    dc, dg = np.zeros_like(logits), np.zeros_like(logits)
+    fused.softmax_xent(logits, labels, 0.1, rc, dc, True)
+    module.get_function("rnb_softmax_xent")((1,), (256,), (logits, labels, np.int32(37), np.int32(11),
+                                                          np.float64(0.1), rg, dg, np.int32(1)))
+    assert np.allclose(rc, rg, rtol=1e-7) and rc[1] == rg[1] and rc[2] == rg[2]
+    assert np.allclose(dc, dg, rtol=1e-6, atol=1e-9)
+
+
+def test_dropout_kernel_draws_the_cpu_philox_masks(module) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb.train.rng import StreamId, dropout_mask_into
+    n, seed, offset = 1003, 2**40 + 17, 2**33 + 5  # both 32-bit halves of seed and offset in use
+    x = RNG.normal(size=n).astype(np.float32)
+    mc, mg, yg = np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32)
+    dropout_mask_into(mc, seed, int(StreamId.DROPOUT), offset, 0.7)
+    off = np.array([offset], np.int64)
+    _run(module, "rnb_dropout", (n + 3) // 4, x, yg, mg, np.int64(n), off, np.uint64(seed),
+         np.uint32(int(StreamId.DROPOUT)), np.float32(0.7), np.float32(1 / 0.7))
+    assert np.array_equal(mc, mg) and np.array_equal(yg, x * mc)
+    assert 0.6 < (mg > 0).mean() < 0.8
+
+
+# ---- the GPU kernel table driven by task.run() ----------------------------------------------------------
+def test_emulated_gpu_training_matches_the_cpu_backend(module) -> None:  # type: ignore[no-untyped-def]
+    cpu = mlp_task()
+    rc = cpu.run(progress=False)
+    gpu = emulated(mlp_task(), module)
+    rg = gpu.run(progress=False)
+    assert len(rc.step_losses) == len(rg.step_losses) == 15  # 5 steps (the last one partial) x 3 epochs
+    assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-6)
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    for k in sc:
+        assert np.allclose(sc[k], sg[k], rtol=1e-5, atol=1e-6), k
+    for a, b in zip(rc.history, rg.history):
+        assert a.val_top1 == b.val_top1 and a.ema_top1 == b.ema_top1
+        assert a.val_loss == pytest.approx(b.val_loss, rel=1e-6)
+    # the dropout mask of the last (partial) step is the CPU's, bit for bit: Philox, offset in the arena
+    name = _mask_name(cpu)
+    assert np.array_equal(cpu.executor.view("train_last", name), gpu.executor.view("train_last", name))
+    assert module.launches.get("rnb_dropout", 0) >= 15
+
+
+def _mask_name(task: DeepLearningTask) -> str:
+    return next(k for k in task.compiled.ids if k.endswith(".mask"))
+
+
+def test_emulated_gpu_runs_are_byte_identical(module) -> None:  # type: ignore[no-untyped-def]
+    a = emulated(mlp_task(epochs=2), module)
+    a.run(progress=False)
+    b = emulated(mlp_task(epochs=2), module)
+    b.run(progress=False)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
+
+
+def test_emulated_gpu_sgd_and_unfused_activations(module) -> None:  # type: ignore[no-untyped-def]
+    net = seq(fc(24, bias=True), gelu(), fc(16, bias=False), silu(), fc(12), leaky_relu(0.05), fc(5))
+    opt = SGD().lr(0.05).momentum(0.9).nesterov(True).weight_decay(1e-3)
+    cpu = mlp_task(net, opt, epochs=2)
+    rc = cpu.run(progress=False)
+    gpu = emulated(mlp_task(net, opt, epochs=2), module)
+    rg = gpu.run(progress=False)
+    assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-6)
+    assert module.launches.get("rnb_act_fwd", 0) and module.launches.get("rnb_act_bwd", 0)
+    assert module.launches.get("rnb_sgd", 0)
+
+
+def _poisoned(policy: str, epochs: int = 2) -> DeepLearningTask:
+    t = (DeepLearningTask().model(seq(fc(16, bias=True), relu(), fc(5, bias=True)))
+         .data(train=(X.copy(), Y), batch_size=64).optimizer(AdamW().lr(1e-2)).total_epochs(epochs).seed(3)
+         .options(nan_policy=policy))
+    t.splits.train.x[140, 3] = np.inf  # one poisoned sample (data() rejects it; a fault mid-training would not)
+    return t
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_emulated_gpu_nan_policy_raise_stops_with_the_weights_of_before(module) -> None:  # type: ignore[no-untyped-def]
+    cpu = _poisoned("raise")
+    with pytest.raises(NumericalError) as ec:
+        cpu.run(progress=False)
+    gpu = emulated(_poisoned("raise"), module)
+    with pytest.raises(NumericalError, match=r"found on the GPU.*not applied.*nan_policy='skip'") as eg:
+        gpu.run(progress=False)
+    step = re.search(r"step (\d+)", str(ec.value)).group(1)
+    assert re.search(r"step (\d+)", str(eg.value)).group(1) == step
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    assert all(np.isfinite(sg[k]).all() and np.allclose(sc[k], sg[k], rtol=1e-5, atol=1e-6) for k in sc)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_emulated_gpu_nan_policy_skip_counts_like_the_cpu(module) -> None:  # type: ignore[no-untyped-def]
+    cpu = _poisoned("skip")
+    cpu.run(progress=False)
+    gpu = emulated(_poisoned("skip"), module)
+    gpu.run(progress=False)
+    assert cpu.skipped_updates == gpu.skipped_updates == 2  # one poisoned batch per epoch
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    assert all(np.allclose(sc[k], sg[k], rtol=1e-5, atol=1e-6) for k in sc)
+
+
+def test_every_op_of_an_mlp_plan_has_a_gpu_kernel() -> None:
+    t = mlp_task().compile()
+    ops = {n.op for g in (t.graphs.train, t.graphs.inference) for gid in g.ids() for n in g.nodes(gid)}
+    assert ops <= set(GPU_KERNELS), sorted(ops - set(GPU_KERNELS))
