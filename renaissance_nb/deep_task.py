@@ -80,6 +80,7 @@ class DeepLearningTask(TaskBase):
         self._save_every: tuple[int, str] | None = None
         self._save_best: str | None = None
         self._device = "cpu"
+        self._device_data = "auto"
         self.device_kind: str | None = None  # what compile() resolved the device to
         self._runner: StepPrograms | None = None  # who replays steps: the CPU executor or the GPU one
         self.arch: ArchPlan | None = None
@@ -229,16 +230,26 @@ class DeepLearningTask(TaskBase):
                 setattr(self, f"_{k}", v)
         return self
 
-    def device(self, device: str = "auto") -> "DeepLearningTask":
+    def device(self, device: str = "auto", *, data: str = "auto") -> "DeepLearningTask":
         """Where the step replays: "cpu" (default), "cuda" (CUDA graphs through CuPy; an error
         if there is no GPU) or "auto" (the GPU when CuPy finds one and the model's ops all
-        have GPU kernels, else the CPU). The plan, offsets and atlas are the same on both."""
+        have GPU kernels, else the CPU). The plan, offsets and atlas are the same on both.
+
+        data (GPU only): "device" copies the data sets to GPU memory once and gathers each
+        batch there; "pinned" keeps them on the host and streams each batch through
+        page-locked staging, the copy overlapping the step before; "auto" picks "device"
+        when the data take under a quarter of the free GPU memory.
+        """
         from .gpu.device import CHOICES
+        from .gpu.executor import DATA_MODES
         self._setting("device")
         if device not in CHOICES:
             raise bad_argument(DeviceError, "device", "device", device, f"one of {CHOICES}",
                                "pass 'auto' (GPU when CuPy finds one), 'cuda' or 'cpu'")
-        self._device = device
+        if data not in DATA_MODES:
+            raise bad_argument(DeviceError, "device", "data", data, f"one of {DATA_MODES}",
+                               "pass 'device' (data sets in GPU memory), 'pinned' (streamed from the host) or 'auto'")
+        self._device, self._device_data = device, data
         return self
 
     def save_every(self, epochs: int, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
@@ -274,7 +285,7 @@ class DeepLearningTask(TaskBase):
         keep = {k: getattr(self, k) for k in ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss",
                                                  "_optimizer", "_scheduler", "_epochs", "_seed", "_fuse",
                                                  "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every", "_ema",
-                                                 "_resolution", "_crop_pad", "_flip", "_prefetch", "_device",
+                                                 "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
                                                  "_save_best", "name")}
         self.__init__(self.name)  # type: ignore[misc]
         self.__dict__.update(keep)
@@ -421,9 +432,10 @@ class DeepLearningTask(TaskBase):
                 kind = "cpu"
                 compiled.notes.append(f"device: auto chose the CPU: {exc}")
         if kind == "cuda":
-            runner = GpuExecutor(compiled, executor, env, self._nan_policy)
+            runner = GpuExecutor(compiled, executor, env, self._nan_policy, self._device_data)
             compiled.notes.append(f"device: CUDA, {len(runner.atlas.captures)} atlas entries captured as CUDA "
-                                  "graphs on one device arena; the host arena mirrors it at epoch ends.")
+                                  f"graphs on one device arena, data={runner.data}; the host arena mirrors the "
+                                  "device's at epoch ends.")
         self.compiled, self.executor, self._arena = compiled, executor, arena
         self._runner, self.device_kind = runner, kind
         self._views = executor.views["train_base"]

@@ -164,7 +164,7 @@ def numpy_memory_ops() -> MemoryOps:
 
     def add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
         return lambda stream: np.add(a, b, out=c)
-    return MemoryOps(memcpy, memset0, fill, add)
+    return MemoryOps(memcpy, memcpy, memset0, fill, add)
 
 
 class _NoStream:
@@ -180,7 +180,7 @@ class _NoStream:
 class EmulatedExecutor(StepPrograms):
     """The GPU kernel table over a second (NumPy) arena, with the GPU executor's hand-over."""
 
-    def __init__(self, task: Any, module: EmulatedModule) -> None:
+    def __init__(self, task: Any, module: EmulatedModule, data: str = "device") -> None:
         compiled, host = task.compiled, task.executor
         super().__init__(compiled)
         self.host = host
@@ -194,6 +194,11 @@ class EmulatedExecutor(StepPrograms):
         sources = {k: (np.ascontiguousarray(x.reshape(len(x), -1), np.float32), np.ascontiguousarray(y, np.int32))
                    for k, (x, y) in env.sources.items()}
         self.perms = {k: v.copy() for k, v in env.perms.items()}
+        self.data = data
+
+        def host_twin(view: np.ndarray) -> np.ndarray:
+            a = view.ctypes.data - self.bytes.ctypes.data
+            return self._host_bytes[a: a + view.nbytes].view(view.dtype).reshape(view.shape)
 
         def range_view(first: str, last: str, dtype: str) -> np.ndarray:
             a, b = plan.region_range(Region[first], Region[last])
@@ -202,7 +207,8 @@ class EmulatedExecutor(StepPrograms):
         ops, gemm = numpy_memory_ops(), NumpyGemm()
 
         def make_env(batch: int) -> GpuBindEnv:
-            return GpuBindEnv(module, gemm, ops, env.seed, sources, self.perms, range_view, batch, task._nan_policy)
+            return GpuBindEnv(module, gemm, ops, env.seed, sources, self.perms, range_view, batch, task._nan_policy,
+                              data, sources, env.perms, host_twin, lambda shape, dtype: np.zeros(shape, dtype))
         self.names, self.launchers = bind_launchers(compiled, self.views, make_env)
         self.stream = _NoStream()
 
@@ -211,8 +217,11 @@ class EmulatedExecutor(StepPrograms):
         if idx < 0 or not self.launchers[idx]:
             return []
         launchers, stream = self.launchers[idx], self.stream
+        prepare = getattr(launchers[0], "prepare", None)  # pinned staging: the host's gather first
 
         def run() -> None:
+            if prepare is not None:
+                prepare()
             for f in launchers:
                 f(stream)
         return [run]

@@ -48,9 +48,9 @@ def mlp_task(net=None, optimizer=None, epochs: int = 3, **opts) -> DeepLearningT
     return t
 
 
-def emulated(task: DeepLearningTask, module) -> DeepLearningTask:  # type: ignore[no-untyped-def]
+def emulated(task: DeepLearningTask, module, data: str = "device") -> DeepLearningTask:  # type: ignore[no-untyped-def]
     task.compile()
-    task._runner = cuda_emulator.EmulatedExecutor(task, module)
+    task._runner = cuda_emulator.EmulatedExecutor(task, module, data)
     return task
 
 
@@ -75,6 +75,8 @@ def test_auto_falls_back_to_the_cpu() -> None:
 def test_device_rejects_unknown_names_and_late_changes() -> None:
     with pytest.raises(DeviceError, match=r"device=.*'tpu'.*expected one of"):
         DeepLearningTask().device("tpu")
+    with pytest.raises(DeviceError, match=r"data='disk'.*expected one of.*pinned"):
+        DeepLearningTask().device("cuda", data="disk")
     t = mlp_task()
     t.plan()
     with pytest.raises(PhaseError):
@@ -222,10 +224,11 @@ def test_dropout_kernel_draws_the_cpu_philox_masks(module) -> None:  # type: ign
 
 
 # ---- the GPU kernel table driven by task.run() ----------------------------------------------------------
-def test_emulated_gpu_training_matches_the_cpu_backend(module) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("data", ["device", "pinned"])
+def test_emulated_gpu_training_matches_the_cpu_backend(module, data: str) -> None:  # type: ignore[no-untyped-def]
     cpu = mlp_task()
     rc = cpu.run(progress=False)
-    gpu = emulated(mlp_task(), module)
+    gpu = emulated(mlp_task(), module, data)
     rg = gpu.run(progress=False)
     assert len(rc.step_losses) == len(rg.step_losses) == 15  # 5 steps (the last one partial) x 3 epochs
     assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-6)

@@ -30,6 +30,9 @@ from .cublas import WORKSPACE_BYTES, Gemm
 from .kernels import NVRTC_OPTIONS, GpuBindEnv, bind_launchers, cupy_memory_ops, kernel_source, unsupported_ops
 
 
+DATA_MODES = ("auto", "device", "pinned")
+
+
 def check_supported(compiled: Any) -> None:
     """Raise DeviceError naming the plan's ops that have no GPU kernel."""
     ops = [n.op for g in (compiled.graphs.train, compiled.graphs.inference) for gid in g.ids() for n in g.nodes(gid)]
@@ -40,10 +43,26 @@ def check_supported(compiled: Any) -> None:
                           "device('auto'), which falls back to the CPU for it.")
 
 
+def choose_data_mode(data: str, sources: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
+    """"device" keeps the data sets in GPU memory (one copy at compile, gathers on the device);
+    "pinned" keeps them on the host and streams batches through page-locked staging. "auto"
+    picks "device" when the data take under a quarter of the free GPU memory."""
+    if data not in DATA_MODES:
+        raise DeviceError(f"device: data={data!r} is invalid; expected one of {DATA_MODES}. Fix: pass "
+                          "data='device' (data sets in GPU memory), 'pinned' (streamed from the host) or 'auto'.")
+    if data != "auto":
+        return data
+    import cupy
+    need = sum(x.size * 4 + y.size * 4 for x, y in sources.values())
+    free = cupy.cuda.runtime.memGetInfo()[0]
+    return "device" if need < free // 4 else "pinned"
+
+
 class GpuExecutor(StepPrograms):
     """Device arena, captured graphs, and the host hand-over (see StepPrograms)."""
 
-    def __init__(self, compiled: Any, host: Executor, env: BindEnv, nan_policy: str = "raise") -> None:
+    def __init__(self, compiled: Any, host: Executor, env: BindEnv, nan_policy: str = "raise",
+                 data: str = "auto") -> None:
         import cupy
 
         check_supported(compiled)
@@ -60,10 +79,16 @@ class GpuExecutor(StepPrograms):
                       for v, p in compiled.plans.items()}
         self.module = cupy.RawModule(code=kernel_source(), options=NVRTC_OPTIONS)
         self.gemm = Gemm(cupy.empty(WORKSPACE_BYTES, cupy.uint8))
-        self.sources = {k: (cupy.asarray(np.ascontiguousarray(x.reshape(len(x), -1), np.float32)),
-                            cupy.asarray(np.ascontiguousarray(y, np.int32)))
-                        for k, (x, y) in env.sources.items()}
-        self.perms = {k: cupy.asarray(v) for k, v in env.perms.items()}
+        self.data = choose_data_mode(data, env.sources)
+        self.host_sources = {k: (np.ascontiguousarray(x.reshape(len(x), -1), np.float32),
+                                 np.ascontiguousarray(y, np.int32)) for k, (x, y) in env.sources.items()}
+        self.host_perms = env.perms  # the task shuffles these in place each epoch
+        if self.data == "device":
+            self.sources = {k: (cupy.asarray(x), cupy.asarray(y)) for k, (x, y) in self.host_sources.items()}
+            self.perms = {k: cupy.asarray(v) for k, v in env.perms.items()}
+        else:
+            self.sources, self.perms = {}, {}
+        self._pinned: list[Any] = []
         self.primary = cupy.cuda.Stream(non_blocking=True)
         self.streams = {kind: cupy.cuda.Stream(non_blocking=True) for kind in StreamKind}
         self._fork, self._join = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
@@ -85,8 +110,19 @@ class GpuExecutor(StepPrograms):
 
         def make_env(batch: int) -> GpuBindEnv:
             return GpuBindEnv(self.module, self.gemm, ops, env.seed, self.sources, self.perms, self._range_view,
-                              batch, nan_policy)
+                              batch, nan_policy, self.data, self.host_sources, self.host_perms, self._host_twin,
+                              self._pinned_array)
         self.names, self.launchers = bind_launchers(compiled, self.views, make_env)
+
+    def _host_twin(self, view: Any) -> np.ndarray:
+        a = view.data.ptr - self.bytes.data.ptr
+        return self._host_bytes[a: a + view.nbytes].view(view.dtype).reshape(view.shape)
+
+    def _pinned_array(self, shape: tuple, dtype: Any) -> np.ndarray:
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        mem = self.cupy.cuda.alloc_pinned_memory(max(n, 1))
+        self._pinned.append(mem)  # page-locked memory lives as long as the executor
+        return np.frombuffer(mem, np.uint8, n).view(dtype).reshape(shape)
 
     def _stream_of(self, idx: int) -> Any:
         return self.streams[self.atlas.captures[idx].gid.stream]
@@ -140,8 +176,12 @@ class GpuExecutor(StepPrograms):
         if name in ("TRANSFER_A", "TRANSFER_B"):
             buf = name[-1]
             ready, done, trans = self._ready[buf], self._done[buf], self.streams[StreamKind.TRANS]
+            prepare = getattr(self.launchers[idx][0], "prepare", None)
 
             def transfer() -> None:  # after everything queued so far (the last reader of buf), off the primary
+                if prepare is not None:  # pinned staging: the copy out of it two steps ago must be done
+                    done.synchronize()
+                    prepare()
                 ready.record(p)
                 trans.wait_event(ready)
                 graph.launch(trans)

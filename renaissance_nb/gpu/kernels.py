@@ -52,6 +52,13 @@ class GpuBindEnv:
     range_view: Callable[[str, str, str], Any] | None = None
     batch: int = 0
     nan_policy: str = "raise"
+    # data="pinned": the data sets stay on the host; each transfer is a host gather into pinned
+    # staging (before the graph launch) and an async copy inside the graph
+    data: str = "device"
+    host_sources: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    host_perms: dict[str, np.ndarray] = field(default_factory=dict)
+    host_twin: Callable[[Any], np.ndarray] | None = None   # device view -> host-arena view, same bytes
+    pinned: Callable[[tuple, Any], np.ndarray] | None = None  # page-locked host array
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class MemoryOps:
     """Launcher factories for plain memory work on the arena."""
 
     memcpy: Callable[[Any, Any], Launch]          # dst, src: same number of bytes, contiguous
+    h2d: Callable[[Any, np.ndarray], Launch]      # device view <- pinned host array, same bytes
     memset0: Callable[[Sequence[Any]], Launch]    # zero these views
     fill: Callable[[Sequence[Any], float], Launch]
     add: Callable[[Any, Any, Any], Launch]        # c = a + b with broadcasting
@@ -71,6 +79,10 @@ def cupy_memory_ops() -> MemoryOps:
 
     def memcpy(dst: Any, src: Any) -> Launch:
         d, s, nb, kind = dst.data.ptr, src.data.ptr, dst.nbytes, runtime.memcpyDeviceToDevice
+        return lambda stream: runtime.memcpyAsync(d, s, nb, kind, stream.ptr)
+
+    def h2d(dst: Any, src: np.ndarray) -> Launch:
+        d, s, nb, kind = dst.data.ptr, src.ctypes.data, dst.nbytes, runtime.memcpyHostToDevice
         return lambda stream: runtime.memcpyAsync(d, s, nb, kind, stream.ptr)
 
     def memset0(views: Sequence[Any]) -> Launch:
@@ -93,7 +105,7 @@ def cupy_memory_ops() -> MemoryOps:
             with stream:
                 cupy.add(a, b, out=c)
         return launch
-    return MemoryOps(memcpy, memset0, fill, add)
+    return MemoryOps(memcpy, h2d, memset0, fill, add)
 
 
 GPU_KERNELS: dict[str, Callable[..., Launch]] = {}
@@ -297,10 +309,14 @@ def accum_metrics(outs, ins, p, env):
 
 @gpu_kernel("transfer")
 def transfer(outs, ins, p, env):
-    """The next batch, gathered on the device from the data set's device copy (perm and cursor in memory)."""
+    """The next batch into an input buffer: data="device" gathers on the device from the data set's
+    device copy (perm and cursor in device memory); data="pinned" copies a batch the host gathered
+    into pinned staging (the launcher's ``prepare``, called before each launch of its graph)."""
     (cursor,) = ins
     x_out, y_out = outs
     source = p["source"]
+    if env.data == "pinned" and source in env.host_sources:
+        return _pinned_transfer(env, source, cursor, _flat2d(x_out), y_out)
     if source not in env.sources:
         def missing(stream: Any) -> None:
             raise PlanError(f"transfer: no {source!r} data was given to the task. Fix: pass {source} data to .data().")
@@ -314,6 +330,19 @@ def transfer(outs, ins, p, env):
 
 
 # ---- region-wide operations ---------------------------------------------------------------------
+def _pinned_transfer(env: GpuBindEnv, source: str, cursor: Any, x2: Any, y_out: Any) -> Launch:
+    from ..kernels.fused import gather_batch
+    xs, ys = env.host_sources[source]
+    perm, host_cursor = env.host_perms[source], env.host_twin(cursor)
+    sx, sy = env.pinned(x2.shape, np.float32), env.pinned(y_out.shape, np.int32)
+    launch = _seq(env.ops.h2d(x2, sx), env.ops.h2d(y_out, sy), _single(env, "rnb_advance", cursor, _i64(x2.shape[0])))
+
+    def prepare() -> None:  # numba, no GIL: rows perm[cursor .. cursor + n) into the staging arrays
+        gather_batch(xs, ys, perm, host_cursor, sx, sy)
+    launch.prepare = prepare  # type: ignore[attr-defined]
+    return launch
+
+
 @gpu_kernel("zero_range")
 def zero_range(outs, ins, p, env):
     return env.ops.memset0([env.range_view(p["first"], p["last"], "uint8")])

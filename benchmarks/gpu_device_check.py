@@ -1,0 +1,249 @@
+"""The GPU check for the device machine: tests, parity, determinism, and a side-by-side benchmark.
+
+    PYTHONPATH=. python benchmarks/gpu_device_check.py --out benchmarks/results/gpu_h200.txt
+    python benchmarks/gpu_device_check.py --smoke   # here, without a GPU: the torch and CPU parts, tiny
+
+One script, one run (device time is scarce): 1) versions of everything; 2) the GPU test suite
+(tests/test_gpu.py: 20 steps against the CPU backend from the same weights, byte-identical
+reruns, checkpoints, NaN guard) and the CPU-side GPU tests; 3) the capture-safe GEMM candidates
+at the MLP's shapes; 4) one epoch of the original's MNIST MLP (784-1024-512-256-10, AdamW,
+label smoothing 0.1) at batch 128 and 512, data already on the device and through a loader,
+interleaved round by round with PyTorch eager (default and fused AdamW) and
+torch.compile(mode="max-autotune"), whose compile time is reported apart. Medians of the
+rounds after the first; ratios are ours / theirs. The data are MNIST-shaped random numbers
+(the timing depends on shapes only; ../shared does not travel to the device machine).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import renaissance_nb as rnb  # noqa: E402
+from renaissance_nb.gpu import probe  # noqa: E402
+
+LAYERS = (784, 1024, 512, 256, 10)
+LINES: list[str] = []
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+    LINES.append(line)
+
+
+def versions() -> None:
+    info, reason = probe()
+    say(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    say(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    say(f"GPU: {info if info else 'none: ' + reason}")
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        say(f"nvidia-smi: {smi.stdout.strip() or smi.stderr.strip()}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        say(f"nvidia-smi: {exc}")
+    try:
+        import torch
+        say(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}")
+    except ImportError:
+        say("torch: not installed (PyTorch contenders skipped)")
+    say(f"numpy {np.__version__}, renaissance_nb {rnb.__version__}")
+
+
+def run_tests(smoke: bool) -> None:
+    files = ["tests/test_gpu_backend.py"] if smoke else ["tests/test_gpu.py", "tests/test_gpu_backend.py"]
+    say(f"\n== tests: pytest {' '.join(files)}")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *files], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    for line in (r.stdout + r.stderr).strip().splitlines()[-15:]:
+        say("   " + line)
+
+
+def mnist_like(n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.random((n, 784), dtype=np.float32), rng.integers(0, 10, n).astype(np.int32)
+
+
+def gemm_candidates(batch: int) -> None:
+    """Each MLP GEMM, replayed 200 times: cuBLAS on our handle inside a CUDA graph vs CuPy eager vs torch."""
+    import cupy
+
+    from renaissance_nb.gpu.cublas import WORKSPACE_BYTES, Gemm
+    say(f"\n== capture-safe GEMM candidates, batch {batch} (us per product, 200 replays)")
+    gemm = Gemm(cupy.empty(WORKSPACE_BYTES, cupy.uint8))
+    s = cupy.cuda.Stream(non_blocking=True)
+    shapes = []
+    for a, b in zip(LAYERS[:-1], LAYERS[1:]):
+        shapes += [(f"fwd {a}->{b}", (batch, a), (a, b)), (f"dW {b}x{a}", (b, batch), (batch, a))]
+    for name, sa, sb in shapes:
+        x, w = cupy.random.random(sa, dtype=cupy.float32), cupy.random.random(sb, dtype=cupy.float32)
+        out = cupy.empty((sa[0], sb[1]), cupy.float32)
+        launch = gemm.bind(out, x, w)
+        launch(s)
+        with s:
+            s.begin_capture()
+            for _ in range(200):
+                launch(s)
+            g = s.end_capture()
+        g.launch(s)
+        s.synchronize()
+        t = time.perf_counter()
+        g.launch(s)
+        s.synchronize()
+        ours = (time.perf_counter() - t) / 200 * 1e6
+        ref = cupy.matmul(x, w)
+        err = float(cupy.abs(ref - out).max() / cupy.abs(ref).max())
+        with s:
+            cupy.matmul(x, w, out=out)
+            s.synchronize()
+            t = time.perf_counter()
+            for _ in range(200):
+                cupy.matmul(x, w, out=out)
+            s.synchronize()
+        eager = (time.perf_counter() - t) / 200 * 1e6
+        say(f"   {name:16s} cuBLAS-in-graph {ours:7.1f}   cupy.matmul eager {eager:7.1f}   max rel diff {err:.1e}")
+    try:
+        import nvmath  # noqa: F401
+        say("   nvmath-python is installed: not measured here (cuBLAS-in-graph needs no extra dependency)")
+    except ImportError:
+        say("   nvmath-python: not installed")
+    gemm.close()
+
+
+def ours(device: str, batch: int, x: np.ndarray, y: np.ndarray) -> tuple[Callable[[], float], float]:
+    net = rnb.seq(rnb.fc(1024, bias=True), rnb.relu(), rnb.fc(512, bias=True), rnb.relu(), rnb.fc(256, bias=True),
+                  rnb.relu(), rnb.fc(10, bias=True))
+    task = (rnb.DeepLearningTask("mlp").model(net).data(train=(x, y), batch_size=batch)
+            .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW().lr(1e-3))
+            .total_epochs(100).seed(0).device(device))
+    t = time.perf_counter()
+    task.compile()
+    compile_s = time.perf_counter() - t
+
+    def epoch() -> float:
+        t0 = time.perf_counter()
+        task.run(epochs=1, progress=False)
+        return time.perf_counter() - t0
+    return epoch, compile_s
+
+
+def torch_contender(kind: str, batch: int, x: np.ndarray, y: np.ndarray, device: str, loader: bool
+                    ) -> tuple[Callable[[], float], float]:
+    import torch
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    layers: list[Any] = []
+    for a, b in zip(LAYERS[:-1], LAYERS[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1]).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=(kind == "fused" and device == "cuda"))
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    fwd = model
+    compile_s = 0.0
+    if kind == "compile":
+        fwd = torch.compile(model, mode="max-autotune")
+    n = len(x)
+    if loader:
+        xs, ys = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+        if device == "cuda":
+            xs, ys = xs.pin_memory(), ys.pin_memory()
+    else:
+        xs, ys = torch.from_numpy(x).to(dev), torch.from_numpy(y.astype(np.int64)).to(dev)
+
+    def step(xb: Any, yb: Any) -> None:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(fwd(xb), yb).backward()
+        opt.step()
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    if kind == "compile":
+        t = time.perf_counter()
+        for _ in range(3):  # cudagraph trees record on the warm-up calls
+            step(xs[:batch].to(dev, non_blocking=True), ys[:batch].to(dev, non_blocking=True))
+        sync()
+        compile_s = time.perf_counter() - t
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def epoch() -> float:
+        perm = torch.randperm(n, generator=gen)
+        if not loader:
+            perm = perm.to(dev)
+        sync()
+        t0 = time.perf_counter()
+        for s in range(0, n - batch + 1, batch):  # full batches only: torch.compile would recompile a partial one
+            idx = perm[s:s + batch]
+            xb, yb = xs[idx], ys[idx]
+            if loader:
+                xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
+            step(xb, yb)
+        sync()
+        return time.perf_counter() - t0
+    return epoch, compile_s
+
+
+def bench(batch: int, device: str, n: int, rounds: int, with_compile: bool) -> None:
+    x, y = mnist_like(n)
+    say(f"\n== one epoch of the MLP, batch {batch}, {n} samples ({n // batch} steps), {rounds} interleaved rounds")
+    contenders: dict[str, tuple[Callable[[], float], float]] = {"renaissance_nb": ours(device, batch, x, y)}
+    try:
+        import torch  # noqa: F401
+        for loader in (False, True):
+            tag = "loader" if loader else "on device"
+            contenders[f"torch eager ({tag})"] = torch_contender("eager", batch, x, y, device, loader)
+            contenders[f"torch eager fused AdamW ({tag})"] = torch_contender("fused", batch, x, y, device, loader)
+        if with_compile:
+            contenders["torch.compile max-autotune (on device)"] = torch_contender("compile", batch, x, y, device,
+                                                                                   False)
+    except ImportError:
+        say("   torch not installed: PyTorch contenders skipped")
+    for name, (_, cs) in contenders.items():
+        if cs:
+            say(f"   compile/warm-up: {name}: {cs:.2f} s")
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for name, (epoch, _) in contenders.items():
+            times[name].append(epoch())
+    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items()}
+    base = med["renaissance_nb"]
+    for name, m in med.items():
+        ratio = "" if name == "renaissance_nb" else f"   ours/theirs {base / m:6.3f}x"
+        say(f"   {name:42s} {m * 1e3:9.1f} ms/epoch  ({m / (n // batch) * 1e6:8.1f} us/step){ratio}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="", help="also write the report here")
+    ap.add_argument("--smoke", action="store_true", help="no GPU: CPU device, small data, no torch.compile")
+    ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--rounds", type=int, default=4)
+    a = ap.parse_args()
+    versions()
+    gpu = probe()[0] is not None and not a.smoke
+    if not a.skip_tests:
+        run_tests(not gpu)
+    if gpu:
+        for b in (128, 512):
+            gemm_candidates(b)
+    for b in (128, 512):
+        bench(b, "cuda" if gpu else "cpu", 60000 if gpu else 2048, a.rounds if gpu else 2, with_compile=gpu)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text("\n".join(LINES) + "\n")
+
+
+if __name__ == "__main__":
+    main()

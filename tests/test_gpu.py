@@ -1,0 +1,88 @@
+"""The CUDA backend on a real GPU (skipped without one; run by benchmarks/gpu_device_check.py).
+
+What a GPU adds to tests/test_gpu_backend.py: the device arena, NVRTC, cuBLAS inside a
+capture, stream fork/join, and CUDA-graph replay.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from renaissance_nb import (AdamW, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, NumericalError, dropout, fc,
+                            relu, seq)
+from renaissance_nb.gpu import probe
+
+INFO, REASON = probe()
+pytestmark = pytest.mark.skipif(INFO is None, reason=f"no GPU: {REASON}")
+
+RNG = np.random.default_rng(0)
+X, Y = RNG.normal(size=(1000, 64)).astype(np.float32), RNG.integers(0, 10, 1000)
+XV, YV = RNG.normal(size=(200, 64)).astype(np.float32), RNG.integers(0, 10, 200)
+
+
+def task(device: str, epochs: int = 2, drop: float = 0.0, batch: int = 100) -> DeepLearningTask:
+    layers = [fc(256, bias=True), relu()] + ([dropout(drop)] if drop else []) + [fc(128, bias=True), relu(),
+                                                                                 fc(10, bias=True)]
+    return (DeepLearningTask().model(seq(*layers)).data(train=(X, Y), val=(XV, YV), batch_size=batch)
+            .loss(CrossEntropyLoss().label_smoothing(0.1)).optimizer(AdamW().weight_decay(1e-2))
+            .scheduler(CosineAnnealingLR().base_lr(1e-3).warmup(1)).total_epochs(epochs).seed(11).device(device))
+
+
+def test_auto_picks_the_gpu_and_captures_every_entry() -> None:
+    t = task("auto").compile()
+    assert t.device_kind == "cuda"
+    rx = t._runner
+    captured = [g for g in rx.graphs if g is not None]
+    assert captured and len(rx.graphs) == len(t.compiled.atlas.captures)
+    dot = rx.debug_dot(rx.graphs.index(captured[0]))
+    assert "digraph" in dot
+
+
+def test_gpu_losses_match_the_cpu_from_the_same_weights() -> None:
+    """20 steps (2 epochs of 10) from the same initial weights (same seed, same Philox init)."""
+    cpu, gpu = task("cpu"), task("cuda")
+    rc, rg = cpu.run(progress=False), gpu.run(progress=False)
+    assert len(rc.step_losses) == len(rg.step_losses) == 20
+    rel = np.abs(rc.step_losses - rg.step_losses) / np.abs(rc.step_losses)
+    assert rel.max() < 1e-4, rel
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    for k in sc:
+        assert np.allclose(sc[k], sg[k], rtol=1e-3, atol=1e-5), k
+    assert [r.val_top1 for r in rc.history] == pytest.approx([r.val_top1 for r in rg.history], abs=0.011)
+
+
+def test_dropout_masks_are_the_cpu_ones() -> None:
+    cpu, gpu = task("cpu", epochs=1, drop=0.3, batch=128), task("cuda", epochs=1, drop=0.3, batch=128)
+    cpu.run(progress=False)
+    gpu.run(progress=False)
+    name = next(k for k in cpu.compiled.ids if k.endswith(".mask"))
+    assert np.array_equal(cpu.executor.view("train_last", name), gpu.executor.view("train_last", name))
+
+
+def test_two_gpu_runs_are_byte_identical() -> None:
+    a, b = task("cuda", drop=0.2), task("cuda", drop=0.2)
+    a.run(progress=False)
+    b.run(progress=False)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
+
+
+def test_gpu_checkpoint_resume_is_exact(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    whole = task("cuda", epochs=2)
+    whole.run(progress=False)
+    half = task("cuda", epochs=2)
+    half.run(epochs=1, progress=False)
+    half.save(str(tmp_path / "c.npz"))
+    again = task("cuda", epochs=2).compile().load_state(str(tmp_path / "c.npz"))
+    again.run(progress=False)
+    sa, sb = whole.state_dict(), again.state_dict()
+    assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_gpu_nan_raise_keeps_the_weights_of_before() -> None:
+    t = task("cuda", epochs=1)
+    t.splits.train.x[5, 0] = np.inf
+    with pytest.raises(NumericalError, match="found on the GPU"):
+        t.run(progress=False)
+    assert all(np.isfinite(v).all() for v in t.state_dict().values())
