@@ -264,6 +264,27 @@ def test_graph_fallback_without_dot(monkeypatch: pytest.MonkeyPatch, compiled: D
     assert "Graphviz" in static.graph_html(compiled)
 
 
+class _CapturedGraphs:
+    """What the GPU executor offers the graph view (atlas, entry(), one DOT per capture), over the CPU's atlas."""
+
+    def __init__(self, executor) -> None:  # type: ignore[no-untyped-def]
+        self.atlas, self.entry = executor.atlas, executor.entry
+
+    def debug_dot(self, idx: int) -> str:
+        return f'digraph "cuda {idx}" {{ a [label="rnb_bias_act"]; b [label="cublasSgemm"]; b -> a; }}'
+
+
+def test_graph_view_shows_the_captured_cuda_graph(monkeypatch: pytest.MonkeyPatch,
+                                                  compiled: DeepLearningTask) -> None:
+    assert GraphView(compiled).cuda == "", "a CPU task has no CUDA graphs"
+    monkeypatch.setattr(compiled, "_runner", _CapturedGraphs(compiled.executor))
+    gv = GraphView(compiled)
+    assert gv.gid == "DEEP_FWD_BWD" and "DEEP_FWD_BWD" in gv.cuda_caption and "1 dependencies" in gv.cuda_caption
+    assert "cublasSgemm" in gv.cuda and "rnb-cuda" in gv._repr_html_()
+    gv.graph = "inference"  # INF graphs live in the val variants: none captured for train_base
+    assert gv.cuda == "" or "inference" in gv.cuda_caption
+
+
 def test_graph_view_switches_and_folds(compiled: DeepLearningTask) -> None:
     gv = GraphView(compiled)
     assert gv.graph == "train" and gv.gid == "DEEP_FWD_BWD" and gv.layers

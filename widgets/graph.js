@@ -82,6 +82,13 @@ function render({ model, el }) {
     for (const th of canvas.querySelectorAll("th[data-layer]")) {
       th.style.cursor = "pointer";
       th.addEventListener("click", () => toggle(th.dataset.layer));
+    }    const cuda = model.get("cuda");
+    if (cuda) {  // the CUDA graph captured from this ComputationGraph (GPU backend), below it
+      const box = h("div", { class: "rnb-cuda" }, h("div", { class: "rnb-sub" }, model.get("cuda_caption")));
+      const body = h("div");
+      body.innerHTML = cuda;
+      box.append(body);
+      canvas.append(box);
     }
   }
 
@@ -89,7 +96,7 @@ function render({ model, el }) {
   all();
   const on = [["change:view", all], ["change:graph", drawControls], ["change:gid", drawControls], ["change:variant", drawControls],
     ["change:layers", drawChips], ["change:collapsed", drawChips], ["change:svg", drawCanvas], ["change:table", drawCanvas],
-    ["change:note", drawCanvas]];
+    ["change:note", drawCanvas], ["change:cuda", drawCanvas]];
   for (const [e, f] of on) model.on(e, f);
   return () => { for (const [e, f] of on) model.off(e, f); };
 }

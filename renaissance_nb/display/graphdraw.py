@@ -157,6 +157,42 @@ def graph_svg(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None = 
                             f'height="{float(m.group(2)) * 1.25:.0f}px"', svg, count=1)
 
 
+def dot_svg(dot: str) -> str | None:
+    """Any DOT text as inline SVG (None without `dot`)."""
+    if not dot_available():
+        return None
+    try:
+        import graphviz
+        svg = graphviz.Source(dot).pipe(format="svg", encoding="utf-8")
+    except Exception:  # a malformed or unrenderable graph: show nothing rather than a traceback
+        return None
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
+def cuda_graph_view(task: Any, graph_name: str, gid: GraphId | None, variant: str) -> tuple[str, str]:
+    """(SVG or escaped DOT, caption) of the CUDA graph captured for (variant, gid), if the task runs on a GPU.
+
+    The GPU executor keeps every captured graph; cudaGraphDebugDotPrint (CuPy's debug_dot_str)
+    shows its kernel, memcpy and memset nodes, next to the ComputationGraph they came from.
+    """
+    runner = getattr(task, "_runner", None)
+    if gid is None or not hasattr(runner, "debug_dot"):
+        return "", ""
+    try:
+        idx = runner.entry(variant, gid)
+    except (ValueError, KeyError):
+        return "", ""
+    if idx < 0 or runner.atlas.captures[idx].graph != graph_name:
+        return "", ""
+    dot = runner.debug_dot(idx)
+    if not dot:
+        return "", ""
+    caption = f"captured CUDA graph of {graph_name}/{gid.name} ({variant}): {dot.count('->')} dependencies"
+    svg = dot_svg(dot)
+    return (svg or f"<pre class='rnb-dot'>{esc(dot)}</pre>"), caption
+
+
 def graph_table(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None = None,
                 collapsed: Iterable[str] = (), gid_column: bool = True) -> str:
     """The same nodes as an HTML table, grouped by layer (the fallback without `dot`)."""

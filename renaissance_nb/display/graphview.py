@@ -9,7 +9,7 @@ from ..graph.ids import GraphId
 from . import views
 from ._assets import esm
 from ._base import ViewWidget
-from .graphdraw import default_collapsed, dot_available, layers_of, render_graph
+from .graphdraw import cuda_graph_view, default_collapsed, dot_available, layers_of, render_graph
 from .theme import esc
 
 
@@ -26,6 +26,8 @@ class GraphView(ViewWidget):
     table = traitlets.Unicode("").tag(sync=True)
     note = traitlets.Unicode("").tag(sync=True)
     dot = traitlets.Bool(False).tag(sync=True)
+    cuda = traitlets.Unicode("").tag(sync=True)        # the captured CUDA graph (SVG), on a GPU
+    cuda_caption = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, source: Any, graph: str = "", gid: str = "", **kwargs: Any) -> None:
         self._drawing = False
@@ -56,7 +58,10 @@ class GraphView(ViewWidget):
     def static_html(self) -> str:
         body = self.svg or self.table or "<div class='rnb-note'>No graphs yet.</div>"
         note = f"<div class='rnb-note'>{esc(self.note)}</div>" if self.note else ""
-        return f"<div class='rnb-graph-static'><div class='rnb-sub'>{esc(self.title())}</div>{note}{body}</div>"
+        cuda = (f"<div class='rnb-cuda'><div class='rnb-sub'>{esc(self.cuda_caption)}</div>{self.cuda}</div>"
+                if self.cuda else "")
+        return (f"<div class='rnb-graph-static'><div class='rnb-sub'>{esc(self.title())}</div>{note}{body}"
+                f"{cuda}</div>")
 
     def title(self) -> str:
         if self.view.get("hand"):
@@ -83,6 +88,7 @@ class GraphView(ViewWidget):
                 self.collapsed = default_collapsed(g, gid)
             out = render_graph(g, gid, plans.get(self.variant), self.collapsed, gid_column=not self.view.get("hand"))
             self.svg, self.table, self.note, self.dot = out["svg"] or "", out["table"], out["note"], dot_available()
+            self.cuda, self.cuda_caption = cuda_graph_view(self.source, self.graph, gid, self.variant)
         finally:
             self._drawing = False
 
