@@ -176,27 +176,22 @@ def fc_fwd(outs, ins, p, env):
 
 @gpu_kernel("fc_bwd")
 def fc_bwd(outs, ins, p, env):
-    """dy *= act'(y) and db = column sums in one kernel; then dW = dy^T x and dx = dy W (cuBLAS)."""
-    dy, x, w, y, _ones = ins
+    """dy *= act'(y) (one element-wise kernel); then three cuBLAS products: dW = dy^T x,
+    db = 1^T dy (as on the CPU, and fully parallel, unlike a column loop over the batch), dx = dy W."""
+    dy, x, w, y, ones = ins
     x = _flat2d(x)
     outs = list(outs)
     dw = outs.pop(0)
     db = outs.pop(0) if p["bias"] else None
     dx = _flat2d(outs.pop(0)) if p["need_dx"] else None
     act = ACT_CODES[p["act"]]
-    n, m = dy.shape
     parts = []
-    if act or db is not None:
-        fn = env.module.get_function("rnb_act_grad_colsum")
-        grid = (max(1, -(-m // THREADS)),)
-        args = (dy, y, db if db is not None else dy, np.int32(n), np.int32(m), np.int32(act),
-                np.float64(p["slope"]), np.int32(db is not None))
-
-        def colsum(stream: Any) -> None:
-            with stream:
-                fn(grid, (THREADS,), args)
-        parts.append(colsum)
+    if act:
+        parts.append(_launch(env, "rnb_act_grad", dy.size, dy, y, _i64(dy.size), np.int32(act),
+                             np.float64(p["slope"])))
     parts.append(env.gemm.bind(dw, dy.T, x))
+    if db is not None:
+        parts.append(env.gemm.bind(db.reshape(1, -1), ones.reshape(1, -1), dy))
     if dx is not None:
         parts.append(env.gemm.bind(dx, dy, w))
     return _seq(*parts)

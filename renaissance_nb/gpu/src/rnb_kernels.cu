@@ -17,19 +17,10 @@ extern "C" __global__ void rnb_bias_act(float* y, const float* b, int n, int m, 
     }
 }
 
-// dy *= act'(y) in place and db[j] = sum_i dy[i, j]: one thread per column, rows in order.
-extern "C" __global__ void rnb_act_grad_colsum(float* dy, const float* y, float* db, int n, int m, int act,
-                                               double slope, int has_db) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= m) return;
-    float s = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        rnb_i64 k = (rnb_i64)i * m + j;
-        float d = act ? rnb_act_grad_from_output(dy[k], y[k], act, slope) : dy[k];
-        dy[k] = d;
-        s = s + d;
-    }
-    if (has_db) db[j] = s;
+// dy *= act'(y) in place, written with the output y (the bias gradient is then a cuBLAS product).
+extern "C" __global__ void rnb_act_grad(float* dy, const float* y, rnb_i64 n, int act, double slope) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
+        dy[k] = rnb_act_grad_from_output(dy[k], y[k], act, slope);
 }
 
 extern "C" __global__ void rnb_act_fwd(const float* x, float* y, rnb_i64 n, int act, double slope) {
