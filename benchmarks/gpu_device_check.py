@@ -34,12 +34,14 @@ import renaissance_nb as rnb  # noqa: E402
 from renaissance_nb.gpu import probe  # noqa: E402
 
 LAYERS = (784, 1024, 512, 256, 10)
-LINES: list[str] = []
+OUT_FILE: list[Path] = []  # the report, appended line by line: a run cut short still leaves what it measured
 
 
 def say(line: str = "") -> None:
     print(line, flush=True)
-    LINES.append(line)
+    for f in OUT_FILE:
+        with f.open("a") as fh:
+            fh.write(line + "\n")
 
 
 def versions() -> None:
@@ -231,6 +233,10 @@ def main() -> None:
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--rounds", type=int, default=4)
     a = ap.parse_args()
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text("")
+        OUT_FILE.append(Path(a.out))
     versions()
     gpu = probe()[0] is not None and not a.smoke
     if not a.skip_tests:
@@ -240,9 +246,6 @@ def main() -> None:
             gemm_candidates(b)
     for b in (128, 512):
         bench(b, "cuda" if gpu else "cpu", 60000 if gpu else 2048, a.rounds if gpu else 2, with_compile=gpu)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text("\n".join(LINES) + "\n")
 
 
 if __name__ == "__main__":
