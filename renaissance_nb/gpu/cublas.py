@@ -5,11 +5,11 @@ allocate its workspace lazily, and allocation is illegal inside a capture; cupy 
 6290). cuBLAS itself supports capture once a workspace is set with cublasSetWorkspace, so
 this module loads the libcublas that CuPy already mapped, creates a handle, gives it a
 fixed workspace that lives as long as the arena, and calls cublasSgemm_v2 with host
-scalars (captured by value). Of the candidates the issue lists (cuTENSOR contraction,
-nvmath-python, a tiled RawKernel), this one needs no new dependency and runs NVIDIA's
-tuned SGEMM kernels; pure FP32 math mode (no TF32) keeps results within float32 rounding
-of the CPU backend. The benchmark script on the device machine times it against the
-alternatives that are installed there.
+scalars (captured by value). Of the candidates (cuTENSOR contraction, nvmath-python, a
+tiled RawKernel), this one needs no new dependency and runs NVIDIA's tuned SGEMM kernels;
+FP32 math (no TF32) keeps results within float32 rounding of the CPU backend.
+benchmarks/gpu_device_check.py times it, captured, against CuPy's eager matmul at the
+MLP's shapes; it has not run on a GPU yet (no device was lent to this project so far).
 """
 from __future__ import annotations
 
@@ -20,14 +20,15 @@ from typing import Any
 from ..errors import DeviceError
 
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
-CUBLAS_PEDANTIC_MATH = 2  # FP32 SGEMM without TF32, whatever NVIDIA_TF32_OVERRIDE says
+CUBLAS_DEFAULT_MATH = 0  # SGEMM in FP32 (TF32 only if the user sets NVIDIA_TF32_OVERRIDE=1)
 WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper is 32 MiB
 
 
 def _find_libcublas() -> ctypes.CDLL:
     """The libcublas CuPy loaded (same handle types), else the one the loader finds."""
-    try:  # importing CuPy's wrapper maps its libcublas into the process
-        import cupy_backends.cuda.libs.cublas  # noqa: F401
+    try:  # CuPy's own handle: this maps the libcublas CuPy uses into the process
+        import cupy
+        cupy.cuda.device.get_cublas_handle()
     except Exception:
         pass
     paths = []
@@ -38,6 +39,11 @@ def _find_libcublas() -> ctypes.CDLL:
                 if "libcublas.so" in part and "libcublasLt" not in part and part not in paths:
                     paths.append(part)
     except OSError:
+        pass
+    try:  # the NVIDIA wheels' loader (cuda-pathfinder), which CuPy 14 also uses
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        paths.append(load_nvidia_dynamic_lib("cublas").abs_path)
+    except Exception:
         pass
     found = ctypes.util.find_library("cublas")
     for name in (*paths, found, "libcublas.so.13", "libcublas.so.12", "libcublas.so"):
@@ -85,7 +91,7 @@ class Gemm:
         self.workspace = workspace  # a cupy array kept alive as long as this object
         self._check(lib.cublasSetWorkspace_v2(self._handle, ctypes.c_void_p(workspace.data.ptr),
                                               ctypes.c_size_t(workspace.nbytes)), "cublasSetWorkspace")
-        self._check(lib.cublasSetMathMode(self._handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode")
+        self._check(lib.cublasSetMathMode(self._handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")
         self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
     @staticmethod
