@@ -49,26 +49,9 @@ def _flat2d(a: np.ndarray) -> np.ndarray:
 
 
 # ---- linear algebra -----------------------------------------------------------------------
-TRANSPOSED_FWD_MAX_ROWS = 64
-TRANSPOSED_FWD_MIN_FEATURES = 64
-"""Static GEMM formulation rule (chosen at bind time from the shapes, never timed): with
-at most 64 batch rows and at least 64 output features, fc_fwd computes y^T = W x^T into
-a bind-time scratch and the bias+activation pass writes y from it. OpenBLAS (2 threads)
-runs that product 15-25% faster at batch 32 and 7-10% at 64 for the MLP's layers, and
-the transposing pass costs 2-4% of the product; at batch 128 the two forms tie."""
-
-
-def transposed_fwd(rows: int, features: int) -> bool:
-    return rows <= TRANSPOSED_FWD_MAX_ROWS and features >= TRANSPOSED_FWD_MIN_FEATURES
-
-
 @kernel("fc_fwd")
 def fc_fwd(outs, ins, p, env):
-    """y = act(x W^T + b): one GEMM, then one fused bias+activation pass.
-
-    Small batches (see transposed_fwd) compute y^T = W x^T into a scratch made here,
-    once, and the bias+activation pass transposes it into y.
-    """
+    """y = act(x W^T + b): one GEMM into the output view, then one fused bias+activation pass."""
     (y,) = outs
     x, w = _flat2d(ins[0]), ins[1]
     b = ins[2] if len(ins) > 2 else EMPTY_F32
@@ -76,14 +59,6 @@ def fc_fwd(outs, ins, p, env):
     act = fused.ACT_CODES[p["act"]]
     slope = float(p["slope"])
     matmul, bias_act = np.matmul, fused.bias_act_
-    if y.ndim == 2 and transposed_fwd(y.shape[0], y.shape[1]):
-        yt = np.empty((y.shape[1], y.shape[0]), np.float32)
-        xt, bias_act_t = x.T, fused.bias_act_t_
-
-        def run_t() -> None:
-            matmul(w, xt, out=yt)
-            bias_act_t(yt, b, y, act, slope)
-        return run_t
     if act == 0 and b.size == 0:
         return lambda: matmul(x, wt, out=y)
 

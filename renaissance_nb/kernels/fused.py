@@ -69,83 +69,9 @@ def act_grad_from_output_(dy, y, act, slope):
             yk = flat_y[k]
             flat_d[k] = flat_d[k] * (yk * (one - yk))
     elif act == 4:
-        for k in range(n):
+        for k in range(n):  # d * slope is formed in double (slope is a float64), then rounded once
             d = flat_d[k]
             flat_d[k] = d if flat_y[k] > 0 else d * slope
-
-
-TILE = 8
-"""Rows of the source handled together by the transposing passes: TILE read streams,
-and TILE consecutive floats written per destination row."""
-
-
-@numba.njit(inline="always", fastmath=False, error_model="numpy")
-def _act1(z, act, slope):
-    """One element of bias_act_, the same statements (z is yt + b in float32)."""
-    if act == 1:
-        if z < 0:
-            z = 0.0
-    elif act == 2:
-        z = math.tanh(z)
-    elif act == 3:
-        z = 1.0 / (1.0 + math.exp(-z))
-    elif act == 4:
-        if z < 0:
-            z = z * slope
-    return z
-
-
-@numba.njit(inline="always", fastmath=False, error_model="numpy")
-def _bias_at(b, j):
-    return b[j] if b.shape[0] > 0 else np.float32(0.0)
-
-
-@jit
-def bias_act_t_(yt, b, y, act, slope):
-    """y[i, j] = act(yt[j, i] + b[j]): bias_act_ for a product computed transposed (yt = y^T).
-
-    Eight source rows at a time, unrolled by hand: eight read streams, and eight
-    consecutive floats written per destination row (a plain tiled loop is 4x slower).
-    Same arithmetic as bias_act_, so the same values for the same product.
-    """
-    o, n = yt.shape
-    jb = o - o % 8
-    for j in range(0, jb, 8):
-        b0, b1, b2, b3 = _bias_at(b, j), _bias_at(b, j + 1), _bias_at(b, j + 2), _bias_at(b, j + 3)
-        b4, b5, b6, b7 = _bias_at(b, j + 4), _bias_at(b, j + 5), _bias_at(b, j + 6), _bias_at(b, j + 7)
-        for i in range(n):
-            y[i, j] = _act1(yt[j, i] + b0, act, slope)
-            y[i, j + 1] = _act1(yt[j + 1, i] + b1, act, slope)
-            y[i, j + 2] = _act1(yt[j + 2, i] + b2, act, slope)
-            y[i, j + 3] = _act1(yt[j + 3, i] + b3, act, slope)
-            y[i, j + 4] = _act1(yt[j + 4, i] + b4, act, slope)
-            y[i, j + 5] = _act1(yt[j + 5, i] + b5, act, slope)
-            y[i, j + 6] = _act1(yt[j + 6, i] + b6, act, slope)
-            y[i, j + 7] = _act1(yt[j + 7, i] + b7, act, slope)
-    for j in range(jb, o):
-        bj = _bias_at(b, j)
-        for i in range(n):
-            y[i, j] = _act1(yt[j, i] + bj, act, slope)
-
-
-@jit
-def transpose_(src, dst):
-    """dst[i, j] = src[j, i], eight source rows at a time, unrolled by hand as in bias_act_t_."""
-    o, n = src.shape
-    jb = o - o % 8
-    for j in range(0, jb, 8):
-        for i in range(n):
-            dst[i, j] = src[j, i]
-            dst[i, j + 1] = src[j + 1, i]
-            dst[i, j + 2] = src[j + 2, i]
-            dst[i, j + 3] = src[j + 3, i]
-            dst[i, j + 4] = src[j + 4, i]
-            dst[i, j + 5] = src[j + 5, i]
-            dst[i, j + 6] = src[j + 6, i]
-            dst[i, j + 7] = src[j + 7, i]
-    for j in range(jb, o):
-        for i in range(n):
-            dst[i, j] = src[j, i]
 
 
 @jit

@@ -62,7 +62,7 @@ RNB_HD float rnb_dropout_mask(rnb_u32 w, float keep, float scale) { return rnb_u
 #define RNB_INV_SQRT_2PI 0.3989422804014327
 
 // Fused bias+activation of fc_fwd: z = y + b, then act (relu/tanh/sigmoid/leaky as the CPU's bias_act_).
-// The slope is a double, as on the CPU, where the forward leaky product is formed in double.
+// Leaky products are formed in double and rounded once to float32, as the CPU kernels do.
 RNB_HD float rnb_bias_act(float z, int act, double slope) {
     if (act == 1) return z < 0.0f ? 0.0f : z;
     if (act == 2) return (float)tanh((double)z);
@@ -76,7 +76,7 @@ RNB_HD float rnb_act_grad_from_output(float d, float y, int act, double slope) {
     if (act == 1) return y <= 0.0f ? 0.0f : d;
     if (act == 2) return d * (1.0f - y * y);
     if (act == 3) return d * (y * (1.0f - y));
-    if (act == 4) return y <= 0.0f ? d * (float)slope : d;  // float32 product, as numba compiles the CPU's
+    if (act == 4) return y <= 0.0f ? (float)((double)d * slope) : d;
     return d;
 }
 
