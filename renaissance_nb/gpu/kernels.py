@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import DeviceError, PlanError
+from ..kernels.cpu import ema_ranges, optimizer_ranges
 from ..kernels.fused import ACT_CODES
 from ..train.rng import StreamId
 
@@ -359,13 +360,7 @@ def optimizer_k(outs, ins, p, env):
     """The whole update as one kernel over the W/G/M/V ranges, then the step counter."""
     lr_table, flag = ins
     (step,) = outs
-    w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
-    g = env.range_view("G_BN_BIAS", "G_DEEP_CONV", "float32")
-    m = env.range_view("M_BN_BIAS", "M_DEEP_CONV", "float32")
-    v = env.range_view("V_BN_BIAS", "V_DEEP_CONV", "float32")
-    for name, arr in (("G", g), ("M", m), ("V", v)):
-        if arr.size and arr.size != w.size:
-            raise PlanError(f"optimizer: the {name} range holds {arr.size} values but W holds {w.size}.")
+    w, g, m, v = optimizer_ranges(env.range_view)
     kind, n, lr_len = p["kind"], w.size, _i64(lr_table.size)
     maximize = np.int32(bool(p.get("maximize", False)))
     if kind in ("adam", "adamw"):
@@ -385,10 +380,7 @@ def optimizer_k(outs, ins, p, env):
 @gpu_kernel("ema_update")
 def ema_update(outs, ins, p, env):
     (step,) = ins
-    e = env.range_view("E_BN_BIAS", "E_DEEP_CONV", "float32")
-    w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
-    be = env.range_view("B_NEXT_MEAN", "B_NEXT_VAR", "float32")
-    bw = env.range_view("B_PREV_MEAN", "B_PREV_VAR", "float32")
+    e, w, be, bw = ema_ranges(env.range_view)
     decay = np.float64(p["decay"])
     parts = [_launch(env, "rnb_ema", e.size, e, w, _i64(e.size), step, decay)]
     if be.size:

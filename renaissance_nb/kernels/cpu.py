@@ -9,7 +9,7 @@ arena views with ``out=``, everything else is a fused numba pass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -278,20 +278,36 @@ def nan_check(outs, ins, p, env):
     return run
 
 
+def optimizer_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, Any, Any]:
+    """The W, G, M, V ranges as flat float32 arrays (NumPy or CuPy), checked to line up."""
+    w, g, m, v = (range_view(f"{f}_BN_BIAS", f"{f}_DEEP_CONV", "float32") for f in "WGMV")
+    for name, arr in (("G", g), ("M", m), ("V", v)):
+        if arr.size and arr.size != w.size:
+            raise PlanError(f"optimizer: the {name} range holds {arr.size} values but W holds {w.size}; "
+                            "W, G, M and V must list the same tensors with the same slot sizes.")
+    return w, g, m, v
+
+
+def ema_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, Any, Any]:
+    """(E, W, B_NEXT, B_PREV): the EMA's parameters and BN statistics, and their sources."""
+    e = range_view("E_BN_BIAS", "E_DEEP_CONV", "float32")
+    w = range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
+    be = range_view("B_NEXT_MEAN", "B_NEXT_VAR", "float32")
+    bw = range_view("B_PREV_MEAN", "B_PREV_VAR", "float32")
+    for name, a, b in (("E", e, w), ("B_NEXT", be, bw)):
+        if a.size != b.size:
+            raise PlanError(f"ema_update: the {name} range holds {a.size} values but its source holds {b.size}; "
+                            "they must list the same tensors with the same slot sizes.")
+    return e, w, be, bw
+
+
 @kernel("optimizer")
 def optimizer_k(outs, ins, p, env):
     """The whole update as one pass over the W/G/M/V ranges (same order, same slot sizes)."""
     lr_table, flag = ins
     (step,) = outs
-    w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
-    g = env.range_view("G_BN_BIAS", "G_DEEP_CONV", "float32")
-    m = env.range_view("M_BN_BIAS", "M_DEEP_CONV", "float32")
-    v = env.range_view("V_BN_BIAS", "V_DEEP_CONV", "float32")
+    w, g, m, v = optimizer_ranges(env.range_view)
     kind = p["kind"]
-    for name, arr in (("G", g), ("M", m), ("V", v)):
-        if arr.size and arr.size != w.size:
-            raise PlanError(f"optimizer: the {name} range holds {arr.size} values but W holds {w.size}; "
-                            "W, G, M and V must list the same tensors with the same slot sizes.")
     maximize = bool(p.get("maximize", False))
     if kind in ("adam", "adamw"):
         f = fused.adam_update
@@ -324,14 +340,7 @@ def ema_update(outs, ins, p, env):
     EMA's BN running statistics (B_NEXT from B_PREV), in one pass each. d warms up as
     min(decay, (1 + t) / (10 + t)) with t the finished steps, so early averages are useful."""
     (step,) = ins
-    e = env.range_view("E_BN_BIAS", "E_DEEP_CONV", "float32")
-    w = env.range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
-    be = env.range_view("B_NEXT_MEAN", "B_NEXT_VAR", "float32")
-    bw = env.range_view("B_PREV_MEAN", "B_PREV_VAR", "float32")
-    for name, a, b in (("E", e, w), ("B_NEXT", be, bw)):
-        if a.size != b.size:
-            raise PlanError(f"ema_update: the {name} range holds {a.size} values but its source holds {b.size}; "
-                            "they must list the same tensors with the same slot sizes.")
+    e, w, be, bw = ema_ranges(env.range_view)
     decay, f = float(p["decay"]), fused.ema_
 
     def run() -> None:
