@@ -35,7 +35,8 @@ def build_task(args: argparse.Namespace) -> DeepLearningTask:
             .optimizer(AdamW().weight_decay(1e-4))
             .scheduler(CosineAnnealingLR().base_lr(args.lr).warmup(min(1, args.epochs - 1) if args.epochs > 1 else 0))
             .total_epochs(args.epochs)
-            .seed(args.seed))
+            .seed(args.seed)
+            .device(args.device))
 
 
 def train(args: argparse.Namespace) -> int:
@@ -58,7 +59,7 @@ def train(args: argparse.Namespace) -> int:
     task.compile()
     a = task.compiled.atlas
     print(f"compile()      COMPILED       {1e3 * (time.perf_counter() - t):7.1f} ms  {len(a.entries)} atlas entries "
-          f"-> {len(a.captures)} distinct bound graphs")
+          f"-> {len(a.captures)} distinct bound graphs, device {task.device_kind}")
     print("\narena by region family:")
     for fam, n in m.family_bytes().items():
         print(f"  {fam}  {human_bytes(n):>10}")
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--seed", type=int, default=123)
     tr.add_argument("--mnist", metavar="DIR", help="folder with the four MNIST IDX files (default: embedded 5k)")
     tr.add_argument("--download", action="store_true", help="download MNIST into --mnist DIR if missing")
+    tr.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
+                    help="where the step replays: cpu (default), cuda (CUDA graphs via CuPy), auto")
     args = parser.parse_args(argv)
     if args.command != "train":
         parser.print_help()
