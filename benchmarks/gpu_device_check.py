@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -61,6 +62,50 @@ def versions() -> None:
     except ImportError:
         say("torch: not installed (PyTorch contenders skipped)")
     say(f"numpy {np.__version__}, renaissance_nb {rnb.__version__}")
+
+
+def stage(name: str, fn: Callable[[], Any]) -> Any:
+    """Run one stage; on failure print its traceback and go on (one device run must tell everything)."""
+    try:
+        return fn()
+    except Exception:
+        say(f"   FAILED: {name}")
+        for line in traceback.format_exc().strip().splitlines()[-12:]:
+            say("   | " + line)
+        return None
+
+
+def diagnose() -> None:
+    """Each GPU piece alone, in the order the executor needs them, so a failure names its piece."""
+    import cupy
+
+    from renaissance_nb.gpu.cublas import WORKSPACE_BYTES, Gemm
+    from renaissance_nb.gpu.kernels import NVRTC_OPTIONS, kernel_source
+    say("\n== diagnostics")
+    t = time.perf_counter()
+    mod = cupy.RawModule(code=kernel_source(), options=NVRTC_OPTIONS)
+    mod.get_function("rnb_adam")
+    say(f"   NVRTC compiled the kernels in {time.perf_counter() - t:.2f} s")
+    gemm = Gemm(cupy.empty(WORKSPACE_BYTES, cupy.uint8))
+    a = cupy.random.random((128, 784), dtype=cupy.float32)
+    w = cupy.random.random((1024, 784), dtype=cupy.float32)
+    c = cupy.empty((128, 1024), cupy.float32)
+    s = cupy.cuda.Stream(non_blocking=True)
+    launch = gemm.bind(c, a, w.T)
+    launch(s)
+    s.synchronize()
+    err = float(cupy.abs(c - a @ w.T).max())
+    say(f"   cuBLAS on our handle: max abs diff from cupy.matmul {err:.2e}")
+    c.fill(0)
+    with s:
+        s.begin_capture()
+        launch(s)
+        g = s.end_capture()
+    g.launch(s)
+    s.synchronize()
+    err = float(cupy.abs(c - a @ w.T).max())
+    say(f"   cuBLAS inside a captured graph: max abs diff {err:.2e}; DOT {len(g.debug_dot_str())} chars")
+    gemm.close()
 
 
 def run_tests(smoke: bool) -> None:
@@ -123,12 +168,13 @@ def gemm_candidates(batch: int) -> None:
     gemm.close()
 
 
-def ours(device: str, batch: int, x: np.ndarray, y: np.ndarray) -> tuple[Callable[[], float], float]:
+def ours(device: str, batch: int, x: np.ndarray, y: np.ndarray, data: str = "device"
+         ) -> tuple[Callable[[], float], float]:
     net = rnb.seq(rnb.fc(1024, bias=True), rnb.relu(), rnb.fc(512, bias=True), rnb.relu(), rnb.fc(256, bias=True),
                   rnb.relu(), rnb.fc(10, bias=True))
     task = (rnb.DeepLearningTask("mlp").model(net).data(train=(x, y), batch_size=batch)
             .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW().lr(1e-3))
-            .total_epochs(100).seed(0).device(device))
+            .total_epochs(100).seed(0).device(device, data=data))
     t = time.perf_counter()
     task.compile()
     compile_s = time.perf_counter() - t
@@ -200,29 +246,46 @@ def torch_contender(kind: str, batch: int, x: np.ndarray, y: np.ndarray, device:
 def bench(batch: int, device: str, n: int, rounds: int, with_compile: bool) -> None:
     x, y = mnist_like(n)
     say(f"\n== one epoch of the MLP, batch {batch}, {n} samples ({n // batch} steps), {rounds} interleaved rounds")
-    contenders: dict[str, tuple[Callable[[], float], float]] = {"renaissance_nb": ours(device, batch, x, y)}
+    contenders: dict[str, tuple[Callable[[], float], float]] = {}
+    for data in (("device", "pinned") if device == "cuda" else ("device",)):
+        name = f"renaissance_nb (data={data})" if device == "cuda" else "renaissance_nb"
+        got = stage(name, lambda data=data: ours(device, batch, x, y, data))
+        if got:
+            contenders[name] = got
     try:
         import torch  # noqa: F401
-        for loader in (False, True):
-            tag = "loader" if loader else "on device"
-            contenders[f"torch eager ({tag})"] = torch_contender("eager", batch, x, y, device, loader)
-            contenders[f"torch eager fused AdamW ({tag})"] = torch_contender("fused", batch, x, y, device, loader)
-        if with_compile:
-            contenders["torch.compile max-autotune (on device)"] = torch_contender("compile", batch, x, y, device,
-                                                                                   False)
     except ImportError:
         say("   torch not installed: PyTorch contenders skipped")
+    else:
+        for loader in (False, True):
+            tag = "loader" if loader else "on device"
+            for kind, label in (("eager", "torch eager"), ("fused", "torch eager fused AdamW")):
+                got = stage(f"{label} ({tag})", lambda k=kind, ld=loader: torch_contender(k, batch, x, y, device, ld))
+                if got:
+                    contenders[f"{label} ({tag})"] = got
+        if with_compile:
+            got = stage("torch.compile", lambda: torch_contender("compile", batch, x, y, device, False))
+            if got:
+                contenders["torch.compile max-autotune (on device)"] = got
+    if not contenders:
+        return
     for name, (_, cs) in contenders.items():
         if cs:
             say(f"   compile/warm-up: {name}: {cs:.2f} s")
     times: dict[str, list[float]] = {k: [] for k in contenders}
     for _ in range(rounds):
-        for name, (epoch, _) in contenders.items():
-            times[name].append(epoch())
-    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items()}
-    base = med["renaissance_nb"]
+        for name, (epoch, _) in list(contenders.items()):
+            got = stage(f"epoch of {name}", epoch)
+            if got is None:
+                contenders.pop(name)
+                times.pop(name)
+            else:
+                times[name].append(got)
+    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items() if v}
+    ours_names = [k for k in med if k.startswith("renaissance_nb")]
+    base = med[ours_names[0]] if ours_names else None
     for name, m in med.items():
-        ratio = "" if name == "renaissance_nb" else f"   ours/theirs {base / m:6.3f}x"
+        ratio = f"   {ours_names[0]}/this {base / m:6.3f}x" if base and name not in ours_names[:1] else ""
         say(f"   {name:42s} {m * 1e3:9.1f} ms/epoch  ({m / (n // batch) * 1e6:8.1f} us/step){ratio}")
 
 
@@ -239,11 +302,13 @@ def main() -> None:
         OUT_FILE.append(Path(a.out))
     versions()
     gpu = probe()[0] is not None and not a.smoke
+    if gpu:
+        stage("diagnostics", diagnose)
     if not a.skip_tests:
-        run_tests(not gpu)
+        stage("tests", lambda: run_tests(not gpu))
     if gpu:
         for b in (128, 512):
-            gemm_candidates(b)
+            stage(f"GEMM candidates at batch {b}", lambda b=b: gemm_candidates(b))
     for b in (128, 512):
         bench(b, "cuda" if gpu else "cpu", 60000 if gpu else 2048, a.rounds if gpu else 2, with_compile=gpu)
 

@@ -20,12 +20,13 @@ X, Y = RNG.normal(size=(1000, 64)).astype(np.float32), RNG.integers(0, 10, 1000)
 XV, YV = RNG.normal(size=(200, 64)).astype(np.float32), RNG.integers(0, 10, 200)
 
 
-def task(device: str, epochs: int = 2, drop: float = 0.0, batch: int = 100) -> DeepLearningTask:
+def task(device: str, epochs: int = 2, drop: float = 0.0, batch: int = 100, data: str = "auto") -> DeepLearningTask:
     layers = [fc(256, bias=True), relu()] + ([dropout(drop)] if drop else []) + [fc(128, bias=True), relu(),
                                                                                  fc(10, bias=True)]
     return (DeepLearningTask().model(seq(*layers)).data(train=(X, Y), val=(XV, YV), batch_size=batch)
             .loss(CrossEntropyLoss().label_smoothing(0.1)).optimizer(AdamW().weight_decay(1e-2))
-            .scheduler(CosineAnnealingLR().base_lr(1e-3).warmup(1)).total_epochs(epochs).seed(11).device(device))
+            .scheduler(CosineAnnealingLR().base_lr(1e-3).warmup(1)).total_epochs(epochs).seed(11)
+            .device(device, data=data))
 
 
 def test_auto_picks_the_gpu_and_captures_every_entry() -> None:
@@ -63,6 +64,15 @@ def test_two_gpu_runs_are_byte_identical() -> None:
     a, b = task("cuda", drop=0.2), task("cuda", drop=0.2)
     a.run(progress=False)
     b.run(progress=False)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
+
+
+def test_pinned_staging_gives_the_same_bytes_as_device_data() -> None:
+    a, b = task("cuda", drop=0.2, data="device"), task("cuda", drop=0.2, data="pinned")
+    a.run(progress=False)
+    b.run(progress=False)
+    assert (a._runner.data, b._runner.data) == ("device", "pinned")
     sa, sb = a.state_dict(), b.state_dict()
     assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
 
