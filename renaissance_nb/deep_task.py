@@ -503,6 +503,9 @@ class DeepLearningTask(TaskBase):
         step_counter = ex.view("train_base", "step")
         lr_table = ex.view("train_base", "lr_table")
         result_view = ex.view("train_base", "result")
+        # what a device backend copies back every 16 steps: the loss, and for callbacks the step
+        # counter and the loss log too (the live monitor reads the arena's log)
+        watched = (result_view, step_counter, ex.view("train_base", "loss_log")) if callbacks else (result_view,)
         rx.upload_all()
         stop = _StopFlag()
         prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name)
@@ -534,7 +537,7 @@ class DeepLearningTask(TaskBase):
                         self._resume_at = (epoch, i + 1)
                         break
                     if (i & 15) == 15:
-                        rx.pull(result_view)
+                        rx.pull(*watched)
                         if rx.halted():
                             self._raise_halted()
                         loss = float(result_view[0])

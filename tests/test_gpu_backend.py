@@ -246,6 +246,19 @@ def _mask_name(task: DeepLearningTask) -> str:
     return next(k for k in task.compiled.ids if k.endswith(".mask"))
 
 
+def test_callbacks_see_the_device_loss_log_as_it_grows(module) -> None:  # type: ignore[no-untyped-def]
+    t = emulated((DeepLearningTask().model(seq(fc(16, bias=True), relu(), fc(5, bias=True)))
+                  .data(train=(X, Y), batch_size=16).total_epochs(1).seed(2)), module)
+    seen = []
+
+    def cb(event: str, payload) -> None:  # type: ignore[no-untyped-def]
+        if event == "step":  # what the live monitor reads: the host arena's log
+            seen.append(t.executor.view("train_base", "loss_log")[: payload["step"]].copy())
+    r = t.run(progress=False, callbacks=[cb])
+    assert len(seen) == 1 and len(seen[0]) == 16 and np.array_equal(seen[0], r.step_losses[:16])
+    assert np.all(seen[0] > 0)
+
+
 def test_emulated_gpu_runs_are_byte_identical(module) -> None:  # type: ignore[no-untyped-def]
     a = emulated(mlp_task(epochs=2), module)
     a.run(progress=False)
