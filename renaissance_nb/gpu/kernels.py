@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import DeviceError, PlanError
-from ..kernels.cpu import ema_ranges, optimizer_ranges
+from ..kernels.cpu import ema_ranges, fc_bwd_operands, optimizer_ranges
 from ..kernels.fused import ACT_CODES
 from ..train.rng import StreamId
 
@@ -179,12 +179,7 @@ def fc_fwd(outs, ins, p, env):
 def fc_bwd(outs, ins, p, env):
     """dy *= act'(y) (one element-wise kernel); then three cuBLAS products: dW = dy^T x,
     db = 1^T dy (as on the CPU, and fully parallel, unlike a column loop over the batch), dx = dy W."""
-    dy, x, w, y, ones = ins
-    x = _flat2d(x)
-    outs = list(outs)
-    dw = outs.pop(0)
-    db = outs.pop(0) if p["bias"] else None
-    dx = _flat2d(outs.pop(0)) if p["need_dx"] else None
+    dy, x, w, y, ones, dw, db, dx = fc_bwd_operands(outs, ins, p)
     act = ACT_CODES[p["act"]]
     parts = []
     if act:

@@ -68,15 +68,21 @@ def fc_fwd(outs, ins, p, env):
     return run
 
 
-@kernel("fc_bwd")
-def fc_bwd(outs, ins, p, env):
-    """dz = dy * act'(y) in place; dW = dz^T x; db = 1^T dz (a GEMV); dx = dz W."""
+def fc_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
+    """(dy, x, w, y, ones, dW, db or None, dx or None) of an fc_bwd node, x and dx flattened to 2-D
+    (shared by the CPU and GPU kernel tables)."""
     dy, x, w, y, ones = ins
-    x = _flat2d(x)
     outs = list(outs)
     dw = outs.pop(0)
     db = outs.pop(0) if p["bias"] else None
     dx = _flat2d(outs.pop(0)) if p["need_dx"] else None
+    return dy, _flat2d(x), w, y, ones, dw, db, dx
+
+
+@kernel("fc_bwd")
+def fc_bwd(outs, ins, p, env):
+    """dz = dy * act'(y) in place; dW = dz^T x; db = 1^T dz (a GEMV); dx = dz W."""
+    dy, x, w, y, ones, dw, db, dx = fc_bwd_operands(outs, ins, p)
     act = fused.ACT_CODES[p["act"]]
     slope = float(p["slope"])
     dyt = dy.T
