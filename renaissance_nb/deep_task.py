@@ -503,9 +503,10 @@ class DeepLearningTask(TaskBase):
         step_counter = ex.view("train_base", "step")
         lr_table = ex.view("train_base", "lr_table")
         result_view = ex.view("train_base", "result")
-        # what a device backend copies back every 16 steps: the loss, and for callbacks the step
-        # counter and the loss log too (the live monitor reads the arena's log)
-        watched = (result_view, step_counter, ex.view("train_base", "loss_log")) if callbacks else (result_view,)
+        nan_flag = ex.view("train_base", "nan.flag")  # 2: a device backend stopped updating at a non-finite value
+        # what a device backend copies back every 16 steps, in one hand-over: the loss and the NaN
+        # flag, and for callbacks the step counter and the loss log (the live monitor reads the log)
+        watched = (result_view, nan_flag) + ((step_counter, ex.view("train_base", "loss_log")) if callbacks else ())
         rx.upload_all()
         stop = _StopFlag()
         prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name)
@@ -538,7 +539,7 @@ class DeepLearningTask(TaskBase):
                         break
                     if (i & 15) == 15:
                         rx.pull(*watched)
-                        if rx.halted():
+                        if nan_flag[0] == 2:
                             self._raise_halted()
                         loss = float(result_view[0])
                         prog.update(16, loss)
@@ -547,8 +548,8 @@ class DeepLearningTask(TaskBase):
                 if self._resume_at is not None:
                     self.result.interrupted = True
                     break
-                rx.pull(result_view, acc, step_counter)
-                if rx.halted():
+                rx.pull(result_view, acc, step_counter, nan_flag)
+                if nan_flag[0] == 2:
                     self._raise_halted()
                 prog.update(sched.batches % 16, float(result_view[0]))
                 train = acc.copy()

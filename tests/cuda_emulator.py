@@ -249,8 +249,3 @@ class EmulatedExecutor(StepPrograms):
 
     def set_perm(self, source: str, perm: np.ndarray) -> None:
         self.perms[source][...] = perm
-
-    def halted(self) -> bool:
-        flag = self.host.view("train_base", "nan.flag")
-        self.pull(flag)
-        return int(flag[0]) == 2

@@ -94,9 +94,7 @@ class GpuExecutor(StepPrograms):
         self._fork, self._join = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
         self._ready = {b: cupy.cuda.Event(disable_timing=True) for b in "AB"}
         self._done = {b: cupy.cuda.Event(disable_timing=True) for b in "AB"}
-        self.launchers: list[list[Any]] = []
         self.graphs: list[Any] = []
-        self.names: list[str] = []
         self._bind(compiled, env, nan_policy)
         self._capture_all()
 
@@ -225,11 +223,6 @@ class GpuExecutor(StepPrograms):
 
     def set_perm(self, source: str, perm: np.ndarray) -> None:
         self.perms[source].set(perm, stream=self.primary)
-
-    def halted(self) -> bool:
-        flag = self.host.view("train_base", "nan.flag")
-        self.pull(flag)
-        return int(flag[0]) == 2
 
     def close(self) -> None:
         self.cupy.cuda.Device().synchronize()

@@ -130,10 +130,6 @@ class StepPrograms:
     def set_perm(self, source: str, perm: np.ndarray) -> None:
         """A new data order for ``source`` (the host's copy is already updated)."""
 
-    def halted(self) -> bool:
-        """True when a non-finite value stopped the updates (device backends check lazily)."""
-        return False
-
 
 class Executor(StepPrograms):
     """Owns the bound graphs of a compiled task and runs epochs of them."""
