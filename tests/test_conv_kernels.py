@@ -31,6 +31,22 @@ def assert_grad(analytic, numeric, tol=1e-6):
     assert err <= tol * scale, f"max abs error {err} (scale {scale})"
 
 
+def check_backward(fwd, bwd, y, dy, seed, pairs):
+    """loss = sum(y * r) for a random r: run fwd, set dy = r, run bwd, and compare every
+    (analytic gradient, input) pair with central differences of the loss."""
+    r = np.random.default_rng(seed).standard_normal(y.shape)
+
+    def loss():
+        fwd()
+        return float((y * r).sum())
+
+    loss()
+    dy[...] = r
+    bwd()
+    for grad, x in pairs:
+        assert_grad(grad, numgrad(loss, x))
+
+
 def out_size(h, k, s, p):
     return (h + 2 * p - k) // s + 1
 
@@ -65,19 +81,7 @@ class Conv:
 @pytest.mark.parametrize("act", ["none", "relu"])
 def test_conv_gradients(k, s, p, bias, act):
     c = Conv(2, 5, 6, 3, 4, k, s, p, bias, act, F64, seed=k * 10 + s + p)
-    r = np.random.default_rng(1).standard_normal(c.y.shape)
-
-    def loss():
-        c.fwd()
-        return float((c.y * r).sum())
-
-    loss()
-    c.dy[...] = r
-    c.bwd()
-    assert_grad(c.dx, numgrad(loss, c.x))
-    assert_grad(c.dw, numgrad(loss, c.w))
-    if bias:
-        assert_grad(c.db, numgrad(loss, c.b))
+    check_backward(c.fwd, c.bwd, c.y, c.dy, 1, [(c.dx, c.x), (c.dw, c.w)] + ([(c.db, c.b)] if bias else []))
 
 
 def test_conv_bwd_without_dx():
@@ -115,18 +119,7 @@ def test_bn_gradients(shape, act):
     fwd = bind("bn_fwd", [y, mean, invstd, rm, rv], [x, gamma, beta], momentum=0.1, eps=1e-5, act=act)
     dy, dx, dgamma, dbeta = np.zeros_like(x), np.zeros_like(x), np.zeros(c), np.zeros(c)
     bwd = bind("bn_bwd", [dx, dgamma, dbeta], [dy, x, y, gamma, mean, invstd], act=act)
-    r = np.random.default_rng(2).standard_normal(shape)
-
-    def loss():
-        fwd()
-        return float((y * r).sum())
-
-    loss()
-    dy[...] = r
-    bwd()
-    assert_grad(dx, numgrad(loss, x))
-    assert_grad(dgamma, numgrad(loss, gamma))
-    assert_grad(dbeta, numgrad(loss, beta))
+    check_backward(fwd, bwd, y, dy, 2, [(dx, x), (dgamma, gamma), (dbeta, beta)])
 
 
 def _pool(kind, x, k, s, p):
@@ -148,33 +141,16 @@ def _pool(kind, x, k, s, p):
 def test_pool_gradients(kind, k, s, p):
     x = np.random.default_rng(3).standard_normal((2, 6, 5, 3))
     y, dy, dx, fwd, bwd = _pool(kind, x, k, s, p)
-    r = np.random.default_rng(4).standard_normal(y.shape)
-
-    def loss():
-        fwd()
-        return float((y * r).sum())
-
-    loss()
-    dy[...] = r
-    bwd()
-    assert_grad(dx, numgrad(loss, x))
+    check_backward(fwd, bwd, y, dy, 4, [(dx, x)])
 
 
 def test_gap_gradients():
     x = np.random.default_rng(5).standard_normal((2, 3, 4, 5))
     y, dy, dx = np.zeros((2, 5)), np.zeros((2, 5)), np.zeros_like(x)
     fwd, bwd = bind("gap_fwd", [y], [x]), bind("gap_bwd", [dx], [dy])
-    r = np.random.default_rng(6).standard_normal(y.shape)
-
-    def loss():
-        fwd()
-        return float((y * r).sum())
-
-    loss()
+    check_backward(fwd, bwd, y, dy, 6, [(dx, x)])
+    fwd()
     assert np.allclose(y, x.mean(axis=(1, 2)))
-    dy[...] = r
-    bwd()
-    assert_grad(dx, numgrad(loss, x))
 
 
 # ---- PyTorch parity (float32) -------------------------------------------------------------------

@@ -124,17 +124,9 @@ def test_replay_loop_allocates_nothing() -> None:
         tracemalloc.reset_peak()
         for _ in range(10):
             cursor[0] = 0
-            for k in sched.prologue:
-                k()
-            for prog in sched.steps:
-                for k in prog:
-                    k()
+            sched.replay()
         cursor[0] = 0
-        for k in vsched.prologue:
-            k()
-        for prog in vsched.steps:
-            for k in prog:
-                k()
+        vsched.replay()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
