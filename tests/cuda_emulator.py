@@ -22,14 +22,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from renaissance_nb.gpu.cublas import check_gemm, gemm_layout
-from renaissance_nb.gpu.kernels import GpuBindEnv, MemoryOps, bind_launchers, kernel_source
-from renaissance_nb.memory.region import Region
-from renaissance_nb.runtime.replay import StepPrograms
+from renaissance_nb.gpu.kernels import MemoryOps, kernel_source
+from renaissance_nb.gpu.runtime import DeviceRuntime
 
 SHIM = r"""
 #include <math.h>
@@ -103,8 +102,132 @@ def build(workdir: Path) -> tuple[ctypes.CDLL, dict[str, list[tuple[str, str]]]]
     return lib, sigs
 
 
+class CaptureError(RuntimeError):
+    """What CUDA would refuse during a stream capture."""
+
+
+class EmuGraph:
+    """A captured graph: the recorded work, in the order it was queued."""
+
+    def __init__(self) -> None:
+        self.nodes: list[tuple[str, Callable[[], None]]] = []
+
+    def launch(self, stream: "EmuStream") -> None:
+        for name, fn in self.nodes:
+            stream.enqueue(name, fn)
+
+    def debug_dot_str(self) -> str:
+        lines = ["digraph emulated {"]
+        for i, (name, _) in enumerate(self.nodes):
+            lines.append(f'  n{i} [label="{name}"];')
+            if i:
+                lines.append(f"  n{i - 1} -> n{i};")
+        return "\n".join(lines + ["}"])
+
+
+class EmuStream:
+    """A stream: runs work at once, or records it while it takes part in a capture."""
+
+    _count = 0
+
+    def __init__(self) -> None:
+        EmuStream._count += 1
+        self.ptr = EmuStream._count
+        self.capture: EmuGraph | None = None
+        self.origin = False  # began the capture it takes part in
+        self.joined = True   # a forked stream's work so far is joined back into the origin
+        self.queued = 0      # work recorded so far (what an event records a point in)
+
+    def __enter__(self) -> "EmuStream":
+        _CURRENT.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _CURRENT.pop()
+
+    def enqueue(self, name: str, fn: Callable[[], None]) -> None:
+        if self.capture is None:
+            fn()
+            return
+        self.capture.nodes.append((name, fn))
+        self.queued += 1
+        if not self.origin:
+            self.joined = False
+
+    def begin_capture(self) -> None:
+        if self.capture is not None:
+            raise CaptureError("begin_capture: the stream is already capturing")
+        self.capture, self.origin = EmuGraph(), True
+        _CAPTURING.append(self)
+
+    def end_capture(self) -> EmuGraph:
+        if not self.origin:
+            raise CaptureError("end_capture: this stream did not begin the capture")
+        graph = self.capture
+        members = [s for s in _STREAMS if s.capture is graph]
+        for s in members:
+            s.capture, s.origin = None, False
+        _CAPTURING.remove(self)
+        unjoined = [s for s in members if not s.joined]
+        for s in members:
+            s.joined = True
+        if unjoined:
+            raise CaptureError("cudaErrorStreamCaptureUnjoined: a forked stream was not joined back before "
+                               "end_capture")
+        return graph
+
+    def wait_event(self, event: "EmuEvent") -> None:
+        if event.capture is not None and event.capture is not self.capture:
+            if self.capture is not None:
+                raise CaptureError("wait_event: an event recorded in another capture")
+            self.capture, self.joined = event.capture, True  # the stream joins the capture: a fork
+        side = event.stream
+        if self.origin and side is not None and side is not self and event.queued == side.queued:
+            side.joined = True  # everything the forked stream queued is before this point: a join
+
+    def synchronize(self) -> None:
+        if self.capture is not None:
+            raise CaptureError("synchronize: the stream is capturing")
+
+
+class EmuEvent:
+    def __init__(self) -> None:
+        self.capture: EmuGraph | None = None
+        self.stream: EmuStream | None = None
+        self.queued = 0
+
+    def record(self, stream: EmuStream) -> None:
+        self.capture, self.stream, self.queued = stream.capture, stream, stream.queued
+
+    def synchronize(self) -> None:
+        if self.capture is not None and any(s.capture is self.capture for s in _CAPTURING):
+            raise CaptureError("event.synchronize: the event was recorded in a capture still in progress")
+
+
+_STREAMS: list[EmuStream] = []
+_CAPTURING: list[EmuStream] = []
+NULL_STREAM = EmuStream()
+_CURRENT: list[EmuStream] = [NULL_STREAM]
+
+
+def new_stream() -> EmuStream:
+    s = EmuStream()
+    _STREAMS.append(s)
+    return s
+
+
+def current_stream() -> EmuStream:
+    return _CURRENT[-1]
+
+
+def _not_capturing(what: str) -> None:
+    if _CAPTURING:
+        raise CaptureError(f"{what} while a stream is capturing")
+
+
 class EmulatedModule:
-    """Stands in for cupy.RawModule: get_function(name)(grid, block, args) runs on the CPU."""
+    """Stands in for cupy.RawModule: get_function(name)(grid, block, args) queues the kernel on the
+    current stream (``with stream:``), which runs it on the CPU now or records it in a capture."""
 
     def __init__(self, workdir: Path | None = None) -> None:
         self.lib, self.signatures = build(Path(workdir or tempfile.gettempdir()))
@@ -127,125 +250,91 @@ class EmulatedModule:
                 else:
                     if isinstance(a, np.ndarray):
                         raise TypeError(f"{name}: {pname} must be a scalar, got an array")
-                    conv.append(a.item() if isinstance(a, np.generic) else a)
+                    conv.append(a.item() if isinstance(a, np.generic) else a)  # by value, as a launch copies
             g, b = (1, 1) if name in ONE_BLOCK else (int(grid[0]), int(block[0]))
-            fn(g, b, *conv)
-            self.launches[name] = self.launches.get(name, 0) + 1
+
+            def run() -> None:
+                fn(g, b, *conv)
+                self.launches[name] = self.launches.get(name, 0) + 1
+            current_stream().enqueue(name, run)
         return launch
 
 
 class NumpyGemm:
-    """cuBLAS's stand-in: the same operand checks, NumPy's product."""
+    """cuBLAS's stand-in: the same operand checks, NumPy's product, queued on the given stream."""
 
     def bind(self, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> Any:
         check_gemm(c, a, b)
         gemm_layout(a)
         gemm_layout(b)
         mm = np.matmul
-        return lambda stream: mm(a, b, out=c)
+        return lambda stream: stream.enqueue("sgemm", lambda: mm(a, b, out=c))
+
+    def close(self) -> None:
+        pass
 
 
 def numpy_memory_ops() -> MemoryOps:
     def memcpy(dst: np.ndarray, src: np.ndarray) -> Any:
+        if dst.nbytes != src.nbytes:
+            raise ValueError(f"memcpy of {src.nbytes} bytes into {dst.nbytes}")
         d, s = dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)
-        return lambda stream: np.copyto(d, s)
+        return lambda stream: stream.enqueue("memcpy", lambda: np.copyto(d, s))
 
     def memset0(views: list[np.ndarray]) -> Any:
-        def launch(stream: Any) -> None:
+        def launch(stream: EmuStream) -> None:
             for v in views:
-                v.fill(0)
+                stream.enqueue("memset", lambda v=v: v.fill(0))
         return launch
 
     def fill(views: list[np.ndarray], value: float) -> Any:
-        def launch(stream: Any) -> None:
+        def launch(stream: EmuStream) -> None:
             for v in views:
-                v.fill(value)
+                stream.enqueue("fill", lambda v=v: v.fill(value))
         return launch
 
     def add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
-        return lambda stream: np.add(a, b, out=c)
+        return lambda stream: stream.enqueue("add", lambda: np.add(a, b, out=c))
     return MemoryOps(memcpy, memcpy, memset0, fill, add)
 
 
-class _NoStream:
-    ptr = 0
-
-    def __enter__(self) -> "_NoStream":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
-class EmulatedExecutor(StepPrograms):
-    """The GPU kernel table over a second (NumPy) arena, with the GPU executor's hand-over."""
+def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34) -> DeviceRuntime:
+    """CuPy's stand-in for GpuExecutor: "device" arrays are NumPy arrays of their own."""
 
-    def __init__(self, task: Any, module: EmulatedModule, data: str = "device") -> None:
-        compiled, host = task.compiled, task.executor
-        super().__init__(compiled)
-        self.host = host
-        self._host_bytes = host.arena.bytes
-        self._host_base = self._host_bytes.ctypes.data
-        self.bytes = np.zeros_like(self._host_bytes)
-        plan = host.arena.plan
-        self.views = {v: [self.bytes[t.offset: t.offset + t.nbytes].view(t.dtype).reshape(t.shape) for t in p]
-                      for v, p in compiled.plans.items()}
-        env = task._env
-        sources = {k: (np.ascontiguousarray(x.reshape(len(x), -1), np.float32), np.ascontiguousarray(y, np.int32))
-                   for k, (x, y) in env.sources.items()}
-        self.perms = {k: v.copy() for k, v in env.perms.items()}
-        self.data = data
+    def alloc(n: int) -> np.ndarray:
+        _not_capturing("allocation")
+        return np.zeros(n, np.uint8)
 
-        def host_twin(view: np.ndarray) -> np.ndarray:
-            a = view.ctypes.data - self.bytes.ctypes.data
-            return self._host_bytes[a: a + view.nbytes].view(view.dtype).reshape(view.shape)
+    def asarray(x: np.ndarray) -> np.ndarray:
+        _not_capturing("allocation")
+        return np.array(x, copy=True)
 
-        def range_view(first: str, last: str, dtype: str) -> np.ndarray:
-            a, b = plan.region_range(Region[first], Region[last])
-            return self.bytes[a:b].view(dtype)
+    def upload(dst: np.ndarray, src: np.ndarray, stream: EmuStream) -> None:
+        _not_capturing("a copy from pageable host memory")
+        if dst.nbytes != src.nbytes:
+            raise ValueError(f"upload of {src.nbytes} bytes into a device array of {dst.nbytes}")
+        np.copyto(dst.reshape(-1).view(np.uint8), _bytes(src))
 
-        ops, gemm = numpy_memory_ops(), NumpyGemm()
+    def download(src: np.ndarray, dst: np.ndarray, stream: EmuStream) -> None:
+        _not_capturing("a copy to pageable host memory")
+        if dst.nbytes != src.nbytes or not dst.flags.c_contiguous:
+            raise ValueError(f"download of {src.nbytes} bytes into a host array of {dst.nbytes}")
+        np.copyto(dst.reshape(-1).view(np.uint8), _bytes(src))
 
-        def make_env(batch: int) -> GpuBindEnv:
-            return GpuBindEnv(module, gemm, ops, env.seed, sources, self.perms, range_view, batch, task._nan_policy,
-                              data, sources, env.perms, host_twin, lambda shape, dtype: np.zeros(shape, dtype))
-        self.names, self.launchers = bind_launchers(compiled, self.views, make_env)
-        self.stream = _NoStream()
+    def module_of(code: str, options: tuple) -> EmulatedModule:
+        assert code == kernel_source(), "the executor compiles the package's CUDA source"
+        return module
 
-    def kernels(self, variant: str, gid: Any) -> list:
-        idx = self.entry(variant, gid)
-        if idx < 0 or not self.launchers[idx]:
-            return []
-        launchers, stream = self.launchers[idx], self.stream
-        prepare = getattr(launchers[0], "prepare", None)  # pinned staging: the host's gather first
+    def pinned(n: int) -> bytearray:
+        _not_capturing("a pinned allocation")
+        return bytearray(n)
 
-        def run() -> None:
-            if prepare is not None:
-                prepare()
-            for f in launchers:
-                f(stream)
-        return [run]
-
-    def _span(self, v: np.ndarray) -> slice:
-        a = v.ctypes.data - self._host_base
-        assert 0 <= a <= a + v.nbytes <= self._host_bytes.nbytes, "not a view of the host arena"
-        return slice(a, a + v.nbytes)
-
-    def upload_all(self) -> None:
-        self.bytes[...] = self._host_bytes
-
-    def download_all(self) -> None:
-        self._host_bytes[...] = self.bytes
-
-    def push(self, *views: np.ndarray) -> None:
-        for v in views:
-            s = self._span(v)
-            self.bytes[s] = self._host_bytes[s]
-
-    def pull(self, *views: np.ndarray) -> None:
-        for v in views:
-            s = self._span(v)
-            self._host_bytes[s] = self.bytes[s]
-
-    def set_perm(self, source: str, perm: np.ndarray) -> None:
-        self.perms[source][...] = perm
+    return DeviceRuntime(zeros=alloc, asarray=asarray, ptr=lambda a: a.ctypes.data, upload=upload,
+                         download=download, stream=new_stream, event=EmuEvent,
+                         synchronize=lambda: _not_capturing("a device synchronisation"),
+                         free_bytes=lambda: free_bytes, pinned=pinned, module=module_of,
+                         gemm=lambda workspace: NumpyGemm(), memory_ops=numpy_memory_ops)

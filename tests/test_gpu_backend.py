@@ -2,9 +2,10 @@
 
 Three layers: device selection (clear errors, state kept); the CUDA source, compiled for the
 GPU by nvcc when it is installed and compiled for the CPU by g++ (tests/cuda_emulator.py);
-and the GPU kernel table, bound over a second arena and driven by ``task.run()`` through the
-same host hand-over as the CUDA executor, compared with the CPU backend. Capture, streams
-and events need a GPU: tests/test_gpu.py covers them on the device machine.
+and the real GpuExecutor driven by ``task.run()``, with a CPU stand-in for CuPy that keeps
+CUDA's capture rules (work on a capturing stream is recorded, forks must be joined, no syncs
+or host copies inside a capture), compared with the CPU backend. Speed and true concurrency
+need a GPU: tests/test_gpu.py runs there.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from renaissance_nb import (SGD, AdamW, CosineAnnealingLR, CrossEntropyLoss, Dee
                             NumericalError, Phase, PhaseError, conv, dropout, fc, flatten, gelu, leaky_relu, relu,
                             seq, silu, tanh)
 from renaissance_nb.gpu import probe, resolve_device
+from renaissance_nb.gpu.executor import GpuExecutor
 from renaissance_nb.gpu.kernels import GPU_KERNELS, kernel_source
 from renaissance_nb.kernels import fused
 
@@ -49,8 +51,10 @@ def mlp_task(net=None, optimizer=None, epochs: int = 3, **opts) -> DeepLearningT
 
 
 def emulated(task: DeepLearningTask, module, data: str = "device") -> DeepLearningTask:  # type: ignore[no-untyped-def]
+    """The task on the real GpuExecutor, with the CPU stand-in for CuPy (capture rules included)."""
     task.compile()
-    task._runner = cuda_emulator.EmulatedExecutor(task, module, data)
+    task._runner = GpuExecutor(task.compiled, task.executor, task._env, task._nan_policy, data,
+                               runtime=cuda_emulator.emulated_runtime(module))
     return task
 
 
@@ -240,6 +244,69 @@ def test_emulated_gpu_training_matches_the_cpu_backend(module, data: str) -> Non
     name = _mask_name(cpu)
     assert np.array_equal(cpu.executor.view("train_last", name), gpu.executor.view("train_last", name))
     assert module.launches.get("rnb_dropout", 0) >= 15
+
+
+def test_the_executor_captures_every_entry_once_and_restores_the_arena(module) -> None:  # type: ignore[no-untyped-def]
+    t = emulated(mlp_task(), module)
+    rx = t._runner
+    before = t.executor.arena.bytes.copy()
+    # warm-ups changed the device arena (cursors, step, dropout offsets); the upload after them undid it
+    assert np.array_equal(rx.bytes, t.executor.arena.bytes) and np.array_equal(before, rx.bytes)
+    captured = [g for g in rx.graphs if g is not None]
+    assert len(rx.graphs) == len(rx.atlas.captures) and len(captured) >= 10
+    assert all(g.nodes for g in captured)
+    opt = rx.atlas.captures.index(next(k for k in rx.atlas.captures if k.gid.name == "OPTIMIZER"))
+    dot = rx.debug_dot(opt)
+    assert "rnb_adam" in dot and "rnb_optimizer_done" in dot and dot.startswith("digraph")
+    deep = next(i for i, k in enumerate(rx.atlas.captures) if k.gid.name == "DEEP_FWD_BWD")
+    assert "sgemm" in rx.debug_dot(deep) and "rnb_softmax_xent" in rx.debug_dot(deep)
+    # replaying a captured graph runs its kernels: one optimizer graph launch, one rnb_adam launch
+    n = module.launches.get("rnb_adam", 0)
+    rx.graphs[opt].launch(rx.primary)
+    assert module.launches["rnb_adam"] == n + 1
+
+
+def test_the_stand_in_enforces_cudas_capture_rules(module) -> None:  # type: ignore[no-untyped-def]
+    """What makes the emulated runs above a check of the executor: work queued on a capturing
+    stream does not run; forks must be joined; no syncs, host copies or allocations in a capture."""
+    rt = cuda_emulator.emulated_runtime(module)
+    p, side, fork, join = rt.stream(), rt.stream(), rt.event(), rt.event()
+    x = np.zeros(4, np.float32)
+    fill = module.get_function("rnb_advance")  # counter[0] += n
+    counter = np.zeros(1, np.int64)
+    p.begin_capture()
+    fork.record(p)
+    side.wait_event(fork)
+    with side:
+        fill((1,), (1,), (counter, np.int64(5)))
+    assert counter[0] == 0  # recorded, not run
+    for bad in (p.synchronize, rt.synchronize, lambda: rt.zeros(8), lambda: rt.upload(x, x, p)):
+        with pytest.raises(cuda_emulator.CaptureError):
+            bad()
+    with pytest.raises(cuda_emulator.CaptureError, match="Unjoined"):
+        p.end_capture()  # the side stream's work was never joined back
+    p.begin_capture()
+    fork.record(p)
+    side.wait_event(fork)
+    with side:
+        fill((1,), (1,), (counter, np.int64(5)))
+    join.record(side)
+    p.wait_event(join)
+    graph = p.end_capture()
+    assert counter[0] == 0
+    graph.launch(p)
+    graph.launch(p)
+    assert counter[0] == 10
+
+
+def test_data_auto_streams_through_pinned_memory_when_the_gpu_is_small(module) -> None:  # type: ignore[no-untyped-def]
+    t = mlp_task().compile()
+    rx = GpuExecutor(t.compiled, t.executor, t._env, t._nan_policy, "auto",
+                     runtime=cuda_emulator.emulated_runtime(module, free_bytes=1 << 10))
+    assert rx.data == "pinned" and rx.sources == {} and len(rx._pinned) >= 2
+    big = GpuExecutor(t.compiled, t.executor, t._env, t._nan_policy, "auto",
+                      runtime=cuda_emulator.emulated_runtime(module))
+    assert big.data == "device" and set(big.sources) == {"train", "val"}
 
 
 def _mask_name(task: DeepLearningTask) -> str:

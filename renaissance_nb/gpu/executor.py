@@ -16,7 +16,7 @@ for that buffer's transfer event first.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -26,8 +26,9 @@ from ..kernels.cpu import BindEnv
 from ..memory.dtensor import ALIGNMENT
 from ..memory.region import Region
 from ..runtime.replay import Executor, Program, StepPrograms
-from .cublas import WORKSPACE_BYTES, Gemm
-from .kernels import NVRTC_OPTIONS, GpuBindEnv, bind_launchers, cupy_memory_ops, kernel_source, unsupported_ops
+from .cublas import WORKSPACE_BYTES
+from .kernels import NVRTC_OPTIONS, GpuBindEnv, bind_launchers, kernel_source, unsupported_ops
+from .runtime import DeviceRuntime, cupy_runtime
 
 
 DATA_MODES = ("auto", "device", "pinned")
@@ -43,7 +44,8 @@ def check_supported(compiled: Any) -> None:
                           "device('auto'), which falls back to the CPU for it.")
 
 
-def choose_data_mode(data: str, sources: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
+def choose_data_mode(data: str, sources: dict[str, tuple[np.ndarray, np.ndarray]],
+                     free_bytes: Callable[[], int]) -> str:
     """"device" keeps the data sets in GPU memory (one copy at compile, gathers on the device);
     "pinned" keeps them on the host and streams batches through page-locked staging. "auto"
     picks "device" when the data take under a quarter of the free GPU memory."""
@@ -52,48 +54,47 @@ def choose_data_mode(data: str, sources: dict[str, tuple[np.ndarray, np.ndarray]
                           "data='device' (data sets in GPU memory), 'pinned' (streamed from the host) or 'auto'.")
     if data != "auto":
         return data
-    import cupy
     need = sum(x.size * 4 + y.size * 4 for x, y in sources.values())
-    free = cupy.cuda.runtime.memGetInfo()[0]
-    return "device" if need < free // 4 else "pinned"
+    return "device" if need < free_bytes() // 4 else "pinned"
 
 
 class GpuExecutor(StepPrograms):
-    """Device arena, captured graphs, and the host hand-over (see StepPrograms)."""
+    """Device arena, captured graphs, and the host hand-over (see StepPrograms).
+
+    ``runtime`` is CuPy's (gpu/runtime.py) unless a test passes its CPU stand-in.
+    """
 
     def __init__(self, compiled: Any, host: Executor, env: BindEnv, nan_policy: str = "raise",
-                 data: str = "auto") -> None:
-        import cupy
-
+                 data: str = "auto", runtime: DeviceRuntime | None = None) -> None:
         check_supported(compiled)
         super().__init__(compiled)
-        self.cupy = cupy
+        rt = self.rt = runtime or cupy_runtime()
         self.host = host
         plan = host.arena.plan
-        self._raw = cupy.zeros(plan.total_bytes + ALIGNMENT, cupy.uint8)
-        shift = (-self._raw.data.ptr) % ALIGNMENT
+        self._raw = rt.zeros(plan.total_bytes + ALIGNMENT)
+        shift = (-rt.ptr(self._raw)) % ALIGNMENT
         self.bytes = self._raw[shift: shift + plan.total_bytes]
         self._host_bytes = host.arena.bytes
         self._host_base = host.arena.bytes.ctypes.data
         self.views = {v: [self.bytes[t.offset: t.offset + t.nbytes].view(t.dtype).reshape(t.shape) for t in p]
                       for v, p in compiled.plans.items()}
-        self.module = cupy.RawModule(code=kernel_source(), options=NVRTC_OPTIONS)
-        self.gemm = Gemm(cupy.empty(WORKSPACE_BYTES, cupy.uint8))
-        self.data = choose_data_mode(data, env.sources)
+        self.module = rt.module(kernel_source(), NVRTC_OPTIONS)
+        self.gemm = rt.gemm(rt.zeros(WORKSPACE_BYTES))
+        self.data = choose_data_mode(data, env.sources, rt.free_bytes)
         self.host_sources = {k: (np.ascontiguousarray(x.reshape(len(x), -1), np.float32),
                                  np.ascontiguousarray(y, np.int32)) for k, (x, y) in env.sources.items()}
         self.host_perms = env.perms  # the task shuffles these in place each epoch
         if self.data == "device":
-            self.sources = {k: (cupy.asarray(x), cupy.asarray(y)) for k, (x, y) in self.host_sources.items()}
-            self.perms = {k: cupy.asarray(v) for k, v in env.perms.items()}
+            self.sources = {k: (rt.asarray(x), rt.asarray(y)) for k, (x, y) in self.host_sources.items()}
+            self.perms = {k: rt.asarray(v) for k, v in env.perms.items()}
         else:
             self.sources, self.perms = {}, {}
         self._pinned: list[Any] = []
-        self.primary = cupy.cuda.Stream(non_blocking=True)
-        self.streams = {kind: cupy.cuda.Stream(non_blocking=True) for kind in StreamKind}
-        self._fork, self._join = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
-        self._ready = {b: cupy.cuda.Event(disable_timing=True) for b in "AB"}
-        self._done = {b: cupy.cuda.Event(disable_timing=True) for b in "AB"}
+        self.primary = rt.stream()
+        self.streams = {kind: rt.stream() for kind in StreamKind}
+        self._fork, self._join = rt.event(), rt.event()
+        self._ready = {b: rt.event() for b in "AB"}
+        self._done = {b: rt.event() for b in "AB"}
         self.graphs: list[Any] = []
         self._bind(compiled, env, nan_policy)
         self._capture_all()
@@ -104,7 +105,7 @@ class GpuExecutor(StepPrograms):
         return self.bytes[a:b].view(dtype)
 
     def _bind(self, compiled: Any, env: BindEnv, nan_policy: str) -> None:
-        ops = cupy_memory_ops()
+        ops = self.rt.memory_ops()
 
         def make_env(batch: int) -> GpuBindEnv:
             return GpuBindEnv(self.module, self.gemm, ops, env.seed, self.sources, self.perms, self._range_view,
@@ -113,12 +114,12 @@ class GpuExecutor(StepPrograms):
         self.names, self.launchers = bind_launchers(compiled, self.views, make_env)
 
     def _host_twin(self, view: Any) -> np.ndarray:
-        a = view.data.ptr - self.bytes.data.ptr
+        a = self.rt.ptr(view) - self.rt.ptr(self.bytes)
         return self._host_bytes[a: a + view.nbytes].view(view.dtype).reshape(view.shape)
 
     def _pinned_array(self, shape: tuple, dtype: Any) -> np.ndarray:
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        mem = self.cupy.cuda.alloc_pinned_memory(max(n, 1))
+        mem = self.rt.pinned(max(n, 1))
         self._pinned.append(mem)  # page-locked memory lives as long as the executor
         return np.frombuffer(mem, np.uint8, n).view(dtype).reshape(shape)
 
@@ -205,25 +206,28 @@ class GpuExecutor(StepPrograms):
         return a, a + v.nbytes
 
     def upload_all(self) -> None:
-        self.bytes.set(self._host_bytes, stream=self.primary)
+        self.rt.upload(self.bytes, self._host_bytes, self.primary)
 
     def download_all(self) -> None:
-        self.cupy.cuda.Device().synchronize()
-        self.bytes.get(stream=self.primary, out=self._host_bytes)
+        self.rt.synchronize()
+        self.rt.download(self.bytes, self._host_bytes, self.primary)
 
     def push(self, *views: np.ndarray) -> None:
         for v in views:
             a, b = self._span(v)
-            self.bytes[a:b].set(self._host_bytes[a:b], stream=self.primary)
+            self.rt.upload(self.bytes[a:b], self._host_bytes[a:b], self.primary)
 
     def pull(self, *views: np.ndarray) -> None:
         for v in views:
             a, b = self._span(v)
-            self.bytes[a:b].get(stream=self.primary, out=self._host_bytes[a:b])
+            self.rt.download(self.bytes[a:b], self._host_bytes[a:b], self.primary)
 
     def set_perm(self, source: str, perm: np.ndarray) -> None:
-        self.perms[source].set(perm, stream=self.primary)
+        """data="device" keeps a device copy of each order; with "pinned" the host gathers with the
+        host's order (updated in place by the task), so there is nothing to copy."""
+        if source in self.perms:
+            self.rt.upload(self.perms[source], perm, self.primary)
 
     def close(self) -> None:
-        self.cupy.cuda.Device().synchronize()
+        self.rt.synchronize()
         self.gemm.close()

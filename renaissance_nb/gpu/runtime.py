@@ -1,0 +1,66 @@
+"""What the GPU executor asks of CUDA, in one place.
+
+The executor (executor.py) never names CuPy: it allocates, copies, makes streams and
+events, captures and launches graphs through a :class:`DeviceRuntime`. On a GPU that is
+:func:`cupy_runtime`. The test suite passes a CPU stand-in with the same semantics for the
+parts a CPU can check (tests/cuda_emulator.py: work queued on a capturing stream is
+recorded, not run; a graph launch replays it), so the executor's own logic (capture
+linking, warm-up restore, transfers, the host hand-over) runs in CI, not only on a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .kernels import MemoryOps
+
+
+@dataclass(frozen=True)
+class DeviceRuntime:
+    """Device operations, each a plain function (see cupy_runtime for their meaning)."""
+
+    zeros: Callable[[int], Any]                      # device bytes, zeroed
+    asarray: Callable[[np.ndarray], Any]             # a device copy of a host array
+    ptr: Callable[[Any], int]                        # device address of an array's first element
+    upload: Callable[[Any, np.ndarray, Any], None]   # device array <- host array, on a stream
+    download: Callable[[Any, np.ndarray, Any], None]  # host array <- device array, on a stream
+    stream: Callable[[], Any]    # a new non-blocking stream: begin/end_capture, wait_event, synchronize
+    event: Callable[[], Any]     # a new event: record(stream), synchronize()
+    synchronize: Callable[[], None]                  # wait for all work on the device
+    free_bytes: Callable[[], int]
+    pinned: Callable[[int], Any]                     # page-locked host buffer of n bytes
+    module: Callable[[str, tuple], Any]              # compiled kernels: get_function(name)(grid, block, args)
+    gemm: Callable[[Any], Any]                       # workspace -> an object with bind(c, a, b)
+    memory_ops: Callable[[], MemoryOps]
+
+
+def cupy_runtime() -> DeviceRuntime:
+    """The real one: CuPy arrays, streams, events and graphs; cuBLAS through cublas.Gemm."""
+    import cupy
+
+    from .cublas import Gemm
+    from .kernels import cupy_memory_ops
+
+    def upload(dst: Any, src: np.ndarray, stream: Any) -> None:
+        dst.set(src, stream=stream)
+
+    def download(src: Any, dst: np.ndarray, stream: Any) -> None:
+        src.get(stream=stream, out=dst)
+
+    return DeviceRuntime(
+        zeros=lambda n: cupy.zeros(n, cupy.uint8),
+        asarray=cupy.asarray,
+        ptr=lambda a: a.data.ptr,
+        upload=upload,
+        download=download,
+        stream=lambda: cupy.cuda.Stream(non_blocking=True),
+        event=lambda: cupy.cuda.Event(disable_timing=True),
+        synchronize=lambda: cupy.cuda.Device().synchronize(),
+        free_bytes=lambda: cupy.cuda.runtime.memGetInfo()[0],
+        pinned=cupy.cuda.alloc_pinned_memory,
+        module=lambda code, options: cupy.RawModule(code=code, options=options),
+        gemm=Gemm,
+        memory_ops=cupy_memory_ops,
+    )
