@@ -298,10 +298,6 @@ def numpy_memory_ops() -> MemoryOps:
     return MemoryOps(memcpy, memcpy, memset0, fill, add)
 
 
-def _bytes(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-
-
 def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34) -> DeviceRuntime:
     """CuPy's stand-in for GpuExecutor: "device" arrays are NumPy arrays of their own."""
 
@@ -313,17 +309,24 @@ def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34) -> Devic
         _not_capturing("allocation")
         return np.array(x, copy=True)
 
+    def same_array(dev: np.ndarray, host: np.ndarray, what: str) -> None:
+        # CuPy's ndarray.set / get(out=) take host arrays of the same dtype and shape only
+        if not isinstance(host, np.ndarray) or host.dtype != dev.dtype:
+            raise TypeError(f"{what}: a {getattr(host, 'dtype', type(host))} host array with a {dev.dtype} device array")
+        if host.shape != dev.shape:
+            raise ValueError(f"{what}: shape mismatch, device {dev.shape}, host {host.shape}")
+
     def upload(dst: np.ndarray, src: np.ndarray, stream: EmuStream) -> None:
         _not_capturing("a copy from pageable host memory")
-        if dst.nbytes != src.nbytes:
-            raise ValueError(f"upload of {src.nbytes} bytes into a device array of {dst.nbytes}")
-        np.copyto(dst.reshape(-1).view(np.uint8), _bytes(src))
+        same_array(dst, src, "set")
+        np.copyto(dst, src)
 
     def download(src: np.ndarray, dst: np.ndarray, stream: EmuStream) -> None:
         _not_capturing("a copy to pageable host memory")
-        if dst.nbytes != src.nbytes or not dst.flags.c_contiguous:
-            raise ValueError(f"download of {src.nbytes} bytes into a host array of {dst.nbytes}")
-        np.copyto(dst.reshape(-1).view(np.uint8), _bytes(src))
+        same_array(src, dst, "get(out=)")
+        if not dst.flags.c_contiguous:
+            raise ValueError("get(out=): the host array must be C-contiguous")
+        np.copyto(dst, src)
 
     def module_of(code: str, options: tuple) -> EmulatedModule:
         assert code == kernel_source(), "the executor compiles the package's CUDA source"
