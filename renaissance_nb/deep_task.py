@@ -81,6 +81,7 @@ class DeepLearningTask(TaskBase):
         self._save_best: str | None = None
         self._device = "cpu"
         self._device_data = "auto"
+        self._device_capture = "entry"
         self.device_kind: str | None = None  # what compile() resolved the device to
         self._runner: StepPrograms | None = None  # who replays steps: the CPU executor or the GPU one
         self.arch: ArchPlan | None = None
@@ -230,7 +231,7 @@ class DeepLearningTask(TaskBase):
                 setattr(self, f"_{k}", v)
         return self
 
-    def device(self, device: str = "auto", *, data: str = "auto") -> "DeepLearningTask":
+    def device(self, device: str = "auto", *, data: str = "auto", capture: str = "entry") -> "DeepLearningTask":
         """Where the step replays: "cpu" (default), "cuda" (CUDA graphs through CuPy; an error
         if there is no GPU) or "auto" (the GPU when CuPy finds one and the model's ops all
         have GPU kernels, else the CPU). The plan, offsets and atlas are the same on both.
@@ -239,9 +240,12 @@ class DeepLearningTask(TaskBase):
         batch there; "pinned" keeps them on the host and streams each batch through
         page-locked staging, the copy overlapping the step before; "auto" picks "device"
         when the data take under a quarter of the free GPU memory.
+
+        capture (GPU only): "entry" replays one CUDA graph per atlas entry, a handful per step;
+        "step" also captures each distinct step program as one graph, so a step is one launch.
         """
         from .gpu.device import CHOICES
-        from .gpu.executor import DATA_MODES
+        from .gpu.executor import CAPTURE_MODES, DATA_MODES
         self._setting("device")
         if device not in CHOICES:
             raise bad_argument(DeviceError, "device", "device", device, f"one of {CHOICES}",
@@ -249,7 +253,10 @@ class DeepLearningTask(TaskBase):
         if data not in DATA_MODES:
             raise bad_argument(DeviceError, "device", "data", data, f"one of {DATA_MODES}",
                                "pass 'device' (data sets in GPU memory), 'pinned' (streamed from the host) or 'auto'")
-        self._device, self._device_data = device, data
+        if capture not in CAPTURE_MODES:
+            raise bad_argument(DeviceError, "device", "capture", capture, f"one of {CAPTURE_MODES}",
+                               "pass 'entry' (one CUDA graph per atlas entry) or 'step' (one per step)")
+        self._device, self._device_data, self._device_capture = device, data, capture
         return self
 
     def save_every(self, epochs: int, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
@@ -285,7 +292,7 @@ class DeepLearningTask(TaskBase):
         keep = {k: getattr(self, k) for k in ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss",
                                                  "_optimizer", "_scheduler", "_epochs", "_seed", "_fuse",
                                                  "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every", "_ema",
-                                                 "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
+                                                 "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data", "_device_capture",
                                                  "_save_best", "name")}
         self.__init__(self.name)  # type: ignore[misc]
         self.__dict__.update(keep)
@@ -432,10 +439,11 @@ class DeepLearningTask(TaskBase):
                 kind = "cpu"
                 compiled.notes.append(f"device: auto chose the CPU: {exc}")
         if kind == "cuda":
-            runner = GpuExecutor(compiled, executor, env, self._nan_policy, self._device_data)
+            runner = GpuExecutor(compiled, executor, env, self._nan_policy, self._device_data,
+                                 capture=self._device_capture)
             compiled.notes.append(f"device: CUDA, {len(runner.atlas.captures)} atlas entries captured as CUDA "
-                                  f"graphs on one device arena, data={runner.data}; the host arena mirrors the "
-                                  "device's at epoch ends.")
+                                  f"graphs on one device arena, data={runner.data}, capture={runner.capture}; "
+                                  "the host arena mirrors the device's at epoch ends.")
         self.compiled, self.executor, self._arena = compiled, executor, arena
         self._runner, self.device_kind = runner, kind
         self._views = executor.views["train_base"]

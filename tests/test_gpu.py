@@ -47,13 +47,14 @@ X, Y = RNG.normal(size=(1000, 64)).astype(np.float32), RNG.integers(0, 10, 1000)
 XV, YV = RNG.normal(size=(200, 64)).astype(np.float32), RNG.integers(0, 10, 200)
 
 
-def task(device: str, epochs: int = 2, drop: float = 0.0, batch: int = 100, data: str = "auto") -> DeepLearningTask:
+def task(device: str, epochs: int = 2, drop: float = 0.0, batch: int = 100, data: str = "auto",
+         capture: str = "entry") -> DeepLearningTask:
     layers = [fc(256, bias=True), relu()] + ([dropout(drop)] if drop else []) + [fc(128, bias=True), relu(),
                                                                                  fc(10, bias=True)]
     return (DeepLearningTask().model(seq(*layers)).data(train=(X, Y), val=(XV, YV), batch_size=batch)
             .loss(CrossEntropyLoss().label_smoothing(0.1)).optimizer(AdamW().weight_decay(1e-2))
             .scheduler(CosineAnnealingLR().base_lr(1e-3).warmup(1)).total_epochs(epochs).seed(11)
-            .device(device, data=data))
+            .device(device, data=data, capture=capture))
 
 
 def test_auto_picks_the_gpu_and_captures_every_entry() -> None:
@@ -100,6 +101,16 @@ def test_pinned_staging_gives_the_same_bytes_as_device_data() -> None:
     a.run(progress=False)
     b.run(progress=False)
     assert (a._runner.data, b._runner.data) == ("device", "pinned")
+    sa, sb = a.state_dict(), b.state_dict()
+    assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
+
+
+@pytest.mark.parametrize("data", ["device", "pinned"])
+def test_one_graph_per_step_gives_the_same_bytes(data: str) -> None:
+    a, b = task("cuda", drop=0.2, data=data), task("cuda", drop=0.2, data=data, capture="step")
+    a.run(progress=False)
+    b.run(progress=False)
+    assert b._runner.program_graphs and b._runner.capture == "step"
     sa, sb = a.state_dict(), b.state_dict()
     assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
 

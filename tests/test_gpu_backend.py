@@ -50,11 +50,12 @@ def mlp_task(net=None, optimizer=None, epochs: int = 3, **opts) -> DeepLearningT
     return t
 
 
-def emulated(task: DeepLearningTask, module, data: str = "device") -> DeepLearningTask:  # type: ignore[no-untyped-def]
+def emulated(task: DeepLearningTask, module, data: str = "device", capture: str = "entry"  # type: ignore[no-untyped-def]
+             ) -> DeepLearningTask:
     """The task on the real GpuExecutor, with the CPU stand-in for CuPy (capture rules included)."""
     task.compile()
     task._runner = GpuExecutor(task.compiled, task.executor, task._env, task._nan_policy, data,
-                               runtime=cuda_emulator.emulated_runtime(module))
+                               runtime=cuda_emulator.emulated_runtime(module), capture=capture)
     return task
 
 
@@ -226,11 +227,12 @@ def test_dropout_kernel_draws_the_cpu_philox_masks(module) -> None:  # type: ign
 
 
 # ---- the GPU kernel table driven by task.run() ----------------------------------------------------------
-@pytest.mark.parametrize("data", ["device", "pinned"])
-def test_emulated_gpu_training_matches_the_cpu_backend(module, data: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("data,capture", [("device", "entry"), ("pinned", "entry"), ("device", "step"),
+                                          ("pinned", "step")])
+def test_emulated_gpu_training_matches_the_cpu_backend(module, data: str, capture: str) -> None:  # type: ignore[no-untyped-def]
     cpu = mlp_task()
     rc = cpu.run(progress=False)
-    gpu = emulated(mlp_task(), module, data)
+    gpu = emulated(mlp_task(), module, data, capture)
     rg = gpu.run(progress=False)
     assert len(rc.step_losses) == len(rg.step_losses) == 15  # 5 steps (the last one partial) x 3 epochs
     assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-6)
@@ -264,6 +266,33 @@ def test_the_executor_captures_every_entry_once_and_restores_the_arena(module) -
     n = module.launches.get("rnb_adam", 0)
     rx.graphs[opt].launch(rx.primary)
     assert module.launches["rnb_adam"] == n + 1
+
+
+@pytest.mark.parametrize("data", ["device", "pinned"])
+def test_step_capture_is_one_launch_per_step_and_the_same_bytes(module, data: str) -> None:  # type: ignore[no-untyped-def]
+    entry = emulated(mlp_task(), module, data)
+    entry.run(progress=False)
+    step = emulated(mlp_task(), module, data, capture="step")
+    rs = step.run(progress=False)
+    se, ss = entry.state_dict(), step.state_dict()
+    assert all(se[k].tobytes() == ss[k].tobytes() for k in se)
+    rx = step._runner
+    # train: steps of parity 0/1 with a full next batch, the one before the partial batch, the partial
+    # one, and the prologue; val and EMA eval programs: each captured once, each one closure
+    train = [k for k in rx.program_graphs if k[0] == "train"]
+    assert len(train) == 4 and all(len(rx._programs[k]) == 1 for k in rx.program_graphs)
+    assert len(rs.step_losses) == 15
+    # a step graph holds the whole step: transfer, both first-layer graphs, the deep graph, the update
+    dot = rx.program_graphs[train[0]].debug_dot_str()
+    assert all(name in dot for name in ("sgemm", "rnb_softmax_xent", "rnb_adam", "rnb_nonfinite_probe"))
+    assert ("memcpy" if data == "pinned" else "rnb_gather") in dot
+
+
+def test_device_rejects_a_bad_capture_mode() -> None:
+    t = mlp_task()
+    with pytest.raises(DeviceError, match=r"capture.*'entry'.*'step'"):
+        t.device("auto", capture="graph")
+    assert t.phase is Phase.PLANNING
 
 
 def test_the_stand_in_enforces_cudas_capture_rules(module) -> None:  # type: ignore[no-untyped-def]

@@ -32,6 +32,7 @@ from .runtime import DeviceRuntime, cupy_runtime
 
 
 DATA_MODES = ("auto", "device", "pinned")
+CAPTURE_MODES = ("entry", "step")
 
 
 def check_supported(compiled: Any) -> None:
@@ -61,13 +62,20 @@ def choose_data_mode(data: str, sources: dict[str, tuple[np.ndarray, np.ndarray]
 class GpuExecutor(StepPrograms):
     """Device arena, captured graphs, and the host hand-over (see StepPrograms).
 
-    ``runtime`` is CuPy's (gpu/runtime.py) unless a test passes its CPU stand-in.
+    ``capture="entry"`` replays one CUDA graph per atlas entry (a step is a handful of graph
+    launches and events, as the atlas reads); ``"step"`` captures each distinct step program
+    once more as one graph of its own (a step is one launch: less host work and no gaps
+    between graphs). ``runtime`` is CuPy's (gpu/runtime.py) unless a test passes its CPU stand-in.
     """
 
     def __init__(self, compiled: Any, host: Executor, env: BindEnv, nan_policy: str = "raise",
-                 data: str = "auto", runtime: DeviceRuntime | None = None) -> None:
+                 data: str = "auto", runtime: DeviceRuntime | None = None, capture: str = "entry") -> None:
         check_supported(compiled)
+        if capture not in CAPTURE_MODES:
+            raise DeviceError(f"device: capture={capture!r} is invalid; expected one of {CAPTURE_MODES}. Fix: pass "
+                              "capture='entry' (one graph per atlas entry) or 'step' (one graph per step).")
         super().__init__(compiled)
+        self.capture = capture
         rt = self.rt = runtime or cupy_runtime()
         self.host = host
         plan = host.arena.plan
@@ -95,6 +103,9 @@ class GpuExecutor(StepPrograms):
         self._fork, self._join = rt.event(), rt.event()
         self._ready = {b: rt.event() for b in "AB"}
         self._done = {b: rt.event() for b in "AB"}
+        self._trans_join = rt.event()
+        self._staged: dict[int, Any] = {}  # step mode: per transfer entry, "its staging was last read here"
+        self.program_graphs: dict[tuple, Any] = {}
         self.graphs: list[Any] = []
         self._bind(compiled, env, nan_policy)
         self._capture_all()
@@ -194,6 +205,59 @@ class GpuExecutor(StepPrograms):
                 graph.launch(p)
             return [reads_buffer]
         return [lambda: graph.launch(p)]
+
+    def _program(self, key: tuple, gids: list[tuple[str, GraphId]]) -> Program:
+        """capture="step": the whole program as one graph (captured on first use); else per entry."""
+        if self.capture == "entry" or key in self._programs:
+            return super()._program(key, gids)
+        idxs = [i for i in (self.entry(v, g) for v, g in gids) if i >= 0 and self.launchers[i]]
+        if any(self.graphs[i] is None for i in idxs):  # an unavailable entry: fail as entry mode does
+            return super()._program(key, gids)
+        graph = self._capture_program(idxs)
+        self.program_graphs[key] = graph
+        p = self.primary
+        staged = [(self._staged.setdefault(i, self.rt.event()), prep) for i in idxs
+                  if (prep := getattr(self.launchers[i][0], "prepare", None)) is not None]
+        if not staged:
+            self._programs[key] = [lambda: graph.launch(p)]
+            return self._programs[key]
+
+        def step() -> None:  # pinned staging: the graph that last copied out of it must be done
+            for event, prepare in staged:
+                event.synchronize()
+                prepare()
+            graph.launch(p)
+            for event, _ in staged:
+                event.record(p)
+        self._programs[key] = [step]
+        return self._programs[key]
+
+    def _capture_program(self, idxs: list[int]) -> Any:
+        """One graph: each entry forked onto its stream and joined back in program order, except
+        transfers, which run beside the rest on TRANS and are joined at the end (they fill the
+        input buffer the next step reads; this step reads the other one)."""
+        p, trans = self.primary, self.streams[StreamKind.TRANS]
+        with p:
+            p.begin_capture()
+            try:
+                forked_trans = False
+                for i in idxs:
+                    stream = self._stream_of(i)
+                    self._fork.record(p)
+                    stream.wait_event(self._fork)
+                    for f in self.launchers[i]:
+                        f(stream)
+                    if stream is trans:
+                        forked_trans = True
+                        continue
+                    self._join.record(stream)
+                    p.wait_event(self._join)
+                if forked_trans:
+                    self._trans_join.record(trans)
+                    p.wait_event(self._trans_join)
+            finally:
+                graph = p.end_capture()
+        return graph
 
     def view(self, variant: str, name: str) -> Any:
         return self.views[variant][self.compiled.ids[name]]
