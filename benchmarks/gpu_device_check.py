@@ -7,8 +7,9 @@ One script, one run (device time is scarce): 1) versions of everything; 2) the G
 (tests/test_gpu.py: 20 steps against the CPU backend from the same weights, byte-identical
 reruns, checkpoints, NaN guard) and the CPU-side GPU tests; 3) the capture-safe GEMM candidates
 at the MLP's shapes; 4) one epoch of the original's MNIST MLP (784-1024-512-256-10, AdamW,
-label smoothing 0.1) at batch 128 and 512, data already on the device and through a loader,
-interleaved round by round with PyTorch eager (default and fused AdamW) and
+label smoothing 0.1) at batch 128 and 512, data already on the device and through a loader, ours with one graph
+per atlas entry and one per step, interleaved round by round with PyTorch eager (default and
+fused AdamW); then, last (it may take minutes to compile), against
 torch.compile(mode="max-autotune"), whose compile time is reported apart. Medians of the
 rounds after the first; ratios are ours / theirs. The data are MNIST-shaped random numbers
 (the timing depends on shapes only; ../shared does not travel to the device machine).
@@ -243,11 +244,18 @@ def torch_contender(kind: str, batch: int, x: np.ndarray, y: np.ndarray, device:
     return epoch, compile_s
 
 
-def bench(batch: int, device: str, n: int, rounds: int, with_compile: bool) -> None:
+def bench(batch: int, device: str, n: int, rounds: int, compiled: bool = False) -> None:
+    """One interleaved comparison. compiled=False: ours in every mode against PyTorch eager;
+    compiled=True: ours (one graph per step) against torch.compile, run last because
+    max-autotune may take minutes to compile and the device time is capped."""
     x, y = mnist_like(n)
-    say(f"\n== one epoch of the MLP, batch {batch}, {n} samples ({n // batch} steps), {rounds} interleaved rounds")
+    what = "against torch.compile" if compiled else "against PyTorch eager"
+    say(f"\n== one epoch of the MLP, batch {batch}, {n} samples ({n // batch} steps), {rounds} interleaved rounds, "
+        f"{what}")
     contenders: dict[str, tuple[Callable[[], float], float]] = {}
-    modes = [("device", "step"), ("device", "entry"), ("pinned", "step")] if device == "cuda" else [("device", "entry")]
+    modes = [("device", "entry")]
+    if device == "cuda":
+        modes = [("device", "step")] if compiled else [("device", "step"), ("device", "entry"), ("pinned", "step")]
     for data, capture in modes:
         name = f"renaissance_nb (data={data}, capture={capture})" if device == "cuda" else "renaissance_nb"
         got = stage(name, lambda data=data, capture=capture: ours(device, batch, x, y, data, capture))
@@ -258,13 +266,13 @@ def bench(batch: int, device: str, n: int, rounds: int, with_compile: bool) -> N
     except ImportError:
         say("   torch not installed: PyTorch contenders skipped")
     else:
-        for loader in (False, True):
+        for loader in ((False, True) if not compiled else ()):
             tag = "loader" if loader else "on device"
             for kind, label in (("eager", "torch eager"), ("fused", "torch eager fused AdamW")):
                 got = stage(f"{label} ({tag})", lambda k=kind, ld=loader: torch_contender(k, batch, x, y, device, ld))
                 if got:
                     contenders[f"{label} ({tag})"] = got
-        if with_compile:
+        if compiled:
             got = stage("torch.compile", lambda: torch_contender("compile", batch, x, y, device, False))
             if got:
                 contenders["torch.compile max-autotune (on device)"] = got
@@ -315,7 +323,10 @@ def main() -> None:
         for b in (128, 512):
             stage(f"GEMM candidates at batch {b}", lambda b=b: gemm_candidates(b))
     for b in (128, 512):
-        bench(b, "cuda" if gpu else "cpu", 60000 if gpu else 2048, a.rounds if gpu else 2, with_compile=gpu)
+        bench(b, "cuda" if gpu else "cpu", 60000 if gpu else 2048, a.rounds if gpu else 2)
+    if gpu:
+        for b in (128, 512):
+            bench(b, "cuda", 60000, a.rounds, compiled=True)
 
 
 if __name__ == "__main__":
