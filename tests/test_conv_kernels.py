@@ -144,6 +144,25 @@ def test_pool_gradients(kind, k, s, p):
     check_backward(fwd, bwd, y, dy, 4, [(dx, x)])
 
 
+@pytest.mark.parametrize("h,w", [(6, 4), (7, 5)])
+def test_maxpool_2x2_fast_path_is_the_general_loop(h, w):
+    """The 2x2/stride-2 kernel gives the general loop's values and first-max indices, NaN
+    and -inf included (odd sizes drop the last row and column, as the general loop does)."""
+    from renaissance_nb.kernels.conv import maxpool2_fwd_, maxpool_fwd_
+    rng = np.random.default_rng(9)
+    x = rng.integers(-3, 3, (3, h, w, 19)).astype(np.float32)  # many ties: the first max must win
+    x[0, 0, 0, :4] = np.nan
+    x[1, 2, 1, 2:9] = np.nan
+    x[2, :2, :2, 5] = -np.inf
+    ho, wo = (h - 2) // 2 + 1, (w - 2) // 2 + 1
+    y1, y2 = np.zeros((3, ho, wo, 19), np.float32), np.zeros((3, ho, wo, 19), np.float32)
+    a1, a2 = np.zeros(y1.shape, np.int32), np.ones(y1.shape, np.int32)
+    maxpool_fwd_(x, y1, a1, 2, 2, 0)
+    maxpool2_fwd_(x, y2, a2)
+    assert np.array_equal(y1, y2, equal_nan=True) and np.array_equal(a1, a2)
+    assert np.isnan(y2).any() and np.isneginf(y2).any()
+
+
 def test_gap_gradients():
     x = np.random.default_rng(5).standard_normal((2, 3, 4, 5))
     y, dy, dx = np.zeros((2, 5)), np.zeros((2, 5)), np.zeros_like(x)
