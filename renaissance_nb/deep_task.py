@@ -418,6 +418,9 @@ class DeepLearningTask(TaskBase):
             sources["val"] = (s.val.x, s.val.y)
             perms["val"] = np.arange(len(s.val), dtype=np.int64)
         env = BindEnv(self._seed, sources, perms, arena.range_view, arena.locate)
+        if self._device == "auto" and kind == "cpu":
+            from .gpu.device import probe
+            compiled.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
         if not self._zero_grad:
             compiled.notes.append("ZERO_GRAD elided: every gradient is written exactly once per step (the GEMM "
                                   "overwrites it), so zeroing the G range would be a wasted pass; "

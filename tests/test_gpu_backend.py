@@ -288,6 +288,14 @@ def test_step_capture_is_one_launch_per_step_and_the_same_bytes(module, data: st
     assert ("memcpy" if data == "pinned" else "rnb_gather") in dot
 
 
+def test_the_graph_view_draws_the_graph_the_executor_captured(module) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("anywidget")
+    from renaissance_nb.display import GraphView
+    t = emulated(mlp_task(), module)
+    gv = GraphView(t, graph="train", gid="OPTIMIZER")
+    assert "OPTIMIZER" in gv.cuda_caption and "rnb_adam" in gv.cuda
+
+
 def test_device_rejects_a_bad_capture_mode() -> None:
     t = mlp_task()
     with pytest.raises(DeviceError, match=r"capture.*'entry'.*'step'"):

@@ -29,10 +29,11 @@ EXPECTED_WIDGETS = {
     "04_graph_and_atlas.ipynb": 4,
     "05_training_and_determinism.ipynb": 1,
     "06_static_vs_dynamic.ipynb": 0,
+    "07_on_a_gpu.ipynb": 1,
 }
 
 
-def test_all_six_notebooks_exist() -> None:
+def test_all_seven_notebooks_exist() -> None:
     assert [p.name for p in NOTEBOOKS] == list(EXPECTED_WIDGETS)
 
 
