@@ -10,7 +10,8 @@ at the MLP's shapes; 4) one epoch of the original's MNIST MLP (784-1024-512-256-
 label smoothing 0.1) at batch 128 and 512, data already on the device and through a loader, ours with one graph
 per atlas entry and one per step, interleaved round by round with PyTorch eager (default and
 fused AdamW); then, last (it may take minutes to compile), against
-torch.compile(mode="max-autotune"), whose compile time is reported apart. Medians of the
+torch.compile(mode="max-autotune"), whose compile time is reported apart; 5) the conv net (three
+conv-BN-ReLU stages, max pooling, gap, fc) for one epoch against PyTorch eager on the GPU. Medians of the
 rounds after the first; ratios are ours / theirs. The data are MNIST-shaped random numbers
 (the timing depends on shapes only; ../shared does not travel to the device machine).
 """
@@ -31,6 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from renaissance_nb.gpu import probe  # noqa: E402
@@ -302,6 +304,79 @@ def bench(batch: int, device: str, n: int, rounds: int, compiled: bool = False) 
             say(f"   {o} / {r}: {med[o] / med[r]:6.3f}x{goal}")
 
 
+def conv_bench(device: str, n: int, rounds: int) -> None:
+    """The original's conv net (three conv-BN-ReLU stages, max pooling, gap, fc; AdamW, label
+    smoothing 0.1), batch 128, on MNIST-shaped images: ours against PyTorch eager, interleaved."""
+    from convnet_mnist import convnet
+    rng = np.random.default_rng(0)
+    x, y = rng.random((n, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, n).astype(np.int32)
+    batch = 128
+    say(f"\n== conv net, one epoch, batch {batch}, {n} images ({n // batch} steps), {rounds} interleaved rounds")
+
+    def ours_conv() -> tuple[Callable[[], float], float]:
+        task = (rnb.DeepLearningTask("conv").model(convnet()).data(train=(x, y), batch_size=batch)
+                .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW().lr(1e-3))
+                .total_epochs(100).seed(0).device(device, capture="step" if device == "cuda" else "entry"))
+        t = time.perf_counter()
+        task.compile()
+        return (lambda: _timed(lambda: task.run(epochs=1, progress=False))), time.perf_counter() - t
+
+    def torch_conv() -> tuple[Callable[[], float], float]:
+        import torch
+        from torch import nn
+        dev = torch.device(device)
+        torch.manual_seed(0)
+
+        def cbr(cin: int, cout: int) -> list[Any]:
+            return [nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        model = nn.Sequential(*cbr(1, 32), nn.MaxPool2d(2), *cbr(32, 64), nn.MaxPool2d(2), *cbr(64, 128),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10)).to(dev)
+        model = model.to(memory_format=torch.channels_last)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
+        xs, ys = torch.from_numpy(x).to(dev), torch.from_numpy(y.astype(np.int64)).to(dev)
+        gen = torch.Generator(device="cpu").manual_seed(0)
+
+        def epoch() -> float:
+            perm = torch.randperm(n, generator=gen).to(dev)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for s in range(0, n - batch + 1, batch):
+                idx = perm[s:s + batch]
+                opt.zero_grad(set_to_none=True)
+                loss_fn(model(xs[idx].contiguous(memory_format=torch.channels_last)), ys[idx]).backward()
+                opt.step()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            return time.perf_counter() - t0
+        return epoch, 0.0
+
+    contenders = {}
+    for name, make in (("renaissance_nb conv net", ours_conv), ("torch eager conv net (on device)", torch_conv)):
+        got = stage(name, make)
+        if got:
+            contenders[name] = got
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for name, (epoch, _) in contenders.items():
+            got = stage(f"epoch of {name}", epoch)
+            if got is not None:
+                times[name].append(got)
+    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items() if v}
+    for name, m in med.items():
+        say(f"   {name:48s} {m * 1e3:9.1f} ms/epoch  ({m / (n // batch) * 1e6:8.1f} us/step)")
+    if len(med) == 2:
+        a, b = med.values()
+        say(f"   renaissance_nb / torch eager: {a / b:6.3f}x")
+
+
+def _timed(f: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="", help="also write the report here")
@@ -324,6 +399,7 @@ def main() -> None:
             stage(f"GEMM candidates at batch {b}", lambda b=b: gemm_candidates(b))
     for b in (128, 512):
         bench(b, "cuda" if gpu else "cpu", 60000 if gpu else 2048, a.rounds if gpu else 2)
+    conv_bench("cuda" if gpu else "cpu", 60000 if gpu else 512, 3 if gpu else 2)
     if gpu:
         for b in (128, 512):
             bench(b, "cuda", 60000, a.rounds, compiled=True)

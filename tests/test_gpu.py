@@ -134,3 +134,25 @@ def test_gpu_nan_raise_keeps_the_weights_of_before() -> None:
     with pytest.raises(NumericalError, match="found on the GPU"):
         t.run(progress=False)
     assert all(np.isfinite(v).all() for v in t.state_dict().values())
+
+
+def conv_task(device: str) -> DeepLearningTask:
+    from renaissance_nb.blueprint import cbr, gap, maxpool
+    rng = np.random.default_rng(1)
+    xi, yi = rng.normal(size=(256, 1, 12, 12)).astype(np.float32), rng.integers(0, 10, 256)
+    return (DeepLearningTask().model(seq(cbr(16, 3, 1, 1), maxpool(2), cbr(32, 3, 1, 1), gap(), fc(10, bias=True)))
+            .data(train=(xi, yi), val=(xi[:64], yi[:64]), batch_size=64).augment(crop_pad=1, flip=True)
+            .optimizer(AdamW().lr(1e-3)).total_epochs(2).seed(4).ema(0.9).device(device))
+
+
+def test_conv_net_matches_the_cpu_and_reruns_byte_for_byte() -> None:
+    cpu, gpu, again = conv_task("cpu"), conv_task("cuda"), conv_task("cuda")
+    rc, rg = cpu.run(progress=False), gpu.run(progress=False)
+    again.run(progress=False)
+    assert gpu.device_kind == "cuda" and len(rg.step_losses) == 8
+    assert (np.abs(rc.step_losses - rg.step_losses) / np.abs(rc.step_losses)).max() < 1e-4
+    sc, sg, sa = cpu.state_dict(), gpu.state_dict(), again.state_dict()
+    for k in sc:
+        assert np.allclose(sc[k], sg[k], rtol=1e-3, atol=1e-5), k
+        assert sg[k].tobytes() == sa[k].tobytes(), k
+

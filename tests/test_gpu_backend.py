@@ -90,17 +90,18 @@ def test_device_rejects_unknown_names_and_late_changes() -> None:
 
 
 def test_models_with_ops_the_gpu_lacks_are_named() -> None:
+    from renaissance_nb.blueprint import avgpool
     from renaissance_nb.gpu.executor import check_supported
     imgs = RNG.normal(size=(32, 1, 8, 8)).astype(np.float32)
-    t = (DeepLearningTask().model(seq(conv(4, 3, 1, 1), relu(), flatten(), fc(3)))
+    t = (DeepLearningTask().model(seq(conv(4, 3, 1, 1), relu(), avgpool(2), flatten(), fc(3)))
          .data(train=(imgs, RNG.integers(0, 3, 32)), batch_size=16).total_epochs(1))
     t.compile()
-    with pytest.raises(DeviceError, match=r"no GPU kernel yet: \[.*'conv_fwd'.*\].*device\('auto'\)"):
+    with pytest.raises(DeviceError, match=r"no GPU kernel yet: \['avgpool_bwd', 'avgpool_fwd'\].*device\('auto'\)"):
         check_supported(t.compiled)
     check_supported(mlp_task().compile().compiled)
+    check_supported(conv_task().compile().compiled)  # conv, BN, max pooling, gap, image batches: all there
 
 
-# ---- the CUDA source ----------------------------------------------------------------------------------
 def test_every_kernel_the_table_launches_exists_in_the_source() -> None:
     src = kernel_source()
     defined = set(re.findall(r'extern "C" __global__ void (\w+)\(', src))
@@ -421,3 +422,99 @@ def test_every_op_of_an_mlp_plan_has_a_gpu_kernel() -> None:
     t = mlp_task().compile()
     ops = {n.op for g in (t.graphs.train, t.graphs.inference) for gid in g.ids() for n in g.nodes(gid)}
     assert ops <= set(GPU_KERNELS), sorted(ops - set(GPU_KERNELS))
+
+
+# ---- image models: conv, batch norm, pooling, flatten, image batches ------------------------------
+def _images(n: int, seed: int, c: int = 2, hw: int = 8, classes: int = 4):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32) * 0.5
+    for k in range(classes):  # each class brightens one quadrant: learnable
+        r, q = divmod(k, 2)
+        x[y == k, :, r * hw // 2:(r + 1) * hw // 2, q * hw // 2:(q + 1) * hw // 2] += 1.0
+    return x, y
+
+
+def conv_task(net=None, prefetch: bool = False, epochs: int = 2) -> DeepLearningTask:  # type: ignore[no-untyped-def]
+    from renaissance_nb.blueprint import cbr, gap, maxpool
+    net = net or seq(cbr(6, 3, 1, 1), maxpool(2), cbr(8, 3, 1, 1), gap(), fc(4, bias=True))
+    (x, y), (xv, yv) = _images(120, 1), _images(40, 2)
+    return (DeepLearningTask().model(net).data(train=(x, y), val=(xv, yv), batch_size=32)
+            .augment(crop_pad=1, flip=True).loss(CrossEntropyLoss().label_smoothing(0.1))
+            .optimizer(AdamW().lr(3e-3)).total_epochs(epochs).seed(5).ema(0.9).options(prefetch=prefetch))
+
+
+@pytest.mark.parametrize("prefetch,capture", [(False, "entry"), (True, "step")])
+def test_emulated_gpu_conv_net_matches_the_cpu_backend(module, prefetch: bool, capture: str) -> None:  # type: ignore[no-untyped-def]
+    """Conv+BN+ReLU, max pooling, global average pooling, fc; augmented image batches gathered on the
+    host with the CPU's Philox crops and flips; validation with folded BN, and the EMA model."""
+    cpu = conv_task(prefetch=prefetch)
+    rc = cpu.run(progress=False)
+    gpu = emulated(conv_task(prefetch=prefetch), module, capture=capture)
+    assert gpu._runner.data == "pinned"  # image batches always come from the host
+    rg = gpu.run(progress=False)
+    assert len(rg.step_losses) == len(rc.step_losses) == 8
+    # BN statistics are summed in a different (fixed) order on the GPU: float64 rounding apart
+    assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-5)
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    for k in sc:
+        assert np.allclose(sc[k], sg[k], rtol=1e-4, atol=1e-5), k
+    for a, b in zip(rc.history, rg.history):
+        assert a.val_top1 == b.val_top1 and a.ema_top1 == b.ema_top1
+    for name in ("rnb_im2col", "rnb_col2im", "rnb_bn_stats_part", "rnb_bn_grad_final", "rnb_maxpool_bwd",
+                 "rnb_gap_fwd", "rnb_bn_fold"):
+        assert module.launches.get(name, 0) > 0, name
+
+
+def test_emulated_gpu_resnet_and_flatten_match_the_cpu_backend(module) -> None:  # type: ignore[no-untyped-def]
+    """Stride-2 and 1x1 convolutions, residual adds, and flatten in PyTorch's (C, H, W) order."""
+    from renaissance_nb import flatten
+    from renaissance_nb.blueprint import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap, maxpool
+    for net in (seq(cbr(8, 3, 1, 1), block(8, RESNET_3_3), block(16, RESNET_3_3_DS), gap(), fc(4)),
+                seq(cbr(4, 3, 2, 1), maxpool(3, 2, 1), flatten(), fc(4))):
+        cpu = conv_task(net, epochs=1)
+        rc = cpu.run(progress=False)
+        gpu = emulated(conv_task(net, epochs=1), module)
+        rg = gpu.run(progress=False)
+        assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-5)
+        sc, sg = cpu.state_dict(), gpu.state_dict()
+        assert all(np.allclose(sc[k], sg[k], rtol=1e-4, atol=1e-5) for k in sc)
+
+
+def test_image_gathers_are_the_cpu_kernels_bit_for_bit(module) -> None:  # type: ignore[no-untyped-def]
+    """im2col, col2im and the max-pool gradient (written as gathers, in the CPU scatter's order),
+    max pooling, global average pooling and flatten give the CPU kernels' bytes, with overlapping
+    windows (k=3, stride 2, padding 1)."""
+    from renaissance_nb.kernels import conv as cpu_conv
+    rng = np.random.default_rng(4)
+    n, h, w, c, k, s, p = 2, 7, 6, 3, 3, 2, 1
+    ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+    x[0, 1, 1, 0] = np.nan
+    f = module.get_function
+    cols_c, cols_g = (np.zeros((n * ho * wo, k * k * c), np.float32) for _ in range(2))
+    cpu_conv.im2col_(x.reshape(n, h, w * c), cols_c, c, k, s, p, ho, wo)
+    f("rnb_im2col")((1,), (64,), (x, cols_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo))))
+    assert np.array_equal(cols_c, cols_g, equal_nan=True)
+    dcols = rng.standard_normal(cols_c.shape).astype(np.float32)
+    dx_c, dx_g = np.zeros_like(x), np.full_like(x, 9.0)
+    cpu_conv.col2im_(dcols, dx_c.reshape(n, h, w * c), c, k, s, p, ho, wo)
+    f("rnb_col2im")((3,), (32,), (dcols, dx_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo))))
+    assert np.array_equal(dx_c, dx_g)
+    y_c, y_g = (np.zeros((n, ho, wo, c), np.float32) for _ in range(2))
+    a_c, a_g = (np.zeros((n, ho, wo, c), np.int32) for _ in range(2))
+    cpu_conv.maxpool_fwd_(x, y_c, a_c, k, s, p)
+    f("rnb_maxpool_fwd")((2,), (16,), (x, y_g, a_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo))))
+    assert np.array_equal(y_c, y_g, equal_nan=True) and np.array_equal(a_c, a_g)
+    dy = rng.standard_normal(y_c.shape).astype(np.float32)
+    cpu_conv.maxpool_bwd_(dy, a_c, dx_c.reshape(n, h * w, c))
+    f("rnb_maxpool_bwd")((2,), (16,), (dy, a_g, dx_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo))))
+    assert np.array_equal(dx_c, dx_g)
+    g_c, g_g = np.zeros((n, c), np.float32), np.zeros((n, c), np.float32)
+    xf = np.nan_to_num(x)
+    cpu_conv.gap_fwd_(xf.reshape(n, h * w, c), g_c, np.float32(h * w))
+    f("rnb_gap_fwd")((1,), (8,), (xf, g_g, *map(np.int32, (n, h * w, c)), np.float32(h * w)))
+    assert np.array_equal(g_c, g_g)
+    flat = np.zeros((n, c * h * w), np.float32)
+    f("rnb_nhwc_to_nchw")((1,), (64,), (x, flat, *map(np.int32, (n, h, w, c, 1))))
+    assert np.array_equal(flat, x.transpose(0, 3, 1, 2).reshape(n, -1), equal_nan=True)

@@ -41,7 +41,8 @@ def check_supported(compiled: Any) -> None:
     missing = unsupported_ops(ops)
     if missing:
         raise DeviceError(f"device('cuda'): this model needs ops with no GPU kernel yet: {missing}. The GPU backend "
-                          "runs fc/activation/dropout models (MLPs). Fix: use device('cpu') for this model, or "
+                          "runs MLPs and conv nets (conv, batch norm, max pooling, global average pooling, "
+                          "flatten); average pooling is CPU-only. Fix: use device('cpu') for this model, or "
                           "device('auto'), which falls back to the CPU for it.")
 
 
@@ -89,6 +90,9 @@ class GpuExecutor(StepPrograms):
         self.module = rt.module(kernel_source(), NVRTC_OPTIONS)
         self.gemm = rt.gemm(rt.zeros(WORKSPACE_BYTES))
         self.data = choose_data_mode(data, env.sources, rt.free_bytes)
+        if not any(n.op == "transfer" for g in (compiled.graphs.train, compiled.graphs.inference)
+                   for gid in g.ids() for n in g.nodes(gid)):
+            self.data = "pinned"  # image batches are gathered and augmented on the host, then copied up
         self.host_sources = {k: (np.ascontiguousarray(x.reshape(len(x), -1), np.float32),
                                  np.ascontiguousarray(y, np.int32)) for k, (x, y) in env.sources.items()}
         self.host_perms = env.perms  # the task shuffles these in place each epoch
@@ -98,6 +102,7 @@ class GpuExecutor(StepPrograms):
         else:
             self.sources, self.perms = {}, {}
         self._pinned: list[Any] = []
+        self._scratch_bufs: list[Any] = []
         self.primary = rt.stream()
         self.streams = {kind: rt.stream() for kind in StreamKind}
         self._fork, self._join = rt.event(), rt.event()
@@ -121,12 +126,19 @@ class GpuExecutor(StepPrograms):
         def make_env(batch: int) -> GpuBindEnv:
             return GpuBindEnv(self.module, self.gemm, ops, env.seed, self.sources, self.perms, self._range_view,
                               batch, nan_policy, self.data, self.host_sources, self.host_perms, self._host_twin,
-                              self._pinned_array)
+                              self._pinned_array, self._scratch, env)
         self.names, self.launchers = bind_launchers(compiled, self.views, make_env)
 
     def _host_twin(self, view: Any) -> np.ndarray:
         a = self.rt.ptr(view) - self.rt.ptr(self.bytes)
         return self._host_bytes[a: a + view.nbytes].view(view.dtype).reshape(view.shape)
+
+    def _scratch(self, shape: tuple, dtype: Any) -> Any:
+        """Device scratch of a kernel (partial sums), allocated at bind time, outside every capture."""
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        buf = self.rt.zeros(max(n, 1))
+        self._scratch_bufs.append(buf)
+        return buf[:n].view(dtype).reshape(shape)
 
     def _pinned_array(self, shape: tuple, dtype: Any) -> np.ndarray:
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize

@@ -30,7 +30,7 @@ are those of the CPU kernels bit for bit (the CPU kernels are compiled without f
 def kernel_source() -> str:
     """The CUDA C++ of every kernel: the per-element functions, then the __global__ kernels."""
     src = resources.files("renaissance_nb.gpu") / "src"
-    return (src / "rnb_device.cuh").read_text() + "\n" + (src / "rnb_kernels.cu").read_text()
+    return "\n".join((src / name).read_text() for name in ("rnb_device.cuh", "rnb_kernels.cu", "rnb_image.cu"))
 
 
 @dataclass
@@ -60,6 +60,8 @@ class GpuBindEnv:
     host_perms: dict[str, np.ndarray] = field(default_factory=dict)
     host_twin: Callable[[Any], np.ndarray] | None = None   # device view -> host-arena view, same bytes
     pinned: Callable[[tuple, Any], np.ndarray] | None = None  # page-locked host array
+    scratch: Callable[[tuple, Any], Any] | None = None       # bind-time device scratch (partial sums)
+    cpu_env: Any = None  # the CPU backend's BindEnv: image batches are gathered on the host with its kernel
 
 
 @dataclass(frozen=True)
@@ -242,9 +244,11 @@ def copy_k(outs, ins, p, env):
 
 @gpu_kernel("reshape_copy")
 def reshape_copy(outs, ins, p, env):
+    """flatten and its gradient: a plain copy, or for (N, H, W, C) feature maps PyTorch's (C, H, W) order."""
     (src,), (dst,) = ins, outs
     if src.ndim == 4 or dst.ndim == 4:
-        raise DeviceError("reshape_copy: image feature maps have no GPU kernel yet. Fix: use device('cpu').")
+        from .image_kernels import flatten_copy
+        return flatten_copy(env, src, dst)
     return _memcpy(env, dst, src)
 
 
@@ -384,7 +388,7 @@ def ema_update(outs, ins, p, env):
 
 
 def unsupported_ops(ops: Sequence[str]) -> list[str]:
-    """Ops of a plan that have no GPU kernel (conv, BN, pooling and image transfers today)."""
+    """Ops of a plan that have no GPU kernel (average pooling today)."""
     return sorted({op for op in ops if op not in GPU_KERNELS})
 
 
@@ -412,3 +416,7 @@ def bind_launchers(compiled: Any, views: dict[str, list[Any]], make_env: Callabl
         names.append(name)
         bound.append(launchers)
     return names, bound
+
+
+# the image kernels register themselves into GPU_KERNELS on import
+from . import image_kernels as _image_kernels  # noqa: E402,F401

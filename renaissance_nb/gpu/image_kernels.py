@@ -1,0 +1,257 @@
+"""GPU kernels of image models: conv, batch norm, max pooling, global average pooling, flatten,
+and image batch transfers. Registered into GPU_KERNELS (kernels.py imports this module).
+
+The factories check shapes with the CPU table's own helpers (kernels/conv.py), so a plan the
+CPU backend rejects is rejected here with the same message. Convolutions are im2col + one
+cuBLAS product (the CPU's formulation); the CUDA side is gpu/src/rnb_image.cu.
+
+Image batches are gathered, resized, cropped and flipped on the host by the CPU backend's own
+numba kernel (the same Philox draws), into page-locked staging, before the graph that copies
+them up is launched; the copy and the cursor advance run inside the graph.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import PlanError
+from ..kernels.conv import _act, _check, _conv_geometry, _pool_geometry, _rows
+from ..kernels.cpu import KERNELS
+from .kernels import GpuBindEnv, Launch, _launch, _seq, _single, gpu_kernel
+
+REDUCE_SLICES = 256
+"""Per-channel sums over all rows run as (slice, channel) partial sums, then an in-order sum of the
+slices: enough threads to fill the GPU at batch 128 without float atomics (deterministic)."""
+
+
+def _i32(*xs: int) -> tuple[np.int32, ...]:
+    return tuple(np.int32(x) for x in xs)
+
+
+def _slices(m: int) -> int:
+    return max(1, min(REDUCE_SLICES, m))
+
+
+def _scratch(env: GpuBindEnv, shape: tuple, dtype: Any) -> Any:
+    if env.scratch is None:
+        raise PlanError("GPU image kernels need bind-time scratch memory (GpuBindEnv.scratch).")
+    return env.scratch(shape, dtype)
+
+
+# ---- convolution -------------------------------------------------------------------------------
+@gpu_kernel("conv_fwd")
+def conv_fwd(outs, ins, p, env):
+    """im2col, one cuBLAS product into y, then bias+ReLU (the fc kernel's epilogue)."""
+    k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
+    x, w = ins[0], ins[1]
+    has_b = bool(p.get("bias", False))
+    act = _act("conv_fwd", p)
+    n, h, wd, cin, cout, ho, wo = _conv_geometry("conv_fwd", x, w, k, s, pad)
+    y = outs[0]
+    _check("conv_fwd", "y", y.shape, (n, ho, wo, cout))
+    m = n * ho * wo
+    y2, wt = y.reshape(m, cout), w.reshape(cout, -1).T
+    if k == 1 and s == 1 and pad == 0:
+        parts = [env.gemm.bind(y2, x.reshape(m, cin), wt)]
+    else:
+        if len(outs) < 2:
+            raise PlanError(f"conv_fwd: a {k}x{k} convolution needs the im2col buffer 'cols' as its second output.")
+        cols = outs[1]
+        _check("conv_fwd", "cols", cols.shape, (m, k * k * cin))
+        parts = [_launch(env, "rnb_im2col", cols.size, x, cols, *_i32(n, h, wd, cin, k, s, pad, ho, wo)),
+                 env.gemm.bind(y2, cols, wt)]
+    if has_b or act:
+        b = ins[2] if has_b else y2
+        parts.append(_launch(env, "rnb_bias_act", m * cout, y2, b, *_i32(m, cout, has_b, act), np.float64(0.0)))
+    return _seq(*parts)
+
+
+@gpu_kernel("conv_bwd")
+def conv_bwd(outs, ins, p, env):
+    """dy *= (y > 0) and db = column sums (two deterministic passes); dW = dy^T cols; dcols = dy W;
+    dx = col2im(dcols) as a gather."""
+    k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
+    dy, x, w = ins[0], ins[1], ins[2]
+    cols = ins[3] if len(ins) > 3 else None
+    y = ins[4] if len(ins) > 4 else None
+    act = _act("conv_bwd", p)
+    if act and y is None:
+        raise PlanError("conv_bwd: act='relu' needs the forward output y as the fifth input.")
+    has_b, need_dx = bool(p.get("bias", False)), bool(p.get("need_dx", True))
+    n, h, wd, cin, cout, ho, wo = _conv_geometry("conv_bwd", x, w, k, s, pad)
+    _check("conv_bwd", "dy", dy.shape, (n, ho, wo, cout))
+    m = n * ho * wo
+    outs = list(outs)
+    dw = outs.pop(0)
+    db = outs.pop(0) if has_b else None
+    dx = outs.pop(0) if need_dx else None
+    dcols = outs.pop(0) if (need_dx and outs) else None
+    direct = k == 1 and s == 1 and pad == 0
+    if direct:
+        cols = x.reshape(m, cin)
+    elif cols is None:
+        raise PlanError("conv_bwd: the im2col buffer 'cols' of the forward pass is the fourth input.")
+    dy2 = dy.reshape(m, cout)
+    parts: list[Launch] = []
+    if act or db is not None:
+        sl = _slices(m)
+        part = _scratch(env, (sl, cout), np.float64)
+        y2 = y.reshape(m, cout) if act else dy2
+        parts.append(_launch(env, "rnb_colsum_part", sl * cout, dy2, y2, np.int64(m), *_i32(cout, sl, act), part))
+        if db is not None:
+            parts.append(_launch(env, "rnb_colsum_final", cout, part, *_i32(cout, sl), db))
+    parts.append(env.gemm.bind(dw.reshape(cout, -1), dy2.T, cols))
+    wmat = w.reshape(cout, -1)
+    if dx is not None:
+        _check("conv_bwd", "dx", dx.shape, x.shape)
+        if direct:
+            parts.append(env.gemm.bind(dx.reshape(m, cin), dy2, wmat))
+        else:
+            if dcols is None:
+                raise PlanError("conv_bwd: need_dx needs a dcols scratch view shaped like cols.")
+            _check("conv_bwd", "dcols", dcols.shape, cols.shape)
+            parts += [env.gemm.bind(dcols, dy2, wmat),
+                      _launch(env, "rnb_col2im", dx.size, dcols, dx, *_i32(n, h, wd, cin, k, s, pad, ho, wo))]
+    return _seq(*parts)
+
+
+# ---- batch norm --------------------------------------------------------------------------------
+@gpu_kernel("bn_fwd")
+def bn_fwd(outs, ins, p, env):
+    """Statistics (two passes, float64), running stats and the per-channel affine, then y = act(x*a + b)."""
+    x, gamma, beta = ins
+    y, mean, invstd, rmean, rvar = outs
+    _check("bn_fwd", "y", y.shape, x.shape)
+    x2, y2 = _rows(x), _rows(y)
+    m, c = x2.shape
+    if m < 2:
+        raise PlanError(f"bn_fwd: training batch norm needs more than one value per channel, got input {x.shape}.")
+    sl = _slices(m)
+    part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (2, c), np.float32)
+    momentum, eps = float(p.get("momentum", 0.1)), float(p.get("eps", 1e-5))
+    return _seq(
+        _launch(env, "rnb_bn_stats_part", sl * c, x2, np.int64(m), *_i32(c, sl), part),
+        _launch(env, "rnb_bn_stats_final", c, part, x2, gamma, beta, np.int64(m), *_i32(c, sl), np.float64(momentum),
+                np.float64(eps), mean, invstd, rmean, rvar, aff),
+        _launch(env, "rnb_channel_affine", m * c, x2, y2, aff[0], aff[1], np.int64(m), *_i32(c, _act("bn_fwd", p))))
+
+
+@gpu_kernel("bn_bwd")
+def bn_bwd(outs, ins, p, env):
+    dy, x, y, gamma, mean, invstd = ins
+    dx, dgamma, dbeta = outs
+    _check("bn_bwd", "dx", dx.shape, x.shape)
+    _check("bn_bwd", "dy", dy.shape, x.shape)
+    act = _act("bn_bwd", p)
+    dy2, x2, dx2 = _rows(dy), _rows(x), _rows(dx)
+    y2 = _rows(y) if act else x2
+    m, c = x2.shape
+    sl = _slices(m)
+    part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (3, c), np.float64)
+    return _seq(
+        _launch(env, "rnb_bn_grad_part", sl * c, dy2, x2, y2, mean, np.int64(m), *_i32(c, sl, act), part),
+        _launch(env, "rnb_bn_grad_final", c, part, gamma, invstd, np.int64(m), *_i32(c, sl), dgamma, dbeta, aff),
+        _launch(env, "rnb_bn_dx", m * c, dy2, x2, mean, aff, dx2, np.int64(m), np.int32(c)))
+
+
+@gpu_kernel("bn_fold")
+def bn_fold(outs, ins, p, env):
+    gamma, beta, rmean, rvar = ins
+    scale, bias = outs
+    c = gamma.shape[0]
+    return _launch(env, "rnb_bn_fold", c, gamma, beta, rmean, rvar, np.float64(p.get("eps", 1e-5)), np.int32(c),
+                   scale, bias)
+
+
+@gpu_kernel("bn_inf")
+def bn_inf(outs, ins, p, env):
+    x, scale, bias = ins
+    (y,) = outs
+    _check("bn_inf", "y", y.shape, x.shape)
+    x2, y2 = _rows(x), _rows(y)
+    m, c = x2.shape
+    return _launch(env, "rnb_channel_affine", m * c, x2, y2, scale, bias, np.int64(m), *_i32(c, _act("bn_inf", p)))
+
+
+# ---- pooling -----------------------------------------------------------------------------------
+@gpu_kernel("maxpool_fwd")
+def maxpool_fwd(outs, ins, p, env):
+    (x,) = ins
+    y, am = outs
+    k, s, pad = _pool_geometry("maxpool_fwd", x, y, p)
+    _check("maxpool_fwd", "argmax", am.shape, y.shape)
+    n, h, w, c = x.shape
+    return _launch(env, "rnb_maxpool_fwd", y.size, x, y, am, *_i32(n, h, w, c, k, s, pad, y.shape[1], y.shape[2]))
+
+
+@gpu_kernel("maxpool_bwd")
+def maxpool_bwd(outs, ins, p, env):
+    dy, am = ins
+    (dx,) = outs
+    k, s, pad = _pool_geometry("maxpool_bwd", dx, dy, p)
+    n, h, w, c = dx.shape
+    return _launch(env, "rnb_maxpool_bwd", dx.size, dy, am, dx, *_i32(n, h, w, c, k, s, pad, dy.shape[1], dy.shape[2]))
+
+
+@gpu_kernel("gap_fwd")
+def gap_fwd(outs, ins, p, env):
+    (x,), (y,) = ins, outs
+    n, h, w, c = x.shape
+    _check("gap_fwd", "y", y.shape, (n, c))
+    return _launch(env, "rnb_gap_fwd", y.size, x, y, *_i32(n, h * w, c), np.float32(h * w))
+
+
+@gpu_kernel("gap_bwd")
+def gap_bwd(outs, ins, p, env):
+    (dy,), (dx,) = ins, outs
+    n, h, w, c = dx.shape
+    _check("gap_bwd", "dy", dy.shape, (n, c))
+    return _launch(env, "rnb_gap_bwd", dx.size, dy, dx, *_i32(n, h * w, c), np.float32(h * w))
+
+
+def flatten_copy(env: GpuBindEnv, src: Any, dst: Any) -> Launch:
+    """flatten of (N, H, W, C) features in PyTorch's (C, H, W) order, or its gradient back."""
+    if src.ndim == 4 and dst.ndim == 2:
+        n, h, w, c = src.shape
+        return _launch(env, "rnb_nhwc_to_nchw", src.size, src, dst, *_i32(n, h, w, c, 1))
+    n, h, w, c = dst.shape
+    return _launch(env, "rnb_nhwc_to_nchw", dst.size, src, dst, *_i32(n, h, w, c, 0))
+
+
+# ---- image batches -----------------------------------------------------------------------------
+@gpu_kernel("transfer_image")
+def transfer_image(outs, ins, p, env):
+    """The CPU backend's transfer_image into pinned staging (``prepare``, on the host, before the
+    graph launch: same rows, same resize, same Philox crops and flips), then in the graph the
+    copies up and the device cursor's advance."""
+    cursor = ins[0]
+    x_out, y_out = outs
+    if env.cpu_env is None or p.get("source") not in env.cpu_env.sources:
+        def missing(stream: Any) -> None:
+            raise PlanError(f"transfer_image: no {p.get('source')!r} data was given to the task. Fix: pass "
+                            f"{p.get('source')} data to .data().")
+        missing.unavailable = True  # type: ignore[attr-defined]
+        return missing
+    sx, sy = env.pinned(x_out.shape, np.float32), env.pinned(y_out.shape, np.int32)
+    host_ins = [env.host_twin(v) for v in ins]
+    gather = KERNELS["transfer_image"]([sx, sy], host_ins, p, env.cpu_env)
+    launch = _seq(env.ops.h2d(x_out, sx), env.ops.h2d(y_out, sy),
+                  _single(env, "rnb_advance", cursor, np.int64(y_out.shape[0])))
+    launch.prepare = gather  # type: ignore[attr-defined]
+    return launch
+
+
+GPU_ASYNC_NOTE = """transfer_image_async/transfer_wait (the CPU backend's background gather) are the same
+transfer here: the host gathers before the graph launch, and the copy overlaps the step on the
+TRANS stream, so there is nothing to wait for inside a graph."""
+
+
+@gpu_kernel("transfer_image_async")
+def transfer_image_async(outs, ins, p, env):
+    return transfer_image(outs, ins, p, env)
+
+
+@gpu_kernel("transfer_wait")
+def transfer_wait(outs, ins, p, env):
+    return lambda stream: None
