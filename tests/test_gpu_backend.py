@@ -227,6 +227,17 @@ def test_dropout_kernel_draws_the_cpu_philox_masks(module) -> None:  # type: ign
     assert 0.6 < (mg > 0).mean() < 0.8
 
 
+def assert_same_run(cpu, rc, gpu, rg, rtol_loss: float, rtol_w: float, atol_w: float) -> None:  # type: ignore[no-untyped-def]
+    """The emulated GPU run followed the CPU run: per-step losses, final weights, val and EMA top-1."""
+    assert len(rc.step_losses) == len(rg.step_losses)
+    assert np.allclose(rc.step_losses, rg.step_losses, rtol=rtol_loss)
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    for k in sc:
+        assert np.allclose(sc[k], sg[k], rtol=rtol_w, atol=atol_w), k
+    for a, b in zip(rc.history, rg.history):
+        assert a.val_top1 == b.val_top1 and a.ema_top1 == b.ema_top1
+
+
 # ---- the GPU kernel table driven by task.run() ----------------------------------------------------------
 @pytest.mark.parametrize("data,capture", [("device", "entry"), ("pinned", "entry"), ("device", "step"),
                                           ("pinned", "step")])
@@ -235,13 +246,9 @@ def test_emulated_gpu_training_matches_the_cpu_backend(module, data: str, captur
     rc = cpu.run(progress=False)
     gpu = emulated(mlp_task(), module, data, capture)
     rg = gpu.run(progress=False)
-    assert len(rc.step_losses) == len(rg.step_losses) == 15  # 5 steps (the last one partial) x 3 epochs
-    assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-6)
-    sc, sg = cpu.state_dict(), gpu.state_dict()
-    for k in sc:
-        assert np.allclose(sc[k], sg[k], rtol=1e-5, atol=1e-6), k
+    assert len(rc.step_losses) == 15  # 5 steps (the last one partial) x 3 epochs
+    assert_same_run(cpu, rc, gpu, rg, rtol_loss=1e-6, rtol_w=1e-5, atol_w=1e-6)
     for a, b in zip(rc.history, rg.history):
-        assert a.val_top1 == b.val_top1 and a.ema_top1 == b.ema_top1
         assert a.val_loss == pytest.approx(b.val_loss, rel=1e-6)
     # the dropout mask of the last (partial) step is the CPU's, bit for bit: Philox, offset in the arena
     name = _mask_name(cpu)
@@ -453,14 +460,9 @@ def test_emulated_gpu_conv_net_matches_the_cpu_backend(module, prefetch: bool, c
     gpu = emulated(conv_task(prefetch=prefetch), module, capture=capture)
     assert gpu._runner.data == "pinned"  # image batches always come from the host
     rg = gpu.run(progress=False)
-    assert len(rg.step_losses) == len(rc.step_losses) == 8
+    assert len(rc.step_losses) == 8
     # BN statistics are summed in a different (fixed) order on the GPU: float64 rounding apart
-    assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-5)
-    sc, sg = cpu.state_dict(), gpu.state_dict()
-    for k in sc:
-        assert np.allclose(sc[k], sg[k], rtol=1e-4, atol=1e-5), k
-    for a, b in zip(rc.history, rg.history):
-        assert a.val_top1 == b.val_top1 and a.ema_top1 == b.ema_top1
+    assert_same_run(cpu, rc, gpu, rg, rtol_loss=1e-5, rtol_w=1e-4, atol_w=1e-5)
     for name in ("rnb_im2col", "rnb_col2im", "rnb_bn_stats_part", "rnb_bn_grad_final", "rnb_maxpool_bwd",
                  "rnb_gap_fwd", "rnb_bn_fold"):
         assert module.launches.get(name, 0) > 0, name
@@ -476,9 +478,7 @@ def test_emulated_gpu_resnet_and_flatten_match_the_cpu_backend(module) -> None: 
         rc = cpu.run(progress=False)
         gpu = emulated(conv_task(net, epochs=1), module)
         rg = gpu.run(progress=False)
-        assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-5)
-        sc, sg = cpu.state_dict(), gpu.state_dict()
-        assert all(np.allclose(sc[k], sg[k], rtol=1e-4, atol=1e-5) for k in sc)
+        assert_same_run(cpu, rc, gpu, rg, rtol_loss=1e-5, rtol_w=1e-4, atol_w=1e-5)
 
 
 def test_image_gathers_are_the_cpu_kernels_bit_for_bit(module) -> None:  # type: ignore[no-untyped-def]

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import PlanError
-from ..kernels.conv import _act, _check, _conv_geometry, _pool_geometry, _rows
+from ..kernels.conv import (_act, _check, _conv_geometry, _pool_geometry, _rows, bn_bwd_operands,
+                            bn_fwd_operands, conv_bwd_operands)
 from ..kernels.cpu import KERNELS
 from .kernels import GpuBindEnv, Launch, _launch, _seq, _single, gpu_kernel
 
@@ -71,48 +72,23 @@ def conv_fwd(outs, ins, p, env):
 def conv_bwd(outs, ins, p, env):
     """dy *= (y > 0) and db = column sums (two deterministic passes); dW = dy^T cols; dcols = dy W;
     dx = col2im(dcols) as a gather."""
-    k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
-    dy, x, w = ins[0], ins[1], ins[2]
-    cols = ins[3] if len(ins) > 3 else None
-    y = ins[4] if len(ins) > 4 else None
-    act = _act("conv_bwd", p)
-    if act and y is None:
-        raise PlanError("conv_bwd: act='relu' needs the forward output y as the fifth input.")
-    has_b, need_dx = bool(p.get("bias", False)), bool(p.get("need_dx", True))
-    n, h, wd, cin, cout, ho, wo = _conv_geometry("conv_bwd", x, w, k, s, pad)
-    _check("conv_bwd", "dy", dy.shape, (n, ho, wo, cout))
-    m = n * ho * wo
-    outs = list(outs)
-    dw = outs.pop(0)
-    db = outs.pop(0) if has_b else None
-    dx = outs.pop(0) if need_dx else None
-    dcols = outs.pop(0) if (need_dx and outs) else None
-    direct = k == 1 and s == 1 and pad == 0
-    if direct:
-        cols = x.reshape(m, cin)
-    elif cols is None:
-        raise PlanError("conv_bwd: the im2col buffer 'cols' of the forward pass is the fourth input.")
-    dy2 = dy.reshape(m, cout)
+    o = conv_bwd_operands(outs, ins, p)
+    n, h, wd, cin, cout, ho, wo = o.geometry
+    m = o.dy2.shape[0]
     parts: list[Launch] = []
-    if act or db is not None:
+    if o.act or o.db is not None:
         sl = _slices(m)
         part = _scratch(env, (sl, cout), np.float64)
-        y2 = y.reshape(m, cout) if act else dy2
-        parts.append(_launch(env, "rnb_colsum_part", sl * cout, dy2, y2, np.int64(m), *_i32(cout, sl, act), part))
-        if db is not None:
-            parts.append(_launch(env, "rnb_colsum_final", cout, part, *_i32(cout, sl), db))
-    parts.append(env.gemm.bind(dw.reshape(cout, -1), dy2.T, cols))
-    wmat = w.reshape(cout, -1)
-    if dx is not None:
-        _check("conv_bwd", "dx", dx.shape, x.shape)
-        if direct:
-            parts.append(env.gemm.bind(dx.reshape(m, cin), dy2, wmat))
-        else:
-            if dcols is None:
-                raise PlanError("conv_bwd: need_dx needs a dcols scratch view shaped like cols.")
-            _check("conv_bwd", "dcols", dcols.shape, cols.shape)
-            parts += [env.gemm.bind(dcols, dy2, wmat),
-                      _launch(env, "rnb_col2im", dx.size, dcols, dx, *_i32(n, h, wd, cin, k, s, pad, ho, wo))]
+        parts.append(_launch(env, "rnb_colsum_part", sl * cout, o.dy2, o.y2, np.int64(m), *_i32(cout, sl, o.act),
+                             part))
+        if o.db is not None:
+            parts.append(_launch(env, "rnb_colsum_final", cout, part, *_i32(cout, sl), o.db))
+    parts.append(env.gemm.bind(o.dw2, o.dy2.T, o.cols))
+    if o.dx2 is not None:
+        parts.append(env.gemm.bind(o.dx2, o.dy2, o.wmat))
+    elif o.dcols is not None:
+        parts += [env.gemm.bind(o.dcols, o.dy2, o.wmat),
+                  _launch(env, "rnb_col2im", o.dx.size, o.dcols, o.dx, *_i32(n, h, wd, cin, o.k, o.s, o.pad, ho, wo))]
     return _seq(*parts)
 
 
@@ -120,32 +96,20 @@ def conv_bwd(outs, ins, p, env):
 @gpu_kernel("bn_fwd")
 def bn_fwd(outs, ins, p, env):
     """Statistics (two passes, float64), running stats and the per-channel affine, then y = act(x*a + b)."""
-    x, gamma, beta = ins
-    y, mean, invstd, rmean, rvar = outs
-    _check("bn_fwd", "y", y.shape, x.shape)
-    x2, y2 = _rows(x), _rows(y)
+    x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act = bn_fwd_operands(outs, ins, p)
     m, c = x2.shape
-    if m < 2:
-        raise PlanError(f"bn_fwd: training batch norm needs more than one value per channel, got input {x.shape}.")
     sl = _slices(m)
     part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (2, c), np.float32)
-    momentum, eps = float(p.get("momentum", 0.1)), float(p.get("eps", 1e-5))
     return _seq(
         _launch(env, "rnb_bn_stats_part", sl * c, x2, np.int64(m), *_i32(c, sl), part),
         _launch(env, "rnb_bn_stats_final", c, part, x2, gamma, beta, np.int64(m), *_i32(c, sl), np.float64(momentum),
                 np.float64(eps), mean, invstd, rmean, rvar, aff),
-        _launch(env, "rnb_channel_affine", m * c, x2, y2, aff[0], aff[1], np.int64(m), *_i32(c, _act("bn_fwd", p))))
+        _launch(env, "rnb_channel_affine", m * c, x2, y2, aff[0], aff[1], np.int64(m), *_i32(c, act)))
 
 
 @gpu_kernel("bn_bwd")
 def bn_bwd(outs, ins, p, env):
-    dy, x, y, gamma, mean, invstd = ins
-    dx, dgamma, dbeta = outs
-    _check("bn_bwd", "dx", dx.shape, x.shape)
-    _check("bn_bwd", "dy", dy.shape, x.shape)
-    act = _act("bn_bwd", p)
-    dy2, x2, dx2 = _rows(dy), _rows(x), _rows(dx)
-    y2 = _rows(y) if act else x2
+    dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act = bn_bwd_operands(outs, ins, p)
     m, c = x2.shape
     sl = _slices(m)
     part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (3, c), np.float64)

@@ -37,6 +37,8 @@ allocated once at bind time, never per step.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple, Sequence
+
 import numpy as np
 
 from ..errors import PlanError
@@ -494,9 +496,26 @@ def conv_fwd(outs, ins, p, env):
     return run
 
 
-@kernel("conv_bwd")
-def conv_bwd(outs, ins, p, env):
-    """dy *= (y > 0) if relu; dW = dy2d^T cols; db = 1^T dy2d; dcols = dy2d Wmat; dx = col2im(dcols)."""
+class ConvBwd(NamedTuple):
+    """The operands of a conv_bwd node, checked and reshaped (shared by the CPU and GPU tables)."""
+
+    geometry: tuple[int, int, int, int, int, int, int]  # n, h, w, cin, cout, ho, wo
+    k: int
+    s: int
+    pad: int
+    act: int
+    dy2: Any     # (M, Cout) view of dy
+    y2: Any      # (M, Cout) view of the forward output (dy2 when there is no ReLU)
+    cols: Any    # (M, k*k*Cin): the im2col buffer, or x as (M, Cin) for a 1x1/stride-1 conv
+    wmat: Any    # (Cout, k*k*Cin)
+    dw2: Any     # (Cout, k*k*Cin)
+    db: Any      # (Cout,) or None
+    dx: Any      # like x, or None (first layer)
+    dx2: Any     # dx as (M, Cin) for a 1x1/stride-1 conv (written by the GEMM), else None
+    dcols: Any   # like cols when dx goes through col2im, else None
+
+
+def conv_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> ConvBwd:
     k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
     dy, x, w = ins[0], ins[1], ins[2]
     cols = ins[3] if len(ins) > 3 else None
@@ -505,7 +524,8 @@ def conv_bwd(outs, ins, p, env):
     if act and y is None:
         raise PlanError("conv_bwd: act='relu' needs the forward output y as the fifth input.")
     has_b, need_dx = bool(p.get("bias", False)), bool(p.get("need_dx", True))
-    n, h, wd, cin, cout, ho, wo = _conv_geometry("conv_bwd", x, w, k, s, pad)
+    geometry = _conv_geometry("conv_bwd", x, w, k, s, pad)
+    n, h, wd, cin, cout, ho, wo = geometry
     _check("conv_bwd", "dy", dy.shape, (n, ho, wo, cout))
     m = n * ho * wo
     outs = list(outs)
@@ -522,22 +542,30 @@ def conv_bwd(outs, ins, p, env):
             raise PlanError("conv_bwd: the im2col buffer 'cols' of the forward pass is the fourth input.")
         _check("conv_bwd", "cols", cols.shape, (m, k * k * cin))
     dy2 = dy.reshape(m, cout)
-    dyt = dy2.T
-    dw2 = dw.reshape(cout, -1)
-    wmat = w.reshape(cout, -1)
-    acc = np.zeros(cout, np.float64)  # bind-time scratch for the float64 bias-gradient sums
-    db_or_empty = db if db is not None else EMPTY_F32.astype(dy.dtype)
-    y2 = y.reshape(m, cout) if act else dy2
-    dx2 = dx3 = None
+    dx2 = None
     if dx is not None:
         _check("conv_bwd", "dx", dx.shape, x.shape)
         if direct:
-            dx2 = dx.reshape(m, cin)
+            dx2, dcols = dx.reshape(m, cin), None
         else:
             if dcols is None:
                 raise PlanError("conv_bwd: need_dx needs a dcols scratch view shaped like cols.")
             _check("conv_bwd", "dcols", dcols.shape, cols.shape)
-            dx3 = dx.reshape(n, h, wd * cin)
+    return ConvBwd(geometry, k, s, pad, act, dy2, y.reshape(m, cout) if act else dy2, cols, w.reshape(cout, -1),
+                   dw.reshape(cout, -1), db, dx, dx2, dcols)
+
+
+@kernel("conv_bwd")
+def conv_bwd(outs, ins, p, env):
+    """dy *= (y > 0) if relu; dW = dy2d^T cols; db = 1^T dy2d; dcols = dy2d Wmat; dx = col2im(dcols)."""
+    o = conv_bwd_operands(outs, ins, p)
+    n, h, wd, cin, cout, ho, wo = o.geometry
+    k, s, pad, act, dy2, y2, cols, wmat, dw2, db, dx2, dcols = (o.k, o.s, o.pad, o.act, o.dy2, o.y2, o.cols,
+                                                                 o.wmat, o.dw2, o.db, o.dx2, o.dcols)
+    dyt = dy2.T
+    acc = np.zeros(cout, np.float64)  # bind-time scratch for the float64 bias-gradient sums
+    db_or_empty = db if db is not None else EMPTY_F32.astype(dy2.dtype)
+    dx3 = o.dx.reshape(n, h, wd * cin) if dcols is not None else None
     matmul, mask_colsum, col2im = np.matmul, mask_colsum_, col2im_
     pre = bool(act) or db is not None
 
@@ -559,9 +587,9 @@ def _rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1, a.shape[-1])
 
 
-@kernel("bn_fwd")
-def bn_fwd(outs, ins, p, env):
-    """Training batch norm: batch statistics (float64), running stats as PyTorch, y = act(xhat*g + b)."""
+def bn_fwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
+    """(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act) of a bn_fwd node, checked,
+    x and y as (rows, C) (shared by the CPU and GPU tables)."""
     x, gamma, beta = ins
     y, mean, invstd, rmean, rvar = outs
     _check("bn_fwd", "y", y.shape, x.shape)
@@ -573,23 +601,36 @@ def bn_fwd(outs, ins, p, env):
     if x2.shape[0] < 2:
         raise PlanError(f"bn_fwd: training batch norm needs more than one value per channel, got input {x.shape}.")
     momentum, eps = float(p.get("momentum", 0.1)), float(p.get("eps", 1e-5))
-    act = _act("bn_fwd", p)
+    return x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, _act("bn_fwd", p)
+
+
+def bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
+    """(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act) of a bn_bwd node, checked, feature maps
+    as (rows, C); y2 is x2 without a fused ReLU (shared by the CPU and GPU tables)."""
+    dy, x, y, gamma, mean, invstd = ins
+    dx, dgamma, dbeta = outs
+    _check("bn_bwd", "dx", dx.shape, x.shape)
+    _check("bn_bwd", "dy", dy.shape, x.shape)
+    act = _act("bn_bwd", p)
+    x2 = _rows(x)
+    return _rows(dy), x2, (_rows(y) if act else x2), gamma, mean, invstd, _rows(dx), dgamma, dbeta, act
+
+
+@kernel("bn_fwd")
+def bn_fwd(outs, ins, p, env):
+    """Training batch norm: batch statistics (float64), running stats as PyTorch, y = act(xhat*g + b)."""
+    x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act = bn_fwd_operands(outs, ins, p)
+    c = x2.shape[1]
     acc = np.zeros((2, c), np.float64)  # bind-time scratch: shifted sums
-    aff = np.zeros((2, c), x.dtype)     # bind-time scratch: per-channel scale and shift
+    aff = np.zeros((2, c), x2.dtype)    # bind-time scratch: per-channel scale and shift
     f = bn_train_fwd_
     return lambda: f(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff)
 
 
 @kernel("bn_bwd")
 def bn_bwd(outs, ins, p, env):
-    dy, x, y, gamma, mean, invstd = ins
-    dx, dgamma, dbeta = outs
-    _check("bn_bwd", "dx", dx.shape, x.shape)
-    _check("bn_bwd", "dy", dy.shape, x.shape)
-    c = x.shape[-1]
-    act = _act("bn_bwd", p)
-    dy2, x2, dx2 = _rows(dy), _rows(x), _rows(dx)
-    y2 = _rows(y) if act else x2
+    dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act = bn_bwd_operands(outs, ins, p)
+    c = x2.shape[1]
     acc = np.zeros((2, c), np.float64)
     aff = np.zeros((3, c), np.float64)
     f = bn_train_bwd_

@@ -33,6 +33,14 @@ extern "C" __global__ void rnb_im2col(const float* x, float* cols, int n, int h,
     }
 }
 
+// An (N, H, W, C) element index split into its sample, row, column and channel.
+RNB_HD void rnb_nhwc(rnb_i64 e, int h, int w, int c, rnb_i64* b, int* ih, int* iw, int* q) {
+    *q = (int)(e % c);
+    *iw = (int)((e / c) % w);
+    *ih = (int)((e / ((rnb_i64)c * w)) % h);
+    *b = e / ((rnb_i64)c * w * h);
+}
+
 // The output positions whose window (start o*s - p, length k) covers input index i, as [lo, hi].
 RNB_HD void rnb_covering(int i, int s, int p, int k, int n_out, int* lo, int* hi) {
     int a = i + p - k + 1;  // o*s >= a
@@ -46,9 +54,9 @@ extern "C" __global__ void rnb_col2im(const float* dcols, float* dx, int n, int 
                                       int ho, int wo) {
     rnb_i64 kkc = (rnb_i64)k * k * c;
     RNB_GRID_STRIDE(e, (rnb_i64)n * h * w * c) {
-        int q = (int)(e % c);
-        int iw = (int)((e / c) % w), ih = (int)((e / ((rnb_i64)c * w)) % h);
-        rnb_i64 b = e / ((rnb_i64)c * w * h);
+        rnb_i64 b;
+        int ih, iw, q;
+        rnb_nhwc(e, h, w, c, &b, &ih, &iw, &q);
         int oh0, oh1, ow0, ow1;
         rnb_covering(ih, s, p, k, ho, &oh0, &oh1);
         rnb_covering(iw, s, p, k, wo, &ow0, &ow1);
@@ -214,9 +222,9 @@ extern "C" __global__ void rnb_bn_fold(const float* gamma, const float* beta, co
 extern "C" __global__ void rnb_maxpool_fwd(const float* x, float* y, int* am, int n, int h, int w, int c, int k, int s,
                                            int p, int ho, int wo) {
     RNB_GRID_STRIDE(e, (rnb_i64)n * ho * wo * c) {
-        int q = (int)(e % c);
-        int ow = (int)((e / c) % wo), oh = (int)((e / ((rnb_i64)c * wo)) % ho);
-        rnb_i64 b = e / ((rnb_i64)c * wo * ho);
+        rnb_i64 b;
+        int oh, ow, q;
+        rnb_nhwc(e, ho, wo, c, &b, &oh, &ow, &q);
         int hs = oh * s - p, ws = ow * s - p;
         int he = hs + k < h ? hs + k : h, we = ws + k < w ? ws + k : w;
         hs = hs > 0 ? hs : 0;
@@ -240,9 +248,9 @@ extern "C" __global__ void rnb_maxpool_fwd(const float* x, float* y, int* am, in
 extern "C" __global__ void rnb_maxpool_bwd(const float* dy, const int* am, float* dx, int n, int h, int w, int c, int k,
                                            int s, int p, int ho, int wo) {
     RNB_GRID_STRIDE(e, (rnb_i64)n * h * w * c) {
-        int q = (int)(e % c);
-        int iw = (int)((e / c) % w), ih = (int)((e / ((rnb_i64)c * w)) % h);
-        rnb_i64 b = e / ((rnb_i64)c * w * h);
+        rnb_i64 b;
+        int ih, iw, q;
+        rnb_nhwc(e, h, w, c, &b, &ih, &iw, &q);
         int oh0, oh1, ow0, ow1;
         rnb_covering(ih, s, p, k, ho, &oh0, &oh1);
         rnb_covering(iw, s, p, k, wo, &ow0, &ow1);
@@ -279,9 +287,9 @@ extern "C" __global__ void rnb_gap_bwd(const float* dy, float* dx, int n, int hw
 // flatten of (N, H, W, C) features in PyTorch's (C, H, W) order, and back (the gradient).
 extern "C" __global__ void rnb_nhwc_to_nchw(const float* src, float* dst, int n, int h, int w, int c, int to_nchw) {
     RNB_GRID_STRIDE(e, (rnb_i64)n * h * w * c) {
-        int q = (int)(e % c);
-        int iw = (int)((e / c) % w), ih = (int)((e / ((rnb_i64)c * w)) % h);
-        rnb_i64 b = e / ((rnb_i64)c * w * h);
+        rnb_i64 b;
+        int ih, iw, q;
+        rnb_nhwc(e, h, w, c, &b, &ih, &iw, &q);
         rnb_i64 chw = ((b * c + q) * h + ih) * w + iw;
         if (to_nchw) dst[chw] = src[e];
         else dst[e] = src[chw];
