@@ -41,8 +41,8 @@ def check_supported(compiled: Any) -> None:
     missing = unsupported_ops(ops)
     if missing:
         raise DeviceError(f"device('cuda'): this model needs ops with no GPU kernel yet: {missing}. The GPU backend "
-                          "runs MLPs and conv nets (conv, batch norm, max pooling, global average pooling, "
-                          "flatten); average pooling is CPU-only. Fix: use device('cpu') for this model, or "
+                          "runs the ops the compiler emits for MLPs and conv nets. Fix: use device('cpu') for this "
+                          "model, or "
                           "device('auto'), which falls back to the CPU for it.")
 
 

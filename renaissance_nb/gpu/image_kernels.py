@@ -1,5 +1,5 @@
-"""GPU kernels of image models: conv, batch norm, max pooling, global average pooling, flatten,
-and image batch transfers. Registered into GPU_KERNELS (kernels.py imports this module).
+"""GPU kernels of image models: conv, batch norm, max and average pooling, global average pooling,
+flatten, and image batch transfers. Registered into GPU_KERNELS (kernels.py imports this module).
 
 The factories check shapes with the CPU table's own helpers (kernels/conv.py), so a plan the
 CPU backend rejects is rejected here with the same message. Convolutions are im2col + one
@@ -156,6 +156,24 @@ def maxpool_bwd(outs, ins, p, env):
     k, s, pad = _pool_geometry("maxpool_bwd", dx, dy, p)
     n, h, w, c = dx.shape
     return _launch(env, "rnb_maxpool_bwd", dx.size, dy, am, dx, *_i32(n, h, w, c, k, s, pad, dy.shape[1], dy.shape[2]))
+
+
+@gpu_kernel("avgpool_fwd")
+def avgpool_fwd(outs, ins, p, env):
+    (x,), (y,) = ins, outs
+    k, s, pad = _pool_geometry("avgpool_fwd", x, y, p)
+    n, h, w, c = x.shape
+    return _launch(env, "rnb_avgpool_fwd", y.size, x, y, *_i32(n, h, w, c, k, s, pad, y.shape[1], y.shape[2]),
+                   np.float32(k * k))
+
+
+@gpu_kernel("avgpool_bwd")
+def avgpool_bwd(outs, ins, p, env):
+    (dy,), (dx,) = ins, outs
+    k, s, pad = _pool_geometry("avgpool_bwd", dx, dy, p)
+    n, h, w, c = dx.shape
+    return _launch(env, "rnb_avgpool_bwd", dx.size, dy, dx, *_i32(n, h, w, c, k, s, pad, dy.shape[1], dy.shape[2]),
+                   np.float32(k * k))
 
 
 @gpu_kernel("gap_fwd")

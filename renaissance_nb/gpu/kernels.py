@@ -388,7 +388,8 @@ def ema_update(outs, ins, p, env):
 
 
 def unsupported_ops(ops: Sequence[str]) -> list[str]:
-    """Ops of a plan that have no GPU kernel (average pooling today)."""
+    """Ops of a plan that have no GPU kernel (none of the ops the compiler emits today; a plan
+    built by hand may use others)."""
     return sorted({op for op in ops if op not in GPU_KERNELS})
 
 

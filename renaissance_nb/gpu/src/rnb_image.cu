@@ -295,3 +295,38 @@ extern "C" __global__ void rnb_nhwc_to_nchw(const float* src, float* dst, int n,
         else dst[e] = src[chw];
     }
 }
+
+// Average pooling: (sum of the window's inside values, in order) / k^2, padding counting as zeros;
+// its gradient as a gather of dy / k^2 over the covering windows, in the CPU scatter's order.
+extern "C" __global__ void rnb_avgpool_fwd(const float* x, float* y, int n, int h, int w, int c, int k, int s, int p,
+                                           int ho, int wo, float kk) {
+    RNB_GRID_STRIDE(e, (rnb_i64)n * ho * wo * c) {
+        rnb_i64 b;
+        int oh, ow, q;
+        rnb_nhwc(e, ho, wo, c, &b, &oh, &ow, &q);
+        int hs = oh * s - p, ws = ow * s - p;
+        int he = hs + k < h ? hs + k : h, we = ws + k < w ? ws + k : w;
+        hs = hs > 0 ? hs : 0;
+        ws = ws > 0 ? ws : 0;
+        float acc = 0.0f;
+        for (int ih = hs; ih < he; ++ih)
+            for (int iw = ws; iw < we; ++iw) acc += x[((b * h + ih) * w + iw) * c + q];
+        y[e] = acc / kk;
+    }
+}
+
+extern "C" __global__ void rnb_avgpool_bwd(const float* dy, float* dx, int n, int h, int w, int c, int k, int s, int p,
+                                           int ho, int wo, float kk) {
+    RNB_GRID_STRIDE(e, (rnb_i64)n * h * w * c) {
+        rnb_i64 b;
+        int ih, iw, q;
+        rnb_nhwc(e, h, w, c, &b, &ih, &iw, &q);
+        int oh0, oh1, ow0, ow1;
+        rnb_covering(ih, s, p, k, ho, &oh0, &oh1);
+        rnb_covering(iw, s, p, k, wo, &ow0, &ow1);
+        float acc = 0.0f;
+        for (int oh = oh0; oh <= oh1; ++oh)
+            for (int ow = ow0; ow <= ow1; ++ow) acc += dy[((b * ho + oh) * wo + ow) * c + q] / kk;
+        dx[e] = acc;
+    }
+}
