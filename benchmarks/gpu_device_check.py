@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/gpu_device_check.py --out benchmarks/results/gpu_h200.txt
     python benchmarks/gpu_device_check.py --smoke   # here, without a GPU: the torch and CPU parts, tiny
+    python benchmarks/gpu_device_check.py --stand-in --skip-tests   # the GPU branch on the CPU stand-in
 
 One script, one run (device time is scarce): 1) versions of everything; 2) the GPU test suite
 (tests/test_gpu.py: 20 steps against the CPU backend from the same weights, byte-identical
@@ -35,10 +36,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
-from renaissance_nb.gpu import probe  # noqa: E402
+import renaissance_nb.gpu.device as gpu_device  # noqa: E402
 
 LAYERS = (784, 1024, 512, 256, 10)
 OUT_FILE: list[Path] = []  # the report, appended line by line: a run cut short still leaves what it measured
+STAND_IN: list[bool] = []  # --stand-in: device("cuda") served by the tests' CPU stand-in for CuPy (a dry run)
 
 
 def say(line: str = "") -> None:
@@ -49,7 +51,7 @@ def say(line: str = "") -> None:
 
 
 def versions() -> None:
-    info, reason = probe()
+    info, reason = gpu_device.probe()
     say(f"date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     say(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     say(f"GPU: {info if info else 'none: ' + reason}")
@@ -265,8 +267,10 @@ def bench(batch: int, device: str, n: int, rounds: int, compiled: bool = False) 
             contenders[name] = got
     try:
         import torch  # noqa: F401
+        if STAND_IN:
+            raise ImportError
     except ImportError:
-        say("   torch not installed: PyTorch contenders skipped")
+        say("   torch not installed or a stand-in dry run: PyTorch contenders skipped")
     else:
         for loader in ((False, True) if not compiled else ()):
             tag = "loader" if loader else "on device"
@@ -353,7 +357,9 @@ def conv_bench(device: str, n: int, rounds: int) -> None:
         return epoch, 0.0
 
     contenders = {}
-    for name, make in (("renaissance_nb conv net", ours_conv), ("torch eager conv net (on device)", torch_conv)):
+    makers = (("renaissance_nb conv net", ours_conv),) + (() if STAND_IN else
+                                                        (("torch eager conv net (on device)", torch_conv),))
+    for name, make in makers:
         got = stage(name, make)
         if got:
             contenders[name] = got
@@ -377,30 +383,49 @@ def _timed(f: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
+def use_stand_in() -> None:
+    """Serve device("cuda") with the tests' CPU stand-in for CuPy (tests/cuda_emulator.py, built by
+    g++): a dry run of this script's GPU branch, to catch its own mistakes before device time is spent."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import cuda_emulator
+
+    import renaissance_nb.gpu.executor as gpu_executor
+    module = cuda_emulator.EmulatedModule()
+    info = gpu_device.DeviceInfo("CPU stand-in (tests/cuda_emulator.py)", "90", 0.0, "-", 0, 0)
+    gpu_device.probe = lambda: (info, "")  # type: ignore[assignment]
+    gpu_executor.cupy_runtime = lambda: cuda_emulator.emulated_runtime(module)  # type: ignore[assignment]
+    STAND_IN.append(True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="", help="also write the report here")
     ap.add_argument("--smoke", action="store_true", help="no GPU: CPU device, small data, no torch.compile")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--stand-in", action="store_true",
+                    help="no GPU: a dry run of the GPU branch (ours only, small data) on the tests' CPU stand-in")
     a = ap.parse_args()
+    if a.stand_in:
+        use_stand_in()
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text("")
         OUT_FILE.append(Path(a.out))
     versions()
-    gpu = probe()[0] is not None and not a.smoke
-    if gpu:
+    gpu = gpu_device.probe()[0] is not None and not a.smoke
+    if gpu and not STAND_IN:
         stage("diagnostics", diagnose)
     if not a.skip_tests:
         stage("tests", lambda: run_tests(not gpu))
-    if gpu:
+    real = gpu and not STAND_IN
+    if real:
         for b in (128, 512):
             stage(f"GEMM candidates at batch {b}", lambda b=b: gemm_candidates(b))
     for b in (128, 512):
-        bench(b, "cuda" if gpu else "cpu", 60000 if gpu else 2048, a.rounds if gpu else 2)
-    conv_bench("cuda" if gpu else "cpu", 60000 if gpu else 512, 3 if gpu else 2)
-    if gpu:
+        bench(b, "cuda" if gpu else "cpu", 60000 if real else 2048, a.rounds if real else 2)
+    conv_bench("cuda" if gpu else "cpu", 60000 if real else 512, 3 if real else 2)
+    if real:
         for b in (128, 512):
             bench(b, "cuda", 60000, a.rounds, compiled=True)
 
