@@ -224,16 +224,14 @@ def transfer_image(outs, ins, p, env):
     return launch
 
 
-GPU_ASYNC_NOTE = """transfer_image_async/transfer_wait (the CPU backend's background gather) are the same
-transfer here: the host gathers before the graph launch, and the copy overlaps the step on the
-TRANS stream, so there is nothing to wait for inside a graph."""
-
-
 @gpu_kernel("transfer_image_async")
 def transfer_image_async(outs, ins, p, env):
+    """The CPU backend's background gather is the same transfer here: the host gathers before the
+    graph launch and the copy overlaps the step on the TRANS stream."""
     return transfer_image(outs, ins, p, env)
 
 
 @gpu_kernel("transfer_wait")
 def transfer_wait(outs, ins, p, env):
+    """Nothing to wait for inside a graph: the stream order already puts the copy first."""
     return lambda stream: None
