@@ -139,41 +139,40 @@ def bn_inf(outs, ins, p, env):
 
 
 # ---- pooling -----------------------------------------------------------------------------------
+def _pool_args(op: str, image: Any, pooled: Any, p: dict) -> tuple[tuple[np.int32, ...], int]:
+    """(n, h, w, c, k, s, pad, ho, wo) as kernel arguments, checked as the CPU checks them; and k."""
+    k, s, pad = _pool_geometry(op, image, pooled, p)
+    n, h, w, c = image.shape
+    return _i32(n, h, w, c, k, s, pad, pooled.shape[1], pooled.shape[2]), k
+
+
 @gpu_kernel("maxpool_fwd")
 def maxpool_fwd(outs, ins, p, env):
-    (x,) = ins
-    y, am = outs
-    k, s, pad = _pool_geometry("maxpool_fwd", x, y, p)
+    (x,), (y, am) = ins, outs
+    geo, _ = _pool_args("maxpool_fwd", x, y, p)
     _check("maxpool_fwd", "argmax", am.shape, y.shape)
-    n, h, w, c = x.shape
-    return _launch(env, "rnb_maxpool_fwd", y.size, x, y, am, *_i32(n, h, w, c, k, s, pad, y.shape[1], y.shape[2]))
+    return _launch(env, "rnb_maxpool_fwd", y.size, x, y, am, *geo)
 
 
 @gpu_kernel("maxpool_bwd")
 def maxpool_bwd(outs, ins, p, env):
-    dy, am = ins
-    (dx,) = outs
-    k, s, pad = _pool_geometry("maxpool_bwd", dx, dy, p)
-    n, h, w, c = dx.shape
-    return _launch(env, "rnb_maxpool_bwd", dx.size, dy, am, dx, *_i32(n, h, w, c, k, s, pad, dy.shape[1], dy.shape[2]))
+    (dy, am), (dx,) = ins, outs
+    geo, _ = _pool_args("maxpool_bwd", dx, dy, p)
+    return _launch(env, "rnb_maxpool_bwd", dx.size, dy, am, dx, *geo)
 
 
 @gpu_kernel("avgpool_fwd")
 def avgpool_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
-    k, s, pad = _pool_geometry("avgpool_fwd", x, y, p)
-    n, h, w, c = x.shape
-    return _launch(env, "rnb_avgpool_fwd", y.size, x, y, *_i32(n, h, w, c, k, s, pad, y.shape[1], y.shape[2]),
-                   np.float32(k * k))
+    geo, k = _pool_args("avgpool_fwd", x, y, p)
+    return _launch(env, "rnb_avgpool_fwd", y.size, x, y, *geo, np.float32(k * k))
 
 
 @gpu_kernel("avgpool_bwd")
 def avgpool_bwd(outs, ins, p, env):
     (dy,), (dx,) = ins, outs
-    k, s, pad = _pool_geometry("avgpool_bwd", dx, dy, p)
-    n, h, w, c = dx.shape
-    return _launch(env, "rnb_avgpool_bwd", dx.size, dy, dx, *_i32(n, h, w, c, k, s, pad, dy.shape[1], dy.shape[2]),
-                   np.float32(k * k))
+    geo, k = _pool_args("avgpool_bwd", dx, dy, p)
+    return _launch(env, "rnb_avgpool_bwd", dx.size, dy, dx, *geo, np.float32(k * k))
 
 
 @gpu_kernel("gap_fwd")

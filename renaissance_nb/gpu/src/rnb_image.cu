@@ -41,6 +41,13 @@ RNB_HD void rnb_nhwc(rnb_i64 e, int h, int w, int c, rnb_i64* b, int* ih, int* i
     *b = e / ((rnb_i64)c * w * h);
 }
 
+// Input rows [lo, hi) that output position o's window covers (padding clipped), as the CPU's window_.
+RNB_HD void rnb_window(int o, int s, int p, int k, int n, int* lo, int* hi) {
+    int start = o * s - p;
+    *lo = start > 0 ? start : 0;
+    *hi = start + k < n ? start + k : n;
+}
+
 // The output positions whose window (start o*s - p, length k) covers input index i, as [lo, hi].
 RNB_HD void rnb_covering(int i, int s, int p, int k, int n_out, int* lo, int* hi) {
     int a = i + p - k + 1;  // o*s >= a
@@ -225,10 +232,9 @@ extern "C" __global__ void rnb_maxpool_fwd(const float* x, float* y, int* am, in
         rnb_i64 b;
         int oh, ow, q;
         rnb_nhwc(e, ho, wo, c, &b, &oh, &ow, &q);
-        int hs = oh * s - p, ws = ow * s - p;
-        int he = hs + k < h ? hs + k : h, we = ws + k < w ? ws + k : w;
-        hs = hs > 0 ? hs : 0;
-        ws = ws > 0 ? ws : 0;
+        int hs, he, ws, we;
+        rnb_window(oh, s, p, k, h, &hs, &he);
+        rnb_window(ow, s, p, k, w, &ws, &we);
         float best = rnb_neg_inf();
         int arg = hs * w + ws;
         for (int ih = hs; ih < he; ++ih)
@@ -304,10 +310,9 @@ extern "C" __global__ void rnb_avgpool_fwd(const float* x, float* y, int n, int 
         rnb_i64 b;
         int oh, ow, q;
         rnb_nhwc(e, ho, wo, c, &b, &oh, &ow, &q);
-        int hs = oh * s - p, ws = ow * s - p;
-        int he = hs + k < h ? hs + k : h, we = ws + k < w ? ws + k : w;
-        hs = hs > 0 ? hs : 0;
-        ws = ws > 0 ? ws : 0;
+        int hs, he, ws, we;
+        rnb_window(oh, s, p, k, h, &hs, &he);
+        rnb_window(ow, s, p, k, w, &ws, &we);
         float acc = 0.0f;
         for (int ih = hs; ih < he; ++ih)
             for (int iw = ws; iw < we; ++iw) acc += x[((b * h + ih) * w + iw) * c + q];
