@@ -289,11 +289,11 @@ class DeepLearningTask(TaskBase):
 
     def reset(self) -> "DeepLearningTask":
         """Discard the plan, arena and history; settings stay. Back to PLANNING."""
-        keep = {k: getattr(self, k) for k in ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss",
-                                                 "_optimizer", "_scheduler", "_epochs", "_seed", "_fuse",
-                                                 "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every", "_ema",
-                                                 "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data", "_device_capture",
-                                                 "_save_best", "name")}
+        settings = ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer", "_scheduler",
+                    "_epochs", "_seed", "_fuse", "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every",
+                    "_ema", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
+                    "_device_capture", "_save_best", "name")
+        keep = {k: getattr(self, k) for k in settings}
         self.__init__(self.name)  # type: ignore[misc]
         self.__dict__.update(keep)
         return self

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -204,7 +205,7 @@ class EmuEvent:
             raise CaptureError("event.synchronize: the event was recorded in a capture still in progress")
 
 
-_STREAMS: list[EmuStream] = []
+_STREAMS: "weakref.WeakSet[EmuStream]" = weakref.WeakSet()  # every stream made, while it lives
 _CAPTURING: list[EmuStream] = []
 NULL_STREAM = EmuStream()
 _CURRENT: list[EmuStream] = [NULL_STREAM]
@@ -212,7 +213,7 @@ _CURRENT: list[EmuStream] = [NULL_STREAM]
 
 def new_stream() -> EmuStream:
     s = EmuStream()
-    _STREAMS.append(s)
+    _STREAMS.add(s)
     return s
 
 
@@ -312,7 +313,8 @@ def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34) -> Devic
     def same_array(dev: np.ndarray, host: np.ndarray, what: str) -> None:
         # CuPy's ndarray.set / get(out=) take host arrays of the same dtype and shape only
         if not isinstance(host, np.ndarray) or host.dtype != dev.dtype:
-            raise TypeError(f"{what}: a {getattr(host, 'dtype', type(host))} host array with a {dev.dtype} device array")
+            got = getattr(host, "dtype", type(host))
+            raise TypeError(f"{what}: a {got} host array with a {dev.dtype} device array")
         if host.shape != dev.shape:
             raise ValueError(f"{what}: shape mismatch, device {dev.shape}, host {host.shape}")
 
