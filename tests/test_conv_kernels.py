@@ -163,6 +163,43 @@ def test_maxpool_2x2_fast_path_is_the_general_loop(h, w):
     assert np.isnan(y2).any() and np.isneginf(y2).any()
 
 
+@pytest.mark.parametrize("h,w,k,s,p", [(7, 6, 3, 1, 1), (7, 6, 3, 2, 1), (5, 4, 5, 1, 2), (6, 7, 5, 2, 2), (3, 3, 5, 1, 3),
+                                       (8, 5, 1, 1, 0), (6, 6, 2, 2, 0), (4, 9, 3, 3, 0)])
+def test_one_channel_im2col_is_the_general_loop(h, w, k, s, p):
+    """The tap-by-tap im2col of Cin=1 layers writes im2col_'s values everywhere, padding included
+    (cols starts full of garbage: every element must be written)."""
+    from renaissance_nb.kernels.conv import im2col_, im2col_one_channel
+    x = np.random.default_rng(h * 100 + w * 10 + k).standard_normal((3, h, w, 1)).astype(np.float32)
+    ho, wo = out_size(h, k, s, p), out_size(w, k, s, p)
+    ref, got = np.full((3 * ho * wo, k * k), 7.0, np.float32), np.full((3 * ho * wo, k * k), np.nan, np.float32)
+    im2col_(x.reshape(3, h, w), ref, 1, k, s, p, ho, wo)
+    im2col_one_channel(x, got, k, s, p, ho, wo)()
+    assert np.array_equal(ref, got)
+
+
+def test_one_channel_conv_gradients():
+    c = Conv(2, 6, 5, 1, 4, 3, 1, 1, True, "relu", F64, seed=3)
+    check_backward(c.fwd, c.bwd, c.y, c.dy, 2, [(c.dw, c.w), (c.db, c.b)])
+
+
+@pytest.mark.parametrize("h,w", [(6, 4), (7, 5)])
+def test_maxpool_2x2_backward_is_the_general_loop(h, w):
+    """The one-pass 2x2/stride-2 backward gives the scatter's bits: ties, NaN, -0.0, odd sizes."""
+    from renaissance_nb.kernels.conv import maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_
+    rng = np.random.default_rng(10)
+    x = rng.integers(-3, 3, (3, h, w, 19)).astype(np.float32)
+    x[0, 0, 0, :4] = np.nan
+    ho, wo = (h - 2) // 2 + 1, (w - 2) // 2 + 1
+    y, am = np.zeros((3, ho, wo, 19), np.float32), np.zeros((3, ho, wo, 19), np.int32)
+    maxpool2_fwd_(x, y, am)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dy[0, 0, 0, :3] = -0.0
+    ref, got = np.full(x.shape, 5.0, np.float32), np.full(x.shape, np.nan, np.float32)
+    maxpool_bwd_(dy, am, ref.reshape(3, h * w, 19))
+    maxpool2_bwd_(dy, am, got)
+    assert np.array_equal(ref.view(np.int32), got.view(np.int32))
+
+
 def test_gap_gradients():
     x = np.random.default_rng(5).standard_normal((2, 3, 4, 5))
     y, dy, dx = np.zeros((2, 5)), np.zeros((2, 5)), np.zeros_like(x)

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import PlanError
 from . import fused
-from .cpu import EMPTY_F32, kernel
+from .cpu import EMPTY_F32, Kernel, kernel
 
 jit = fused.jit
 
@@ -369,6 +369,40 @@ def maxpool_bwd_(dy, am, dx3):
 
 
 @jit
+def maxpool2_bwd_(dy, am, dx):
+    """maxpool_bwd_ for 2x2 windows, stride 2, no padding. Such windows do not overlap, so each
+    input gets at most one output's gradient and dx is written in one pass (no zeroing pass, no
+    scatter): 0.0 + g where the argmax points, 0 elsewhere, the general loop's bits (-0.0 and
+    odd sizes included)."""
+    n_, h, w, c = dx.shape
+    ho, wo = dy.shape[1], dy.shape[2]
+    dx3 = dx.reshape(n_, h, w * c)
+    dy3 = dy.reshape(n_, ho, wo * c)
+    a3 = am.reshape(n_, ho, wo * c)
+    for n in range(n_):
+        for ih in range(h):
+            dr = dx3[n, ih]
+            oh = ih // 2
+            if oh >= ho:
+                for q in range(w * c):
+                    dr[q] = 0.0
+                continue
+            gr = dy3[n, oh]
+            ar = a3[n, oh]
+            for iw in range(w):
+                ow = iw // 2
+                base = iw * c
+                if ow >= wo:
+                    for q in range(c):
+                        dr[base + q] = 0.0
+                    continue
+                idx = ih * w + iw
+                ob = ow * c
+                for q in range(c):
+                    dr[base + q] = (gr[ob + q] + 0.0) if ar[ob + q] == idx else 0.0
+
+
+@jit
 def avgpool_fwd_(x, y, k, s, p, kk):
     """y = (sum of the window's inside values) / k^2 (padding counts as zeros).
 
@@ -455,6 +489,43 @@ def _conv_geometry(op, x, w, k, s, p):
     return n, h, wd, cin, cout, ho, wo
 
 
+def _tap_span(i: int, size: int, out: int, s: int, p: int) -> tuple[int, int]:
+    """Outputs o whose tap i lands inside the input: 0 <= o*s - p + i < size, as [lo, hi)."""
+    lo = min(out, max(0, -(-(p - i) // s)))
+    return lo, max(lo, min(out, (size - 1 + p - i) // s + 1))
+
+
+def im2col_one_channel(x: np.ndarray, cols: np.ndarray, k: int, s: int, p: int, ho: int, wo: int) -> Kernel:
+    """im2col_ for Cin = 1 (grayscale first layers), the same values. With one channel a patch
+    row is k scalars, too short for im2col_'s per-pixel loops (4x slower there); instead, each
+    of the k*k taps is one strided copy of the image into its column, plus zero strips where the
+    tap falls in the padding. The views are made here, once; a step makes k*k NumPy copies."""
+    n, h, w, _ = x.shape
+    x3, taps = x.reshape(n, h, w), cols.reshape(n, ho, wo, k, k)
+    copies: list[tuple[np.ndarray, np.ndarray]] = []
+    zeros: list[np.ndarray] = []
+    for i in range(k):
+        h_lo, h_hi = _tap_span(i, h, ho, s, p)
+        for j in range(k):
+            w_lo, w_hi = _tap_span(j, w, wo, s, p)
+            tap = taps[:, :, :, i, j]
+            if h_hi == h_lo or w_hi == w_lo:
+                zeros.append(tap)
+                continue
+            src = x3[:, h_lo * s - p + i:(h_hi - 1) * s - p + i + 1:s, w_lo * s - p + j:(w_hi - 1) * s - p + j + 1:s]
+            copies.append((tap[:, h_lo:h_hi, w_lo:w_hi], src))
+            zeros += [v for v in (tap[:, :h_lo], tap[:, h_hi:], tap[:, h_lo:h_hi, :w_lo], tap[:, h_lo:h_hi, w_hi:])
+                      if v.size]
+    copy = np.copyto
+
+    def run() -> None:
+        for dst, src in copies:
+            copy(dst, src)
+        for z in zeros:
+            z.fill(0)
+    return run
+
+
 @kernel("conv_fwd")
 def conv_fwd(outs, ins, p, env):
     """y = act(im2col(x) @ Wmat^T + b): one im2col pass, one GEMM, one fused bias+ReLU pass."""
@@ -485,11 +556,16 @@ def conv_fwd(outs, ins, p, env):
                         f"'cols' ({m}, {k * k * cin}) as its second output.")
     cols = outs[1]
     _check("conv_fwd", "cols", cols.shape, (m, k * k * cin))
-    x3 = x.reshape(n, h, wd * cin)
-    im2col = im2col_
+    if cin == 1:
+        im2col = im2col_one_channel(x, cols, k, s, pad, ho, wo)
+    else:
+        x3, f = x.reshape(n, h, wd * cin), im2col_
+
+        def im2col() -> None:
+            f(x3, cols, cin, k, s, pad, ho, wo)
 
     def run() -> None:
-        im2col(x3, cols, cin, k, s, pad, ho, wo)
+        im2col()
         matmul(cols, wt, out=y2)
         if post:
             bias_act(y2, b, act, 0.0)
@@ -684,6 +760,10 @@ def maxpool_bwd(outs, ins, p, env):
     dy, am = ins
     (dx,) = outs
     n, h, w, c = dx.shape
+    k = p.get("k")
+    if (k, p.get("s", k), p.get("p", 0)) == (2, 2, 0) and all(a.flags.c_contiguous for a in (dy, am, dx)):
+        f2 = maxpool2_bwd_
+        return lambda: f2(dy, am, dx)
     dx3 = dx.reshape(n, h * w, c)
     f = maxpool_bwd_
     return lambda: f(dy, am, dx3)
