@@ -1,14 +1,17 @@
 """Side-by-side CPU benchmark of the conv net (issue 4's three cbr stages, pooling, gap, fc):
-renaissance_nb against PyTorch eager with the same layers, AdamW, label smoothing, batch 128.
+renaissance_nb against the same layers in PyTorch eager (default and fused AdamW) and
+torch.compile (fused AdamW; its compile time reported apart), label smoothing, batch 128;
+then the memory of each side (arena against PyTorch's peak resident growth).
 
-    python benchmarks/convnet_cpu.py [--samples 5120] [--rounds 3]
+    python benchmarks/convnet_cpu.py [--samples 5120] [--rounds 3] [--no-compile] [--no-memory]
 
 Same harness as mlp_cpu.py: each contender in its own process, epochs interleaved, medians.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -21,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from convnet_mnist import convnet  # noqa: E402
-from mlp_cpu import run_isolated  # noqa: E402
+from mlp_cpu import peak_rss_child, print_memory, run_isolated  # noqa: E402
 
 
 def load_images(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,39 +55,55 @@ class Ours:
 
 
 class Torch:
-    name = "PyTorch eager AdamW"
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int) -> None:
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, mode: str = "eager") -> None:
         import torch
         from torch import nn
         torch.manual_seed(0)
+        self.name = {"eager": "PyTorch eager AdamW", "fused": "PyTorch eager AdamW(fused)",
+                     "compile": "torch.compile AdamW(fused)"}[mode]
 
         def cbr(cin: int, cout: int) -> list:
             return [nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
         self.torch = torch
         self.model = nn.Sequential(*cbr(1, 32), nn.MaxPool2d(2), *cbr(32, 64), nn.MaxPool2d(2), *cbr(64, 128),
                                    nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, fused=(mode != "eager") or None)
         self.loss = nn.CrossEntropyLoss(label_smoothing=0.1)
         self.x, self.y = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
         self.batch, self.compile_s = batch, 0.0
+        self.forward = self.model
+        if mode == "compile":
+            self.forward = torch.compile(self.model)
+            t = time.perf_counter()
+            self._step(self.x[:batch], self.y[:batch])
+            self._step(self.x[:batch], self.y[:batch])
+            self.compile_s = time.perf_counter() - t
         self.epoch()
+
+    def _step(self, xb, yb) -> None:  # type: ignore[no-untyped-def]
+        self.opt.zero_grad(set_to_none=True)
+        self.loss(self.forward(xb), yb).backward()
+        self.opt.step()
 
     def epoch(self) -> float:
         torch = self.torch
         t = time.perf_counter()
         perm = torch.randperm(len(self.x))
-        for i in range(0, len(self.x) - self.batch + 1, self.batch):
+        for i in range(0, len(self.x) - self.batch + 1, self.batch):  # full batches only: one compiled shape
             idx = perm[i:i + self.batch]
-            self.opt.zero_grad(set_to_none=True)
-            self.loss(self.model(self.x[idx]), self.y[idx]).backward()
-            self.opt.step()
+            self._step(self.x[idx], self.y[idx])
         return time.perf_counter() - t
 
 
-def make_contender(kind: str, batch: int, samples: int):  # type: ignore[no-untyped-def]
-    x, y = load_images(samples)
-    return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch)
+def load(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The training data of this benchmark: (x, y)."""
+    return load_images(n)
+
+
+def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ignore[no-untyped-def]
+    """Build one contender ("ours", "eager", "fused", "compile")."""
+    x, y = data if data is not None else load_images(samples)
+    return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
 
 
 def main() -> int:
@@ -92,22 +111,33 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=5120)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
     args = ap.parse_args()
     try:
-        import torch  # noqa: F401
-        have_torch = True
+        import torch
+        torch.set_num_threads(os.cpu_count() or 1)
+        have_torch, tver = True, torch.__version__
     except ImportError:
-        have_torch = False
-    r = run_isolated(args.batch, args.samples, args.rounds, have_torch, False, 0, module="convnet_cpu",
-                     kinds=["ours", "eager"])
+        have_torch, tver = False, "not installed"
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}; torch {tver}")
+    kinds = ["ours", "eager", "fused"] + ([] if args.no_compile else ["compile"])
+    r = run_isolated(args.batch, args.samples, args.rounds, have_torch, not args.no_compile, 0, module="convnet_cpu",
+                     kinds=kinds)
     ours = r["median_epoch_s"]["renaissance_nb"]
     print(f"conv net, batch {args.batch}, {r['steps']} steps per pass, medians of {args.rounds} interleaved rounds")
     for name, t in r["median_epoch_s"].items():
         ratio = "" if name == "renaissance_nb" else f"   ours/this = {ours / t:.2f}x"
         print(f"  {name:<28} {t:7.3f} s  {1e3 * t / r['steps']:8.2f} ms/step{ratio}")
-    print(f"  compile(): {r['compile_s']['renaissance_nb']:.3f} s")
+    print(f"  compile(): {r['compile_s']['renaissance_nb']:.3f} s" + "".join(
+        f"; {k}: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
     for s in r["skipped"]:
         print(f"  skipped: {s}")
+    if not args.no_memory:
+        mem = {"ours": peak_rss_child("ours", args.batch, args.samples, "convnet_cpu")}
+        if have_torch:
+            mem["torch"] = peak_rss_child("eager", args.batch, args.samples, "convnet_cpu")
+        print_memory(mem, args.batch)
     return 0
 
 

@@ -132,14 +132,16 @@ class Torch:
         return time.perf_counter() - t
 
 
-def peak_rss_child(which: str, batch: int, n: int) -> dict:
-    """Peak resident-memory growth of one training epoch, in a fresh process."""
+def peak_rss_child(which: str, batch: int, n: int, module: str = "mlp_cpu") -> dict:
+    """Peak resident-memory growth of set-up plus one training epoch, and of a later epoch, in a
+    fresh process (the data is loaded before the baseline, so it counts for neither side).
+    ``module`` names the benchmark whose ``load(n)`` and ``make_contender`` to use."""
     code = f"""
 import sys, json
 sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
-import mlp_cpu as b
-x, y, _ = b.load_data({n})
-if {which!r} == 'torch':
+import {module} as b
+data = b.load({n})
+if {which!r} != 'ours':
     import torch
 import gc; gc.collect()
 def status(key):
@@ -148,10 +150,8 @@ def status(key):
             return int(line.split()[1]) * 1024
 open('/proc/self/clear_refs', 'w').write('5')  # reset the peak (VmHWM) to the current RSS
 base = status('VmRSS')
-if {which!r} == 'ours':
-    o = b.Ours(x, y, {batch}); extra = o.task.memory.total_bytes
-else:
-    o = b.Torch(x, y, {batch}, 'eager'); extra = 0
+o = b.make_contender({which!r}, {batch}, {n}, data)
+extra = o.task.memory.total_bytes if {which!r} == 'ours' else 0
 first = status('VmHWM') - base  # set-up and the warm-up epoch (includes JIT compilers' memory)
 open('/proc/self/clear_refs', 'w').write('5')
 base2 = status('VmRSS')
@@ -164,9 +164,27 @@ print(json.dumps({{'rss_growth': first, 'steady_growth': status('VmHWM') - base2
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def make_contender(kind: str, batch: int, samples: int):  # type: ignore[no-untyped-def]
+def print_memory(mem: dict, batch: int) -> None:
+    """The memory lines of a benchmark report."""
+    print(f"\nmemory (batch {batch}, one epoch, fresh process):")
+    for k, v in mem.items():
+        if "error" in v:
+            print(f"  {k}: failed: {v['error']}")
+        else:
+            print(f"  {k}: peak RSS growth {v['rss_growth'] / 2**20:.1f} MiB through set-up and the first epoch, "
+                  f"{v['steady_growth'] / 2**20:.1f} MiB more during a later epoch"
+                  + (f" (arena {v['arena'] / 2**20:.1f} MiB)" if v.get("arena") else ""))
+
+
+def load(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The training data of this benchmark: (x, y)."""
+    x, y, _ = load_data(n)
+    return x, y
+
+
+def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ignore[no-untyped-def]
     """Build one contender of this benchmark ("ours", "eager", "fused", "compile")."""
-    x, y, _ = load_data(samples)
+    x, y = data if data is not None else load(samples)
     return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
 
 
@@ -314,15 +332,8 @@ def main() -> int:
     if not args.no_memory:
         mem["ours"] = peak_rss_child("ours", 128, min(len(x), 60000))
         if have_torch:
-            mem["torch"] = peak_rss_child("torch", 128, min(len(x), 60000))
-        print("\nmemory (batch 128, one epoch, fresh process):")
-        for k, v in mem.items():
-            if "error" in v:
-                print(f"  {k}: failed: {v['error']}")
-            else:
-                print(f"  {k}: peak RSS growth {v['rss_growth'] / 2**20:.1f} MiB through set-up and the first epoch, "
-                      f"{v['steady_growth'] / 2**20:.1f} MiB more during a later epoch"
-                      + (f" (arena {v['arena'] / 2**20:.1f} MiB)" if v.get("arena") else ""))
+            mem["torch"] = peak_rss_child("eager", 128, min(len(x), 60000))
+        print_memory(mem, 128)
     if args.markdown:
         write_markdown(args.markdown, rows, mem, rate, blas, tver, data_name)
     return 0
