@@ -21,12 +21,16 @@ the finite-difference tests rely on). Why channels-last on this CPU:
   ``dx = col2im(dcols)`` (zero, then scatter-add of contiguous runs).
 * 1x1 / stride-1 / unpadded convolutions skip im2col: ``x.reshape(N*H*W, Cin)`` is
   already the column matrix (and ``dx`` comes straight out of the dcols GEMM).
+* One input channel (a grayscale first layer) makes a patch row k scalars, too short for
+  the per-pixel loops: there im2col is k*k strided copies, one per tap (4x faster).
 * Batch norm, ReLU and pooling run over contiguous channel vectors (the inner loop
   is over C with per-channel constants), which vectorises.
 
 Zero padding ``p``, stride ``s``, square kernel ``k``: ``Ho = (H + 2p - k)//s + 1``.
-Max pooling pads with -inf; average pooling counts the padding (PyTorch's default
-``count_include_pad=True``). The max-pool ``argmax`` stores, per output element,
+Max pooling pads with -inf; 2x2/stride-2 windows (the common case) have their own forward
+and a one-pass backward (they do not overlap, so no zeroing and no scatter). Average
+pooling counts the padding (PyTorch's default ``count_include_pad=True``).
+The max-pool ``argmax`` stores, per output element,
 the spatial index ``ih*W + iw`` of the max inside its sample (its channel is the
 output's own), first max in row-major window order, NaN propagating, as PyTorch.
 

@@ -1,0 +1,161 @@
+"""Where a CPU training step of the MLP spends its time, and what bounds each part.
+
+    python benchmarks/mlp_cpu_profile.py [--batches 128 32] [--steps 200] [--out FILE]
+
+Prints, per batch size:
+* the replayed step's kernels, grouped by (GraphId, op), in ms per step (the sum is checked
+  against the wall time of the same steps);
+* every matrix product twice in a row inside the step: as the step runs it (operands where
+  the step left them) and again at once (operands now in cache). The gap is what memory
+  costs the products; the warm figure is what OpenBLAS can do at these shapes;
+* the memory system: one thread streaming a range that fits in cache and one that does not,
+  and the optimizer pass over the W/G/M/V ranges hot and after evicting them.
+
+Not a timed test: a profile to justify (or refute) an optimisation with.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from mlp_cpu import Ours, load, sgemm_rate, step_flops  # noqa: E402
+
+from renaissance_nb.kernels import fused  # noqa: E402
+from renaissance_nb.runtime.replay import batch_variants  # noqa: E402
+
+GEMM_OPS = ("fc_fwd", "fc_bwd")  # idempotent for this MLP: outputs are overwritten, the ReLU mask is 0/1
+
+
+def kernel_names(ex) -> dict[int, tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """id(bound kernel) -> (GraphId name without its A/B buffer suffix, op)."""
+    names = {}
+    for bg in ex.bound:
+        gid = bg.name.split("/")[1].removesuffix("_A").removesuffix("_B")
+        for node, k in zip(bg.nodes, bg.kernels):
+            names[id(k)] = (gid, node.op)
+    return names
+
+
+def profile_steps(task, steps: int) -> dict:  # type: ignore[no-untyped-def]
+    """Replay ``steps`` training steps, timing every kernel; fc kernels also run a second time, warm."""
+    ex = task.executor
+    n = len(task._splits.train)
+    sched = ex.train_schedule(batch_variants(n, task._batch, "train_base", "train_last"))
+    names = kernel_names(ex)
+    cold: dict[tuple[str, str], float] = defaultdict(float)
+    warm: dict[tuple[str, str], float] = defaultdict(float)
+    ex.view("train_base", "cursor")[0] = 0
+    for k in sched.prologue:
+        k()
+    progs = sched.steps[:min(steps, sched.batches - 1)]
+    clock = time.perf_counter
+    wall = 0.0
+    for prog in progs:
+        for k in prog:
+            key = names.get(id(k), ("?", "?"))
+            t0 = clock()
+            k()
+            t1 = clock()
+            cold[key] += t1 - t0
+            wall += t1 - t0
+            if key[1] in GEMM_OPS:
+                k()
+                warm[key] += clock() - t1
+    per = 1e3 / len(progs)
+    return {"steps": len(progs), "cold": {k: v * per for k, v in cold.items()},
+            "warm": {k: v * per for k, v in warm.items()}, "wall_ms": wall * per}
+
+
+def stream_rate(nbytes: int, reps: int = 30) -> float:
+    """Bytes per second one thread reads from a range of ``nbytes`` (repeatedly: it stays in cache if it fits)."""
+    a = np.ones(nbytes // 4, np.float32)
+    fused.nonfinite_probe(a)
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fused.nonfinite_probe(a)
+        ts.append(time.perf_counter() - t)
+    return nbytes / statistics.median(ts)
+
+
+def optimizer_pass(task, reps: int = 20) -> tuple[float, float, int]:  # type: ignore[no-untyped-def]
+    """(hot ms, cold ms, parameters) of the AdamW pass over the task's own W/G/M/V ranges
+    (on copies, so the task is untouched); cold = after streaming 64 MiB through the caches."""
+    from renaissance_nb.kernels.cpu import optimizer_ranges
+    w, g, m, v = (a.copy() for a in optimizer_ranges(task._env.range_view))
+    lr, step = np.full(4, 1e-3, np.float32), np.zeros(1, np.int64)
+    evict = np.ones(16 * 2**20, np.float32)
+
+    def run() -> float:
+        step[0] = 0
+        t = time.perf_counter()
+        fused.adam_update(w, g, m, v, lr, step, 0.9, 0.999, 1e-8, 1e-4, True, False)
+        return time.perf_counter() - t
+    run()
+    hot = statistics.median(run() for _ in range(reps))
+    cold = []
+    for _ in range(reps):
+        evict += 1.0
+        cold.append(run())
+    return 1e3 * hot, 1e3 * statistics.median(cold), w.size
+
+
+def report(batch: int, steps: int, rate: float, x: np.ndarray, y: np.ndarray) -> list[str]:
+    task = Ours(x, y, batch).task
+    p = profile_steps(task, steps)
+    lines = [f"batch {batch}: {p['steps']} steps profiled, kernels sum to {p['wall_ms']:.2f} ms/step"]
+    total = p["wall_ms"]
+    for key, ms in sorted(p["cold"].items(), key=lambda kv: -kv[1]):
+        if ms >= 0.005:
+            lines.append(f"  {key[0] + ':' + key[1]:<36} {ms:7.3f} ms  {100 * ms / total:5.1f}%")
+    cold_g = sum(v for k, v in p["cold"].items() if k[1] in GEMM_OPS)
+    warm_g = sum(p["warm"].values())
+    flops = step_flops(batch)
+    lines.append(f"  matrix products: {cold_g:.2f} ms in the step ({flops / cold_g / 1e6:.0f} GFLOP/s), "
+                 f"{warm_g:.2f} ms run again at once ({flops / warm_g / 1e6:.0f} GFLOP/s): "
+                 f"{cold_g - warm_g:.2f} ms/step is operands coming from memory")
+    hot, cold, params = optimizer_pass(task)
+    in_step = sum(v for k, v in p["cold"].items() if k[1] == "optimizer")
+    lines.append(f"  optimizer: {params} parameters, {28 * params / 2**20:.1f} MiB read and written per step; "
+                 f"{in_step:.2f} ms in the step, {hot:.2f} ms with its ranges in cache, {cold:.2f} ms after "
+                 "evicting them")
+    rest = total - cold_g - in_step
+    lines.append(f"  step = products {cold_g:.2f} + optimizer {in_step:.2f} + the rest {rest:.2f} ms; the products "
+                 f"alone at the 1024^3 rate would take {flops / rate * 1e3:.2f} ms (the roofline)")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, nargs="+", default=[128, 32])
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--samples", type=int, default=60000)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    x, y = load(args.samples)
+    rate = sgemm_rate()
+    lines = [f"sgemm 1024^3: {rate / 1e9:.0f} GFLOP/s; one thread reads {stream_rate(4 * 2**20) / 1e9:.0f} GB/s from a "
+             f"4 MiB range (cache), {stream_rate(64 * 2**20) / 1e9:.0f} GB/s from a 64 MiB range (DRAM)"]
+    print(lines[0], flush=True)
+    for batch in args.batches:
+        block = report(batch, args.steps, rate, x, y)
+        print("\n".join(block), flush=True)
+        lines += [""] + block
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
