@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from convnet_mnist import convnet  # noqa: E402
-from mlp_cpu import peak_rss_child, print_memory, run_isolated  # noqa: E402
+from mlp_cpu import TorchContender, peak_rss_child, print_memory, run_isolated  # noqa: E402
 
 
 def load_images(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -54,45 +54,19 @@ class Ours:
         return time.perf_counter() - t
 
 
-class Torch:
+class Torch(TorchContender):
+    """The conv net in PyTorch (NCHW, the same layers), AdamW with PyTorch's default weight decay."""
+
     def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, mode: str = "eager") -> None:
         import torch
         from torch import nn
         torch.manual_seed(0)
-        self.name = {"eager": "PyTorch eager AdamW", "fused": "PyTorch eager AdamW(fused)",
-                     "compile": "torch.compile AdamW(fused)"}[mode]
 
         def cbr(cin: int, cout: int) -> list:
             return [nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
-        self.torch = torch
-        self.model = nn.Sequential(*cbr(1, 32), nn.MaxPool2d(2), *cbr(32, 64), nn.MaxPool2d(2), *cbr(64, 128),
-                                   nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, fused=(mode != "eager") or None)
-        self.loss = nn.CrossEntropyLoss(label_smoothing=0.1)
-        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
-        self.batch, self.compile_s = batch, 0.0
-        self.forward = self.model
-        if mode == "compile":
-            self.forward = torch.compile(self.model)
-            t = time.perf_counter()
-            self._step(self.x[:batch], self.y[:batch])
-            self._step(self.x[:batch], self.y[:batch])
-            self.compile_s = time.perf_counter() - t
-        self.epoch()
-
-    def _step(self, xb, yb) -> None:  # type: ignore[no-untyped-def]
-        self.opt.zero_grad(set_to_none=True)
-        self.loss(self.forward(xb), yb).backward()
-        self.opt.step()
-
-    def epoch(self) -> float:
-        torch = self.torch
-        t = time.perf_counter()
-        perm = torch.randperm(len(self.x))
-        for i in range(0, len(self.x) - self.batch + 1, self.batch):  # full batches only: one compiled shape
-            idx = perm[i:i + self.batch]
-            self._step(self.x[idx], self.y[idx])
-        return time.perf_counter() - t
+        model = nn.Sequential(*cbr(1, 32), nn.MaxPool2d(2), *cbr(32, 64), nn.MaxPool2d(2), *cbr(64, 128),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+        super().__init__(model, x, y, batch, mode)
 
 
 def load(n: int) -> tuple[np.ndarray, np.ndarray]:
