@@ -103,3 +103,16 @@ def test_save_every_and_best_and_load(tmp_path) -> None:
     assert back._epoch == 1 and len(back.result.history) == 1
     back.run(progress=False)
     assert same(back, task)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 17, 1000])
+def test_gradient_probe_finds_a_non_finite_value_anywhere(n: int) -> None:
+    """The probe reads four interleaved streams plus a tail: a NaN or an infinity at any
+    position (each stream's first and last element, the tail) makes it NaN; all finite gives 0."""
+    from renaissance_nb.kernels.fused import nonfinite_probe
+    assert nonfinite_probe(np.full(n, 3.0, np.float32)) == 0.0
+    for pos in range(n):
+        for bad in (np.nan, np.inf, -np.inf):
+            a = np.full(n, 3.0, np.float32)
+            a[pos] = bad
+            assert np.isnan(nonfinite_probe(a)), (pos, bad)
