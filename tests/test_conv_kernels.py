@@ -358,8 +358,9 @@ def test_gap_matches_torch():
 
 
 # ---- no allocation in a replayed step ----------------------------------------------------------
-def test_conv_step_does_not_allocate():
-    c = Conv(32, 14, 14, 16, 32, 3, 1, 1, True, "relu", F32)
+@pytest.mark.parametrize("cin", [16, 1])  # 1: the tap-by-tap im2col
+def test_conv_step_does_not_allocate(cin):
+    c = Conv(32, 14, 14, cin, 32, 3, 1, 1, True, "relu", F32)
     g = np.random.default_rng(14).standard_normal(c.y.shape).astype(F32)
     c.fwd()
     c.dy[...] = g
