@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from convnet_mnist import convnet  # noqa: E402
-from mlp_cpu import TorchContender, peak_rss_child, print_memory, run_isolated  # noqa: E402
+from mlp_cpu import (TorchContender, peak_rss_child, print_memory, print_skipped, print_times,  # noqa: E402
+                     run_isolated)
 
 
 def load_images(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -98,15 +99,9 @@ def main() -> int:
     kinds = ["ours", "eager", "fused"] + ([] if args.no_compile else ["compile"])
     r = run_isolated(args.batch, args.samples, args.rounds, have_torch, not args.no_compile, 0, module="convnet_cpu",
                      kinds=kinds)
-    ours = r["median_epoch_s"]["renaissance_nb"]
     print(f"conv net, batch {args.batch}, {r['steps']} steps per pass, medians of {args.rounds} interleaved rounds")
-    for name, t in r["median_epoch_s"].items():
-        ratio = "" if name == "renaissance_nb" else f"   ours/this = {ours / t:.2f}x"
-        print(f"  {name:<28} {t:7.3f} s  {1e3 * t / r['steps']:8.2f} ms/step{ratio}")
-    print(f"  compile(): {r['compile_s']['renaissance_nb']:.3f} s" + "".join(
-        f"; {k}: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
-    for s in r["skipped"]:
-        print(f"  skipped: {s}")
+    print_times(r)
+    print_skipped(r)
     if not args.no_memory:
         mem = {"ours": peak_rss_child("ours", args.batch, args.samples, "convnet_cpu")}
         if have_torch:

@@ -186,6 +186,21 @@ def print_memory(mem: dict, batch: int) -> None:
                   + (f" (arena {v['arena'] / 2**20:.1f} MiB)" if v.get("arena") else ""))
 
 
+def print_times(r: dict) -> None:
+    """Each contender's median epoch and step time with ours/theirs, then the compile times."""
+    ours = r["median_epoch_s"]["renaissance_nb"]
+    for name, t in r["median_epoch_s"].items():
+        ratio = "" if name == "renaissance_nb" else f"   ours/this = {ours / t:.2f}x"
+        print(f"  {name:<28} {t:7.3f} s/epoch  {1e3 * t / r['steps']:7.2f} ms/step{ratio}")
+    print(f"  compile(): {r['compile_s']['renaissance_nb']:.3f} s" + "".join(
+        f"; {k}: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
+
+
+def print_skipped(r: dict) -> None:
+    for s in r["skipped"]:
+        print(f"  skipped: {s}")
+
+
 def load(n: int) -> tuple[np.ndarray, np.ndarray]:
     """The training data of this benchmark: (x, y)."""
     x, y, _ = load_data(n)
@@ -327,15 +342,10 @@ def main() -> int:
         step_ms = 1e3 * ours / r["steps"]
         roof = step_flops(batch) / rate
         print(f"\nbatch {batch}: {r['steps']} steps/epoch, medians of {args.rounds} interleaved rounds")
-        for name, t in r["median_epoch_s"].items():
-            ratio = "" if name == "renaissance_nb" else f"   ours/this = {ours / t:.2f}x"
-            print(f"  {name:<28} {t:7.3f} s/epoch  {1e3 * t / r['steps']:7.2f} ms/step{ratio}")
-        print(f"  compile(): {r['compile_s']['renaissance_nb']:.3f} s" + "".join(
-            f"; {k}: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
+        print_times(r)
         print(f"  GEMM roofline: {1e3 * roof:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s -> "
               f"{100 * roof / (step_ms / 1e3):.0f}% reached")
-        for s in r["skipped"]:
-            print(f"  skipped: {s}")
+        print_skipped(r)
         r["roofline_fraction"] = roof / (step_ms / 1e3)
         rows.append(r)
     mem = {}

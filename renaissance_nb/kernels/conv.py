@@ -314,6 +314,15 @@ def maxpool_fwd_(x, y, am, k, s, p):
 
 
 @jit
+def pool2_rows_(big, small, am):
+    """The 2x2 pooling kernels' views: input-sized and output-sized (N, H, W, C) arrays, and the
+    argmax, as (N, rows, W*C), so a whole row of pixels is one contiguous run."""
+    n_, h, w, c = big.shape
+    ho, wo = small.shape[1], small.shape[2]
+    return big.reshape(n_, h, w * c), small.reshape(n_, ho, wo * c), am.reshape(n_, ho, wo * c)
+
+
+@jit
 def maxpool2_fwd_(x, y, am):
     """maxpool_fwd_ for the common 2x2 window, stride 2, no padding: views are made once per
     output row (not per window), each window's four inputs are read once, and the running max
@@ -321,9 +330,7 @@ def maxpool2_fwd_(x, y, am):
     same values and first-max indices, NaN included."""
     n_, h, w, c = x.shape
     ho, wo = y.shape[1], y.shape[2]
-    x3 = x.reshape(n_, h, w * c)
-    y3 = y.reshape(n_, ho, wo * c)
-    a3 = am.reshape(n_, ho, wo * c)
+    x3, y3, a3 = pool2_rows_(x, y, am)
     for n in range(n_):
         for oh in range(ho):
             ra = x3[n, 2 * oh]
@@ -380,9 +387,7 @@ def maxpool2_bwd_(dy, am, dx):
     odd sizes included)."""
     n_, h, w, c = dx.shape
     ho, wo = dy.shape[1], dy.shape[2]
-    dx3 = dx.reshape(n_, h, w * c)
-    dy3 = dy.reshape(n_, ho, wo * c)
-    a3 = am.reshape(n_, ho, wo * c)
+    dx3, dy3, a3 = pool2_rows_(dx, dy, am)
     for n in range(n_):
         for ih in range(h):
             dr = dx3[n, ih]
