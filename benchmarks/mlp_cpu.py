@@ -67,10 +67,17 @@ def mlp():  # type: ignore[no-untyped-def]
     return rnb.seq(rnb.fc(1024), rnb.relu(), rnb.fc(512), rnb.relu(), rnb.fc(256), rnb.relu(), rnb.fc(10))
 
 
+OPENBLAS_KIND = "ours-openblas"
+"""Our replay with NumPy's own threaded matmul and single-threaded passes (RNB_OWN_THREADS=0, set
+in its process before import): what the one-pool design of kernels/blas.py gains."""
+
+
 class Ours:
     name = "renaissance_nb"
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int) -> None:
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, name: str | None = None) -> None:
+        if name:
+            self.name = name
         t = time.perf_counter()
         self.task = (rnb.DeepLearningTask("bench").model(mlp()).data(train=(x, y), batch_size=batch)
                      .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW().weight_decay(1e-4))
@@ -210,6 +217,10 @@ def load(n: int) -> tuple[np.ndarray, np.ndarray]:
 def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ignore[no-untyped-def]
     """Build one contender of this benchmark ("ours", "eager", "fused", "compile")."""
     x, y = data if data is not None else load(samples)
+    if kind == OPENBLAS_KIND:
+        from renaissance_nb.kernels import blas
+        assert not blas.THREADED, "set RNB_OWN_THREADS=0 before importing renaissance_nb"
+        return Ours(x, y, batch, "ours, OpenBLAS threads")
     return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
 
 
@@ -235,7 +246,16 @@ class Remote:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(child, module, kind, batch, samples), daemon=True)
-        self.proc.start()
+        saved = os.environ.get("RNB_OWN_THREADS")
+        if kind == OPENBLAS_KIND:  # the child reads it when it imports renaissance_nb
+            os.environ["RNB_OWN_THREADS"] = "0"
+        try:
+            self.proc.start()
+        finally:
+            if saved is None:
+                os.environ.pop("RNB_OWN_THREADS", None)
+            else:
+                os.environ["RNB_OWN_THREADS"] = saved
         status, self.name, extra = self.conn.recv()
         if status != "ready":
             self.close()
@@ -261,7 +281,7 @@ def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_co
     if kinds is None:
         kinds = ["ours"] + (["eager", "fused"] + (["compile"] if use_compile else []) if have_torch else [])
     elif not have_torch:
-        kinds = [k for k in kinds if k == "ours"]
+        kinds = [k for k in kinds if k.startswith("ours")]
     contenders, skipped = [], []
     for k in kinds:
         try:
@@ -312,6 +332,8 @@ def main() -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=[128, 32])
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--openblas", action="store_true",
+                    help="also run our replay on NumPy's threaded matmul (RNB_OWN_THREADS=0) side by side")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--same-process", action="store_true",
                     help="run every contender in this process (the default gives each its own process)")
@@ -337,7 +359,9 @@ def main() -> int:
         if args.same_process:
             r = run(batch, x, y, args.rounds, have_torch, not args.no_compile)
         else:
-            r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0)
+            kinds = ["ours"] + ([OPENBLAS_KIND] if args.openblas else [])
+            kinds += (["eager", "fused"] + ([] if args.no_compile else ["compile"])) if have_torch else []
+            r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0, kinds=kinds)
         ours = r["median_epoch_s"]["renaissance_nb"]
         step_ms = 1e3 * ours / r["steps"]
         roof = step_flops(batch) / rate

@@ -30,7 +30,7 @@ from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_
                              variant_specs)
 from .graph.ids import GraphId
 from .graph.layers import ArchPlan, StepOptions, plan_architecture
-from .kernels import fused
+from .kernels import blas, fused
 from .kernels.cpu import BindEnv
 from .memory.plan import human_bytes
 from .progress import make_progress
@@ -524,7 +524,7 @@ class DeepLearningTask(TaskBase):
         for cb in callbacks:
             cb("start", {"epoch": self._epoch, "total_epochs": self._epochs, "steps_per_epoch": sched.batches})
         self.result.interrupted = False
-        with stop:
+        with stop, blas.own_cores():
             while self._epoch < end:
                 epoch = self._epoch
                 sched = sched_low if epoch >= boundary else sched_base
@@ -655,8 +655,9 @@ class DeepLearningTask(TaskBase):
             data[n:] = 0
             labels[:n] = 0 if y is None else y[start:start + n]
             labels[n:] = 0
-            for k in prog:
-                k()
+            with blas.own_cores():
+                for k in prog:
+                    k()
             yield start, n, logits[:n]
 
     def evaluate(self, x: Any, y: Any) -> dict[str, float]:

@@ -34,7 +34,7 @@ The max-pool ``argmax`` stores, per output element,
 the spatial index ``ih*W + iw`` of the max inside its sample (its channel is the
 output's own), first max in row-major window order, NaN propagating, as PyTorch.
 
-Closures allocate nothing: GEMMs write into arena views with ``np.matmul(out=)``,
+Closures allocate nothing: GEMMs write into arena views (kernels/blas.py),
 the rest are numba loops. Batch-norm statistics and bias/BN reductions accumulate
 in float64; the few per-channel accumulators they need (at most 3*C values) are
 allocated once at bind time, never per step.
@@ -47,6 +47,7 @@ import numpy as np
 
 from ..errors import PlanError
 from . import fused
+from .blas import gemm
 from .cpu import EMPTY_F32, Kernel, kernel
 
 jit = fused.jit
@@ -549,15 +550,15 @@ def conv_fwd(outs, ins, p, env):
     m = n * ho * wo
     y2 = y.reshape(m, cout)
     wt = w.reshape(cout, -1).T
-    matmul, bias_act = np.matmul, fused.bias_act_
+    bias_act = fused.bias_act_
     post = has_b or act
     if k == 1 and s == 1 and pad == 0:
-        x2 = x.reshape(m, cin)
+        product1 = gemm(x.reshape(m, cin), wt, y2)
         if not post:
-            return lambda: matmul(x2, wt, out=y2)
+            return product1
 
         def run1() -> None:
-            matmul(x2, wt, out=y2)
+            product1()
             bias_act(y2, b, act, 0.0)
         return run1
     if len(outs) < 2:
@@ -573,9 +574,11 @@ def conv_fwd(outs, ins, p, env):
         def im2col() -> None:
             f(x3, cols, cin, k, s, pad, ho, wo)
 
+    product = gemm(cols, wt, y2)
+
     def run() -> None:
         im2col()
-        matmul(cols, wt, out=y2)
+        product()
         if post:
             bias_act(y2, b, act, 0.0)
     return run
@@ -647,21 +650,22 @@ def conv_bwd(outs, ins, p, env):
     n, h, wd, cin, cout, ho, wo = o.geometry
     k, s, pad, act, dy2, y2, cols, wmat, dw2, db, dx2, dcols = (o.k, o.s, o.pad, o.act, o.dy2, o.y2, o.cols,
                                                                  o.wmat, o.dw2, o.db, o.dx2, o.dcols)
-    dyt = dy2.T
     acc = np.zeros(cout, np.float64)  # bind-time scratch for the float64 bias-gradient sums
     db_or_empty = db if db is not None else EMPTY_F32.astype(dy2.dtype)
     dx3 = o.dx.reshape(n, h, wd * cin) if dcols is not None else None
-    matmul, mask_colsum, col2im = np.matmul, mask_colsum_, col2im_
+    mask_colsum, col2im = mask_colsum_, col2im_
     pre = bool(act) or db is not None
+    weight_grad = gemm(dy2.T, cols, dw2)
+    input_grad = gemm(dy2, wmat, dx2) if dx2 is not None else gemm(dy2, wmat, dcols) if dx3 is not None else None
 
     def run() -> None:
         if pre:
             mask_colsum(dy2, y2, act, acc, db_or_empty)
-        matmul(dyt, cols, out=dw2)
+        weight_grad()
         if dx2 is not None:
-            matmul(dy2, wmat, out=dx2)
+            input_grad()
         elif dx3 is not None:
-            matmul(dy2, wmat, out=dcols)
+            input_grad()
             col2im(dcols, dx3, cin, k, s, pad, ho, wo)
     return run
 

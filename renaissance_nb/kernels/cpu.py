@@ -4,7 +4,8 @@ Binding a node calls its factory once with the node's pre-resolved arena views;
 the returned closure is what a replayed step calls. Everything the closure needs
 (views, transposes, activation codes, batch sizes) is resolved at bind time, so a
 step does no lookups and allocates nothing: matrix products write straight into
-arena views with ``out=``, everything else is a fused numba pass.
+arena views (bands of single-threaded sgemm calls on numba's threads, kernels/blas.py),
+everything else is a fused numba pass.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import NumericalError, PlanError
-from . import fused
+from . import blas, fused
 
 Kernel = Callable[[], None]
 Factory = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], dict, "BindEnv"], Kernel]
@@ -55,15 +56,14 @@ def fc_fwd(outs, ins, p, env):
     (y,) = outs
     x, w = _flat2d(ins[0]), ins[1]
     b = ins[2] if len(ins) > 2 else EMPTY_F32
-    wt = w.T
     act = fused.ACT_CODES[p["act"]]
     slope = float(p["slope"])
-    matmul, bias_act = np.matmul, fused.bias_act_
+    product, bias_act = blas.gemm(x, w.T, y), fused.bias_act_
     if act == 0 and b.size == 0:
-        return lambda: matmul(x, wt, out=y)
+        return product
 
     def run() -> None:
-        matmul(x, wt, out=y)
+        product()
         bias_act(y, b, act, slope)
     return run
 
@@ -85,17 +85,17 @@ def fc_bwd(outs, ins, p, env):
     dy, x, w, y, ones, dw, db, dx = fc_bwd_operands(outs, ins, p)
     act = fused.ACT_CODES[p["act"]]
     slope = float(p["slope"])
-    dyt = dy.T
-    matmul, act_grad = np.matmul, fused.act_grad_from_output_
+    act_grad, nothing = fused.act_grad_from_output_, (lambda: None)
+    weight_grad = blas.gemm(dy.T, x, dw)
+    bias_grad = blas.gemm(ones, dy, db) if db is not None else nothing
+    input_grad = blas.gemm(dy, w, dx) if dx is not None else nothing
 
     def run() -> None:
         if act:
             act_grad(dy, y, act, slope)
-        matmul(dyt, x, out=dw)
-        if db is not None:
-            matmul(ones, dy, out=db)
-        if dx is not None:
-            matmul(dy, w, out=dx)
+        weight_grad()
+        bias_grad()
+        input_grad()
     return run
 
 
@@ -106,8 +106,7 @@ def matmul_k(outs, ins, p, env):
     (c,) = outs
     a = a.T if p.get("trans_a") else a
     b = b.T if p.get("trans_b") else b
-    mm = np.matmul
-    return lambda: mm(a, b, out=c)
+    return blas.gemm(a, b, c)
 
 
 @kernel("add")
@@ -265,7 +264,8 @@ def nan_check(outs, ins, p, env):
     flag, skipped = outs
     grads = env.range_view(p["first"], p["last"], "float32")
     base_first, policy = p["first"], p.get("policy", "raise")
-    find, probe = fused.all_finite, fused.nonfinite_probe
+    find = fused.all_finite
+    probe = fused.nonfinite_probe_par if blas.THREADED else fused.nonfinite_probe
     locate = env.locate
 
     def run() -> None:
@@ -316,14 +316,14 @@ def optimizer_k(outs, ins, p, env):
     kind = p["kind"]
     maximize = bool(p.get("maximize", False))
     if kind in ("adam", "adamw"):
-        f = fused.adam_update
+        f = fused.adam_update_par if blas.THREADED else fused.adam_update
         b1, b2, eps, wd = float(p["beta1"]), float(p["beta2"]), float(p["eps"]), float(p["weight_decay"])
         decoupled = kind == "adamw"
 
         def update() -> None:
             f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
     elif kind == "sgd":
-        fs = fused.sgd_update
+        fs = fused.sgd_update_par if blas.THREADED else fused.sgd_update
         mom, damp, wd, nest = float(p["momentum"]), float(p["dampening"]), float(p["weight_decay"]), bool(p["nesterov"])
         mm = m if mom != 0 else EMPTY_F32
 

@@ -9,7 +9,6 @@ so results are reproducible bit for bit and match the reference formulas.
 from __future__ import annotations
 
 import math
-import os
 
 import numba
 import numpy as np
@@ -221,14 +220,26 @@ def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, ma
 
 
 PAR_CHUNKS = 8
-"""The region-wide update is split in chunks. They are element-wise independent, so
-running them on several threads gives the same bytes; it is serial by default
-because numba's thread pool and OpenBLAS's compete for the same two cores between
-GEMMs (set RNB_PARALLEL_UPDATE=1 to try it on bigger machines)."""
-_PARALLEL = os.environ.get("RNB_PARALLEL_UPDATE", "0") == "1"
+"""The region-wide updates are split in chunks. They are element-wise independent, so
+running them on several threads gives the same bytes. The ``_par`` variants run the chunks
+on numba's threads; the executor binds them when the GEMMs run on the same pool
+(kernels/blas.py), since a second pool beside OpenBLAS's threads loses more than it gains."""
 
 
-@numba.njit(cache=True, nogil=True, parallel=_PARALLEL, error_model="numpy")
+@jit
+def _adam_chunks(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize, c0, c1):
+    t = step[0]
+    lr = np.float64(lr_table[min(t, lr_table.shape[0] - 1)])
+    n = w.shape[0]
+    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    for c in range(c0, c1):
+        lo = min(n, c * ch)
+        hi = min(n, lo + ch)
+        _adam_core(w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], lr, t + 1, beta1, beta2, eps, weight_decay,
+                   decoupled, maximize)
+
+
+@jit
 def adam_update(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize):
     """One Adam/AdamW step over whole W/G/M/V ranges, PyTorch's formulas exactly.
 
@@ -237,16 +248,16 @@ def adam_update(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, dec
     m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g,
     w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
     """
-    t = step[0]
-    lr = np.float64(lr_table[min(t, lr_table.shape[0] - 1)])
-    n = w.shape[0]
-    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    _adam_chunks(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize, 0, PAR_CHUNKS)
+    step[0] += 1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def adam_update_par(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize):
+    """adam_update with its chunks on numba's threads (the same bytes)."""
     for c in numba.prange(PAR_CHUNKS):
-        lo = min(n, c * ch)
-        hi = min(n, lo + ch)
-        _adam_core(w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], lr, t + 1, beta1, beta2, eps, weight_decay,
-                   decoupled, maximize)
-    step[0] = t + 1
+        _adam_chunks(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize, c, c + 1)
+    step[0] += 1
 
 
 @jit
@@ -275,20 +286,33 @@ def _sgd_core(w, g, m, lr, first, momentum, dampening, weight_decay, nesterov, m
         w[k] = w[k] - lr32 * gk
 
 
-@numba.njit(cache=True, nogil=True, parallel=_PARALLEL, error_model="numpy")
-def sgd_update(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize):
-    """One SGD step over whole ranges, PyTorch's formulas (first step: buf = g)."""
+@jit
+def _sgd_chunks(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize, c0, c1):
     t = step[0]
     lr = lr_table[min(t, lr_table.shape[0] - 1)]
     n = w.shape[0]
     ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
     use_m = m.shape[0] > 0
-    for c in numba.prange(PAR_CHUNKS):
+    for c in range(c0, c1):
         lo = min(n, c * ch)
         hi = min(n, lo + ch)
         mm = m[lo:hi] if use_m else m[0:0]
         _sgd_core(w[lo:hi], g[lo:hi], mm, lr, t == 0, momentum, dampening, weight_decay, nesterov, maximize)
-    step[0] = t + 1
+
+
+@jit
+def sgd_update(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize):
+    """One SGD step over whole ranges, PyTorch's formulas (first step: buf = g)."""
+    _sgd_chunks(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize, 0, PAR_CHUNKS)
+    step[0] += 1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def sgd_update_par(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize):
+    """sgd_update with its chunks on numba's threads (the same bytes)."""
+    for c in numba.prange(PAR_CHUNKS):
+        _sgd_chunks(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize, c, c + 1)
+    step[0] += 1
 
 
 @jit
@@ -360,6 +384,18 @@ def nonfinite_probe(x):
         s0 += x[k] - x[k]
     return s0 + s1 + s2 + s3
 
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+def nonfinite_probe_par(x):
+    """nonfinite_probe over PAR_CHUNKS chunks on numba's threads (the same answer: 0 or NaN)."""
+    n = x.shape[0]
+    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    s = np.float32(0.0)
+    for c in numba.prange(PAR_CHUNKS):
+        lo = min(n, c * ch)
+        s += nonfinite_probe(x[lo:min(n, lo + ch)])
+    return s
 
 @jit
 def ema_(e, w, decay):

@@ -1,0 +1,256 @@
+"""Matrix products on the library's own threads: NumPy's OpenBLAS sgemm, one call per thread.
+
+Why: a CPU training step is GEMMs with element-wise passes between them (the optimizer
+update, the NaN probe). Both want both cores. With NumPy's threaded OpenBLAS for the GEMMs
+and numba's pool for the passes, two thread pools share two cores, and OpenBLAS's idle
+worker spins for about 0.1 s after every product: a numba worker started between two
+products shares its core with that spinner (a 1 ms update took 8 ms), so the passes had
+to stay on one thread. Here one pool does everything. While a task replays its step
+(``own_cores()``), OpenBLAS runs one thread per call, and each bound product is cut into
+one band of rows or columns per numba thread, every band one single-threaded ``sgemm``
+called from inside a numba ``prange``. The passes then use the same pool.
+
+The sgemm is found through threadpoolctl (NumPy's bundled OpenBLAS, any symbol prefix
+and 32- or 64-bit integers) and called through a function pointer, so the numba code
+caches. Without OpenBLAS (MKL, Accelerate, BLIS) or with ``RNB_OWN_THREADS=0``,
+``THREADED`` is False and ``gemm`` binds ``np.matmul`` as before.
+
+Each output element is still one sgemm's dot product over the whole K, so a band's
+values depend only on OpenBLAS's kernel, not on the thread count; they can differ from
+``np.matmul``'s multi-threaded result in float32 rounding, as any two BLAS calls can.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+PARALLEL_MIN_MACS = 1 << 18
+"""Products below this many multiply-adds run as one call on the calling thread: waking the
+other thread costs more than it saves (about 10 us of work)."""
+BAND_ALIGN = 16
+"""Band edges fall on multiples of this many rows or columns (whole micro-kernel tiles)."""
+
+
+class _OpenBLAS:
+    """The loaded OpenBLAS of NumPy: its sgemm address, integer width and thread-count calls."""
+
+    def __init__(self) -> None:
+        self.sgemm = 0
+        self.int_bits = 32
+        self.get_threads: Callable[[], int] | None = None
+        self.set_threads: Callable[[int], None] | None = None
+        self.why_not = ""
+        if os.environ.get("RNB_OWN_THREADS", "1") == "0":
+            self.why_not = "RNB_OWN_THREADS=0"
+            return
+        try:
+            from threadpoolctl import threadpool_info
+        except ImportError:
+            self.why_not = "threadpoolctl is not installed"
+            return
+        np.ones((2, 2), np.float32) @ np.ones((2, 2), np.float32)  # make sure NumPy's BLAS is loaded
+        libs = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
+        if not libs:
+            self.why_not = "NumPy's BLAS is not OpenBLAS"
+            return
+        lib = ctypes.CDLL(libs[0]["filepath"])
+        for prefix in ("scipy_", ""):
+            for suffix in ("64_", ""):
+                if hasattr(lib, f"{prefix}cblas_sgemm{suffix}"):
+                    fn = getattr(lib, f"{prefix}cblas_sgemm{suffix}")
+                    get_n = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+                    set_n = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                    if get_n is None or set_n is None:
+                        continue
+                    get_n.restype = ctypes.c_int
+                    set_n.argtypes = [ctypes.c_int]
+                    set_n.restype = None
+                    self.sgemm = ctypes.cast(fn, ctypes.c_void_p).value or 0
+                    self.int_bits = 64 if suffix == "64_" else 32
+                    self.get_threads, self.set_threads = get_n, set_n
+                    return
+        self.why_not = f"no cblas_sgemm symbol in {libs[0]['filepath']}"
+
+
+OPENBLAS = _OpenBLAS()
+THREADED = bool(OPENBLAS.sgemm)
+
+
+_depth = [0]  # how many own_cores() blocks are open (bound products check it: one list read)
+
+
+@contextmanager
+def own_cores() -> Iterator[None]:
+    """OpenBLAS at one thread per call while a task replays (the bands are the parallelism);
+    the caller's setting is restored afterwards. A bound product called outside such a block
+    opens one around itself, so it is never OpenBLAS threads inside numba threads."""
+    if not THREADED or OPENBLAS.get_threads is None or OPENBLAS.set_threads is None:
+        yield
+        return
+    old = OPENBLAS.get_threads() if _depth[0] == 0 else 1
+    OPENBLAS.set_threads(1)
+    _depth[0] += 1
+    try:
+        yield
+    finally:
+        _depth[0] -= 1
+        OPENBLAS.set_threads(old)
+
+
+def _sgemm_intrinsic(int_bits: int):  # type: ignore[no-untyped-def]
+    """cblas_sgemm(RowMajor, ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc) through an address."""
+    i64 = types.int64
+
+    @intrinsic
+    def call(typingctx, fptr, ta, tb, m, n, k, a, lda, b, ldb, c, ldc):  # type: ignore[no-untyped-def]
+        sig = types.void(i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64, i64)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            i32, iw, f32 = ir.IntType(32), ir.IntType(int_bits), ir.FloatType()
+            ptr = ir.IntType(8).as_pointer()
+            fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, iw, iw, iw, f32, ptr, iw, ptr, iw, f32, ptr, iw])
+            fn = builder.inttoptr(args[0], fnty.as_pointer())
+
+            def n_(v):  # type: ignore[no-untyped-def]
+                return builder.trunc(v, iw) if int_bits < 64 else v
+
+            def p_(v):  # type: ignore[no-untyped-def]
+                return builder.inttoptr(v, ptr)
+            _, ta_, tb_, m_, nn, k_, a_, lda_, b_, ldb_, c_, ldc_ = args
+            builder.call(fn, [ir.Constant(i32, ROW_MAJOR), builder.trunc(ta_, i32), builder.trunc(tb_, i32),
+                              n_(m_), n_(nn), n_(k_), ir.Constant(f32, 1.0), p_(a_), n_(lda_), p_(b_), n_(ldb_),
+                              ir.Constant(f32, 0.0), p_(c_), n_(ldc_)])
+            return context.get_dummy_value()
+        return sig, codegen
+    return call
+
+
+_call64 = _sgemm_intrinsic(64)
+_call32 = _sgemm_intrinsic(32)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _bands64(fptr, bands):
+    """One sgemm per row of ``bands`` (ta, tb, m, n, k, a, lda, b, ldb, c, ldc), in parallel."""
+    for t in numba.prange(bands.shape[0]):
+        r = bands[t]
+        _call64(fptr, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _bands32(fptr, bands):
+    """As _bands64, for an OpenBLAS with 32-bit integers."""
+    for t in numba.prange(bands.shape[0]):
+        r = bands[t]
+        _call32(fptr, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+
+
+@numba.njit(cache=True, nogil=True)
+def _one64(fptr, bands):
+    """A small product: one sgemm on the calling thread."""
+    r = bands[0]
+    _call64(fptr, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+
+
+@numba.njit(cache=True, nogil=True)
+def _one32(fptr, bands):
+    """As _one64, for an OpenBLAS with 32-bit integers."""
+    r = bands[0]
+    _call32(fptr, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+
+
+def _operand(x: np.ndarray) -> tuple[int, int] | None:
+    """(trans, ld) describing a 2-D float32 view to row-major BLAS, or None if BLAS cannot read it."""
+    r, c = x.shape
+    s0, s1 = x.strides
+    if (s1 == 4 or c == 1) and (r == 1 or (s0 % 4 == 0 and s0 // 4 >= c)):
+        return NO_TRANS, (s0 // 4 if r > 1 else max(c, 1))
+    if (s0 == 4 or r == 1) and (c == 1 or (s1 % 4 == 0 and s1 // 4 >= r)):
+        return TRANS, (s1 // 4 if c > 1 else max(r, 1))
+    return None
+
+
+def band_edges(size: int, parts: int, align: int = BAND_ALIGN) -> list[int]:
+    """Edges that cut ``size`` rows into at most ``parts`` bands, inner edges on multiples of ``align``."""
+    edges = [0]
+    for t in range(1, parts):
+        e = min(size, -(-(size * t // parts) // align) * align)
+        if edges[-1] < e < size:
+            edges.append(e)
+    edges.append(size)
+    return edges
+
+
+def plan_bands(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> np.ndarray | None:
+    """The sgemm calls that compute c = a @ b as ``parts`` bands, one row each:
+    (ta, tb, m, n, k, a, lda, b, ldb, c, ldc), addresses in bytes; None if BLAS cannot do it."""
+    if not all(isinstance(x, np.ndarray) and x.ndim == 2 and x.dtype == np.float32 for x in (a, b, c)):
+        return None
+    m, k = a.shape
+    k2, n = b.shape
+    if k2 != k or c.shape != (m, n) or 0 in (m, n, k):
+        return None
+    if np.shares_memory(c, a) or np.shares_memory(c, b):
+        return None
+    oc = _operand(c)
+    if oc is None:
+        return None
+    if oc[0] == TRANS:  # a column-major result: compute c^T = b^T a^T into it
+        return plan_bands(b.T, a.T, c.T, parts)
+    oa, ob = _operand(a), _operand(b)
+    if oa is None or ob is None:
+        return None
+    (ta, lda), (tb, ldb), ldc = oa, ob, oc[1]
+    pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
+    rows = []
+    if m >= n:  # bands of rows of c (and of op(a))
+        edges = band_edges(m, parts)
+        for i0, i1 in zip(edges[:-1], edges[1:]):
+            off_a = i0 * lda * 4 if ta == NO_TRANS else i0 * 4
+            rows.append((ta, tb, i1 - i0, n, k, pa + off_a, lda, pb, ldb, pc + i0 * ldc * 4, ldc))
+    else:  # bands of columns of c (and of op(b))
+        edges = band_edges(n, parts)
+        for j0, j1 in zip(edges[:-1], edges[1:]):
+            off_b = j0 * 4 if tb == NO_TRANS else j0 * ldb * 4
+            rows.append((ta, tb, m, j1 - j0, k, pa, lda, pb + off_b, ldb, pc + j0 * 4, ldc))
+    return np.array(rows, dtype=np.int64)
+
+
+def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, threaded: bool | None = None) -> Callable[[], Any]:
+    """Bind ``c = a @ b`` (2-D float32 views, any of them transposed) into a zero-argument kernel.
+
+    With ``THREADED`` the product is cut into one band per numba thread (one band when it is
+    small); otherwise, or when BLAS cannot address the views, it is ``np.matmul(a, b, out=c)``.
+    The kernel keeps a, b and c alive: it holds their addresses.
+    """
+    use = THREADED if threaded is None else (threaded and THREADED)
+    bands = None
+    if use and a.ndim == b.ndim == c.ndim == 2:
+        macs = a.shape[0] * a.shape[1] * b.shape[1]
+        bands = plan_bands(a, b, c, numba.get_num_threads() if macs >= PARALLEL_MIN_MACS else 1)
+    if bands is None:
+        mm = np.matmul
+        return lambda: mm(a, b, out=c)
+    fptr, depth, keep = OPENBLAS.sgemm, _depth, (a, b, c)
+    if bands.shape[0] == 1:
+        f = _one64 if OPENBLAS.int_bits == 64 else _one32
+    else:
+        f = _bands64 if OPENBLAS.int_bits == 64 else _bands32
+
+    def run() -> None:
+        if depth[0]:
+            f(fptr, bands)
+        else:
+            with own_cores():
+                f(fptr, bands)
+    run.keep = keep  # type: ignore[attr-defined]
+    return run

@@ -1,0 +1,141 @@
+"""The library's own GEMM (bands of single-threaded OpenBLAS sgemm on numba's threads) and the
+threaded passes that share its pool: values against float64 references, the fallback, the bytes
+of the threaded updates, and the OpenBLAS thread setting around a replay."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from renaissance_nb.kernels import blas, fused
+
+needs_own = pytest.mark.skipif(not blas.THREADED, reason=f"no OpenBLAS sgemm to call: {blas.OPENBLAS.why_not}")
+
+
+def _views(rng: np.random.Generator, m: int, k: int, n: int, ta: bool, tb: bool, tc: bool, pad: int):
+    """a (m, k), b (k, n), c (m, n): each row-major or a transposed view, inside a wider buffer when pad."""
+    def make(r: int, c: int, trans: bool) -> np.ndarray:
+        if trans:
+            return make(c, r, False).T
+        buf = rng.standard_normal((r, c + pad), dtype=np.float32)
+        return buf[:, :c]
+    c = (np.full((n, m + pad), 7.0, np.float32)[:, :m].T if tc else np.full((m, n + pad), 7.0, np.float32)[:, :n])
+    return make(m, k, ta), make(k, n, tb), c
+
+
+SHAPES = [(128, 784, 1024), (1024, 128, 784), (33, 70, 17), (1, 128, 512), (200, 10, 1), (5, 1, 9), (2, 3, 4)]
+
+
+@needs_own
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_gemm_matches_a_float64_product_for_every_layout(m: int, k: int, n: int) -> None:
+    rng = np.random.default_rng(m * 7 + n)
+    for ta in (False, True):
+        for tb in (False, True):
+            for tc in (False, True):
+                for pad in (0, 3):
+                    a, b, c = _views(rng, m, k, n, ta, tb, tc, pad)
+                    assert blas.plan_bands(a, b, c, 2) is not None, "a BLAS-addressable layout fell back"
+                    blas.gemm(a, b, c)()
+                    ref = a.astype(np.float64) @ b.astype(np.float64)
+                    scale = np.sqrt(k) * np.abs(a).max() * np.abs(b).max()
+                    assert np.abs(c - ref).max() <= 1e-6 * scale, (ta, tb, tc, pad)
+                    if pad:
+                        base = c.base if c.base is not None else c
+                        assert np.count_nonzero(base == 7.0) == base.size - m * n, "wrote outside c"
+
+
+@needs_own
+def test_bands_cover_the_result_once_on_tile_edges() -> None:
+    for size in (1, 15, 16, 17, 100, 128, 1000, 1024):
+        for parts in (1, 2, 3, 4, 8):
+            e = blas.band_edges(size, parts)
+            assert e[0] == 0 and e[-1] == size and all(x < y for x, y in zip(e, e[1:]))
+            assert len(e) - 1 <= parts and all(x % blas.BAND_ALIGN == 0 for x in e[1:-1])
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((300, 64), dtype=np.float32), rng.standard_normal((64, 50), dtype=np.float32)
+    c = np.empty((300, 50), np.float32)
+    bands = blas.plan_bands(a, b, c, 3)
+    assert bands is not None and bands[:, 2].sum() == 300 and (bands[:, 3] == 50).all()  # row bands of m
+
+
+@needs_own
+def test_bound_bands_give_the_same_bytes_every_call_and_on_any_thread_count() -> None:
+    """The bands are fixed at bind time: later calls, and calls with fewer numba threads, repeat the bytes."""
+    import numba
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((256, 300), dtype=np.float32), rng.standard_normal((300, 512), dtype=np.float32)
+    c = np.empty((256, 512), np.float32)
+    run = blas.gemm(a, b, c)
+    run()
+    first = c.copy()
+    run()
+    assert np.array_equal(c, first)
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        c.fill(0)
+        run()
+    finally:
+        numba.set_num_threads(old)
+    assert np.array_equal(c, first)
+
+
+def test_what_blas_cannot_address_falls_back_to_matmul() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((6, 8)).astype(np.float64)  # not float32
+    b = rng.standard_normal((8, 5)).astype(np.float64)
+    c = np.empty((6, 5))
+    assert blas.plan_bands(a, b, c, 2) is None
+    blas.gemm(a, b, c)()
+    assert np.array_equal(c, a @ b)
+    x = rng.standard_normal((12, 12), dtype=np.float32)
+    assert blas.plan_bands(x[:, ::2], x[::2, :6], np.empty((12, 6), np.float32), 2) is None  # strided both ways
+    s = np.zeros((4, 4), np.float32)
+    assert blas.plan_bands(s, s, s, 2) is None  # c aliases an input
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    c32 = np.empty((6, 5), np.float32)
+    blas.gemm(a32, b32, c32, threaded=False)()
+    assert np.array_equal(c32, np.matmul(a32, b32))
+
+
+@needs_own
+def test_own_cores_sets_openblas_to_one_thread_and_restores_it() -> None:
+    get = blas.OPENBLAS.get_threads
+    assert get is not None
+    before = get()
+    with blas.own_cores():
+        assert get() == 1
+        with blas.own_cores():
+            assert get() == 1
+        assert get() == 1
+    assert get() == before
+
+
+def test_threaded_updates_and_probe_give_the_serial_bytes() -> None:
+    rng = np.random.default_rng(5)
+    n = 100_003
+    lr = np.full(10, 1e-3, np.float32)
+    w0, g, m0, v0 = (rng.standard_normal(n, dtype=np.float32) for _ in range(4))
+    v0 = np.abs(v0)
+    out = []
+    for f in (fused.adam_update, fused.adam_update_par):
+        w, m, v, step = w0.copy(), m0.copy(), v0.copy(), np.zeros(1, np.int64)
+        for _ in range(3):
+            f(w, g, m, v, lr, step, 0.9, 0.999, 1e-8, 1e-2, True, False)
+        out.append((w, m, v, step))
+    assert all(np.array_equal(x, y) for x, y in zip(*out)) and out[0][3][0] == 3
+    out = []
+    for f in (fused.sgd_update, fused.sgd_update_par):
+        w, m, step = w0.copy(), m0.copy(), np.zeros(1, np.int64)
+        for _ in range(3):
+            f(w, g, m, lr, step, 0.9, 0.1, 1e-2, True, False)
+        out.append((w, m))
+    assert all(np.array_equal(x, y) for x, y in zip(*out))
+    for size in (0, 1, 7, 9, 1000):
+        x = np.ones(size, np.float32)
+        assert fused.nonfinite_probe_par(x) == 0.0
+        for pos in sorted({0, size // 2, size - 1}) if size else ():
+            for bad in (np.nan, np.inf, -np.inf):
+                y = x.copy()
+                y[pos] = bad
+                assert np.isnan(fused.nonfinite_probe_par(y)), (size, pos, bad)
