@@ -139,3 +139,19 @@ def test_threaded_updates_and_probe_give_the_serial_bytes() -> None:
                 y = x.copy()
                 y[pos] = bad
                 assert np.isnan(fused.nonfinite_probe_par(y)), (size, pos, bad)
+
+
+@needs_own
+def test_a_pair_of_products_runs_side_by_side_with_each_ones_values() -> None:
+    """A layer's dW and dx as one parallel call, one whole sgemm each: both match float64."""
+    rng = np.random.default_rng(8)
+    dy, x, w = (rng.standard_normal(s, dtype=np.float32) for s in ((64, 96), (64, 80), (96, 80)))
+    dw, dx = np.empty((96, 80), np.float32), np.empty((64, 80), np.float32)
+    pair = blas.gemm_pair((dy.T, x, dw), (dy, w, dx))
+    pair()
+    for got, a, b in ((dw, dy.T, x), (dx, dy, w)):
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+    fallback_dw, fallback_dx = np.empty_like(dw), np.empty_like(dx)
+    blas.gemm_pair((dy.T, x, fallback_dw), (dy, w, fallback_dx), threaded=False)()
+    assert np.array_equal(fallback_dw, np.matmul(dy.T, x)) and np.array_equal(fallback_dx, np.matmul(dy, w))

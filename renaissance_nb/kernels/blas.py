@@ -225,6 +225,41 @@ def plan_bands(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> np.nd
     return np.array(rows, dtype=np.int64)
 
 
+def _bound(bands: np.ndarray, keep: tuple) -> Callable[[], None]:
+    """The kernel that runs planned sgemm calls: in parallel when there are several."""
+    fptr, depth = OPENBLAS.sgemm, _depth
+    if bands.shape[0] == 1:
+        f = _one64 if OPENBLAS.int_bits == 64 else _one32
+    else:
+        f = _bands64 if OPENBLAS.int_bits == 64 else _bands32
+
+    def run() -> None:
+        if depth[0]:
+            f(fptr, bands)
+        else:
+            with own_cores():
+                f(fptr, bands)
+    run.keep = keep  # type: ignore[attr-defined]
+    return run
+
+
+def gemm_pair(first: tuple[np.ndarray, np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray, np.ndarray],
+              threaded: bool | None = None) -> Callable[[], Any]:
+    """Bind two independent products of equal work (a layer's dW and dx) to run side by side,
+    each one whole sgemm on its own thread; bands of each, one after the other, otherwise."""
+    use = THREADED if threaded is None else (threaded and THREADED)
+    if use and numba.get_num_threads() == 2 and all(x.ndim == 2 for t in (first, second) for x in t):
+        p1, p2 = plan_bands(*first, 1), plan_bands(*second, 1)
+        if p1 is not None and p2 is not None:
+            return _bound(np.concatenate([p1, p2]), (*first, *second))
+    g1, g2 = gemm(*first, threaded=threaded), gemm(*second, threaded=threaded)
+
+    def run() -> None:
+        g1()
+        g2()
+    return run
+
+
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, threaded: bool | None = None) -> Callable[[], Any]:
     """Bind ``c = a @ b`` (2-D float32 views, any of them transposed) into a zero-argument kernel.
 
@@ -240,17 +275,4 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, threaded: bool | None = No
     if bands is None:
         mm = np.matmul
         return lambda: mm(a, b, out=c)
-    fptr, depth, keep = OPENBLAS.sgemm, _depth, (a, b, c)
-    if bands.shape[0] == 1:
-        f = _one64 if OPENBLAS.int_bits == 64 else _one32
-    else:
-        f = _bands64 if OPENBLAS.int_bits == 64 else _bands32
-
-    def run() -> None:
-        if depth[0]:
-            f(fptr, bands)
-        else:
-            with own_cores():
-                f(fptr, bands)
-    run.keep = keep  # type: ignore[attr-defined]
-    return run
+    return _bound(bands, (a, b, c))
