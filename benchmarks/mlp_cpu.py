@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -275,9 +276,11 @@ class Remote:
 
 
 def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_compile: bool,
-                 arena_bytes: int, module: str = "mlp_cpu", kinds: list[str] | None = None) -> dict:
+                 arena_bytes: int, module: str = "mlp_cpu", kinds: list[str] | None = None,
+                 each_round: Callable[[], None] | None = None) -> dict:
     """Like run(), each contender in its own process (PyTorch's OpenMP pool and libraries loaded
-    beside NumPy/OpenBLAS slowed the replay by up to 25% in one process here)."""
+    beside NumPy/OpenBLAS slowed the replay by up to 25% in one process here). ``each_round``
+    runs before every round, in this process (the sgemm rate, measured as often as the epochs)."""
     if kinds is None:
         kinds = ["ours"] + (["eager", "fused"] + (["compile"] if use_compile else []) if have_torch else [])
     elif not have_torch:
@@ -292,6 +295,8 @@ def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_co
         skipped.append("PyTorch not installed: PyTorch contenders skipped (pip install torch)")
     times: dict[str, list[float]] = {c.name: [] for c in contenders}
     for _ in range(rounds):
+        if each_round is not None:
+            each_round()
         for c in contenders:
             times[c.name].append(c.epoch())
     for c in contenders:
@@ -347,28 +352,32 @@ def main() -> int:
     except ImportError:
         have_torch, tver = False, "not installed"
     x, y, data_name = load_data(args.samples)
-    rate = sgemm_rate()
+    rates = [sgemm_rate()]
     from threadpoolctl import threadpool_info
     blas = ", ".join(f"{i['internal_api']} {i.get('version')} x{i['num_threads']}" for i in threadpool_info())
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__} "
           f"({blas}); torch {tver}; data {data_name}, {len(x)} samples")
-    print(f"sgemm 1024^3 (NumPy): {rate / 1e9:.0f} GFLOP/s; contenders "
+    print(f"sgemm 1024^3 (NumPy): {rates[0] / 1e9:.0f} GFLOP/s at the start, measured again before every round; contenders "
           + ("in this process" if args.same_process else "each in its own process") + ", interleaved")
     rows = []
     for batch in args.batches:
+        batch_rates: list[float] = []
         if args.same_process:
             r = run(batch, x, y, args.rounds, have_torch, not args.no_compile)
         else:
             kinds = ["ours"] + ([OPENBLAS_KIND] if args.openblas else [])
             kinds += (["eager", "fused"] + ([] if args.no_compile else ["compile"])) if have_torch else []
-            r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0, kinds=kinds)
+            r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0, kinds=kinds,
+                             each_round=lambda rs=batch_rates: rs.append(sgemm_rate()))
+            rates += batch_rates
+        rate = statistics.median(batch_rates) if batch_rates else rates[0]
         ours = r["median_epoch_s"]["renaissance_nb"]
         step_ms = 1e3 * ours / r["steps"]
         roof = step_flops(batch) / rate
         print(f"\nbatch {batch}: {r['steps']} steps/epoch, medians of {args.rounds} interleaved rounds")
         print_times(r)
-        print(f"  GEMM roofline: {1e3 * roof:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s -> "
-              f"{100 * roof / (step_ms / 1e3):.0f}% reached")
+        print(f"  GEMM roofline: {1e3 * roof:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s (median of the sgemm rates "
+              f"measured between its rounds) -> {100 * roof / (step_ms / 1e3):.0f}% reached")
         print_skipped(r)
         r["roofline_fraction"] = roof / (step_ms / 1e3)
         rows.append(r)
@@ -379,7 +388,7 @@ def main() -> int:
             mem["torch"] = peak_rss_child("eager", 128, min(len(x), 60000))
         print_memory(mem, 128)
     if args.markdown:
-        write_markdown(args.markdown, rows, mem, rate, blas, tver, data_name)
+        write_markdown(args.markdown, rows, mem, statistics.median(rates), blas, tver, data_name)
     return 0
 
 
