@@ -47,7 +47,7 @@ import numpy as np
 
 from ..errors import PlanError
 from . import fused
-from .blas import gemm
+from .blas import THREADED, gemm
 from .cpu import EMPTY_F32, Kernel, kernel
 
 jit = fused.jit
@@ -173,17 +173,31 @@ def bn_train_fwd_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps,
     Sums are float64 and shifted by the first row (sum (x - x0), sum (x - x0)^2), so
     the one-pass variance does not cancel catastrophically.
     """
-    m, c = x2.shape
-    x0 = x2[0]
+    bn_shifted_sums_(x2, x2[0], acc[0], acc[1], 0, x2.shape[0])
+    bn_train_fwd_finish_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff)
+    affine_act_(x2, y2, aff, act)
+
+
+@jit
+def bn_shifted_sums_(x2, x0, s1, s2, r0, r1):
+    """s1[j] = sum (x[i, j] - x0[j]), s2[j] = the sum of squares, over rows r0 <= i < r1 (float64)."""
+    c = x2.shape[1]
     for j in range(c):
-        acc[0, j] = 0.0
-        acc[1, j] = 0.0
-    for i in range(m):
+        s1[j] = 0.0
+        s2[j] = 0.0
+    for i in range(r0, r1):
         row = x2[i]
         for j in range(c):
             d = np.float64(row[j]) - np.float64(x0[j])
-            acc[0, j] += d
-            acc[1, j] += d * d
+            s1[j] += d
+            s2[j] += d * d
+
+
+@jit
+def bn_train_fwd_finish_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff):
+    """From the shifted sums: mean, invstd, running stats, and the affine y = x*aff[0] + aff[1]."""
+    m, c = x2.shape
+    x0 = x2[0]
     inv_m = 1.0 / m
     unbias = m / (m - 1.0) if m > 1 else np.nan
     for j in range(c):
@@ -200,7 +214,6 @@ def bn_train_fwd_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps,
         a = np.float64(gamma[j]) * istd
         aff[0, j] = a
         aff[1, j] = np.float64(beta[j]) - mu * a
-    affine_act_(x2, y2, aff, act)
 
 
 @jit
@@ -228,11 +241,20 @@ def channel_affine_(x2, y2, a, b, act):
 @jit
 def bn_train_bwd_(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff):
     """dx = gamma*invstd*(dy - mean(dy) - xhat*mean(dy*xhat)); dgamma = sum(dy*xhat); dbeta = sum(dy)."""
-    m, c = x2.shape
+    bn_grad_sums_(dy2, x2, y2, mean, act, acc[0], acc[1], 0, x2.shape[0])
+    bn_train_bwd_finish_(x2, gamma, invstd, dgamma, dbeta, acc, aff)
+    bn_dx_(dy2, x2, mean, dx2, aff)
+
+
+@jit
+def bn_grad_sums_(dy2, x2, y2, mean, act, s1, s2, r0, r1):
+    """Rows r0 <= i < r1: dy *= (y > 0) with a fused ReLU, in place; s1[j] = sum dy,
+    s2[j] = sum dy * (x - mean) (float64)."""
+    c = x2.shape[1]
     for j in range(c):
-        acc[0, j] = 0.0
-        acc[1, j] = 0.0
-    for i in range(m):
+        s1[j] = 0.0
+        s2[j] = 0.0
+    for i in range(r0, r1):
         dr = dy2[i]
         xr = x2[i]
         if act == 1:
@@ -242,8 +264,14 @@ def bn_train_bwd_(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc
                 dr[j] = g
         for j in range(c):
             g = np.float64(dr[j])
-            acc[0, j] += g
-            acc[1, j] += g * (np.float64(xr[j]) - np.float64(mean[j]))
+            s1[j] += g
+            s2[j] += g * (np.float64(xr[j]) - np.float64(mean[j]))
+
+
+@jit
+def bn_train_bwd_finish_(x2, gamma, invstd, dgamma, dbeta, acc, aff):
+    """dgamma, dbeta, and dx's per-channel coefficients (aff) from the gradient sums."""
+    m, c = x2.shape
     inv_m = 1.0 / m
     for j in range(c):
         istd = np.float64(invstd[j])
@@ -255,6 +283,12 @@ def bn_train_bwd_(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc
         aff[0, j] = a                                   # dy coefficient
         aff[1, j] = -a * istd * istd * sdyx * inv_m     # (x - mean) coefficient
         aff[2, j] = -a * sdy * inv_m                    # constant
+
+
+@jit
+def bn_dx_(dy2, x2, mean, dx2, aff):
+    """dx = aff[0]*dy + aff[1]*(x - mean) + aff[2], per channel, over rows."""
+    m, c = x2.shape
     a = aff[0]
     b = aff[1]
     k = aff[2]
@@ -569,7 +603,7 @@ def conv_fwd(outs, ins, p, env):
     if cin == 1:
         im2col = im2col_one_channel(x, cols, k, s, pad, ho, wo)
     else:
-        x3, f = x.reshape(n, h, wd * cin), im2col_
+        x3, f = x.reshape(n, h, wd * cin), (conv_par.im2col_par_ if THREADED else im2col_)
 
         def im2col() -> None:
             f(x3, cols, cin, k, s, pad, ho, wo)
@@ -653,7 +687,7 @@ def conv_bwd(outs, ins, p, env):
     acc = np.zeros(cout, np.float64)  # bind-time scratch for the float64 bias-gradient sums
     db_or_empty = db if db is not None else EMPTY_F32.astype(dy2.dtype)
     dx3 = o.dx.reshape(n, h, wd * cin) if dcols is not None else None
-    mask_colsum, col2im = mask_colsum_, col2im_
+    mask_colsum, col2im = mask_colsum_, (conv_par.col2im_par_ if THREADED else col2im_)
     pre = bool(act) or db is not None
     weight_grad = gemm(dy2.T, cols, dw2)
     input_grad = gemm(dy2, wmat, dx2) if dx2 is not None else gemm(dy2, wmat, dcols) if dx3 is not None else None
@@ -712,6 +746,9 @@ def bn_fwd(outs, ins, p, env):
     c = x2.shape[1]
     acc = np.zeros((2, c), np.float64)  # bind-time scratch: shifted sums
     aff = np.zeros((2, c), x2.dtype)    # bind-time scratch: per-channel scale and shift
+    if THREADED:
+        parts, fp = np.zeros((conv_par.ROW_CHUNKS, 2, c), np.float64), conv_par.bn_train_fwd_par_
+        return lambda: fp(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff, parts)
     f = bn_train_fwd_
     return lambda: f(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff)
 
@@ -722,6 +759,9 @@ def bn_bwd(outs, ins, p, env):
     c = x2.shape[1]
     acc = np.zeros((2, c), np.float64)
     aff = np.zeros((3, c), np.float64)
+    if THREADED:
+        parts, fp = np.zeros((conv_par.ROW_CHUNKS, 2, c), np.float64), conv_par.bn_train_bwd_par_
+        return lambda: fp(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts)
     f = bn_train_bwd_
     return lambda: f(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff)
 
@@ -762,9 +802,9 @@ def maxpool_fwd(outs, ins, p, env):
     k, s, pad = _pool_geometry("maxpool_fwd", x, y, p)
     _check("maxpool_fwd", "argmax", am.shape, y.shape)
     if (k, s, pad) == (2, 2, 0) and x.flags.c_contiguous and y.flags.c_contiguous and am.flags.c_contiguous:
-        f2 = maxpool2_fwd_
+        f2 = conv_par.maxpool2_fwd_par_ if THREADED else maxpool2_fwd_
         return lambda: f2(x, y, am)
-    f = maxpool_fwd_
+    f = conv_par.maxpool_fwd_par_ if THREADED else maxpool_fwd_
     return lambda: f(x, y, am, k, s, pad)
 
 
@@ -775,10 +815,10 @@ def maxpool_bwd(outs, ins, p, env):
     n, h, w, c = dx.shape
     k = p.get("k")
     if (k, p.get("s", k), p.get("p", 0)) == (2, 2, 0) and all(a.flags.c_contiguous for a in (dy, am, dx)):
-        f2 = maxpool2_bwd_
+        f2 = conv_par.maxpool2_bwd_par_ if THREADED else maxpool2_bwd_
         return lambda: f2(dy, am, dx)
     dx3 = dx.reshape(n, h * w, c)
-    f = maxpool_bwd_
+    f = conv_par.maxpool_bwd_par_ if THREADED else maxpool_bwd_
     return lambda: f(dy, am, dx3)
 
 
@@ -860,3 +900,6 @@ def benchmark(n: int = 128, hw: int = 14, cin: int = 32, cout: int = 64, k: int 
     flop = 3 * 2.0 * m * kk * cout
     return {"fwd_ms": best["fwd"] * 1e3, "bwd_ms": best["bwd"] * 1e3,
             "conv_gflops": flop / (best["fwd"] + best["bwd"]) / 1e9, "gemm_only_gflops": flop / best["gemms"] / 1e9}
+
+
+from . import conv_par  # noqa: E402 - the threaded variants import this module's serial kernels

@@ -1,0 +1,133 @@
+"""The conv net's memory passes (im2col, col2im, batch norm, max pooling) on numba's threads.
+
+The products already run as bands on numba's pool (kernels/blas.py), so the passes between
+them can use both cores too without a second pool fighting the first. Each variant splits
+its work so that every output value is computed exactly as by the serial kernel in
+conv.py: by images (im2col, col2im and pooling are independent per image) or by rows (the
+element-wise batch-norm passes): those give the serial kernels' bytes. The batch-norm sums
+are the exception: they are float64 partial sums of fixed row blocks, added in block order,
+so they can differ from the one-pass sums in the last float64 bits (tests bound it), and
+they are the same on every machine whatever its thread count.
+"""
+from __future__ import annotations
+
+import numba
+
+from .conv import (affine_act_, bn_dx_, bn_grad_sums_, bn_shifted_sums_, bn_train_bwd_finish_,
+                   bn_train_fwd_finish_, col2im_, im2col_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
+                   maxpool_fwd_)
+
+par = numba.njit(cache=True, nogil=True, parallel=True, fastmath=False, error_model="numpy")
+jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
+ROW_CHUNKS = 8
+"""Work is cut into this many blocks of images or rows, a fixed number (numba hands them to its
+threads): the batch-norm sums' bytes then do not depend on the machine's thread count, and the
+kernels cache (asking numba for its thread count inside a kernel would stop that)."""
+
+
+@jit
+def _cut(size, parts, t):
+    """Start of part t of ``size`` items cut into ``parts`` (t == parts gives size)."""
+    return size * t // parts
+
+
+@par
+def im2col_par_(x3, cols, c, k, s, p, ho, wo):
+    """im2col_ with the images cut into blocks, one block per prange iteration."""
+    n = x3.shape[0]
+    parts = min(n, ROW_CHUNKS)
+    per = ho * wo
+    for t in numba.prange(parts):
+        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
+        im2col_(x3[n0:n1], cols[n0 * per:n1 * per], c, k, s, p, ho, wo)
+
+
+@par
+def col2im_par_(dcols, dx3, c, k, s, p, ho, wo):
+    """col2im_ by blocks of images (an image's scatter order is unchanged)."""
+    n = dx3.shape[0]
+    parts = min(n, ROW_CHUNKS)
+    per = ho * wo
+    for t in numba.prange(parts):
+        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
+        col2im_(dcols[n0 * per:n1 * per], dx3[n0:n1], c, k, s, p, ho, wo)
+
+
+@par
+def maxpool_fwd_par_(x, y, am, k, s, p):
+    n = x.shape[0]
+    parts = min(n, ROW_CHUNKS)
+    for t in numba.prange(parts):
+        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
+        maxpool_fwd_(x[n0:n1], y[n0:n1], am[n0:n1], k, s, p)
+
+
+@par
+def maxpool2_fwd_par_(x, y, am):
+    n = x.shape[0]
+    parts = min(n, ROW_CHUNKS)
+    for t in numba.prange(parts):
+        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
+        maxpool2_fwd_(x[n0:n1], y[n0:n1], am[n0:n1])
+
+
+@par
+def maxpool_bwd_par_(dy, am, dx3):
+    n = dx3.shape[0]
+    parts = min(n, ROW_CHUNKS)
+    for t in numba.prange(parts):
+        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
+        maxpool_bwd_(dy[n0:n1], am[n0:n1], dx3[n0:n1])
+
+
+@par
+def maxpool2_bwd_par_(dy, am, dx):
+    n = dx.shape[0]
+    parts = min(n, ROW_CHUNKS)
+    for t in numba.prange(parts):
+        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
+        maxpool2_bwd_(dy[n0:n1], am[n0:n1], dx[n0:n1])
+
+
+@jit
+def _fold_parts(parts, acc):
+    """acc[k] = sum over t of parts[t, k], t in order (a fixed order: the same bytes every step)."""
+    for k in range(2):
+        out = acc[k]
+        for j in range(out.shape[0]):
+            out[j] = 0.0
+        for t in range(parts.shape[0]):
+            p = parts[t, k]
+            for j in range(out.shape[0]):
+                out[j] += p[j]
+
+
+@par
+def bn_train_fwd_par_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff, parts):
+    """bn_train_fwd_ on numba's threads: the sums in ROW_CHUNKS row blocks (each shifted by the
+    first row, as the serial sums), added in block order, then the affine pass in row blocks."""
+    m = x2.shape[0]
+    x0 = x2[0]
+    chunks = parts.shape[0]
+    for t in numba.prange(chunks):
+        bn_shifted_sums_(x2, x0, parts[t, 0], parts[t, 1], _cut(m, chunks, t), _cut(m, chunks, t + 1))
+    _fold_parts(parts, acc)
+    bn_train_fwd_finish_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff)
+    for t in numba.prange(chunks):
+        r0, r1 = _cut(m, chunks, t), _cut(m, chunks, t + 1)
+        affine_act_(x2[r0:r1], y2[r0:r1], aff, act)
+
+
+@par
+def bn_train_bwd_par_(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts):
+    """bn_train_bwd_ on numba's threads: the gradient sums in row blocks, added in block order,
+    then dx in row blocks."""
+    m = x2.shape[0]
+    chunks = parts.shape[0]
+    for t in numba.prange(chunks):
+        bn_grad_sums_(dy2, x2, y2, mean, act, parts[t, 0], parts[t, 1], _cut(m, chunks, t), _cut(m, chunks, t + 1))
+    _fold_parts(parts, acc)
+    bn_train_bwd_finish_(x2, gamma, invstd, dgamma, dbeta, acc, aff)
+    for t in numba.prange(chunks):
+        r0, r1 = _cut(m, chunks, t), _cut(m, chunks, t + 1)
+        bn_dx_(dy2[r0:r1], x2[r0:r1], mean, dx2[r0:r1], aff)
