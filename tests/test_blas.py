@@ -155,3 +155,39 @@ def test_a_pair_of_products_runs_side_by_side_with_each_ones_values() -> None:
     fallback_dw, fallback_dx = np.empty_like(dw), np.empty_like(dx)
     blas.gemm_pair((dy.T, x, fallback_dw), (dy, w, fallback_dx), threaded=False)()
     assert np.array_equal(fallback_dw, np.matmul(dy.T, x)) and np.array_equal(fallback_dx, np.matmul(dy, w))
+
+
+_TRAIN = """
+import sys, numpy as np, renaissance_nb as rnb
+from renaissance_nb.kernels import blas
+rng = np.random.default_rng(0)
+x = rng.standard_normal((600, 40), dtype=np.float32)
+y = (x[:, :10].argmax(1)).astype(np.int32)
+t = (rnb.DeepLearningTask("t").model(rnb.seq(rnb.fc(256), rnb.relu(), rnb.fc(128), rnb.relu(), rnb.fc(10)))
+     .data(train=(x, y), batch_size=64).optimizer(rnb.AdamW().weight_decay(1e-2)).total_epochs(6).seed(1))
+r = t.run(progress=False)
+np.savez(sys.argv[1], threaded=np.array(blas.THREADED), losses=r.step_losses, **t.state_dict())
+"""
+
+
+@needs_own
+def test_training_on_our_threads_matches_numpys_threaded_matmul(tmp_path) -> None:
+    """The same task trained with the one-pool replay and with RNB_OWN_THREADS=0 (np.matmul on
+    OpenBLAS's threads, serial passes): the same run up to float32 rounding; each path repeats its bytes."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN)
+    runs = {}
+    for name, env in (("own", {}), ("own2", {}), ("numpy", {"RNB_OWN_THREADS": "0"})):
+        out = tmp_path / f"{name}.npz"
+        subprocess.run([sys.executable, str(script), str(out)], check=True, env={**os.environ, **env}, timeout=300)
+        runs[name] = dict(np.load(out))
+    assert runs["own"]["threaded"] and not runs["numpy"]["threaded"]
+    assert all(np.array_equal(runs["own"][k], runs["own2"][k]) for k in runs["own"])
+    np.testing.assert_allclose(runs["own"]["losses"], runs["numpy"]["losses"], rtol=1e-4)
+    assert runs["own"]["losses"][-1] < 0.6 * runs["own"]["losses"][0]  # it learned
+    for k, v in runs["numpy"].items():
+        if k not in ("threaded", "losses"):
+            np.testing.assert_allclose(runs["own"][k], v, rtol=1e-3, atol=1e-5, err_msg=k)

@@ -52,6 +52,9 @@ class _OpenBLAS:
         if os.environ.get("RNB_OWN_THREADS", "1") == "0":
             self.why_not = "RNB_OWN_THREADS=0"
             return
+        if numba.config.NUMBA_NUM_THREADS < 2:
+            self.why_not = "numba has one thread (NUMBA_NUM_THREADS)"
+            return
         try:
             from threadpoolctl import threadpool_info
         except ImportError:
