@@ -189,9 +189,25 @@ def accumulate_metrics(result, acc, batch, loss_log, step):
             loss_log[s] = result[0]
 
 
+TINY32 = np.float32(np.finfo(np.float32).tiny)
+"""The smallest normal float32 (1.2e-38). Optimizer state below it is stored as 0: a
+subnormal operand takes a slow microcode path on x86 CPUs. For a weight whose gradient
+stays 0 (an always-black MNIST pixel, a dead ReLU unit), m decays by beta1 every step and
+is subnormal after about 800 steps; with 20% of M subnormal the AdamW pass took 0.9 ms
+against 0.5 ms. Such an m moves its weight by less than lr * 1e-30, which leaves any
+float32 weight above about 1e-20 unchanged, so the weights keep PyTorch's bits."""
+
+
+@jit
+def _flush(x):
+    """x, or 0 where |x| is subnormal (a select: the loops stay vectorised)."""
+    return x if abs(x) >= TINY32 else np.float32(0.0)
+
+
 @jit
 def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, maximize):
-    """Adam/AdamW over one contiguous chunk, for finished-step count t (1-based)."""
+    """Adam/AdamW over one contiguous chunk, for finished-step count t (1-based); the new m
+    and v are flushed to 0 below TINY32."""
     bc1 = 1.0 - beta1 ** t
     bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
     step_size = np.float32(lr / bc1)
@@ -211,8 +227,8 @@ def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, ma
             wk = wk * decay
         elif weight_decay != 0.0:
             gk = gk + wd32 * wk
-        mk = m[k] + (gk - m[k]) * one_b1  # lerp, as torch's exp_avg.lerp_(grad, 1 - beta1)
-        vk = v[k] * b2 + one_b2 * gk * gk
+        mk = _flush(m[k] + (gk - m[k]) * one_b1)  # lerp, as torch's exp_avg.lerp_(grad, 1 - beta1)
+        vk = _flush(v[k] * b2 + one_b2 * gk * gk)
         m[k] = mk
         v[k] = vk
         denom = np.float32(math.sqrt(vk)) / bc2_32 + eps32
@@ -275,9 +291,9 @@ def _sgd_core(w, g, m, lr, first, momentum, dampening, weight_decay, nesterov, m
             gk = gk + wd * w[k]
         if use_m:
             if first:
-                buf = gk
+                buf = _flush(gk)
             else:
-                buf = mom * m[k] + damp * gk
+                buf = _flush(mom * m[k] + damp * gk)  # a decaying buffer goes subnormal too (see TINY32)
             m[k] = buf
             if nesterov:
                 gk = gk + mom * buf

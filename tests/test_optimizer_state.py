@@ -1,0 +1,52 @@
+"""Optimizer state below the smallest normal float32 is stored as 0 (fused.TINY32): the state
+never holds a subnormal, and the weights keep the bits of the unflushed formula."""
+from __future__ import annotations
+
+import numpy as np
+
+from renaissance_nb.kernels import fused
+
+TINY = np.finfo(np.float32).tiny
+
+
+def _adamw_reference(w, g, m, v, lr, t, b1=0.9, b2=0.999, eps=1e-8, wd=1e-2):
+    """PyTorch's single-tensor AdamW in float32, without any flushing."""
+    f = np.float32
+    w = w * f(1.0 - lr * wd)
+    m = m + (g - m) * f(1.0 - b1)
+    v = v * f(b2) + f(1.0 - b2) * g * g
+    denom = np.sqrt(v) / f(np.sqrt(1.0 - b2 ** t)) + f(eps)
+    return w - f(lr / (1.0 - b1 ** t)) * (m / denom), m, v
+
+
+def test_decaying_adam_state_is_flushed_and_the_weights_keep_their_bits() -> None:
+    rng = np.random.default_rng(0)
+    n = 4096
+    w = rng.standard_normal(n).astype(np.float32)
+    g_first = rng.standard_normal(n).astype(np.float32) * np.float32(1e-3)
+    zero = np.zeros(n, np.float32)
+    m, v, step = np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(1, np.int64)
+    rw, rm, rv = w.copy(), m.copy(), v.copy()
+    lr = np.full(2000, 1e-3, np.float32)
+    went_subnormal = False
+    for t in range(1, 1001):  # one real gradient, then 999 zero gradients: m decays by 0.9 per step
+        g = g_first if t == 1 else zero
+        fused.adam_update(w, g, m, v, lr, step, 0.9, 0.999, 1e-8, 1e-2, True, False)
+        rw, rm, rv = _adamw_reference(rw, g, rm, rv, float(lr[0]), t)
+        went_subnormal |= bool(np.any((rm != 0) & (np.abs(rm) < TINY)))
+        assert not np.any((m != 0) & (np.abs(m) < TINY)) and not np.any((v != 0) & (np.abs(v) < TINY))
+        assert np.array_equal(w, rw), t
+    assert went_subnormal, "the reference state never reached the subnormal range: the test tests nothing"
+    assert np.count_nonzero(m) == 0 and step[0] == 1000
+
+
+def test_a_decaying_sgd_buffer_is_flushed() -> None:
+    n = 256
+    w = np.linspace(-1, 1, n).astype(np.float32)
+    m, step = np.zeros(n, np.float32), np.zeros(1, np.int64)
+    lr = np.full(1200, 1e-2, np.float32)
+    g0 = np.full(n, 1e-3, np.float32)
+    for t in range(1000):
+        fused.sgd_update(w, g0 if t == 0 else np.zeros(n, np.float32), m, lr, step, 0.9, 0.0, 0.0, False, False)
+        assert not np.any((m != 0) & (np.abs(m) < TINY))
+    assert np.count_nonzero(m) == 0
