@@ -22,12 +22,12 @@ def test_im2col_and_col2im_by_image_blocks_are_the_serial_bytes(n, h, w, c, k, s
     x[0, 0, 0, 0] = np.nan
     cols = [np.full((n * ho * wo, k * k * c), 5.0, np.float32) for _ in range(2)]
     conv.im2col_(x.reshape(n, h, w * c), cols[0], c, k, s, p, ho, wo)
-    conv_par.im2col_par_(x.reshape(n, h, w * c), cols[1], c, k, s, p, ho, wo)
+    conv_par.patches_par_(x.reshape(n, h, w * c), cols[1], c, k, s, p, ho, wo, True)
     assert np.array_equal(cols[0], cols[1], equal_nan=True)
     dcols = rng.standard_normal(cols[0].shape).astype(np.float32)
     dx = [np.full((n, h, w, c), 9.0, np.float32) for _ in range(2)]
     conv.col2im_(dcols, dx[0].reshape(n, h, w * c), c, k, s, p, ho, wo)
-    conv_par.col2im_par_(dcols, dx[1].reshape(n, h, w * c), c, k, s, p, ho, wo)
+    conv_par.patches_par_(dx[1].reshape(n, h, w * c), dcols, c, k, s, p, ho, wo, False)
     assert np.array_equal(dx[0], dx[1])
 
 
@@ -41,21 +41,20 @@ def test_max_pooling_by_image_blocks_is_the_serial_bytes(n, h, w, c) -> None:
         ho, wo = _geometry(n, h, w, c, k, s, p)
         ys = [np.zeros((n, ho, wo, c), np.float32) for _ in range(2)]
         ams = [np.zeros((n, ho, wo, c), np.int32) for _ in range(2)]
-        if (k, s, p) == (2, 2, 0):
+        two = (k, s, p) == (2, 2, 0)
+        if two:
             conv.maxpool2_fwd_(x, ys[0], ams[0])
-            conv_par.maxpool2_fwd_par_(x, ys[1], ams[1])
         else:
             conv.maxpool_fwd_(x, ys[0], ams[0], k, s, p)
-            conv_par.maxpool_fwd_par_(x, ys[1], ams[1], k, s, p)
+        conv_par.maxpool_fwd_par_(x, ys[1], ams[1], k, s, p, two)
         assert np.array_equal(ys[0], ys[1], equal_nan=True) and np.array_equal(ams[0], ams[1])
         dy = rng.standard_normal(ys[0].shape).astype(np.float32)
         dxs = [np.full((n, h, w, c), 3.0, np.float32) for _ in range(2)]
-        if (k, s, p) == (2, 2, 0):
+        if two:
             conv.maxpool2_bwd_(dy, ams[0], dxs[0])
-            conv_par.maxpool2_bwd_par_(dy, ams[0], dxs[1])
         else:
             conv.maxpool_bwd_(dy, ams[0], dxs[0].reshape(n, h * w, c))
-            conv_par.maxpool_bwd_par_(dy, ams[0], dxs[1].reshape(n, h * w, c))
+        conv_par.maxpool_bwd_par_(dy, ams[0], dxs[1], two)
         assert np.array_equal(dxs[0], dxs[1])
 
 

@@ -603,10 +603,17 @@ def conv_fwd(outs, ins, p, env):
     if cin == 1:
         im2col = im2col_one_channel(x, cols, k, s, pad, ho, wo)
     else:
-        x3, f = x.reshape(n, h, wd * cin), (conv_par.im2col_par_ if THREADED else im2col_)
+        x3 = x.reshape(n, h, wd * cin)
+        if THREADED:
+            fp = conv_par.patches_par_
 
-        def im2col() -> None:
-            f(x3, cols, cin, k, s, pad, ho, wo)
+            def im2col() -> None:
+                fp(x3, cols, cin, k, s, pad, ho, wo, True)
+        else:
+            f = im2col_
+
+            def im2col() -> None:
+                f(x3, cols, cin, k, s, pad, ho, wo)
 
     product = gemm(cols, wt, y2)
 
@@ -687,20 +694,33 @@ def conv_bwd(outs, ins, p, env):
     acc = np.zeros(cout, np.float64)  # bind-time scratch for the float64 bias-gradient sums
     db_or_empty = db if db is not None else EMPTY_F32.astype(dy2.dtype)
     dx3 = o.dx.reshape(n, h, wd * cin) if dcols is not None else None
-    mask_colsum, col2im = mask_colsum_, (conv_par.col2im_par_ if THREADED else col2im_)
+    mask_colsum = mask_colsum_
     pre = bool(act) or db is not None
+    into = dx2 if dx2 is not None else dcols  # dx itself for a 1x1 conv, else the columns col2im scatters
+    # banded one after the other: side by side (gemm_pair, as fc_bwd) was no faster at these tall shapes
     weight_grad = gemm(dy2.T, cols, dw2)
-    input_grad = gemm(dy2, wmat, dx2) if dx2 is not None else gemm(dy2, wmat, dcols) if dx3 is not None else None
+    input_grad = gemm(dy2, wmat, into) if into is not None else None
+    if dx3 is None:
+        def scatter() -> None:
+            pass
+    elif THREADED:
+        fp = conv_par.patches_par_
+
+        def scatter() -> None:
+            fp(dx3, dcols, cin, k, s, pad, ho, wo, False)
+    else:
+        f = col2im_
+
+        def scatter() -> None:
+            f(dcols, dx3, cin, k, s, pad, ho, wo)
 
     def run() -> None:
         if pre:
             mask_colsum(dy2, y2, act, acc, db_or_empty)
         weight_grad()
-        if dx2 is not None:
+        if input_grad is not None:
             input_grad()
-        elif dx3 is not None:
-            input_grad()
-            col2im(dcols, dx3, cin, k, s, pad, ho, wo)
+        scatter()
     return run
 
 
@@ -802,9 +822,15 @@ def maxpool_fwd(outs, ins, p, env):
     k, s, pad = _pool_geometry("maxpool_fwd", x, y, p)
     _check("maxpool_fwd", "argmax", am.shape, y.shape)
     if (k, s, pad) == (2, 2, 0) and x.flags.c_contiguous and y.flags.c_contiguous and am.flags.c_contiguous:
-        f2 = conv_par.maxpool2_fwd_par_ if THREADED else maxpool2_fwd_
+        if THREADED:
+            fp = conv_par.maxpool_fwd_par_
+            return lambda: fp(x, y, am, k, s, pad, True)
+        f2 = maxpool2_fwd_
         return lambda: f2(x, y, am)
-    f = conv_par.maxpool_fwd_par_ if THREADED else maxpool_fwd_
+    if THREADED:
+        fp = conv_par.maxpool_fwd_par_
+        return lambda: fp(x, y, am, k, s, pad, False)
+    f = maxpool_fwd_
     return lambda: f(x, y, am, k, s, pad)
 
 
@@ -814,11 +840,15 @@ def maxpool_bwd(outs, ins, p, env):
     (dx,) = outs
     n, h, w, c = dx.shape
     k = p.get("k")
-    if (k, p.get("s", k), p.get("p", 0)) == (2, 2, 0) and all(a.flags.c_contiguous for a in (dy, am, dx)):
-        f2 = conv_par.maxpool2_bwd_par_ if THREADED else maxpool2_bwd_
+    two_by_two = (k, p.get("s", k), p.get("p", 0)) == (2, 2, 0) and all(a.flags.c_contiguous for a in (dy, am, dx))
+    if THREADED:
+        fp = conv_par.maxpool_bwd_par_
+        return lambda: fp(dy, am, dx, two_by_two)
+    if two_by_two:
+        f2 = maxpool2_bwd_
         return lambda: f2(dy, am, dx)
     dx3 = dx.reshape(n, h * w, c)
-    f = conv_par.maxpool_bwd_par_ if THREADED else maxpool_bwd_
+    f = maxpool_bwd_
     return lambda: f(dy, am, dx3)
 
 

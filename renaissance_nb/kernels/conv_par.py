@@ -32,61 +32,44 @@ def _cut(size, parts, t):
 
 
 @par
-def im2col_par_(x3, cols, c, k, s, p, ho, wo):
-    """im2col_ with the images cut into blocks, one block per prange iteration."""
+def patches_par_(x3, cols, c, k, s, p, ho, wo, to_cols):
+    """By blocks of images: im2col_ (x3 -> cols) when to_cols, else col2im_ (cols -> x3, each
+    image's scatter in its serial order)."""
     n = x3.shape[0]
     parts = min(n, ROW_CHUNKS)
     per = ho * wo
     for t in numba.prange(parts):
         n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
-        im2col_(x3[n0:n1], cols[n0 * per:n1 * per], c, k, s, p, ho, wo)
+        if to_cols:
+            im2col_(x3[n0:n1], cols[n0 * per:n1 * per], c, k, s, p, ho, wo)
+        else:
+            col2im_(cols[n0 * per:n1 * per], x3[n0:n1], c, k, s, p, ho, wo)
 
 
 @par
-def col2im_par_(dcols, dx3, c, k, s, p, ho, wo):
-    """col2im_ by blocks of images (an image's scatter order is unchanged)."""
-    n = dx3.shape[0]
-    parts = min(n, ROW_CHUNKS)
-    per = ho * wo
-    for t in numba.prange(parts):
-        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
-        col2im_(dcols[n0 * per:n1 * per], dx3[n0:n1], c, k, s, p, ho, wo)
-
-
-@par
-def maxpool_fwd_par_(x, y, am, k, s, p):
+def maxpool_fwd_par_(x, y, am, k, s, p, two_by_two):
+    """maxpool_fwd_ (maxpool2_fwd_ when two_by_two) by blocks of images."""
     n = x.shape[0]
     parts = min(n, ROW_CHUNKS)
     for t in numba.prange(parts):
         n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
-        maxpool_fwd_(x[n0:n1], y[n0:n1], am[n0:n1], k, s, p)
+        if two_by_two:
+            maxpool2_fwd_(x[n0:n1], y[n0:n1], am[n0:n1])
+        else:
+            maxpool_fwd_(x[n0:n1], y[n0:n1], am[n0:n1], k, s, p)
 
 
 @par
-def maxpool2_fwd_par_(x, y, am):
-    n = x.shape[0]
+def maxpool_bwd_par_(dy, am, dx, two_by_two):
+    """maxpool_bwd_ (maxpool2_bwd_ when two_by_two) by blocks of images; dx is (N, H, W, C)."""
+    n, h, w, c = dx.shape
     parts = min(n, ROW_CHUNKS)
     for t in numba.prange(parts):
         n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
-        maxpool2_fwd_(x[n0:n1], y[n0:n1], am[n0:n1])
-
-
-@par
-def maxpool_bwd_par_(dy, am, dx3):
-    n = dx3.shape[0]
-    parts = min(n, ROW_CHUNKS)
-    for t in numba.prange(parts):
-        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
-        maxpool_bwd_(dy[n0:n1], am[n0:n1], dx3[n0:n1])
-
-
-@par
-def maxpool2_bwd_par_(dy, am, dx):
-    n = dx.shape[0]
-    parts = min(n, ROW_CHUNKS)
-    for t in numba.prange(parts):
-        n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
-        maxpool2_bwd_(dy[n0:n1], am[n0:n1], dx[n0:n1])
+        if two_by_two:
+            maxpool2_bwd_(dy[n0:n1], am[n0:n1], dx[n0:n1])
+        else:
+            maxpool_bwd_(dy[n0:n1], am[n0:n1], dx[n0:n1].reshape(n1 - n0, h * w, c))
 
 
 @jit
