@@ -570,6 +570,20 @@ def im2col_one_channel(x: np.ndarray, cols: np.ndarray, k: int, s: int, p: int, 
     return run
 
 
+def patch_pass(x3: np.ndarray, cols: np.ndarray, c: int, k: int, s: int, p: int, ho: int, wo: int,
+               to_cols: bool) -> Kernel:
+    """im2col (x3 -> cols) or, with to_cols=False, col2im (cols -> x3) as a bound kernel; by
+    blocks of images on numba's threads when the products use that pool (conv_par.py)."""
+    if THREADED:
+        fp = conv_par.patches_par_
+        return lambda: fp(x3, cols, c, k, s, p, ho, wo, to_cols)
+    if to_cols:
+        f = im2col_
+        return lambda: f(x3, cols, c, k, s, p, ho, wo)
+    g = col2im_
+    return lambda: g(cols, x3, c, k, s, p, ho, wo)
+
+
 @kernel("conv_fwd")
 def conv_fwd(outs, ins, p, env):
     """y = act(im2col(x) @ Wmat^T + b): one im2col pass, one GEMM, one fused bias+ReLU pass."""
@@ -603,17 +617,7 @@ def conv_fwd(outs, ins, p, env):
     if cin == 1:
         im2col = im2col_one_channel(x, cols, k, s, pad, ho, wo)
     else:
-        x3 = x.reshape(n, h, wd * cin)
-        if THREADED:
-            fp = conv_par.patches_par_
-
-            def im2col() -> None:
-                fp(x3, cols, cin, k, s, pad, ho, wo, True)
-        else:
-            f = im2col_
-
-            def im2col() -> None:
-                f(x3, cols, cin, k, s, pad, ho, wo)
+        im2col = patch_pass(x.reshape(n, h, wd * cin), cols, cin, k, s, pad, ho, wo, to_cols=True)
 
     product = gemm(cols, wt, y2)
 
@@ -700,19 +704,7 @@ def conv_bwd(outs, ins, p, env):
     # banded one after the other: side by side (gemm_pair, as fc_bwd) was no faster at these tall shapes
     weight_grad = gemm(dy2.T, cols, dw2)
     input_grad = gemm(dy2, wmat, into) if into is not None else None
-    if dx3 is None:
-        def scatter() -> None:
-            pass
-    elif THREADED:
-        fp = conv_par.patches_par_
-
-        def scatter() -> None:
-            fp(dx3, dcols, cin, k, s, pad, ho, wo, False)
-    else:
-        f = col2im_
-
-        def scatter() -> None:
-            f(dcols, dx3, cin, k, s, pad, ho, wo)
+    scatter = patch_pass(dx3, dcols, cin, k, s, pad, ho, wo, to_cols=False) if dx3 is not None else (lambda: None)
 
     def run() -> None:
         if pre:
