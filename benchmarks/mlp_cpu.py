@@ -3,14 +3,16 @@
     python benchmarks/mlp_cpu.py                 # batch 128 and 32, 3 interleaved rounds
     python benchmarks/mlp_cpu.py --quick         # fewer samples, for a smoke run
     python benchmarks/mlp_cpu.py --markdown FILE # also write the results table (README)
+    python benchmarks/mlp_cpu.py --openblas      # also our replay on NumPy's threaded matmul
 
-Everything runs in one process, interleaved A B C D A B C D..., and medians are
-compared, so machine noise hits every contender alike. Contenders: renaissance_nb
-(replay of the compiled step), PyTorch eager with default AdamW (foreach), with
-fused AdamW, and torch.compile (its compile time is reported separately). Also
-printed: compile() time, the fraction of the GEMM roofline (step FLOPs over the
-sgemm rate measured in this run), and arena bytes against each framework's peak
-resident memory growth, measured in fresh subprocesses.
+Each contender runs in its own process (``--same-process`` puts them in this one), and the
+epochs are interleaved A B C D A B C D..., medians compared, so machine noise hits every
+contender alike. Contenders: renaissance_nb (replay of the compiled step), with
+``--openblas`` the same replay on NumPy's threaded matmul (RNB_OWN_THREADS=0), PyTorch eager
+with default AdamW (foreach), with fused AdamW, and torch.compile (its compile time is
+reported separately). Also printed: compile() time, the fraction of the GEMM roofline (step
+FLOPs over the sgemm rate, measured before every round), and arena bytes against each
+framework's peak resident memory growth, measured in fresh subprocesses.
 PyTorch is optional: without it the script says what it skipped.
 """
 from __future__ import annotations
