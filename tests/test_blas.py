@@ -191,3 +191,19 @@ def test_training_on_our_threads_matches_numpys_threaded_matmul(tmp_path) -> Non
     for k, v in runs["numpy"].items():
         if k not in ("threaded", "losses"):
             np.testing.assert_allclose(runs["own"][k], v, rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+def test_threaded_batch_gather_gives_the_serial_bytes() -> None:
+    rng = np.random.default_rng(2)
+    xs, ys = rng.standard_normal((500, 37), dtype=np.float32), rng.integers(0, 10, 500).astype(np.int32)
+    perm = rng.permutation(500).astype(np.int64)
+    for b in (1, 7, 128):
+        outs = []
+        for f in (fused.gather_batch, fused.gather_batch_par):
+            cursor = np.array([13], np.int64)
+            x, y = np.full((b, 37), 9.0, np.float32), np.full(b, -1, np.int32)
+            f(xs, ys, perm, cursor, x, y)
+            outs.append((x, y, cursor[0]))
+        assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+        assert outs[0][2] == outs[1][2] == 13 + b
+        assert np.array_equal(outs[0][0], xs[perm[13:13 + b]])

@@ -239,7 +239,7 @@ def transfer(outs, ins, p, env):
     perm = env.perms[source]
     x2 = _flat2d(x_out)
     xs2 = xs.reshape(xs.shape[0], -1)
-    f = fused.gather_batch
+    f = fused.gather_batch_par if blas.THREADED else fused.gather_batch
     return lambda: f(xs2, ys, perm, cursor, x2, y_out)
 
 
