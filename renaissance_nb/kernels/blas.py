@@ -8,16 +8,18 @@ products shares its core with that spinner (a 1 ms update took 8 ms), so the pas
 to stay on one thread. Here one pool does everything. While a task replays its step
 (``own_cores()``), OpenBLAS runs one thread per call, and each bound product is cut into
 one band of rows or columns per numba thread, every band one single-threaded ``sgemm``
-called from inside a numba ``prange``. The passes then use the same pool.
+called from inside a numba ``prange``; a layer's two equal backward products (dW and dx)
+run side by side instead (``gemm_pair``). The passes then use the same pool.
 
 The sgemm is found through threadpoolctl (NumPy's bundled OpenBLAS, any symbol prefix
 and 32- or 64-bit integers) and called through a function pointer, so the numba code
 caches. Without OpenBLAS (MKL, Accelerate, BLIS) or with ``RNB_OWN_THREADS=0``,
 ``THREADED`` is False and ``gemm`` binds ``np.matmul`` as before.
 
-Each output element is still one sgemm's dot product over the whole K, so a band's
-values depend only on OpenBLAS's kernel, not on the thread count; they can differ from
-``np.matmul``'s multi-threaded result in float32 rounding, as any two BLAS calls can.
+Values: OpenBLAS's result for an element can depend on the shape of the call it is in, so
+a band differs from the whole product in float32 rounding, as it does from ``np.matmul``'s
+threaded result (a test trains a task both ways). The bands are fixed when a kernel is
+bound, from numba's thread count then: the same machine and setting give the same bytes.
 """
 from __future__ import annotations
 

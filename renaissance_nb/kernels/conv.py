@@ -36,8 +36,11 @@ output's own), first max in row-major window order, NaN propagating, as PyTorch.
 
 Closures allocate nothing: GEMMs write into arena views (kernels/blas.py),
 the rest are numba loops. Batch-norm statistics and bias/BN reductions accumulate
-in float64; the few per-channel accumulators they need (at most 3*C values) are
-allocated once at bind time, never per step.
+in float64; the few per-channel accumulators they need (at most 3*C values, and 16*C
+for the threaded batch-norm sums of kernels/conv_par.py) are allocated once at bind time,
+never per step. Where the products run on numba's threads (kernels/blas.py), im2col,
+col2im, pooling and batch norm are bound to their conv_par.py variants, which split the
+same loops by images or rows.
 """
 from __future__ import annotations
 
@@ -813,15 +816,13 @@ def maxpool_fwd(outs, ins, p, env):
     y, am = outs
     k, s, pad = _pool_geometry("maxpool_fwd", x, y, p)
     _check("maxpool_fwd", "argmax", am.shape, y.shape)
-    if (k, s, pad) == (2, 2, 0) and x.flags.c_contiguous and y.flags.c_contiguous and am.flags.c_contiguous:
-        if THREADED:
-            fp = conv_par.maxpool_fwd_par_
-            return lambda: fp(x, y, am, k, s, pad, True)
-        f2 = maxpool2_fwd_
-        return lambda: f2(x, y, am)
+    two_by_two = (k, s, pad) == (2, 2, 0) and all(a.flags.c_contiguous for a in (x, y, am))
     if THREADED:
         fp = conv_par.maxpool_fwd_par_
-        return lambda: fp(x, y, am, k, s, pad, False)
+        return lambda: fp(x, y, am, k, s, pad, two_by_two)
+    if two_by_two:
+        f2 = maxpool2_fwd_
+        return lambda: f2(x, y, am)
     f = maxpool_fwd_
     return lambda: f(x, y, am, k, s, pad)
 

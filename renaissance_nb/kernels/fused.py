@@ -257,7 +257,8 @@ def _adam_chunks(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, de
 
 @jit
 def adam_update(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize):
-    """One Adam/AdamW step over whole W/G/M/V ranges, PyTorch's formulas exactly.
+    """One Adam/AdamW step over whole W/G/M/V ranges, PyTorch's formulas exactly (state below
+    the smallest normal float32 is stored as 0, see TINY32).
 
     step[0] counts finished steps; lr_table[step[0]] is this step's learning rate.
     AdamW (decoupled): w *= 1 - lr*wd. Adam: g += wd*w. Then
@@ -418,7 +419,6 @@ def nonfinite_probe(x):
     return s0 + s1 + s2 + s3
 
 
-
 @numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def nonfinite_probe_par(x):
     """nonfinite_probe over PAR_CHUNKS chunks on numba's threads (the same answer: 0 or NaN)."""
@@ -429,6 +429,7 @@ def nonfinite_probe_par(x):
         lo = min(n, c * ch)
         s += nonfinite_probe(x[lo:min(n, lo + ch)])
     return s
+
 
 @jit
 def ema_(e, w, decay):
