@@ -50,3 +50,21 @@ def test_a_decaying_sgd_buffer_is_flushed() -> None:
         fused.sgd_update(w, g0 if t == 0 else np.zeros(n, np.float32), m, lr, step, 0.9, 0.0, 0.0, False, False)
         assert not np.any((m != 0) & (np.abs(m) < TINY))
     assert np.count_nonzero(m) == 0
+
+
+def test_the_flush_keeps_nan_and_inf_so_they_reach_the_weights() -> None:
+    """With the NaN check off a non-finite gradient must still poison its weight, as in PyTorch."""
+    n = 6
+    g = np.array([np.nan, np.inf, -np.inf, 1.0, 0.0, 1e-30], np.float32)
+    lr = np.full(4, 1e-3, np.float32)
+    for threaded in (False, True):
+        w, m, v, step = np.ones(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(1, np.int64)
+        (fused.adam_update_par if threaded else fused.adam_update)(w, g, m, v, lr, step, 0.9, 0.999, 1e-8, 0.0,
+                                                                   True, False)
+        assert np.isnan(m[0]) and np.isnan(v[0]) and np.isnan(w[0])
+        assert np.isinf(m[1]) and np.isinf(v[1]) and not np.isfinite(w[1])
+        assert np.isinf(m[2]) and np.isinf(v[2]) and not np.isfinite(w[2])
+        assert np.all(np.isfinite(w[3:])) and m[5] != 0  # 1e-30 * 0.1 is still a normal float32
+        ws, ms, step = np.ones(n, np.float32), np.zeros(n, np.float32), np.zeros(1, np.int64)
+        (fused.sgd_update_par if threaded else fused.sgd_update)(ws, g, ms, lr, step, 0.9, 0.0, 0.0, False, False)
+        assert np.isnan(ms[0]) and np.isnan(ws[0]) and np.isinf(ms[1]) and np.isinf(ms[2])

@@ -200,8 +200,9 @@ float32 weight above about 1e-20 unchanged, so the weights keep PyTorch's bits."
 
 @jit
 def _flush(x):
-    """x, or 0 where |x| is subnormal (a select: the loops stay vectorised)."""
-    return x if abs(x) >= TINY32 else np.float32(0.0)
+    """x, or 0 where |x| is subnormal (a select: the loops stay vectorised). NaN and inf are
+    kept: with the NaN check off they must reach the weights, as in PyTorch."""
+    return np.float32(0.0) if abs(x) < TINY32 else x
 
 
 @jit

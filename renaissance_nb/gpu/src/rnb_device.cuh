@@ -172,6 +172,10 @@ RNB_HD RnbAdamScalars rnb_adam_scalars(double lr, rnb_i64 t, double beta1, doubl
     return s;
 }
 
+// Optimizer state below the smallest normal float is stored as 0, as on the CPU (TINY32 in
+// kernels/fused.py: subnormals are slow there); NaN and inf are kept. Same bytes on both backends.
+RNB_HD float rnb_flush(float x) { return fabsf(x) < 1.17549435082228750797e-38f ? 0.0f : x; }
+
 // One element of PyTorch's Adam (decoupled=0) or AdamW (decoupled=1).
 RNB_HD void rnb_adam_elem(float* w, float g, float* m, float* v, const RnbAdamScalars s, int decoupled,
                           int has_wd, int maximize) {
@@ -179,8 +183,8 @@ RNB_HD void rnb_adam_elem(float* w, float g, float* m, float* v, const RnbAdamSc
     float wk = *w;
     if (decoupled) wk = wk * s.decay;
     else if (has_wd) gk = gk + s.wd * wk;
-    float mk = *m + (gk - *m) * s.one_b1;
-    float vk = *v * s.b2 + s.one_b2 * gk * gk;
+    float mk = rnb_flush(*m + (gk - *m) * s.one_b1);
+    float vk = rnb_flush(*v * s.b2 + s.one_b2 * gk * gk);
     *m = mk;
     *v = vk;
     float denom = sqrtf(vk) / s.bc2 + s.eps;
@@ -193,7 +197,7 @@ RNB_HD void rnb_sgd_elem(float* w, float g, float* m, float lr, int first, float
     float gk = maximize ? -g : g;
     if (has_wd) gk = gk + wd * *w;
     if (use_m) {
-        float buf = first ? gk : momentum * *m + one_damp * gk;
+        float buf = rnb_flush(first ? gk : momentum * *m + one_damp * gk);
         *m = buf;
         gk = nesterov ? gk + momentum * buf : buf;
     }
