@@ -109,6 +109,9 @@ def test_own_cores_sets_openblas_to_one_thread_and_restores_it() -> None:
             assert get() == 1
         assert get() == 1
     assert get() == before
+    with pytest.raises(KeyboardInterrupt), blas.own_cores():  # the stop button mid-epoch
+        raise KeyboardInterrupt
+    assert get() == before
 
 
 def test_threaded_updates_and_probe_give_the_serial_bytes() -> None:
