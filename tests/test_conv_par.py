@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from renaissance_nb.kernels import conv, conv_par
+from renaissance_nb.kernels import conv, conv_par, fused
 
 
 def _geometry(n: int, h: int, w: int, c: int, k: int, s: int, p: int) -> tuple[int, int]:
@@ -70,7 +70,7 @@ def test_batch_norm_by_row_blocks_matches_the_one_pass_sums(m, c, act) -> None:
         mean, inv, dg, db = (np.zeros(c, np.float32) for _ in range(4))
         rm, rv = np.zeros(c, np.float32), np.ones(c, np.float32)
         acc, aff, aff3 = np.zeros((2, c)), np.zeros((2, c), np.float32), np.zeros((3, c))
-        parts = np.zeros((conv_par.ROW_CHUNKS, 2, c))
+        parts = np.zeros((fused.PAR_CHUNKS, 2, c))
         if threaded:
             conv_par.bn_train_fwd_par_(x, g, b, y, mean, inv, rm, rv, 0.1, 1e-5, act, acc, aff, parts)
             conv_par.bn_train_bwd_par_(dy, x, y, g, mean, inv, dx, dg, db, act, acc, aff3, parts)

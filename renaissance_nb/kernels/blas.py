@@ -34,6 +34,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from .fused import jit, par
+
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 PARALLEL_MIN_MACS = 1 << 18
 """Products below this many multiply-adds run as one call on the calling thread: waking the
@@ -143,7 +145,7 @@ _call64 = _sgemm_intrinsic(64)
 _call32 = _sgemm_intrinsic(32)
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@par
 def _bands64(fptr, bands):
     """One sgemm per row of ``bands`` (ta, tb, m, n, k, a, lda, b, ldb, c, ldc), in parallel."""
     for t in numba.prange(bands.shape[0]):
@@ -151,7 +153,7 @@ def _bands64(fptr, bands):
         _call64(fptr, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
+@par
 def _bands32(fptr, bands):
     """As _bands64, for an OpenBLAS with 32-bit integers."""
     for t in numba.prange(bands.shape[0]):
@@ -159,14 +161,14 @@ def _bands32(fptr, bands):
         _call32(fptr, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
 
 
-@numba.njit(cache=True, nogil=True)
+@jit
 def _one64(fptr, bands):
     """A small product: one sgemm on the calling thread."""
     r = bands[0]
     _call64(fptr, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10])
 
 
-@numba.njit(cache=True, nogil=True)
+@jit
 def _one32(fptr, bands):
     """As _one64, for an OpenBLAS with 32-bit integers."""
     r = bands[0]

@@ -762,7 +762,7 @@ def bn_fwd(outs, ins, p, env):
     acc = np.zeros((2, c), np.float64)  # bind-time scratch: shifted sums
     aff = np.zeros((2, c), x2.dtype)    # bind-time scratch: per-channel scale and shift
     if THREADED:
-        parts, fp = np.zeros((conv_par.ROW_CHUNKS, 2, c), np.float64), conv_par.bn_train_fwd_par_
+        parts, fp = np.zeros((fused.PAR_CHUNKS, 2, c), np.float64), conv_par.bn_train_fwd_par_
         return lambda: fp(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff, parts)
     f = bn_train_fwd_
     return lambda: f(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff)
@@ -775,7 +775,7 @@ def bn_bwd(outs, ins, p, env):
     acc = np.zeros((2, c), np.float64)
     aff = np.zeros((3, c), np.float64)
     if THREADED:
-        parts, fp = np.zeros((conv_par.ROW_CHUNKS, 2, c), np.float64), conv_par.bn_train_bwd_par_
+        parts, fp = np.zeros((fused.PAR_CHUNKS, 2, c), np.float64), conv_par.bn_train_bwd_par_
         return lambda: fp(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts)
     f = bn_train_bwd_
     return lambda: f(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff)

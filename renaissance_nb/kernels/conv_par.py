@@ -5,7 +5,7 @@ them can use both cores too without a second pool fighting the first. Each varia
 its work so that every output value is computed exactly as by the serial kernel in
 conv.py: by images (im2col, col2im and pooling are independent per image) or by rows (the
 element-wise batch-norm passes): those give the serial kernels' bytes. The batch-norm sums
-are the exception: they are float64 partial sums of fixed row blocks, added in block order,
+are the exception: they are float64 partial sums of PAR_CHUNKS fixed row blocks, added in order,
 so they can differ from the one-pass sums in the last float64 bits (tests bound it), and
 they are the same on every machine whatever its thread count.
 """
@@ -16,13 +16,7 @@ import numba
 from .conv import (affine_act_, bn_dx_, bn_grad_sums_, bn_shifted_sums_, bn_train_bwd_finish_,
                    bn_train_fwd_finish_, col2im_, im2col_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
                    maxpool_fwd_)
-
-par = numba.njit(cache=True, nogil=True, parallel=True, fastmath=False, error_model="numpy")
-jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
-ROW_CHUNKS = 8
-"""Work is cut into this many blocks of images or rows, a fixed number (numba hands them to its
-threads): the batch-norm sums' bytes then do not depend on the machine's thread count, and the
-kernels cache (asking numba for its thread count inside a kernel would stop that)."""
+from .fused import PAR_CHUNKS, jit, par
 
 
 @jit
@@ -36,7 +30,7 @@ def patches_par_(x3, cols, c, k, s, p, ho, wo, to_cols):
     """By blocks of images: im2col_ (x3 -> cols) when to_cols, else col2im_ (cols -> x3, each
     image's scatter in its serial order)."""
     n = x3.shape[0]
-    parts = min(n, ROW_CHUNKS)
+    parts = min(n, PAR_CHUNKS)
     per = ho * wo
     for t in numba.prange(parts):
         n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
@@ -50,7 +44,7 @@ def patches_par_(x3, cols, c, k, s, p, ho, wo, to_cols):
 def maxpool_fwd_par_(x, y, am, k, s, p, two_by_two):
     """maxpool_fwd_ (maxpool2_fwd_ when two_by_two) by blocks of images."""
     n = x.shape[0]
-    parts = min(n, ROW_CHUNKS)
+    parts = min(n, PAR_CHUNKS)
     for t in numba.prange(parts):
         n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
         if two_by_two:
@@ -63,7 +57,7 @@ def maxpool_fwd_par_(x, y, am, k, s, p, two_by_two):
 def maxpool_bwd_par_(dy, am, dx, two_by_two):
     """maxpool_bwd_ (maxpool2_bwd_ when two_by_two) by blocks of images; dx is (N, H, W, C)."""
     n, h, w, c = dx.shape
-    parts = min(n, ROW_CHUNKS)
+    parts = min(n, PAR_CHUNKS)
     for t in numba.prange(parts):
         n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
         if two_by_two:
@@ -87,7 +81,7 @@ def _fold_parts(parts, acc):
 
 @par
 def bn_train_fwd_par_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff, parts):
-    """bn_train_fwd_ on numba's threads: the sums in ROW_CHUNKS row blocks (each shifted by the
+    """bn_train_fwd_ on numba's threads: the sums in PAR_CHUNKS row blocks (each shifted by the
     first row, as the serial sums), added in block order, then the affine pass in row blocks."""
     m = x2.shape[0]
     x0 = x2[0]

@@ -14,6 +14,8 @@ import numba
 import numpy as np
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
+par = numba.njit(cache=True, nogil=True, parallel=True, fastmath=False, error_model="numpy")
+"""jit with ``numba.prange`` loops run on numba's threads (the pool the products use, kernels/blas.py)."""
 
 # activation codes used by the kernels (the graph stores names)
 ACT_CODES = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "leaky_relu": 4, "silu": 5, "gelu": 6}
@@ -237,10 +239,12 @@ def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, ma
 
 
 PAR_CHUNKS = 8
-"""The region-wide updates are split in chunks. They are element-wise independent, so
-running them on several threads gives the same bytes. The ``_par`` variants run the chunks
-on numba's threads; the executor binds them when the GEMMs run on the same pool
-(kernels/blas.py), since a second pool beside OpenBLAS's threads loses more than it gains."""
+"""Threaded passes cut their work into this many chunks, a fixed number that numba hands to its
+threads: the bytes then do not depend on the machine's thread count, and the kernels cache
+(asking numba for its thread count inside a kernel would stop that). The region-wide updates
+are element-wise, so chunks give the serial bytes. The ``_par`` variants are bound when the
+GEMMs run on the same pool (kernels/blas.py): beside OpenBLAS's own threads they lose more
+than they gain."""
 
 
 @jit
@@ -270,7 +274,7 @@ def adam_update(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, dec
     step[0] += 1
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+@par
 def adam_update_par(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize):
     """adam_update with its chunks on numba's threads (the same bytes)."""
     for c in numba.prange(PAR_CHUNKS):
@@ -325,7 +329,7 @@ def sgd_update(w, g, m, lr_table, step, momentum, dampening, weight_decay, neste
     step[0] += 1
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+@par
 def sgd_update_par(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize):
     """sgd_update with its chunks on numba's threads (the same bytes)."""
     for c in numba.prange(PAR_CHUNKS):
@@ -360,7 +364,7 @@ def _gather_rows(x_src, y_src, perm, start, x_out, y_out, i0, i1):
         y_out[i] = y_src[r]
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+@par
 def gather_batch_par(x_src, y_src, perm, cursor, x_out, y_out):
     """gather_batch with the rows in PAR_CHUNKS blocks on numba's threads (the same bytes; the
     source rows are random reads, so two threads keep twice the cache misses in flight)."""
@@ -420,7 +424,7 @@ def nonfinite_probe(x):
     return s0 + s1 + s2 + s3
 
 
-@numba.njit(cache=True, nogil=True, parallel=True, error_model="numpy")
+@par
 def nonfinite_probe_par(x):
     """nonfinite_probe over PAR_CHUNKS chunks on numba's threads (the same answer: 0 or NaN)."""
     n = x.shape[0]
