@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import PlanError
 from . import fused
 from .blas import THREADED, gemm
-from .cpu import EMPTY_F32, Kernel, kernel
+from .cpu import EMPTY_F32, Kernel, act_grad_colsum_pass, bias_act_pass, kernel
 
 jit = fused.jit
 
@@ -144,29 +144,6 @@ def col2im_(dcols, dx3, c, k, s, p, ho, wo):
                         for q in range(length):
                             dst[q] += src[q]
                 r += 1
-
-
-@jit
-def mask_colsum_(d, y, act, acc, out):
-    """With act (ReLU): d[i, j] = 0 where y[i, j] <= 0, in place. Then, if out has length C,
-    out[j] = sum_i d[i, j], accumulated row-wise (vectorised) in the float64 scratch acc."""
-    m, c = d.shape
-    want_sum = out.shape[0] > 0
-    if want_sum:
-        for j in range(c):
-            acc[j] = 0.0
-    for i in range(m):
-        row = d[i]
-        if act == 1:
-            yr = y[i]
-            for j in range(c):
-                row[j] = row[j] if yr[j] > 0 else 0.0
-        if want_sum:
-            for j in range(c):
-                acc[j] += row[j]
-    if want_sum:
-        for j in range(c):
-            out[j] = acc[j]
 
 
 @jit
@@ -601,16 +578,16 @@ def conv_fwd(outs, ins, p, env):
     m = n * ho * wo
     y2 = y.reshape(m, cout)
     wt = w.reshape(cout, -1).T
-    bias_act = fused.bias_act_
     post = has_b or act
     if k == 1 and s == 1 and pad == 0:
         product1 = gemm(x.reshape(m, cin), wt, y2)
         if not post:
             return product1
+        bias_act1 = bias_act_pass(y2, b, act, 0.0)
 
         def run1() -> None:
             product1()
-            bias_act(y2, b, act, 0.0)
+            bias_act1()
         return run1
     if len(outs) < 2:
         raise PlanError(f"conv_fwd: a {k}x{k} convolution (stride {s}, padding {pad}) needs the im2col buffer "
@@ -623,12 +600,12 @@ def conv_fwd(outs, ins, p, env):
         im2col = patch_pass(x.reshape(n, h, wd * cin), cols, cin, k, s, pad, ho, wo, to_cols=True)
 
     product = gemm(cols, wt, y2)
+    bias_act = bias_act_pass(y2, b, act, 0.0) if post else (lambda: None)
 
     def run() -> None:
         im2col()
         product()
-        if post:
-            bias_act(y2, b, act, 0.0)
+        bias_act()
     return run
 
 
@@ -698,11 +675,8 @@ def conv_bwd(outs, ins, p, env):
     n, h, wd, cin, cout, ho, wo = o.geometry
     k, s, pad, act, dy2, y2, cols, wmat, dw2, db, dx2, dcols = (o.k, o.s, o.pad, o.act, o.dy2, o.y2, o.cols,
                                                                  o.wmat, o.dw2, o.db, o.dx2, o.dcols)
-    acc = np.zeros(cout, np.float64)  # bind-time scratch for the float64 bias-gradient sums
-    db_or_empty = db if db is not None else EMPTY_F32.astype(dy2.dtype)
     dx3 = o.dx.reshape(n, h, wd * cin) if dcols is not None else None
-    mask_colsum = mask_colsum_
-    pre = bool(act) or db is not None
+    pre = act_grad_colsum_pass(dy2, y2, act, 0.0, db) if (act or db is not None) else (lambda: None)
     into = dx2 if dx2 is not None else dcols  # dx itself for a 1x1 conv, else the columns col2im scatters
     # banded one after the other: side by side (gemm_pair, as fc_bwd) was no faster at these tall shapes
     weight_grad = gemm(dy2.T, cols, dw2)
@@ -710,8 +684,7 @@ def conv_bwd(outs, ins, p, env):
     scatter = patch_pass(dx3, dcols, cin, k, s, pad, ho, wo, to_cols=False) if dx3 is not None else (lambda: None)
 
     def run() -> None:
-        if pre:
-            mask_colsum(dy2, y2, act, acc, db_or_empty)
+        pre()
         weight_grad()
         if input_grad is not None:
             input_grad()

@@ -16,13 +16,8 @@ import numba
 from .conv import (affine_act_, bn_dx_, bn_grad_sums_, bn_shifted_sums_, bn_train_bwd_finish_,
                    bn_train_fwd_finish_, col2im_, im2col_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
                    maxpool_fwd_)
-from .fused import PAR_CHUNKS, jit, par
-
-
-@jit
-def _cut(size, parts, t):
-    """Start of part t of ``size`` items cut into ``parts`` (t == parts gives size)."""
-    return size * t // parts
+from .fused import PAR_CHUNKS, fold_blocks, jit, par
+from .fused import cut as _cut
 
 
 @par
@@ -70,13 +65,7 @@ def maxpool_bwd_par_(dy, am, dx, two_by_two):
 def _fold_parts(parts, acc):
     """acc[k] = sum over t of parts[t, k], t in order (a fixed order: the same bytes every step)."""
     for k in range(2):
-        out = acc[k]
-        for j in range(out.shape[0]):
-            out[j] = 0.0
-        for t in range(parts.shape[0]):
-            p = parts[t, k]
-            for j in range(out.shape[0]):
-                out[j] += p[j]
+        fold_blocks(parts[:, k], acc[k])
 
 
 @par

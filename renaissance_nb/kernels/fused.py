@@ -17,6 +17,15 @@ jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
 par = numba.njit(cache=True, nogil=True, parallel=True, fastmath=False, error_model="numpy")
 """jit with ``numba.prange`` loops run on numba's threads (the pool the products use, kernels/blas.py)."""
 
+PAR_CHUNKS = 8
+"""Threaded passes cut their work into this many chunks, a fixed number that numba hands to its
+threads: the bytes then do not depend on the machine's thread count, and the kernels cache
+(asking numba for its thread count inside a kernel would stop that). The region-wide updates
+are element-wise, so chunks give the serial bytes. The ``_par`` variants are bound when the
+GEMMs run on the same pool (kernels/blas.py): beside OpenBLAS's own threads they lose more
+than they gain."""
+
+
 # activation codes used by the kernels (the graph stores names)
 ACT_CODES = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "leaky_relu": 4, "silu": 5, "gelu": 6}
 INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -48,31 +57,95 @@ def bias_act_(y, b, act, slope):
 
 @jit
 def act_grad_from_output_(dy, y, act, slope):
-    """dy *= act'(z), with the derivative written in terms of the output y.
+    """dy *= act'(z) in place, with the derivative written in terms of the output y (any shape)."""
+    act_grad_rows_(dy.reshape(1, -1), y.reshape(1, -1), act, slope, dy.reshape(-1)[0:0], 0, 1)
 
-    One loop per activation, each storing every element (a select, not a
-    conditional store), so LLVM vectorises it; same values as a branchy scan.
+
+@jit
+def act_grad_rows_(d, y, act, slope, acc, r0, r1):
+    """Rows r0 <= i < r1 of d (M, C): d *= act'(z) in place, the derivative from the output y;
+    then, if acc has length C, acc[j] += d[i, j] (float64, row by row).
+
+    One loop per activation, each storing every element (a select, not a conditional
+    store), so LLVM vectorises it across the row; same values as a branchy scan.
     """
-    flat_d = dy.reshape(-1)
-    flat_y = y.reshape(-1)
-    n = flat_d.shape[0]
+    c = d.shape[1]
+    want_sum = acc.shape[0] > 0
     zero = np.float32(0.0)
     one = np.float32(1.0)
-    if act == 1:
-        for k in range(n):
-            flat_d[k] = flat_d[k] if flat_y[k] > 0 else zero
-    elif act == 2:
-        for k in range(n):
-            yk = flat_y[k]
-            flat_d[k] = flat_d[k] * (one - yk * yk)
-    elif act == 3:
-        for k in range(n):
-            yk = flat_y[k]
-            flat_d[k] = flat_d[k] * (yk * (one - yk))
-    elif act == 4:
-        for k in range(n):  # d * slope is formed in double (slope is a float64), then rounded once
-            d = flat_d[k]
-            flat_d[k] = d if flat_y[k] > 0 else d * slope
+    for i in range(r0, r1):
+        row = d[i]
+        yr = y[i]
+        if act == 1:
+            for j in range(c):
+                row[j] = row[j] if yr[j] > 0 else zero
+        elif act == 2:
+            for j in range(c):
+                row[j] = row[j] * (one - yr[j] * yr[j])
+        elif act == 3:
+            for j in range(c):
+                row[j] = row[j] * (yr[j] * (one - yr[j]))
+        elif act == 4:
+            for j in range(c):  # d * slope is formed in double (slope is a float64), then rounded once
+                dj = row[j]
+                row[j] = dj if yr[j] > 0 else dj * slope
+        if want_sum:
+            for j in range(c):
+                acc[j] += row[j]
+
+
+@jit
+def cut(size, parts, t):
+    """Start of part t of ``size`` items cut into ``parts`` (t == parts gives size)."""
+    return size * t // parts
+
+
+@jit
+def _act_grad_block(d, y, act, slope, parts, t):
+    """Block t of parts.shape[0] row blocks: act_grad_rows_ into its own zeroed partial parts[t]."""
+    acc = parts[t]
+    for j in range(acc.shape[0]):
+        acc[j] = 0.0
+    m, blocks = d.shape[0], parts.shape[0]
+    act_grad_rows_(d, y, act, slope, acc, cut(m, blocks, t), cut(m, blocks, t + 1))
+
+
+@jit
+def fold_blocks(parts, out):
+    """out[j] = sum over t of parts[t, j], t in order (a fixed order: the same bytes every step)."""
+    for j in range(out.shape[0]):
+        s = 0.0
+        for t in range(parts.shape[0]):
+            s += parts[t, j]
+        out[j] = s
+
+
+@jit
+def act_grad_colsum_(d, y, act, slope, parts, out):
+    """The backward pre-pass of a layer with bias and activation, d (M, C) in place:
+    d *= act'(z) (from the output y); then, if out has length C, out[j] = sum_i d[i, j], the
+    bias gradient. The sums are float64, one partial per block of rows (parts is (blocks, C),
+    or (blocks, 0) for no sums), added in block order: the bytes of act_grad_colsum_par_."""
+    for t in range(parts.shape[0]):
+        _act_grad_block(d, y, act, slope, parts, t)
+    fold_blocks(parts, out)
+
+
+@par
+def act_grad_colsum_par_(d, y, act, slope, parts, out):
+    """act_grad_colsum_ with its row blocks on numba's threads (the same bytes)."""
+    for t in numba.prange(parts.shape[0]):
+        _act_grad_block(d, y, act, slope, parts, t)
+    fold_blocks(parts, out)
+
+
+@par
+def bias_act_par_(y, b, act, slope):
+    """bias_act_ by blocks of rows on numba's threads (element-wise: the same bytes)."""
+    m = y.shape[0]
+    for t in numba.prange(PAR_CHUNKS):
+        r0, r1 = cut(m, PAR_CHUNKS, t), cut(m, PAR_CHUNKS, t + 1)
+        bias_act_(y[r0:r1], b, act, slope)
 
 
 @jit
@@ -236,15 +309,6 @@ def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, ma
         v[k] = vk
         denom = np.float32(math.sqrt(vk)) / bc2_32 + eps32
         w[k] = wk - step_size * (mk / denom)
-
-
-PAR_CHUNKS = 8
-"""Threaded passes cut their work into this many chunks, a fixed number that numba hands to its
-threads: the bytes then do not depend on the machine's thread count, and the kernels cache
-(asking numba for its thread count inside a kernel would stop that). The region-wide updates
-are element-wise, so chunks give the serial bytes. The ``_par`` variants are bound when the
-GEMMs run on the same pool (kernels/blas.py): beside OpenBLAS's own threads they lose more
-than they gain."""
 
 
 @jit
