@@ -11,7 +11,8 @@ contender alike. Contenders: renaissance_nb (replay of the compiled step), with
 ``--openblas`` the same replay on NumPy's threaded matmul (RNB_OWN_THREADS=0), PyTorch eager
 with default AdamW (foreach), with fused AdamW, and torch.compile (its compile time is
 reported separately). Also printed: compile() time, the fraction of the GEMM roofline (step
-FLOPs over the sgemm rate, measured before every round), and arena bytes against each
+FLOPs over NumPy's 1024^3 sgemm rate, measured in our process just before and just after each
+of our epochs; the median over rounds), and arena bytes against each
 framework's peak resident memory growth, measured in fresh subprocesses.
 PyTorch is optional: without it the script says what it skipped.
 """
@@ -26,7 +27,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -237,8 +237,14 @@ def _worker(conn, module: str, kind: str, batch: int, samples: int) -> None:  # 
     except Exception as exc:  # noqa: BLE001 - reported by the parent as skipped
         conn.send(("error", kind, f"{type(exc).__name__}: {str(exc)[:160]}"))
         return
-    while conn.recv() == "epoch":
-        conn.send(c.epoch())
+    while (ask := conn.recv()) in ("epoch", "epoch+rate"):
+        if ask == "epoch":
+            conn.send(c.epoch())
+            continue
+        before = sgemm_rate()
+        time.sleep(0.3)  # let OpenBLAS's workers stop spinning before the epoch starts
+        t = c.epoch()
+        conn.send((t, before, sgemm_rate()))
 
 
 class Remote:
@@ -269,6 +275,13 @@ class Remote:
         self.conn.send("epoch")
         return self.conn.recv()
 
+    def epoch_with_rate(self) -> tuple[float, float]:
+        """(epoch seconds, sgemm rate): the rate is the mean of one measured in the contender's
+        process just before the epoch and one just after, so both see the machine alike."""
+        self.conn.send("epoch+rate")
+        t, before, after = self.conn.recv()
+        return t, (before + after) / 2
+
     def close(self) -> None:
         try:
             self.conn.send("stop")
@@ -279,10 +292,13 @@ class Remote:
 
 def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_compile: bool,
                  arena_bytes: int, module: str = "mlp_cpu", kinds: list[str] | None = None,
-                 each_round: Callable[[], None] | None = None) -> dict:
+                 flops_per_step: float = 0.0) -> dict:
     """Like run(), each contender in its own process (PyTorch's OpenMP pool and libraries loaded
-    beside NumPy/OpenBLAS slowed the replay by up to 25% in one process here). ``each_round``
-    runs before every round, in this process (the sgemm rate, measured as often as the epochs)."""
+    beside NumPy/OpenBLAS slowed the replay by up to 25% in one process here). With
+    ``flops_per_step``, our process also measures the sgemm rate around each of its epochs,
+    and "roofline_fraction" is the median over rounds of the step FLOPs at that rate over the
+    step time: the machine's speed drifts by 20-30% over minutes here, and a rate measured
+    apart from the epoch it is compared with carried that drift into the fraction."""
     if kinds is None:
         kinds = ["ours"] + (["eager", "fused"] + (["compile"] if use_compile else []) if have_torch else [])
     elif not have_torch:
@@ -296,16 +312,26 @@ def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_co
     if not have_torch:
         skipped.append("PyTorch not installed: PyTorch contenders skipped (pip install torch)")
     times: dict[str, list[float]] = {c.name: [] for c in contenders}
+    fractions, rates = [], []
+    steps = samples // batch
     for _ in range(rounds):
-        if each_round is not None:
-            each_round()
         for c in contenders:
-            times[c.name].append(c.epoch())
+            if flops_per_step and c.name == "renaissance_nb":
+                t, rate = c.epoch_with_rate()
+                fractions.append(flops_per_step / rate / (t / steps))
+                rates.append(rate)
+            else:
+                t = c.epoch()
+            times[c.name].append(t)
     for c in contenders:
         c.close()
-    return {"batch": batch, "median_epoch_s": {k: statistics.median(v) for k, v in times.items()},
-            "steps": samples // batch, "compile_s": {c.name: c.compile_s for c in contenders}, "skipped": skipped,
-            "arena_bytes": arena_bytes}
+    out = {"batch": batch, "median_epoch_s": {k: statistics.median(v) for k, v in times.items()},
+           "steps": steps, "compile_s": {c.name: c.compile_s for c in contenders}, "skipped": skipped,
+           "arena_bytes": arena_bytes}
+    if fractions:
+        out["roofline_fraction"] = statistics.median(fractions)
+        out["sgemm_rates"] = rates
+    return out
 
 
 def run(batch: int, x: np.ndarray, y: np.ndarray, rounds: int, have_torch: bool, use_compile: bool) -> dict:
@@ -359,29 +385,29 @@ def main() -> int:
     blas = ", ".join(f"{i['internal_api']} {i.get('version')} x{i['num_threads']}" for i in threadpool_info())
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__} "
           f"({blas}); torch {tver}; data {data_name}, {len(x)} samples")
-    print(f"sgemm 1024^3 (NumPy): {rates[0] / 1e9:.0f} GFLOP/s at the start, measured again before every round; contenders "
+    print(f"sgemm 1024^3 (NumPy): {rates[0] / 1e9:.0f} GFLOP/s at the start, measured again around each of our epochs; "
+          "contenders "
           + ("in this process" if args.same_process else "each in its own process") + ", interleaved")
     rows = []
     for batch in args.batches:
-        batch_rates: list[float] = []
         if args.same_process:
             r = run(batch, x, y, args.rounds, have_torch, not args.no_compile)
+            r["sgemm_rates"] = [rates[0]]
         else:
             kinds = ["ours"] + ([OPENBLAS_KIND] if args.openblas else [])
             kinds += (["eager", "fused"] + ([] if args.no_compile else ["compile"])) if have_torch else []
             r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0, kinds=kinds,
-                             each_round=lambda rs=batch_rates: rs.append(sgemm_rate()))
-            rates += batch_rates
-        rate = statistics.median(batch_rates) if batch_rates else rates[0]
-        ours = r["median_epoch_s"]["renaissance_nb"]
-        step_ms = 1e3 * ours / r["steps"]
+                             flops_per_step=step_flops(batch))
+        rates += r["sgemm_rates"]
+        rate = statistics.median(r["sgemm_rates"])
+        step_ms = 1e3 * r["median_epoch_s"]["renaissance_nb"] / r["steps"]
         roof = step_flops(batch) / rate
+        r.setdefault("roofline_fraction", roof / (step_ms / 1e3))
         print(f"\nbatch {batch}: {r['steps']} steps/epoch, medians of {args.rounds} interleaved rounds")
         print_times(r)
-        print(f"  GEMM roofline: {1e3 * roof:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s (median of the sgemm rates "
-              f"measured between its rounds) -> {100 * roof / (step_ms / 1e3):.0f}% reached")
+        print(f"  GEMM roofline: {1e3 * roof:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s (median sgemm rate, measured "
+              f"around each of our epochs) -> {100 * r['roofline_fraction']:.0f}% reached (median over rounds)")
         print_skipped(r)
-        r["roofline_fraction"] = roof / (step_ms / 1e3)
         rows.append(r)
     mem = {}
     if not args.no_memory:
