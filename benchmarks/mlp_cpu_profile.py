@@ -119,9 +119,12 @@ def optimizer_pass(task, reps: int = 20) -> tuple[float, float, int]:  # type: i
     return 1e3 * hot, 1e3 * statistics.median(cold), w.size
 
 
-def report(batch: int, steps: int, rate: float, x: np.ndarray, y: np.ndarray) -> list[str]:
+def report(batch: int, steps: int, x: np.ndarray, y: np.ndarray) -> list[str]:
     task = Ours(x, y, batch).task
+    before = sgemm_rate()
+    time.sleep(0.3)  # OpenBLAS's workers stop spinning before the profiled steps
     p = profile_steps(task, steps)
+    rate = (before + sgemm_rate()) / 2  # the machine's speed drifts: measured around these very steps
     lines = [f"batch {batch}: {p['steps']} steps profiled, kernels sum to {p['wall_ms']:.2f} ms/step"]
     total = p["wall_ms"]
     for key, ms in sorted(p["cold"].items(), key=lambda kv: -kv[1]):
@@ -140,7 +143,8 @@ def report(batch: int, steps: int, rate: float, x: np.ndarray, y: np.ndarray) ->
                  "evicting them")
     rest = total - cold_g - in_step
     lines.append(f"  step = products {cold_g:.2f} + optimizer {in_step:.2f} + the rest {rest:.2f} ms; the products "
-                 f"alone at the 1024^3 rate would take {flops / rate * 1e3:.2f} ms (the roofline)")
+                 f"alone at the 1024^3 rate would take {flops / rate * 1e3:.2f} ms (the roofline; sgemm "
+                 f"{rate / 1e9:.0f} GFLOP/s, measured just before and after the profiled steps)")
     return lines
 
 
@@ -152,12 +156,12 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     x, y = load(args.samples)
-    rate = sgemm_rate()
-    lines = [f"sgemm 1024^3: {rate / 1e9:.0f} GFLOP/s; one thread reads {stream_rate(4 * 2**20) / 1e9:.0f} GB/s from a "
-             f"4 MiB range (cache), {stream_rate(64 * 2**20) / 1e9:.0f} GB/s from a 64 MiB range (DRAM)"]
+    lines = [f"sgemm 1024^3: {sgemm_rate() / 1e9:.0f} GFLOP/s at the start; one thread reads "
+             f"{stream_rate(4 * 2**20) / 1e9:.0f} GB/s from a 4 MiB range (cache), "
+             f"{stream_rate(64 * 2**20) / 1e9:.0f} GB/s from a 64 MiB range (DRAM)"]
     print(lines[0], flush=True)
     for batch in args.batches:
-        block = report(batch, args.steps, rate, x, y)
+        block = report(batch, args.steps, x, y)
         print("\n".join(block), flush=True)
         lines += [""] + block
     if args.out:
