@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs and runs all of it:
-# the package with its [test] extra, then (as root, with apt-get) Debian's chromium,
-# graphviz and fonts for the browser test and the graph drawings, then pytest.
+# the package with its [test] extra, PyTorch (the reference for the parity tests), then
+# (as root, with apt-get) Debian's chromium, graphviz and fonts for the browser test and the
+# graph drawings, then pytest.
 # Safe to run again: anything already present is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,10 @@ cd "$(dirname "$0")/.."
 # throwaway machine, where installing beside the system packages is what we want.
 export PIP_BREAK_SYSTEM_PACKAGES=1
 python3 -m pip install -q -e ".[test]"
+# PyTorch is the reference the parity tests (losses, schedulers, conv kernels, transfer) compare
+# against; without it those ~190 tests skip. 2.13.0 is pinned because this workplace's machines
+# carry its CPU wheel on disk; elsewhere pip takes PyPI's build of the same release.
+python3 -m pip install -q "torch==2.13.0"
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   bash scripts/install_browser.sh
 else
