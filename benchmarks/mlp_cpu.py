@@ -73,6 +73,26 @@ def mlp():  # type: ignore[no-untyped-def]
 OPENBLAS_KIND = "ours-openblas"
 """Our replay with NumPy's own threaded matmul and single-threaded passes (RNB_OWN_THREADS=0, set
 in its process before import): what the one-pool design of kernels/blas.py gains."""
+OTHER_BLAS_KIND = "ours-other-blas"
+"""Our replay with its bands calling the other sgemm (RNB_BLAS=openblas where MKL is the default,
+mkl where it is installed but not chosen): what the choice of BLAS gains."""
+
+
+def our_sgemm() -> tuple[str, str]:
+    """(the sgemm our bands call by default here, the other one if it loads, else "")."""
+    from renaissance_nb.kernels import blas
+    loaded = blas.loaded_sgemms() if blas.THREADED else {}
+    other = [k for k in loaded if k != blas.SGEMM.name]
+    return (blas.SGEMM.name if blas.THREADED else "np.matmul"), (other[0] if other else "")
+
+
+def kind_env(kind: str) -> dict[str, str]:
+    """The environment a contender's process imports renaissance_nb under."""
+    if kind == OPENBLAS_KIND:
+        return {"RNB_OWN_THREADS": "0"}
+    if kind == OTHER_BLAS_KIND:
+        return {"RNB_BLAS": our_sgemm()[1]}
+    return {}
 
 
 class Ours:
@@ -224,6 +244,9 @@ def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ign
         from renaissance_nb.kernels import blas
         assert not blas.THREADED, "set RNB_OWN_THREADS=0 before importing renaissance_nb"
         return Ours(x, y, batch, "ours, OpenBLAS threads")
+    if kind == OTHER_BLAS_KIND:
+        from renaissance_nb.kernels import blas
+        return Ours(x, y, batch, f"ours, {blas.SGEMM.name} bands")
     return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
 
 
@@ -255,16 +278,17 @@ class Remote:
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(child, module, kind, batch, samples), daemon=True)
-        saved = os.environ.get("RNB_OWN_THREADS")
-        if kind == OPENBLAS_KIND:  # the child reads it when it imports renaissance_nb
-            os.environ["RNB_OWN_THREADS"] = "0"
+        env = kind_env(kind)  # the child reads it when it imports renaissance_nb
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             self.proc.start()
         finally:
-            if saved is None:
-                os.environ.pop("RNB_OWN_THREADS", None)
-            else:
-                os.environ["RNB_OWN_THREADS"] = saved
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         status, self.name, extra = self.conn.recv()
         if status != "ready":
             self.close()
@@ -367,6 +391,8 @@ def main() -> int:
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--openblas", action="store_true",
                     help="also run our replay on NumPy's threaded matmul (RNB_OWN_THREADS=0) side by side")
+    ap.add_argument("--other-blas", action="store_true",
+                    help="also run our replay with its bands on the other sgemm (OpenBLAS or oneMKL) side by side")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--same-process", action="store_true",
                     help="run every contender in this process (the default gives each its own process)")
@@ -383,8 +409,9 @@ def main() -> int:
     rates = [sgemm_rate()]
     from threadpoolctl import threadpool_info
     blas = ", ".join(f"{i['internal_api']} {i.get('version')} x{i['num_threads']}" for i in threadpool_info())
+    ours_blas, other_blas = our_sgemm()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__} "
-          f"({blas}); torch {tver}; data {data_name}, {len(x)} samples")
+          f"({blas}); torch {tver}; data {data_name}, {len(x)} samples; our products: {ours_blas}")
     print(f"sgemm 1024^3 (NumPy): {rates[0] / 1e9:.0f} GFLOP/s at the start, measured again around each of our epochs; "
           "contenders "
           + ("in this process" if args.same_process else "each in its own process") + ", interleaved")
@@ -395,6 +422,7 @@ def main() -> int:
             r["sgemm_rates"] = rates[:1]  # measured once, at the start
         else:
             kinds = ["ours"] + ([OPENBLAS_KIND] if args.openblas else [])
+            kinds += [OTHER_BLAS_KIND] if args.other_blas and other_blas else []
             kinds += (["eager", "fused"] + ([] if args.no_compile else ["compile"])) if have_torch else []
             r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0, kinds=kinds,
                              flops_per_step=step_flops(batch))
@@ -409,6 +437,8 @@ def main() -> int:
         where = "once, at the start" if args.same_process else "around each of our epochs; median over rounds"
         print(f"  GEMM roofline: {1e3 * roof:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s (sgemm rate measured {where}) "
               f"-> {100 * r['roofline_fraction']:.0f}% reached")
+        if args.other_blas and not other_blas:
+            r["skipped"].append("--other-blas: only one sgemm loads here (pip install 'renaissance_nb[mkl]' for oneMKL)")
         print_skipped(r)
         rows.append(r)
     mem = {}
@@ -418,7 +448,8 @@ def main() -> int:
             mem["torch"] = peak_rss_child("eager", 128, min(len(x), 60000))
         print_memory(mem, 128)
     if args.markdown:
-        write_markdown(args.markdown, rows, mem, statistics.median(rates), blas, tver, data_name)
+        write_markdown(args.markdown, rows, mem, statistics.median(rates), f"{blas}; our products: {ours_blas}",
+                       tver, data_name)
     return 0
 
 

@@ -158,7 +158,8 @@ def main() -> int:
     x, y = load(args.samples)
     lines = [f"sgemm 1024^3: {sgemm_rate() / 1e9:.0f} GFLOP/s at the start; one thread reads "
              f"{stream_rate(4 * 2**20) / 1e9:.0f} GB/s from a 4 MiB range (cache), "
-             f"{stream_rate(64 * 2**20) / 1e9:.0f} GB/s from a 64 MiB range (DRAM)"]
+             f"{stream_rate(64 * 2**20) / 1e9:.0f} GB/s from a 64 MiB range (DRAM); our products: "
+             f"{blas.SGEMM.name if blas.THREADED else 'np.matmul'} (RNB_BLAS picks)"]
     print(lines[0], flush=True)
     for batch in args.batches:
         block = report(batch, args.steps, x, y)

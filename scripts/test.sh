@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs and runs all of it:
-# the package with its [test] extra, PyTorch (the reference for the parity tests), then
-# (as root, with apt-get) Debian's chromium, graphviz and fonts for the browser test and the
-# graph drawings, then pytest.
+# the package with its [test] and [mkl] extras (so both sgemm paths, OpenBLAS and oneMKL, are
+# tested), PyTorch (the reference for the parity tests), then (as root, with apt-get) Debian's
+# chromium, graphviz and fonts for the browser test and the graph drawings, then pytest.
 # Safe to run again: anything already present is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # A Debian-managed python3 refuses pip installs outside a venv (PEP 668); CI runs as root on a
 # throwaway machine, where installing beside the system packages is what we want.
 export PIP_BREAK_SYSTEM_PACKAGES=1
-python3 -m pip install -q -e ".[test]"
+python3 -m pip install -q -e ".[test,mkl]"
 # PyTorch is the reference the parity tests (losses, schedulers, conv kernels, transfer) compare
 # against; without it those ~190 tests skip. 2.13.0 is pinned because this workplace's machines
 # carry its CPU wheel on disk; elsewhere pip takes PyPI's build of the same release.

@@ -25,9 +25,15 @@ def _views(rng: np.random.Generator, m: int, k: int, n: int, ta: bool, tb: bool,
 SHAPES = [(128, 784, 1024), (1024, 128, 784), (33, 70, 17), (1, 128, 512), (200, 10, 1), (5, 1, 9), (2, 3, 4)]
 
 
+SGEMMS = sorted(blas.loaded_sgemms()) if blas.THREADED else []
+
+
 @needs_own
+@pytest.mark.parametrize("which", SGEMMS)
 @pytest.mark.parametrize("m,k,n", SHAPES)
-def test_gemm_matches_a_float64_product_for_every_layout(m: int, k: int, n: int) -> None:
+def test_gemm_matches_a_float64_product_for_every_layout(m: int, k: int, n: int, which: str) -> None:
+    """Each loadable BLAS (OpenBLAS always, oneMKL where installed) through the same bands."""
+    sgemm = blas.loaded_sgemms()[which]
     rng = np.random.default_rng(m * 7 + n)
     for ta in (False, True):
         for tb in (False, True):
@@ -35,7 +41,7 @@ def test_gemm_matches_a_float64_product_for_every_layout(m: int, k: int, n: int)
                 for pad in (0, 3):
                     a, b, c = _views(rng, m, k, n, ta, tb, tc, pad)
                     assert blas.plan_bands(a, b, c, 2) is not None, "a BLAS-addressable layout fell back"
-                    blas.gemm(a, b, c)()
+                    blas.gemm(a, b, c, sgemm=sgemm)()
                     ref = a.astype(np.float64) @ b.astype(np.float64)
                     scale = np.sqrt(k) * np.abs(a).max() * np.abs(b).max()
                     assert np.abs(c - ref).max() <= 1e-6 * scale, (ta, tb, tc, pad)
@@ -194,6 +200,49 @@ def test_training_on_our_threads_matches_numpys_threaded_matmul(tmp_path) -> Non
     for k, v in runs["numpy"].items():
         if k not in ("threaded", "losses"):
             np.testing.assert_allclose(runs["own"][k], v, rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+def test_the_sgemm_choice_follows_the_cpu_and_rnb_blas(monkeypatch) -> None:
+    """auto: OpenBLAS on a non-Intel CPU, MKL on Intel only where it loads; a bad RNB_BLAS is a
+    ConfigError naming the value; asking for a missing MKL warns and keeps OpenBLAS."""
+    from renaissance_nb.errors import ConfigError
+    monkeypatch.delenv("RNB_OWN_THREADS", raising=False)
+    assert blas.choose_sgemm(blas.OPENBLAS, "auto", "AuthenticAMD").name == "openblas"
+    assert blas.choose_sgemm(blas.OPENBLAS, " OpenBLAS ", "GenuineIntel").name == "openblas"
+    with pytest.raises(ConfigError, match="RNB_BLAS='cublas'.*'auto', 'openblas' or 'mkl'"):
+        blas.choose_sgemm(blas.OPENBLAS, "cublas", "GenuineIntel")
+    monkeypatch.setattr(blas, "_mkl_paths", lambda: [])
+    assert blas.choose_sgemm(blas.OPENBLAS, "auto", "GenuineIntel").name == "openblas"
+    with pytest.warns(UserWarning, match="RNB_BLAS=mkl: oneMKL is not installed"):
+        assert blas.choose_sgemm(blas.OPENBLAS, "mkl", "GenuineIntel").name == "openblas"
+    monkeypatch.setattr(blas, "_mkl_paths", lambda: ["/nonexistent/libmkl_rt.so.3"])
+    with pytest.warns(UserWarning, match="cannot load /nonexistent/libmkl_rt.so.3"):
+        assert blas.choose_sgemm(blas.OPENBLAS, "mkl", "GenuineIntel").name == "openblas"
+    monkeypatch.setenv("RNB_OWN_THREADS", "0")
+    assert blas.choose_sgemm(blas.OPENBLAS, "mkl", "GenuineIntel").name == "openblas"
+
+
+@pytest.mark.skipif("mkl" not in SGEMMS, reason="oneMKL is not installed (the [mkl] extra)")
+def test_training_with_mkl_repeats_its_bytes_and_matches_openblas(tmp_path) -> None:
+    """RNB_BLAS=mkl against RNB_BLAS=openblas, each twice in fresh processes: each repeats its
+    bytes (the arena gives MKL the same alignment every run); they agree up to float32 rounding."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN.replace("threaded=np.array(blas.THREADED)", "threaded=np.array(blas.SGEMM.name)"))
+    runs = {}
+    for name, env in (("mkl", "mkl"), ("mkl2", "mkl"), ("openblas", "openblas")):
+        out = tmp_path / f"{name}.npz"
+        subprocess.run([sys.executable, str(script), str(out)], check=True, timeout=300,
+                       env={**os.environ, "RNB_BLAS": env})
+        runs[name] = dict(np.load(out))
+    assert str(runs["mkl"]["threaded"]) == "mkl" and str(runs["openblas"]["threaded"]) == "openblas"
+    assert all(np.array_equal(runs["mkl"][k], runs["mkl2"][k]) for k in runs["mkl"])
+    np.testing.assert_allclose(runs["mkl"]["losses"], runs["openblas"]["losses"], rtol=1e-4)
+    for k, v in runs["openblas"].items():
+        if k not in ("threaded", "losses"):
+            np.testing.assert_allclose(runs["mkl"][k], v, rtol=1e-3, atol=1e-5, err_msg=k)
 
 
 def test_threaded_batch_gather_gives_the_serial_bytes() -> None:

@@ -1,4 +1,4 @@
-"""Matrix products on the library's own threads: NumPy's OpenBLAS sgemm, one call per thread.
+"""Matrix products on the library's own threads: one single-threaded sgemm per thread.
 
 Why: a CPU training step is GEMMs with element-wise passes between them (the optimizer
 update, the NaN probe). Both want both cores. With NumPy's threaded OpenBLAS for the GEMMs
@@ -11,22 +11,33 @@ one band of rows or columns per numba thread, every band one single-threaded ``s
 called from inside a numba ``prange``; a layer's two equal backward products (dW and dx)
 run side by side instead (``gemm_pair``). The passes then use the same pool.
 
-The sgemm is found through threadpoolctl (NumPy's bundled OpenBLAS, any symbol prefix
-and 32- or 64-bit integers) and called through a function pointer, so the numba code
-caches. Without OpenBLAS (MKL, Accelerate, BLIS) or with ``RNB_OWN_THREADS=0``,
-``THREADED`` is False and ``gemm`` binds ``np.matmul`` as before.
+Which sgemm (``SGEMM``): NumPy's bundled OpenBLAS, found through threadpoolctl (any symbol
+prefix, 32- or 64-bit integers), or Intel's oneMKL when its runtime is installed (the
+``[mkl]`` extra) and the CPU is Intel's: there its single-threaded sgemm is faster at these
+small-M shapes (an epoch of the MNIST MLP took 0.72-0.85x the time in paired runs on a
+Sapphire Rapids VM), while on AMD Zen 3 it was slower. ``RNB_BLAS=openblas|mkl`` overrides
+the choice. MKL runs with its sequential threading layer, so the bands stay the only
+parallelism. Either is called through a function pointer, so the numba code caches.
+Without either, or with ``RNB_OWN_THREADS=0``, ``THREADED`` is False and ``gemm`` binds
+``np.matmul`` as before.
 
-Values: OpenBLAS's result for an element can depend on the shape of the call it is in, so
-a band differs from the whole product in float32 rounding, as it does from ``np.matmul``'s
-threaded result (a test trains a task both ways). The bands are fixed when a kernel is
-bound, from numba's thread count then: the same machine and setting give the same bytes.
+Values: a BLAS's result for an element can depend on the shape of the call it is in, so a
+band differs from the whole product in float32 rounding, as it does from ``np.matmul``'s
+threaded result (a test trains a task both ways), and MKL's bytes differ from OpenBLAS's.
+The bands are fixed when a kernel is bound, from numba's thread count then; the arena's
+tensors sit at fixed 256-byte-aligned offsets, so MKL sees the same alignment every run:
+the same machine and setting give the same bytes.
 """
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import glob
 import os
+import sys
+import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numba
 import numpy as np
@@ -34,6 +45,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from ..errors import ConfigError
 from .fused import jit, par
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -88,8 +100,89 @@ class _OpenBLAS:
         self.why_not = f"no cblas_sgemm symbol in {libs[0]['filepath']}"
 
 
+class Sgemm(NamedTuple):
+    """A CBLAS ``sgemm`` to call from numba: its address (0 if none), integer width, and name."""
+    name: str
+    address: int
+    int_bits: int
+    why_not: str = ""
+
+
+MKL_SEQUENTIAL = 1
+"""``MKL_THREADING_SEQUENTIAL`` for ``MKL_Set_Threading_Layer``."""
+
+
+def _mkl_paths() -> list[str]:
+    """Where the ``mkl`` wheel (or a conda or system install) puts its single dynamic runtime."""
+    found = []
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+        found += sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")), reverse=True)
+    name = ctypes.util.find_library("mkl_rt")
+    return found + ([name] if name else [])
+
+
+def load_mkl() -> Sgemm:
+    """oneMKL's ``cblas_sgemm`` (LP64) with the sequential threading layer, or why not."""
+    paths = _mkl_paths()
+    if not paths:
+        return Sgemm("mkl", 0, 32, "oneMKL is not installed (pip install 'renaissance_nb[mkl]')")
+    try:
+        lib = ctypes.CDLL(paths[0])
+        set_layer = lib.MKL_Set_Threading_Layer
+    except (OSError, AttributeError) as exc:
+        return Sgemm("mkl", 0, 32, f"cannot load {paths[0]}: {exc}")
+    set_layer.argtypes, set_layer.restype = [ctypes.c_int], ctypes.c_int
+    layer = set_layer(MKL_SEQUENTIAL)
+    if layer != MKL_SEQUENTIAL:  # MKL was already in use in this process with threads of its own
+        return Sgemm("mkl", 0, 32, f"oneMKL runs threading layer {layer} in this process, not sequential")
+    return Sgemm("mkl", ctypes.cast(lib.cblas_sgemm, ctypes.c_void_p).value or 0, 32)
+
+
+def _cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def choose_sgemm(openblas: _OpenBLAS, want: str | None = None, vendor: str | None = None) -> Sgemm:
+    """The sgemm the bands call: ``want`` (default ``RNB_BLAS``, "auto") names "openblas" or
+    "mkl"; "auto" takes MKL on an Intel CPU when it loads, NumPy's OpenBLAS otherwise."""
+    ob = Sgemm("openblas", openblas.sgemm, openblas.int_bits, openblas.why_not)
+    if os.environ.get("RNB_OWN_THREADS", "1") == "0":
+        return ob
+    raw = want if want is not None else os.environ.get("RNB_BLAS", "auto")
+    want = raw.strip().lower()
+    if want not in ("auto", "openblas", "mkl"):
+        raise ConfigError(f"RNB_BLAS={raw!r}: expected 'auto', 'openblas' or 'mkl'; unset it to let "
+                          "renaissance_nb choose (MKL on Intel CPUs when installed, OpenBLAS otherwise)")
+    intel = (vendor if vendor is not None else _cpu_vendor()) == "GenuineIntel"
+    if want == "openblas" or (want == "auto" and not intel) or numba.config.NUMBA_NUM_THREADS < 2:
+        return ob
+    mkl = load_mkl()
+    if mkl.address:
+        return mkl
+    if want == "mkl":
+        warnings.warn(f"RNB_BLAS=mkl: {mkl.why_not}; the products use NumPy's OpenBLAS", stacklevel=2)
+    return ob
+
+
 OPENBLAS = _OpenBLAS()
-THREADED = bool(OPENBLAS.sgemm)
+SGEMM = choose_sgemm(OPENBLAS)
+THREADED = bool(SGEMM.address)
+
+
+def loaded_sgemms() -> dict[str, Sgemm]:
+    """Every sgemm this process can call by address, by name (tests and benchmarks compare them)."""
+    out = {"openblas": Sgemm("openblas", OPENBLAS.sgemm, OPENBLAS.int_bits)} if OPENBLAS.sgemm else {}
+    mkl = SGEMM if SGEMM.name == "mkl" else load_mkl()
+    if mkl.address:
+        out["mkl"] = mkl
+    return out
 
 
 _depth = [0]  # how many own_cores() blocks are open (bound products check it: one list read)
@@ -232,13 +325,14 @@ def plan_bands(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> np.nd
     return np.array(rows, dtype=np.int64)
 
 
-def _bound(bands: np.ndarray, keep: tuple) -> Callable[[], None]:
+def _bound(bands: np.ndarray, keep: tuple, sgemm: Sgemm | None = None) -> Callable[[], None]:
     """The kernel that runs planned sgemm calls: in parallel when there are several."""
-    fptr, depth = OPENBLAS.sgemm, _depth
+    sg = sgemm or SGEMM
+    fptr, depth = sg.address, _depth
     if bands.shape[0] == 1:
-        f = _one64 if OPENBLAS.int_bits == 64 else _one32
+        f = _one64 if sg.int_bits == 64 else _one32
     else:
-        f = _bands64 if OPENBLAS.int_bits == 64 else _bands32
+        f = _bands64 if sg.int_bits == 64 else _bands32
 
     def run() -> None:
         if depth[0]:
@@ -267,14 +361,18 @@ def gemm_pair(first: tuple[np.ndarray, np.ndarray, np.ndarray], second: tuple[np
     return run
 
 
-def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, threaded: bool | None = None) -> Callable[[], Any]:
+def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, threaded: bool | None = None,
+         sgemm: Sgemm | None = None) -> Callable[[], Any]:
     """Bind ``c = a @ b`` (2-D float32 views, any of them transposed) into a zero-argument kernel.
 
     With ``THREADED`` the product is cut into one band per numba thread (one band when it is
     small); otherwise, or when BLAS cannot address the views, it is ``np.matmul(a, b, out=c)``.
-    The kernel keeps a, b and c alive: it holds their addresses.
+    ``sgemm`` picks another loaded BLAS than ``SGEMM`` (tests compare them). The kernel keeps
+    a, b and c alive: it holds their addresses.
     """
     use = THREADED if threaded is None else (threaded and THREADED)
+    if sgemm is not None:
+        use = use and bool(sgemm.address)
     bands = None
     if use and a.ndim == b.ndim == c.ndim == 2:
         macs = a.shape[0] * a.shape[1] * b.shape[1]
@@ -282,4 +380,4 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, threaded: bool | None = No
     if bands is None:
         mm = np.matmul
         return lambda: mm(a, b, out=c)
-    return _bound(bands, (a, b, c))
+    return _bound(bands, (a, b, c), sgemm)
