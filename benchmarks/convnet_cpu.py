@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from convnet_mnist import convnet  # noqa: E402
-from mlp_cpu import (TorchContender, peak_rss_child, print_memory, print_skipped, print_times,  # noqa: E402
+from mlp_cpu import (TorchContender, our_sgemm, peak_rss_child, print_memory, print_skipped, print_times,  # noqa: E402
                      run_isolated)
 
 
@@ -95,7 +95,8 @@ def main() -> int:
         have_torch, tver = True, torch.__version__
     except ImportError:
         have_torch, tver = False, "not installed"
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}; torch {tver}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}; torch {tver}; "
+          f"our products: {our_sgemm()[0]}")
     kinds = ["ours", "eager", "fused"] + ([] if args.no_compile else ["compile"])
     r = run_isolated(args.batch, args.samples, args.rounds, have_torch, not args.no_compile, 0, module="convnet_cpu",
                      kinds=kinds)
