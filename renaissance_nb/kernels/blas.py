@@ -14,9 +14,9 @@ run side by side instead (``gemm_pair``). The passes then use the same pool.
 Which sgemm (``SGEMM``): NumPy's bundled OpenBLAS, found through threadpoolctl (any symbol
 prefix, 32- or 64-bit integers), or Intel's oneMKL when its runtime is installed (the
 ``[mkl]`` extra) and the CPU is Intel's: there its single-threaded sgemm is faster at these
-small-M shapes (an epoch of the MNIST MLP took 0.72-0.85x the time in paired runs on a
-Sapphire Rapids VM), while on AMD Zen 3 it was slower. ``RNB_BLAS=openblas|mkl`` overrides
-the choice. MKL runs with its sequential threading layer, so the bands stay the only
+small-M shapes (an epoch of the MNIST MLP took 0.72-0.85x the time in paired runs on an
+Emerald Rapids Xeon VM), while on AMD Zen 3 it was slower. ``RNB_BLAS=openblas|mkl``
+overrides the choice. MKL runs with its sequential threading layer, so the bands stay the only
 parallelism. Either is called through a function pointer, so the numba code caches.
 Without either, or with ``RNB_OWN_THREADS=0``, ``THREADED`` is False and ``gemm`` binds
 ``np.matmul`` as before.
