@@ -218,6 +218,9 @@ def test_the_sgemm_choice_follows_the_cpu_and_rnb_blas(monkeypatch) -> None:
     monkeypatch.setattr(blas, "_mkl_paths", lambda: ["/nonexistent/libmkl_rt.so.3"])
     with pytest.warns(UserWarning, match="cannot load /nonexistent/libmkl_rt.so.3"):
         assert blas.choose_sgemm(blas.OPENBLAS, "mkl", "GenuineIntel").name == "openblas"
+    monkeypatch.setenv("MKL_BLAS_COMPUTE_MODE", "FLOAT_TO_BF16")  # MKL would round to bfloat16
+    with pytest.warns(UserWarning, match="MKL_BLAS_COMPUTE_MODE=FLOAT_TO_BF16"):
+        assert blas.choose_sgemm(blas.OPENBLAS, "mkl", "GenuineIntel").name == "openblas"
     monkeypatch.setenv("RNB_OWN_THREADS", "0")
     assert blas.choose_sgemm(blas.OPENBLAS, "mkl", "GenuineIntel").name == "openblas"
 

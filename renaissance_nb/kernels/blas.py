@@ -123,6 +123,10 @@ def _mkl_paths() -> list[str]:
 
 def load_mkl() -> Sgemm:
     """oneMKL's ``cblas_sgemm`` (LP64) with the sequential threading layer, or why not."""
+    mode = os.environ.get("MKL_BLAS_COMPUTE_MODE", "STANDARD")
+    if mode.strip().upper() != "STANDARD":  # e.g. FLOAT_TO_BF16: sgemm on bfloat16 inputs
+        return Sgemm("mkl", 0, 32, f"MKL_BLAS_COMPUTE_MODE={mode} would round the products' "
+                                   "inputs below float32; unset it to use oneMKL")
     paths = _mkl_paths()
     if not paths:
         return Sgemm("mkl", 0, 32, "oneMKL is not installed (pip install 'renaissance_nb[mkl]')")
