@@ -441,6 +441,8 @@ class DeepLearningTask(TaskBase):
                     raise
                 kind = "cpu"
                 compiled.notes.append(f"device: auto chose the CPU: {exc}")
+        if kind == "cpu":
+            compiled.notes.append(f"device: CPU, {blas.describe()}.")
         if kind == "cuda":
             runner = GpuExecutor(compiled, executor, env, self._nan_policy, self._device_data,
                                  capture=self._device_capture)

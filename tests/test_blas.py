@@ -3,6 +3,7 @@ threaded passes that share its pool: values against float64 references, the fall
 of the threaded updates, and the OpenBLAS thread setting around a replay."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 
@@ -246,6 +247,20 @@ def test_training_with_mkl_repeats_its_bytes_and_matches_openblas(tmp_path) -> N
     for k, v in runs["openblas"].items():
         if k not in ("threaded", "losses"):
             np.testing.assert_allclose(runs["mkl"][k], v, rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+def test_compile_notes_say_what_the_products_run_on() -> None:
+    import renaissance_nb as rnb
+    x = np.random.default_rng(0).standard_normal((64, 8), dtype=np.float32)
+    t = (rnb.DeepLearningTask("t").model(rnb.seq(rnb.fc(4))).data(train=(x, np.arange(64, dtype=np.int32) % 4), batch_size=16)
+         .total_epochs(1).compile())
+    notes = [n for n in t.compiled.notes if n.startswith("device: CPU")]
+    assert notes == [f"device: CPU, {blas.describe()}."]
+    if blas.THREADED:
+        expected = {"mkl": "oneMKL's", "openblas": "NumPy's OpenBLAS"}[blas.SGEMM.name]
+        assert f"bands of {expected} sgemm on {numba.get_num_threads()} numba threads" in notes[0]
+    else:
+        assert "np.matmul" in notes[0]
 
 
 def test_threaded_batch_gather_gives_the_serial_bytes() -> None:

@@ -180,6 +180,16 @@ SGEMM = choose_sgemm(OPENBLAS)
 THREADED = bool(SGEMM.address)
 
 
+def describe() -> str:
+    """One line for the compile notes: what the CPU's matrix products run on, and why."""
+    if not THREADED:
+        why = SGEMM.why_not or OPENBLAS.why_not or "no sgemm to call"
+        return f"matrix products on np.matmul, passes on one thread ({why})"
+    name = {"mkl": "oneMKL's", "openblas": "NumPy's OpenBLAS"}.get(SGEMM.name, SGEMM.name)
+    return (f"matrix products as bands of {name} sgemm on {numba.get_num_threads()} numba threads "
+            "(RNB_BLAS=openblas|mkl chooses the BLAS)")
+
+
 def loaded_sgemms() -> dict[str, Sgemm]:
     """Every sgemm this process can call by address, by name (tests and benchmarks compare them)."""
     out = {"openblas": Sgemm("openblas", OPENBLAS.sgemm, OPENBLAS.int_bits)} if OPENBLAS.sgemm else {}
