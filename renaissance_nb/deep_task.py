@@ -526,7 +526,8 @@ class DeepLearningTask(TaskBase):
         for cb in callbacks:
             cb("start", {"epoch": self._epoch, "total_epochs": self._epochs, "steps_per_epoch": sched.batches})
         self.result.interrupted = False
-        with stop, blas.own_cores():
+        # prog.armed(): a first epoch that compiles the kernels says so instead of looking hung
+        with stop, blas.own_cores(), prog.armed():
             while self._epoch < end:
                 epoch = self._epoch
                 sched = sched_low if epoch >= boundary else sched_base

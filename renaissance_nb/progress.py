@@ -5,7 +5,16 @@ The engine never imports Jupyter; tqdm.auto picks its notebook form by itself.
 from __future__ import annotations
 
 import sys
-from typing import Any
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+SLOW_START_S = 3.0
+"""If a run's first steps take longer than this, the progress says why: a warm first epoch
+loads its kernels in under a second, while after an install numba compiles them (about 15 s
+for the MLP's on a 2-core machine), which looked like a hang."""
+SLOW_START_NOTE = ("the first steps are compiling the kernels: numba does this once after an install, "
+                   "later runs load them from its disk cache")
 
 
 def in_notebook() -> bool:
@@ -20,18 +29,49 @@ def in_notebook() -> bool:
 
 
 class NoProgress:
-    def update(self, steps: int, loss: float) -> None:
+    """Shows nothing; the base of the others (``arm`` / ``disarm`` time the slow-start notice)."""
+
+    _timer: threading.Timer | None = None
+
+    def arm(self, seconds: float = SLOW_START_S) -> None:
+        """Call ``slow_start`` from a timer thread unless the first update comes within ``seconds``."""
+        self.disarm()
+        self._timer = threading.Timer(seconds, self.slow_start)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    @contextmanager
+    def armed(self, seconds: float = SLOW_START_S) -> Iterator[None]:
+        """``arm`` for the length of a block: an error in the first steps leaves no timer behind."""
+        self.arm(seconds)
+        try:
+            yield
+        finally:
+            self.disarm()
+
+    def slow_start(self) -> None:
         pass
+
+    def update(self, steps: int, loss: float) -> None:
+        self.disarm()
 
     def epoch(self, record: Any) -> None:
         pass
 
     def close(self) -> None:
-        pass
+        self.disarm()
 
 
 class LineProgress(NoProgress):
-    """One line per epoch on stdout."""
+    """One line per epoch on stdout (and one if the first steps are slow)."""
+
+    def slow_start(self) -> None:
+        print(f"... {SLOW_START_NOTE}", flush=True)
 
     def epoch(self, record: Any) -> None:
         print(record.line(), flush=True)
@@ -42,9 +82,16 @@ class BarProgress(NoProgress):
 
     def __init__(self, total: int, desc: str) -> None:
         from tqdm.auto import tqdm
+        self.desc = desc
         self.bar = tqdm(total=total, desc=desc, unit="step")
 
+    def slow_start(self) -> None:
+        self.bar.set_description_str(f"{self.desc}: {SLOW_START_NOTE}")
+
     def update(self, steps: int, loss: float) -> None:
+        if self._timer is not None:
+            self.disarm()
+            self.bar.set_description_str(self.desc, refresh=False)
         if steps:
             self.bar.update(steps)
             self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
@@ -53,6 +100,7 @@ class BarProgress(NoProgress):
         self.bar.write(record.line())
 
     def close(self) -> None:
+        self.disarm()
         self.bar.close()
 
 

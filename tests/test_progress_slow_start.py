@@ -1,0 +1,58 @@
+"""The slow-start notice: a run whose first steps take long (numba compiling the kernels after an
+install) says why, once, in the terminal line or the bar's description; a quick start says nothing."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from renaissance_nb import progress
+
+
+def test_line_progress_explains_a_slow_start_once(capsys) -> None:
+    p = progress.LineProgress()
+    with p.armed(0.05):
+        time.sleep(0.3)
+        p.update(16, 1.0)
+        time.sleep(0.1)
+    out = capsys.readouterr().out
+    assert out == f"... {progress.SLOW_START_NOTE}\n"
+
+
+def test_a_quick_first_update_or_an_error_leaves_no_notice(capsys) -> None:
+    p = progress.LineProgress()
+    with p.armed(0.2):
+        p.update(16, 1.0)  # the first steps came back in time
+    with pytest.raises(RuntimeError), p.armed(0.2):
+        raise RuntimeError("a step failed before the notice")
+    time.sleep(0.4)
+    assert capsys.readouterr().out == ""
+    assert p._timer is None
+
+
+def test_the_bar_shows_the_notice_then_its_name_again() -> None:
+    pytest.importorskip("tqdm")
+    p = progress.BarProgress(total=32, desc="mlp")
+    try:
+        with p.armed(0.05):
+            time.sleep(0.3)
+            assert p.bar.desc.startswith("mlp: the first steps are compiling the kernels")
+            p.update(16, 0.5)
+            assert p.bar.desc == "mlp" and p.bar.n == 16
+    finally:
+        p.close()
+
+
+def test_a_run_with_cached_kernels_prints_no_notice(capsys) -> None:
+    """After a first run in this process the kernels are loaded: a second run starts at once."""
+    import numpy as np
+
+    import renaissance_nb as rnb
+    x = np.random.default_rng(0).standard_normal((256, 8), dtype=np.float32)
+    t = (rnb.DeepLearningTask("t").model(rnb.seq(rnb.fc(16), rnb.relu(), rnb.fc(4)))
+         .data(train=(x, np.arange(256, dtype=np.int32) % 4), batch_size=32).total_epochs(2))
+    t.run(epochs=1, progress="lines")
+    capsys.readouterr()
+    t.run(epochs=1, progress="lines")
+    out = capsys.readouterr().out
+    assert "compiling the kernels" not in out and out.startswith("epoch   2")
