@@ -526,7 +526,8 @@ class DeepLearningTask(TaskBase):
         for cb in callbacks:
             cb("start", {"epoch": self._epoch, "total_epochs": self._epochs, "steps_per_epoch": sched.batches})
         self.result.interrupted = False
-        # prog.armed(): a first epoch that compiles the kernels says so instead of looking hung
+        # prog.armed(): a first step that compiles the kernels says so instead of looking hung
+        first = True
         with stop, blas.own_cores(), prog.armed():
             while self._epoch < end:
                 epoch = self._epoch
@@ -548,6 +549,9 @@ class DeepLearningTask(TaskBase):
                 for i in range(start, sched.batches):
                     for k in steps[i]:
                         k()
+                    if first:  # the kernels are compiled or loaded now
+                        prog.disarm()
+                        first = False
                     if stop.requested:
                         self._resume_at = (epoch, i + 1)
                         break

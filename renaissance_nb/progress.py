@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 SLOW_START_S = 3.0
-"""If a run's first steps take longer than this, the progress says why: a warm first epoch
-loads its kernels in under a second, while after an install numba compiles them (about 15 s
+"""If a run's first step takes longer than this, the progress says why: a warm first step
+loads its kernels in under a second, while after an install numba compiles them (about 14 s
 for the MLP's on a 2-core machine), which looked like a hang."""
-SLOW_START_NOTE = ("the first steps are compiling the kernels: numba does this once after an install, "
+SLOW_START_NOTE = ("the first step is compiling the kernels: numba does this once after an install, "
                    "later runs load them from its disk cache")
 
 
@@ -29,14 +29,16 @@ def in_notebook() -> bool:
 
 
 class NoProgress:
-    """Shows nothing; the base of the others (``arm`` / ``disarm`` time the slow-start notice)."""
+    """Shows nothing; the base of the others. ``arm`` before a run's first step and ``disarm``
+    after it time the slow-start notice."""
 
     _timer: threading.Timer | None = None
 
-    def arm(self, seconds: float = SLOW_START_S) -> None:
-        """Call ``slow_start`` from a timer thread unless the first update comes within ``seconds``."""
+    def arm(self, seconds: float | None = None) -> None:
+        """Call ``slow_start`` from a timer thread unless ``disarm`` comes within ``seconds``
+        (default ``SLOW_START_S``)."""
         self.disarm()
-        self._timer = threading.Timer(seconds, self.slow_start)
+        self._timer = threading.Timer(SLOW_START_S if seconds is None else seconds, self.slow_start)
         self._timer.daemon = True
         self._timer.start()
 
@@ -46,7 +48,7 @@ class NoProgress:
             self._timer = None
 
     @contextmanager
-    def armed(self, seconds: float = SLOW_START_S) -> Iterator[None]:
+    def armed(self, seconds: float | None = None) -> Iterator[None]:
         """``arm`` for the length of a block: an error in the first steps leaves no timer behind."""
         self.arm(seconds)
         try:
@@ -58,7 +60,7 @@ class NoProgress:
         pass
 
     def update(self, steps: int, loss: float) -> None:
-        self.disarm()
+        pass
 
     def epoch(self, record: Any) -> None:
         pass
@@ -85,13 +87,19 @@ class BarProgress(NoProgress):
         self.desc = desc
         self.bar = tqdm(total=total, desc=desc, unit="step")
 
+    noted = False
+
     def slow_start(self) -> None:
+        self.noted = True
         self.bar.set_description_str(f"{self.desc}: {SLOW_START_NOTE}")
 
+    def disarm(self) -> None:
+        super().disarm()
+        if self.noted:  # the first step is done: the bar's own name again
+            self.noted = False
+            self.bar.set_description_str(self.desc)
+
     def update(self, steps: int, loss: float) -> None:
-        if self._timer is not None:
-            self.disarm()
-            self.bar.set_description_str(self.desc, refresh=False)
         if steps:
             self.bar.update(steps)
             self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)

@@ -1,4 +1,4 @@
-"""The slow-start notice: a run whose first steps take long (numba compiling the kernels after an
+"""The slow-start notice: a run whose first step takes long (numba compiling the kernels after an
 install) says why, once, in the terminal line or the bar's description; a quick start says nothing."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def test_line_progress_explains_a_slow_start_once(capsys) -> None:
     p = progress.LineProgress()
     with p.armed(0.05):
         time.sleep(0.3)
-        p.update(16, 1.0)
+        p.disarm()  # the first step is done
         time.sleep(0.1)
     out = capsys.readouterr().out
     assert out == f"... {progress.SLOW_START_NOTE}\n"
@@ -22,7 +22,7 @@ def test_line_progress_explains_a_slow_start_once(capsys) -> None:
 def test_a_quick_first_update_or_an_error_leaves_no_notice(capsys) -> None:
     p = progress.LineProgress()
     with p.armed(0.2):
-        p.update(16, 1.0)  # the first steps came back in time
+        p.disarm()  # the first step came back in time
     with pytest.raises(RuntimeError), p.armed(0.2):
         raise RuntimeError("a step failed before the notice")
     time.sleep(0.4)
@@ -36,7 +36,8 @@ def test_the_bar_shows_the_notice_then_its_name_again() -> None:
     try:
         with p.armed(0.05):
             time.sleep(0.3)
-            assert p.bar.desc.startswith("mlp: the first steps are compiling the kernels")
+            assert p.bar.desc.startswith("mlp: the first step is compiling the kernels")
+            p.disarm()
             p.update(16, 0.5)
             assert p.bar.desc == "mlp" and p.bar.n == 16
     finally:
@@ -56,3 +57,34 @@ def test_a_run_with_cached_kernels_prints_no_notice(capsys) -> None:
     t.run(epochs=1, progress="lines")
     out = capsys.readouterr().out
     assert "compiling the kernels" not in out and out.startswith("epoch   2")
+
+
+def test_only_a_slow_first_step_is_noted(capsys, monkeypatch) -> None:
+    """The notice times the first step alone: later slow steps (a big model's 16-step blocks)
+    say nothing, while a first step that stalls does."""
+    import numpy as np
+
+    import renaissance_nb as rnb
+    from renaissance_nb.runtime.replay import EpochSchedule
+    monkeypatch.setattr(progress, "SLOW_START_S", 0.2)
+    x = np.random.default_rng(0).standard_normal((256, 8), dtype=np.float32)
+    t = (rnb.DeepLearningTask("t").model(rnb.seq(rnb.fc(16), rnb.relu(), rnb.fc(4)))
+         .data(train=(x, np.arange(256, dtype=np.int32) % 4), batch_size=16).total_epochs(3).compile())
+    t.run(epochs=1, progress="lines")  # the kernels are loaded from here on
+    capsys.readouterr()
+    plain = t._runner.train_schedule
+
+    def with_sleep(slow_steps):  # type: ignore[no-untyped-def]
+        def schedule(variants):  # type: ignore[no-untyped-def]
+            s = plain(variants)
+            steps = [list(k) + ([lambda: time.sleep(0.05)] if i in slow_steps else []) for i, k in enumerate(s.steps)]
+            return EpochSchedule(s.prologue, steps, s.batches)
+        return schedule
+    monkeypatch.setattr(t._runner, "train_schedule", with_sleep(set(range(1, 16))))  # 0.75 s before the first update
+    t.run(epochs=1, progress="lines")
+    assert "compiling the kernels" not in capsys.readouterr().out
+    monkeypatch.setattr(t._runner, "train_schedule", with_sleep({0}))
+    monkeypatch.setattr(progress, "SLOW_START_S", 0.02)  # a first step slower than this
+    t.run(epochs=1, progress="lines")
+    out = capsys.readouterr().out
+    assert out.startswith(f"... {progress.SLOW_START_NOTE}\nepoch   3")
