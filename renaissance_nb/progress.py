@@ -70,7 +70,7 @@ class NoProgress:
 
 
 class LineProgress(NoProgress):
-    """One line per epoch on stdout (and one if the first steps are slow)."""
+    """One line per epoch on stdout (and one if the first step is slow)."""
 
     def slow_start(self) -> None:
         print(f"... {SLOW_START_NOTE}", flush=True)
@@ -88,16 +88,21 @@ class BarProgress(NoProgress):
         self.bar = tqdm(total=total, desc=desc, unit="step")
 
     noted = False
+    _lock = threading.Lock()  # the timer thread's note and the run thread's disarm, one at a time
 
     def slow_start(self) -> None:
-        self.noted = True
-        self.bar.set_description_str(f"{self.desc}: {SLOW_START_NOTE}")
+        with self._lock:
+            if self._timer is None:  # disarmed while the timer fired
+                return
+            self.noted = True
+            self.bar.set_description_str(f"{self.desc}: {SLOW_START_NOTE}")
 
     def disarm(self) -> None:
-        super().disarm()
-        if self.noted:  # the first step is done: the bar's own name again
-            self.noted = False
-            self.bar.set_description_str(self.desc)
+        with self._lock:
+            super().disarm()
+            if self.noted:  # the first step is done: the bar's own name again
+                self.noted = False
+                self.bar.set_description_str(self.desc)
 
     def update(self, steps: int, loss: float) -> None:
         if steps:
