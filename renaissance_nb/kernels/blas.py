@@ -113,10 +113,10 @@ MKL_SEQUENTIAL = 1
 
 
 def _mkl_paths() -> list[str]:
-    """Where the ``mkl`` wheel (or a conda or system install) puts its single dynamic runtime."""
-    found = []
-    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
-        found += sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")), reverse=True)
+    """Where this environment's ``mkl`` wheel (or conda package) puts its single dynamic runtime,
+    then a system MKL on the loader's path. A venv does not look in its base Python's prefix:
+    an MKL there was not installed with this environment."""
+    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")), reverse=True)
     name = ctypes.util.find_library("mkl_rt")
     return found + ([name] if name else [])
 
