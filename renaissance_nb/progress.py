@@ -85,10 +85,9 @@ class BarProgress(NoProgress):
     def __init__(self, total: int, desc: str) -> None:
         from tqdm.auto import tqdm
         self.desc = desc
+        self.noted = False
+        self._lock = threading.Lock()  # the timer thread's note and the run thread's disarm, one at a time
         self.bar = tqdm(total=total, desc=desc, unit="step")
-
-    noted = False
-    _lock = threading.Lock()  # the timer thread's note and the run thread's disarm, one at a time
 
     def slow_start(self) -> None:
         with self._lock:

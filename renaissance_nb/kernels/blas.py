@@ -153,10 +153,14 @@ def _cpu_vendor() -> str:
     return ""
 
 
+def _as_sgemm(openblas: _OpenBLAS) -> Sgemm:
+    return Sgemm("openblas", openblas.sgemm, openblas.int_bits, openblas.why_not)
+
+
 def choose_sgemm(openblas: _OpenBLAS, want: str | None = None, vendor: str | None = None) -> Sgemm:
     """The sgemm the bands call: ``want`` (default ``RNB_BLAS``, "auto") names "openblas" or
     "mkl"; "auto" takes MKL on an Intel CPU when it loads, NumPy's OpenBLAS otherwise."""
-    ob = Sgemm("openblas", openblas.sgemm, openblas.int_bits, openblas.why_not)
+    ob = _as_sgemm(openblas)
     if os.environ.get("RNB_OWN_THREADS", "1") == "0":
         return ob
     raw = want if want is not None else os.environ.get("RNB_BLAS", "auto")
@@ -192,7 +196,7 @@ def describe() -> str:
 
 def loaded_sgemms() -> dict[str, Sgemm]:
     """Every sgemm this process can call by address, by name (tests and benchmarks compare them)."""
-    out = {"openblas": Sgemm("openblas", OPENBLAS.sgemm, OPENBLAS.int_bits)} if OPENBLAS.sgemm else {}
+    out = {"openblas": _as_sgemm(OPENBLAS)} if OPENBLAS.sgemm else {}
     mkl = SGEMM if SGEMM.name == "mkl" else load_mkl()
     if mkl.address:
         out["mkl"] = mkl
