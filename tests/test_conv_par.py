@@ -81,3 +81,27 @@ def test_batch_norm_by_row_blocks_matches_the_one_pass_sums(m, c, act) -> None:
     for serial, threaded in zip(runs[0], runs[1]):
         np.testing.assert_allclose(threaded, serial, rtol=2e-6, atol=2e-6)
     assert all(np.array_equal(a, b) for a, b in zip(runs[1], runs[2]))  # the same bytes every call
+
+
+@pytest.mark.parametrize("m,c", [(3, 5), (64, 32), (1001, 17)])
+def test_batch_norm_sums_are_within_float32_rounding_of_the_exact_sums(m, c) -> None:
+    """The sums add eight-row float32 blocks into float64: each block is good to a few ulps of
+    its terms, so each total is within a few ulps of the sum of its terms' magnitudes."""
+    rng = np.random.default_rng(c)
+    x = (rng.standard_normal((m, c)) * 3 + 100).astype(np.float32)
+    dy = rng.standard_normal((m, c)).astype(np.float32)
+    y = np.where(rng.random((m, c)) < 0.5, 0.0, 1.0).astype(np.float32)
+    mean = x.mean(0, dtype=np.float64).astype(np.float32)
+    s1, s2 = np.zeros(c), np.zeros(c)
+    conv.bn_shifted_sums_(x, x[0], s1, s2, 0, m)
+    d = x.astype(np.float64) - x[0].astype(np.float64)
+    tol = 8 * 2.0**-24
+    np.testing.assert_array_less(np.abs(s1 - d.sum(0)), tol * np.abs(d).sum(0) + 1e-30)
+    np.testing.assert_array_less(np.abs(s2 - (d * d).sum(0)), tol * (d * d).sum(0) + 1e-30)
+    g = dy.copy()
+    conv.bn_grad_sums_(g, x, y, mean, 1, s1, s2, 0, m)
+    masked = np.where(y > 0, dy, 0).astype(np.float64)
+    assert np.array_equal(g, masked.astype(np.float32))  # the ReLU mask, applied in place
+    t2 = masked * (x.astype(np.float64) - mean.astype(np.float64))
+    np.testing.assert_array_less(np.abs(s1 - masked.sum(0)), tol * np.abs(masked).sum(0) + 1e-30)
+    np.testing.assert_array_less(np.abs(s2 - t2.sum(0)), tol * np.abs(t2).sum(0) + 1e-30)

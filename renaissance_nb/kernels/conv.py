@@ -150,8 +150,9 @@ def col2im_(dcols, dx3, c, k, s, p, ho, wo):
 def bn_train_fwd_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff):
     """Training batch norm over the rows of x2 (M, C): statistics, running stats, y = act(x*a + b).
 
-    Sums are float64 and shifted by the first row (sum (x - x0), sum (x - x0)^2), so
-    the one-pass variance does not cancel catastrophically.
+    Sums are shifted by the first row (sum (x - x0), sum (x - x0)^2) and accumulated in
+    float64 (eight-row blocks at a time, bn_shifted_sums_), so the one-pass variance does not
+    cancel catastrophically.
     """
     bn_shifted_sums_(x2, x2[0], acc[0], acc[1], 0, x2.shape[0])
     bn_train_fwd_finish_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff)
@@ -160,17 +161,37 @@ def bn_train_fwd_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps,
 
 @jit
 def bn_shifted_sums_(x2, x0, s1, s2, r0, r1):
-    """s1[j] = sum (x[i, j] - x0[j]), s2[j] = the sum of squares, over rows r0 <= i < r1 (float64)."""
+    """s1[j] = sum (x[i, j] - x0[j]), s2[j] = the sum of squares, over rows r0 <= i < r1.
+
+    Blocks of eight rows are summed pairwise in the input's precision, and the block sums
+    into float64 accumulators: the float64 work per value was what bound this pass (2.1
+    against 1.5 ms for 100352x32 on one thread), and an eight-term float32 sum of shifted
+    values is good to a few ulps. The accumulators are local, so they stay out of x2's way.
+    """
     c = x2.shape[1]
-    for j in range(c):
-        s1[j] = 0.0
-        s2[j] = 0.0
-    for i in range(r0, r1):
-        row = x2[i]
+    a1 = np.zeros(c)
+    a2 = np.zeros(c)
+    i = r0
+    while i + 8 <= r1:
+        p0, p1, p2, p3 = x2[i], x2[i + 1], x2[i + 2], x2[i + 3]
+        p4, p5, p6, p7 = x2[i + 4], x2[i + 5], x2[i + 6], x2[i + 7]
         for j in range(c):
-            d = np.float64(row[j]) - np.float64(x0[j])
-            s1[j] += d
-            s2[j] += d * d
+            z = x0[j]
+            d0, d1, d2, d3 = p0[j] - z, p1[j] - z, p2[j] - z, p3[j] - z
+            d4, d5, d6, d7 = p4[j] - z, p5[j] - z, p6[j] - z, p7[j] - z
+            a1[j] += np.float64(((d0 + d1) + (d2 + d3)) + ((d4 + d5) + (d6 + d7)))
+            a2[j] += np.float64(((d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3))
+                                + ((d4 * d4 + d5 * d5) + (d6 * d6 + d7 * d7)))
+        i += 8
+    for r in range(i, r1):
+        p0 = x2[r]
+        for j in range(c):
+            d0 = p0[j] - x0[j]
+            a1[j] += np.float64(d0)
+            a2[j] += np.float64(d0 * d0)
+    for j in range(c):
+        s1[j] = a1[j]
+        s2[j] = a2[j]
 
 
 @jit
@@ -229,23 +250,46 @@ def bn_train_bwd_(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc
 @jit
 def bn_grad_sums_(dy2, x2, y2, mean, act, s1, s2, r0, r1):
     """Rows r0 <= i < r1: dy *= (y > 0) with a fused ReLU, in place; s1[j] = sum dy,
-    s2[j] = sum dy * (x - mean) (float64)."""
+    s2[j] = sum dy * (x - mean). As bn_shifted_sums_: blocks of eight rows summed pairwise
+    in the input's precision (masked first, while the block is in L1), block sums added in
+    float64 (8.5 against 1.9 ms for 100352x32 on one thread: the per-value float64 work and
+    a branch per value had bound it)."""
     c = x2.shape[1]
-    for j in range(c):
-        s1[j] = 0.0
-        s2[j] = 0.0
-    for i in range(r0, r1):
-        dr = dy2[i]
-        xr = x2[i]
+    a1 = np.zeros(c)
+    a2 = np.zeros(c)
+    i = r0
+    while i < r1:
+        e = min(r1, i + 8)
         if act == 1:
-            yr = y2[i]
+            for r in range(i, e):
+                dr = dy2[r]
+                yr = y2[r]
+                for j in range(c):
+                    if not yr[j] > 0:
+                        dr[j] = 0.0
+        if e - i == 8:
+            g0, g1, g2, g3 = dy2[i], dy2[i + 1], dy2[i + 2], dy2[i + 3]
+            g4, g5, g6, g7 = dy2[i + 4], dy2[i + 5], dy2[i + 6], dy2[i + 7]
+            q0, q1, q2, q3 = x2[i], x2[i + 1], x2[i + 2], x2[i + 3]
+            q4, q5, q6, q7 = x2[i + 4], x2[i + 5], x2[i + 6], x2[i + 7]
             for j in range(c):
-                g = dr[j] if yr[j] > 0 else 0.0
-                dr[j] = g
-        for j in range(c):
-            g = np.float64(dr[j])
-            s1[j] += g
-            s2[j] += g * (np.float64(xr[j]) - np.float64(mean[j]))
+                mu = mean[j]
+                a1[j] += np.float64(((g0[j] + g1[j]) + (g2[j] + g3[j])) + ((g4[j] + g5[j]) + (g6[j] + g7[j])))
+                a2[j] += np.float64(((g0[j] * (q0[j] - mu) + g1[j] * (q1[j] - mu))
+                                     + (g2[j] * (q2[j] - mu) + g3[j] * (q3[j] - mu)))
+                                    + ((g4[j] * (q4[j] - mu) + g5[j] * (q5[j] - mu))
+                                       + (g6[j] * (q6[j] - mu) + g7[j] * (q7[j] - mu))))
+        else:
+            for r in range(i, e):
+                g = dy2[r]
+                q = x2[r]
+                for j in range(c):
+                    a1[j] += np.float64(g[j])
+                    a2[j] += np.float64(g[j] * (q[j] - mean[j]))
+        i = e
+    for j in range(c):
+        s1[j] = a1[j]
+        s2[j] = a2[j]
 
 
 @jit

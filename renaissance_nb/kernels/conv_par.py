@@ -5,9 +5,10 @@ them can use both cores too without a second pool fighting the first. Each varia
 its work so that every output value is computed exactly as by the serial kernel in
 conv.py: by images (im2col, col2im and pooling are independent per image) or by rows (the
 element-wise batch-norm passes): those give the serial kernels' bytes. The batch-norm sums
-are the exception: they are float64 partial sums of PAR_CHUNKS fixed row blocks, added in order,
-so they can differ from the one-pass sums in the last float64 bits (tests bound it), and
-they are the same on every machine whatever its thread count.
+are the exception: they are float64 partial sums of PAR_CHUNKS fixed row blocks (edges on
+multiples of eight rows, so each chunk adds the serial kernel's eight-row float32 blocks),
+added in order, so they can differ from the one-pass sums in the last float64 bits (tests
+bound it), and they are the same on every machine whatever its thread count.
 """
 from __future__ import annotations
 
@@ -62,6 +63,13 @@ def maxpool_bwd_par_(dy, am, dx, two_by_two):
 
 
 @jit
+def _cut8(m, chunks, t):
+    """cut() with inner edges rounded up to a multiple of 8 rows: the batch-norm sums add
+    eight-row blocks in float32 first, so chunks on those edges sum the serial kernel's blocks."""
+    return min(m, (_cut(m, chunks, t) + 7) // 8 * 8)
+
+
+@jit
 def _fold_parts(parts, acc):
     """acc[k] = sum over t of parts[t, k], t in order (a fixed order: the same bytes every step)."""
     for k in range(2):
@@ -76,7 +84,7 @@ def bn_train_fwd_par_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, 
     x0 = x2[0]
     chunks = parts.shape[0]
     for t in numba.prange(chunks):
-        bn_shifted_sums_(x2, x0, parts[t, 0], parts[t, 1], _cut(m, chunks, t), _cut(m, chunks, t + 1))
+        bn_shifted_sums_(x2, x0, parts[t, 0], parts[t, 1], _cut8(m, chunks, t), _cut8(m, chunks, t + 1))
     _fold_parts(parts, acc)
     bn_train_fwd_finish_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff)
     for t in numba.prange(chunks):
@@ -91,7 +99,8 @@ def bn_train_bwd_par_(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act,
     m = x2.shape[0]
     chunks = parts.shape[0]
     for t in numba.prange(chunks):
-        bn_grad_sums_(dy2, x2, y2, mean, act, parts[t, 0], parts[t, 1], _cut(m, chunks, t), _cut(m, chunks, t + 1))
+        bn_grad_sums_(dy2, x2, y2, mean, act, parts[t, 0], parts[t, 1], _cut8(m, chunks, t),
+                      _cut8(m, chunks, t + 1))
     _fold_parts(parts, acc)
     bn_train_bwd_finish_(x2, gamma, invstd, dgamma, dbeta, acc, aff)
     for t in numba.prange(chunks):
