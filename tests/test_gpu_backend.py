@@ -476,7 +476,11 @@ def test_emulated_gpu_resnet_and_flatten_match_the_cpu_backend(module) -> None: 
     """Stride-2 and 1x1 convolutions, residual adds, average pooling, and flatten in PyTorch's (C, H, W) order.
 
     No conv feeding a BN has a bias: BN subtracts the batch mean, so that bias's gradient is
-    rounding noise (a sum of terms that cancel), and two BLAS libraries give different noise."""
+    rounding noise (a sum of terms that cancel), and two BLAS libraries give different noise.
+    The weights get atol 1e-4 (lr / 30): the CPU sums a conv's dW over tiles of images
+    (kernels/conv_tiled.py), the emulated GPU in one product, and AdamW turns a gradient's
+    relative rounding error into a weight difference of up to lr times it; one weight of
+    conv6, whose gradient nearly cancels, ended 1.8e-5 apart after the epoch."""
     from renaissance_nb import flatten
     from renaissance_nb.blueprint import RESNET_3_3, RESNET_3_3_DS, add2, avgpool, block, bn, cbr, conv, gap, maxpool
     for net in (seq(cbr(8, 3, 1, 1), block(8, RESNET_3_3), block(16, RESNET_3_3_DS),
@@ -486,7 +490,7 @@ def test_emulated_gpu_resnet_and_flatten_match_the_cpu_backend(module) -> None: 
         rc = cpu.run(progress=False)
         gpu = emulated(conv_task(net, epochs=1), module)
         rg = gpu.run(progress=False)
-        assert_same_run(cpu, rc, gpu, rg, rtol_loss=1e-5, rtol_w=1e-4, atol_w=1e-5)
+        assert_same_run(cpu, rc, gpu, rg, rtol_loss=1e-5, rtol_w=1e-4, atol_w=1e-4)
 
 
 def test_image_gathers_are_the_cpu_kernels_bit_for_bit(module) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from typing import Any
 from ..memory.plan import human_bytes
 from . import views
 from ._assets import css
-from .theme import PHASE_COLORS, esc, family_color
+from .theme import PHASE_COLORS, esc
 
 W = 760  # width of every static drawing, in px
 

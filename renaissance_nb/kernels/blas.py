@@ -224,8 +224,9 @@ def own_cores() -> Iterator[None]:
         OPENBLAS.set_threads(old)
 
 
-def _sgemm_intrinsic(int_bits: int):  # type: ignore[no-untyped-def]
-    """cblas_sgemm(RowMajor, ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc) through an address."""
+def _sgemm_intrinsic(int_bits: int, beta: float = 0.0):  # type: ignore[no-untyped-def]
+    """cblas_sgemm(RowMajor, ta, tb, m, n, k, 1, a, lda, b, ldb, beta, c, ldc) through an address
+    (beta 0: c is overwritten; 1: the product is added to c)."""
     i64 = types.int64
 
     @intrinsic
@@ -246,7 +247,7 @@ def _sgemm_intrinsic(int_bits: int):  # type: ignore[no-untyped-def]
             _, ta_, tb_, m_, nn, k_, a_, lda_, b_, ldb_, c_, ldc_ = args
             builder.call(fn, [ir.Constant(i32, ROW_MAJOR), builder.trunc(ta_, i32), builder.trunc(tb_, i32),
                               n_(m_), n_(nn), n_(k_), ir.Constant(f32, 1.0), p_(a_), n_(lda_), p_(b_), n_(ldb_),
-                              ir.Constant(f32, 0.0), p_(c_), n_(ldc_)])
+                              ir.Constant(f32, beta), p_(c_), n_(ldc_)])
             return context.get_dummy_value()
         return sig, codegen
     return call
@@ -254,6 +255,24 @@ def _sgemm_intrinsic(int_bits: int):  # type: ignore[no-untyped-def]
 
 _call64 = _sgemm_intrinsic(64)
 _call32 = _sgemm_intrinsic(32)
+_add64 = _sgemm_intrinsic(64, 1.0)
+_add32 = _sgemm_intrinsic(32, 1.0)
+
+
+@jit
+def sgemm_at(fptr, wide, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, add):
+    """One row-major sgemm through ``fptr`` (addresses in bytes) from numba code: c = op(a) op(b),
+    or c += op(a) op(b) with ``add``; ``wide``: the BLAS takes 64-bit integers (SGEMM.int_bits).
+    A runtime branch, not a compile-time choice, so a cached caller works with either BLAS."""
+    if wide:
+        if add:
+            _add64(fptr, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)
+        else:
+            _call64(fptr, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)
+    elif add:
+        _add32(fptr, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)
+    else:
+        _call32(fptr, ta, tb, m, n, k, a, lda, b, ldb, c, ldc)
 
 
 @par
@@ -343,21 +362,29 @@ def plan_bands(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> np.nd
     return np.array(rows, dtype=np.int64)
 
 
+def on_own_cores(call: Callable[[], None]) -> Callable[[], None]:
+    """``call`` as a kernel that calls sgemm from numba's threads: inside own_cores(), which
+    costs one list read when a replay already holds it."""
+    depth = _depth
+
+    def run() -> None:
+        if depth[0]:
+            call()
+        else:
+            with own_cores():
+                call()
+    return run
+
+
 def _bound(bands: np.ndarray, keep: tuple, sgemm: Sgemm | None = None) -> Callable[[], None]:
     """The kernel that runs planned sgemm calls: in parallel when there are several."""
     sg = sgemm or SGEMM
-    fptr, depth = sg.address, _depth
+    fptr = sg.address
     if bands.shape[0] == 1:
         f = _one64 if sg.int_bits == 64 else _one32
     else:
         f = _bands64 if sg.int_bits == 64 else _bands32
-
-    def run() -> None:
-        if depth[0]:
-            f(fptr, bands)
-        else:
-            with own_cores():
-                f(fptr, bands)
+    run = on_own_cores(lambda: f(fptr, bands))
     run.keep = keep  # type: ignore[attr-defined]
     return run
 

@@ -638,6 +638,8 @@ def conv_fwd(outs, ins, p, env):
                         f"'cols' ({m}, {k * k * cin}) as its second output.")
     cols = outs[1]
     _check("conv_fwd", "cols", cols.shape, (m, k * k * cin))
+    if conv_tiled.applies(x, w, cols, k, s, pad) and y.flags.c_contiguous and b.flags.c_contiguous:
+        return conv_tiled.bind_fwd(x, w, y, cols, b, act, k, s, pad, ho, wo)
     if cin == 1:
         im2col = im2col_one_channel(x, cols, k, s, pad, ho, wo)
     else:
@@ -721,6 +723,17 @@ def conv_bwd(outs, ins, p, env):
                                                                  o.wmat, o.dw2, o.db, o.dx2, o.dcols)
     dx3 = o.dx.reshape(n, h, wd * cin) if dcols is not None else None
     pre = act_grad_colsum_pass(dy2, y2, act, 0.0, db) if (act or db is not None) else (lambda: None)
+    x, w = ins[1], ins[2]
+    remake: Kernel = lambda: None  # noqa: E731
+    if conv_tiled.applies(x, w, cols, k, s, pad):  # the forward ran by tiles: cols holds its scratch
+        if all(a is None or a.flags.c_contiguous for a in (dy2, o.dx, dcols)):
+            grads = conv_tiled.bind_bwd(x, dy2, w, dw2, cols, o.dx, dcols, k, s, pad, ho, wo)
+
+            def run_tiled() -> None:
+                pre()
+                grads()
+            return run_tiled
+        remake = patch_pass(x.reshape(n, h, wd * cin), cols, cin, k, s, pad, ho, wo, to_cols=True)
     into = dx2 if dx2 is not None else dcols  # dx itself for a 1x1 conv, else the columns col2im scatters
     # banded one after the other: side by side (gemm_pair, as fc_bwd) was no faster at these tall shapes
     weight_grad = gemm(dy2.T, cols, dw2)
@@ -729,6 +742,7 @@ def conv_bwd(outs, ins, p, env):
 
     def run() -> None:
         pre()
+        remake()
         weight_grad()
         if input_grad is not None:
             input_grad()
@@ -943,3 +957,4 @@ def benchmark(n: int = 128, hw: int = 14, cin: int = 32, cout: int = 64, k: int 
 
 
 from . import conv_par  # noqa: E402 - the threaded variants import this module's serial kernels
+from . import conv_tiled  # noqa: E402 - the tiled convolutions import this module's im2col_ and col2im_

@@ -1,0 +1,170 @@
+"""Convolutions by tiles of a few images: im2col into a buffer that stays in L2, then sgemm.
+
+Why: the plain CPU convolution writes the whole im2col matrix (28.9 MB for the conv net's
+14x14x32 -> 64 layer at batch 128, nine times the input) and reads it back in the GEMM,
+and its backward writes and reads a matrix as large again for the input gradient. Neither
+fits in cache, so those passes ran at memory speed. Here each numba thread takes a block
+of images and walks it a tile of images at a time, a tile's columns (about 512 KiB) made
+and used while they sit in L2:
+
+* forward: im2col the tile, one sgemm into its rows of y, bias and activation on them;
+* backward: im2col the tile again from x (cheaper than reading the saved matrix back),
+  add dy_tile^T cols_tile into the thread's own dW partial (sgemm with beta 1), and for
+  dx: dcols_tile = dy_tile W, scattered by col2im into the tile's images at once.
+
+The partials are added in thread order into dW, so a machine and thread count give the
+same bytes every step; dW differs from one whole product in float32 rounding only, as the
+GEMM bands of kernels/blas.py do. Measured on the conv net's two deep layers (batch 128,
+caches evicted between runs, 2-core Xeon VM): the forward took 6.0 and 4.8 ms against 9.2
+and 6.1 ms for im2col + the banded product.
+
+The tiles' buffers are the first rows of the plan's ``cols`` and ``dcols`` regions, so the
+memory plan is unchanged; on this path ``cols`` is scratch, not the whole im2col matrix,
+and a backward on any path makes its columns again instead of reading them
+(``conv_bwd`` in conv.py).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numba
+import numpy as np
+
+from . import blas
+from .blas import NO_TRANS, TRANS, sgemm_at
+from .conv import col2im_, im2col_
+from .fused import bias_act_, cut, jit, par
+
+TILE_BYTES = 512 << 10
+"""Target size of one tile's columns. In the conv net's step (2 MiB of L2 per core) 128, 256,
+512 and 1024 KiB gave 13.1-15.6, 14.1-14.6, 12.9-13.3 and 12.3-12.6 ms for the deep layers'
+forward, and about 25 ms for their backward at each size; 512 KiB leaves room in L2 for the
+backward's second tile (dcols) and the sgemm's packed operands."""
+
+
+def applies(x: np.ndarray, w: np.ndarray, cols: np.ndarray | None, k: int, s: int, pad: int) -> bool:
+    """Whether a convolution with these operands runs by tiles on the CPU: the products use
+    the library's threads, the im2col path applies (not a 1x1/stride-1 product, Cin > 1),
+    and every operand is a C-contiguous float32 array with a BLAS address."""
+    if not blas.THREADED or cols is None or x.ndim != 4 or x.shape[-1] < 2 or (k == 1 and s == 1 and pad == 0):
+        return False
+    return all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in (x, w, cols))
+
+
+def plan_tiles(n: int, rows_per_image: int, width: int) -> tuple[int, int]:
+    """(threads, images per tile): one block of images per numba thread (at most one thread per
+    image), tiles of about TILE_BYTES of columns; threads * tile <= n, so the tiles' buffers
+    fit in the first rows of the (n * rows_per_image, width) columns region."""
+    threads = max(1, min(numba.get_num_threads(), n))
+    tile = max(1, min(n // threads, TILE_BYTES // max(1, rows_per_image * width * 4)))
+    return threads, tile
+
+
+@par
+def conv_fwd_tiles_(fptr, wide, x3, w2, y2, scratch, c, k, s, p, ho, wo, tile, b, act):
+    """y2 = act(im2col(x) w2^T + b), a tile of images at a time per thread (scratch[t] holds
+    thread t's tile of columns)."""
+    n = x3.shape[0]
+    threads = scratch.shape[0]
+    per = ho * wo
+    kk = w2.shape[1]
+    cout = w2.shape[0]
+    post = act != 0 or b.shape[0] > 0
+    for t in numba.prange(threads):
+        buf = scratch[t]
+        b0 = cut(n, threads, t)
+        n1 = cut(n, threads, t + 1)
+        while b0 < n1:
+            b1 = min(n1, b0 + tile)
+            r0 = b0 * per
+            r1 = b1 * per
+            im2col_(x3[b0:b1], buf[:r1 - r0], c, k, s, p, ho, wo)
+            sgemm_at(fptr, wide, NO_TRANS, TRANS, r1 - r0, cout, kk, buf.ctypes.data, kk, w2.ctypes.data, kk,
+                     y2[r0:r1].ctypes.data, cout, False)
+            if post:
+                bias_act_(y2[r0:r1], b, act, 0.0)
+            b0 = b1
+
+
+@par
+def conv_bwd_tiles_(fptr, wide, x3, dy2, w2, dw2, parts, scratch, dscratch, dx3, c, k, s, p, ho, wo, tile):
+    """dW = sum over tiles of dy_tile^T im2col(x)_tile (each thread into parts[t], added in thread
+    order at the end); with dx3 non-empty also dcols_tile = dy_tile w2, col2im'd into dx3."""
+    n = x3.shape[0]
+    threads = scratch.shape[0]
+    per = ho * wo
+    cout, kk = w2.shape
+    need_dx = dx3.shape[0] > 0
+    for t in numba.prange(threads):
+        buf = scratch[t]
+        dbuf = dscratch[t] if need_dx else buf
+        part = parts[t]
+        b0 = cut(n, threads, t)
+        n1 = cut(n, threads, t + 1)
+        first = True
+        while b0 < n1:
+            b1 = min(n1, b0 + tile)
+            r0 = b0 * per
+            rows = (b1 - b0) * per
+            im2col_(x3[b0:b1], buf[:rows], c, k, s, p, ho, wo)
+            dyt = dy2[r0:r0 + rows]
+            sgemm_at(fptr, wide, TRANS, NO_TRANS, cout, kk, rows, dyt.ctypes.data, cout, buf.ctypes.data, kk,
+                     part.ctypes.data, kk, not first)
+            if need_dx:
+                sgemm_at(fptr, wide, NO_TRANS, NO_TRANS, rows, kk, cout, dyt.ctypes.data, cout, w2.ctypes.data, kk,
+                         dbuf.ctypes.data, kk, False)
+                col2im_(dbuf[:rows], dx3[b0:b1], c, k, s, p, ho, wo)
+            first = False
+            b0 = b1
+        if first:  # no images for this thread
+            part[:, :] = 0.0
+    _add_parts(parts, dw2)
+
+
+@jit
+def _add_parts(parts, out):
+    """out = parts[0] + parts[1] + ... in that order."""
+    cout, kk = out.shape
+    for i in range(cout):
+        for j in range(kk):
+            acc = parts[0, i, j]
+            for t in range(1, parts.shape[0]):
+                acc += parts[t, i, j]
+            out[i, j] = acc
+
+
+def bind_fwd(x: np.ndarray, w: np.ndarray, y: np.ndarray, cols: np.ndarray, b: np.ndarray, act: int,
+             k: int, s: int, pad: int, ho: int, wo: int) -> Callable[[], None]:
+    """The tiled forward of one conv_fwd node as a zero-argument kernel."""
+    n, h, wd, cin = x.shape
+    cout = w.shape[0]
+    kk = k * k * cin
+    threads, tile = plan_tiles(n, ho * wo, kk)
+    scratch = cols.reshape(-1)[:threads * tile * ho * wo * kk].reshape(threads, tile * ho * wo, kk)
+    x3, w2, y2 = x.reshape(n, h, wd * cin), w.reshape(cout, kk), y.reshape(n * ho * wo, cout)
+    sg = blas.SGEMM
+    fptr, wide, f = sg.address, sg.int_bits == 64, conv_fwd_tiles_
+    return blas.on_own_cores(lambda: f(fptr, wide, x3, w2, y2, scratch, cin, k, s, pad, ho, wo, tile, b, act))
+
+
+def bind_bwd(x: np.ndarray, dy2: np.ndarray, w: np.ndarray, dw: np.ndarray, cols: np.ndarray,
+             dx: np.ndarray | None, dcols: np.ndarray | None, k: int, s: int, pad: int, ho: int,
+             wo: int) -> Callable[[], None]:
+    """The tiled weight and input gradients of one conv_bwd node (after its pre-pass on dy)."""
+    n, h, wd, cin = x.shape
+    cout = w.shape[0]
+    kk = k * k * cin
+    threads, tile = plan_tiles(n, ho * wo, kk)
+    size = threads * tile * ho * wo * kk
+    scratch = cols.reshape(-1)[:size].reshape(threads, tile * ho * wo, kk)
+    if dx is not None and dcols is not None:
+        dscratch = dcols.reshape(-1)[:size].reshape(threads, tile * ho * wo, kk)
+        dx3 = dx.reshape(n, h, wd * cin)
+    else:
+        dscratch, dx3 = scratch[:0], np.zeros((0, 1, 1), np.float32)
+    parts = np.zeros((threads, cout, kk), np.float32)  # bind-time scratch: one dW partial per thread
+    x3, w2, dw2 = x.reshape(n, h, wd * cin), w.reshape(cout, kk), dw.reshape(cout, kk)
+    sg = blas.SGEMM
+    fptr, wide, f = sg.address, sg.int_bits == 64, conv_bwd_tiles_
+    return blas.on_own_cores(lambda: f(fptr, wide, x3, dy2, w2, dw2, parts, scratch, dscratch, dx3, cin, k, s,
+                                       pad, ho, wo, tile))
