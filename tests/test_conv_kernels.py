@@ -165,16 +165,26 @@ def test_maxpool_2x2_fast_path_is_the_general_loop(h, w):
 
 @pytest.mark.parametrize("h,w,k,s,p", [(7, 6, 3, 1, 1), (7, 6, 3, 2, 1), (5, 4, 5, 1, 2), (6, 7, 5, 2, 2), (3, 3, 5, 1, 3),
                                        (8, 5, 1, 1, 0), (6, 6, 2, 2, 0), (4, 9, 3, 3, 0)])
-def test_one_channel_im2col_is_the_general_loop(h, w, k, s, p):
-    """The tap-by-tap im2col of Cin=1 layers writes im2col_'s values everywhere, padding included
-    (cols starts full of garbage: every element must be written)."""
-    from renaissance_nb.kernels.conv import im2col_, im2col_one_channel
-    x = np.random.default_rng(h * 100 + w * 10 + k).standard_normal((3, h, w, 1)).astype(np.float32)
+@pytest.mark.parametrize("threaded", [False, True])
+def test_one_channel_im2col_is_the_general_loop(h, w, k, s, p, threaded, monkeypatch):
+    """The tap-major im2col of Cin=1 layers, read through tap_major(), holds im2col_'s values
+    everywhere, padding included (cols starts full of garbage: every element must be written),
+    serial and by image blocks."""
+    from renaissance_nb.kernels import conv
+    from renaissance_nb.kernels.conv import im2col_, im2col_one_channel, tap_major
+    monkeypatch.setattr(conv, "THREADED", threaded)
+    x = np.random.default_rng(h * 100 + w * 10 + k).standard_normal((11, h, w, 1)).astype(np.float32)
     ho, wo = out_size(h, k, s, p), out_size(w, k, s, p)
-    ref, got = np.full((3 * ho * wo, k * k), 7.0, np.float32), np.full((3 * ho * wo, k * k), np.nan, np.float32)
-    im2col_(x.reshape(3, h, w), ref, 1, k, s, p, ho, wo)
+    ref, got = np.full((11 * ho * wo, k * k), 7.0, np.float32), np.full((11 * ho * wo, k * k), np.nan, np.float32)
+    im2col_(x.reshape(11, h, w), ref, 1, k, s, p, ho, wo)
     im2col_one_channel(x, got, k, s, p, ho, wo)()
-    assert np.array_equal(ref, got)
+    assert np.array_equal(ref, tap_major(got))
+
+
+def test_one_channel_columns_need_a_contiguous_buffer():
+    from renaissance_nb.kernels.conv import tap_major
+    with pytest.raises(PlanError, match="one contiguous block"):
+        tap_major(np.zeros((8, 18), np.float32)[:, ::2])
 
 
 def test_one_channel_conv_gradients():

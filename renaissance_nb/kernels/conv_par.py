@@ -15,8 +15,8 @@ from __future__ import annotations
 import numba
 
 from .conv import (affine_act_, bn_dx_, bn_grad_sums_, bn_shifted_sums_, bn_train_bwd_finish_,
-                   bn_train_fwd_finish_, col2im_, im2col_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
-                   maxpool_fwd_)
+                   bn_train_fwd_finish_, col2im_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_,
+                   maxpool_bwd_, maxpool_fwd_)
 from .fused import PAR_CHUNKS, fold_blocks, jit, par
 from .fused import cut as _cut
 
@@ -34,6 +34,15 @@ def patches_par_(x3, cols, c, k, s, p, ho, wo, to_cols):
             im2col_(x3[n0:n1], cols[n0 * per:n1 * per], c, k, s, p, ho, wo)
         else:
             col2im_(cols[n0 * per:n1 * per], x3[n0:n1], c, k, s, p, ho, wo)
+
+
+@par
+def im2col_taps_par_(x3, cols_t, spans, k, s, p, ho, wo):
+    """im2col_taps_ (one-channel columns, tap-major) by blocks of images."""
+    n = x3.shape[0]
+    parts = min(n, PAR_CHUNKS)
+    for t in numba.prange(parts):
+        im2col_taps_(x3, cols_t, spans, k, s, p, ho, wo, _cut(n, parts, t), _cut(n, parts, t + 1))
 
 
 @par
