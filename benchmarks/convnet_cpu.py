@@ -5,13 +5,16 @@ then the memory of each side (arena against PyTorch's peak resident growth).
 
     python benchmarks/convnet_cpu.py [--samples 5120] [--rounds 3] [--no-compile] [--no-memory]
 
-Same harness as mlp_cpu.py: each contender in its own process, epochs interleaved, medians.
+Same harness as mlp_cpu.py: each contender in its own process, epochs interleaved, medians;
+also the fraction of the GEMM roofline reached (step FLOPs of the im2col products at the
+1024^3 sgemm rate, measured by segments of an extra epoch as in mlp_cpu.py).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,8 +27,22 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from convnet_mnist import convnet  # noqa: E402
-from mlp_cpu import (TorchContender, our_sgemm, peak_rss_child, print_memory, print_skipped, print_times,  # noqa: E402
-                     run_isolated)
+from mlp_cpu import (TorchContender, our_sgemm, peak_rss_child, print_memory, print_roofline,  # noqa: E402
+                     print_skipped, print_times, roofline_epoch, run_isolated)
+
+CONVS = ((28, 1, 32), (14, 32, 64), (7, 64, 128))
+"""(output height = width, Cin, Cout) of the conv net's three 3x3 convolutions (padding 1)."""
+ROOFLINE_EVERY = 16
+"""Steps per roofline segment: an epoch here is 40 steps of about 50 ms."""
+
+
+def step_flops(batch: int) -> float:
+    """The products of a training step: each convolution as its im2col GEMM (M = batch*H*W,
+    K = 9*Cin, N = Cout) forward, for dW and for dx (none for the first layer), and the fc."""
+    total = 0.0
+    for i, (hw, cin, cout) in enumerate(CONVS):
+        total += 2.0 * batch * hw * hw * 9 * cin * cout * (2 if i == 0 else 3)
+    return total + 2.0 * batch * CONVS[-1][2] * 10 * 3
 
 
 def load_images(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -53,6 +70,9 @@ class Ours:
         t = time.perf_counter()
         self.task.run(epochs=1, progress=False)
         return time.perf_counter() - t
+
+    def roofline_epoch(self, flops_per_step: float) -> list[tuple[float, float]]:
+        return roofline_epoch(self.task, flops_per_step, ROOFLINE_EVERY)
 
 
 class Torch(TorchContender):
@@ -98,10 +118,14 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}; torch {tver}; "
           f"our products: {our_sgemm()[0]}")
     kinds = ["ours", "eager", "fused"] + ([] if args.no_compile else ["compile"])
+    flops = step_flops(args.batch)
     r = run_isolated(args.batch, args.samples, args.rounds, have_torch, not args.no_compile, 0, module="convnet_cpu",
-                     kinds=kinds)
+                     kinds=kinds, flops_per_step=flops)
     print(f"conv net, batch {args.batch}, {r['steps']} steps per pass, medians of {args.rounds} interleaved rounds")
     print_times(r)
+    if "roofline_fraction" in r:
+        rate = statistics.median(r["sgemm_rates"])
+        print_roofline(r, flops / rate, rate, every=ROOFLINE_EVERY)
     print_skipped(r)
     if not args.no_memory:
         mem = {"ours": peak_rss_child("ours", args.batch, args.samples, "convnet_cpu")}

@@ -112,6 +112,45 @@ def kind_env(kind: str) -> dict[str, str]:
     return {}
 
 
+def roofline_epoch(task, flops_per_step: float, every: int = ROOFLINE_EVERY) -> list[tuple[float, float]]:  # type: ignore[no-untyped-def]
+    """One more epoch of ``task``, cut into segments of ``every`` steps with a burst of our own 1024^3
+    product (both threads, as the step's products run) before and after each: per segment,
+    (step FLOPs at the mean of its two burst rates / its time per step, that rate). A
+    segment lasts about 0.4 s, so the rate it is held against is the machine's speed of
+    that moment: this VM's sgemm rate moves between 140 and 300 GFLOP/s from one second to
+    the next, and one rate per 3 s epoch paired a slow epoch with a fast burst or the reverse.
+    A NumPy matmul that beats our banded product (OpenBLAS's threads, say) raises every
+    burst by that ratio, measured back to back around the epoch. The bursts evict the
+    caches between segments, which can only slow the step; the tail after the last whole
+    segment is not counted."""
+    from renaissance_nb.kernels import blas
+    a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
+    c = np.empty_like(a)
+    product = blas.gemm(a, a, c)
+    with blas.own_cores():
+        ours = _median_time(product, 5)
+    boost = max(1.0, ours / _median_time(lambda: np.matmul(a, a, out=c), 5))
+    marks: list[tuple[int, float, float, float]] = []  # (steps done, segment end, burst rate, next start)
+    done = [0]
+
+    def burst() -> float:
+        return boost * 2 * 1024**3 / _median_time(product, 3)
+
+    def mark(kind: str, info: object) -> None:
+        if kind == "step":
+            done[0] += 16  # run() calls back every 16 steps
+        if kind == "start" or (kind == "step" and done[0] - marks[-1][0] >= every):
+            end = time.perf_counter()
+            rate = burst()
+            marks.append((done[0], end, rate, time.perf_counter()))
+    task.run(epochs=1, progress=False, callbacks=[mark])
+    out = []
+    for (s0, _, r0, t0), (s1, t1, r1, _) in zip(marks[:-1], marks[1:]):
+        rate = (r0 + r1) / 2
+        out.append((flops_per_step / rate / ((t1 - t0) / (s1 - s0)), rate))
+    return out
+
+
 class Ours:
     name = "renaissance_nb"
 
@@ -132,43 +171,8 @@ class Ours:
         self.task.run(epochs=1, progress=False)
         return time.perf_counter() - t
 
-    def roofline_epoch(self, flops_per_step: float, every: int = ROOFLINE_EVERY) -> list[tuple[float, float]]:
-        """One more epoch, cut into segments of ``every`` steps with a burst of our own 1024^3
-        product (both threads, as the step's products run) before and after each: per segment,
-        (step FLOPs at the mean of its two burst rates / its time per step, that rate). A
-        segment lasts about 0.4 s, so the rate it is held against is the machine's speed of
-        that moment: this VM's sgemm rate moves between 140 and 270 GFLOP/s from one second to
-        the next, and one rate per 3 s epoch paired a slow epoch with a fast burst or the reverse.
-        A NumPy matmul that beats our banded product (OpenBLAS's threads, say) raises every
-        burst by that ratio, measured back to back around the epoch. The bursts evict the
-        caches between segments, which can only slow the step; the tail after the last whole
-        segment is not counted."""
-        from renaissance_nb.kernels import blas
-        a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
-        c = np.empty_like(a)
-        product = blas.gemm(a, a, c)
-        with blas.own_cores():
-            ours = _median_time(product, 5)
-        boost = max(1.0, ours / _median_time(lambda: np.matmul(a, a, out=c), 5))
-        marks: list[tuple[int, float, float, float]] = []  # (steps done, segment end, burst rate, next start)
-        done = [0]
-
-        def burst() -> float:
-            return boost * 2 * 1024**3 / _median_time(product, 3)
-
-        def mark(kind: str, info: object) -> None:
-            if kind == "step":
-                done[0] += 16  # run() calls back every 16 steps
-            if kind == "start" or (kind == "step" and done[0] - marks[-1][0] >= every):
-                end = time.perf_counter()
-                rate = burst()
-                marks.append((done[0], end, rate, time.perf_counter()))
-        self.task.run(epochs=1, progress=False, callbacks=[mark])
-        out = []
-        for (s0, _, r0, t0), (s1, t1, r1, _) in zip(marks[:-1], marks[1:]):
-            rate = (r0 + r1) / 2
-            out.append((flops_per_step / rate / ((t1 - t0) / (s1 - s0)), rate))
-        return out
+    def roofline_epoch(self, flops_per_step: float) -> list[tuple[float, float]]:
+        return roofline_epoch(self.task, flops_per_step)
 
 
 class TorchContender:
@@ -279,6 +283,16 @@ def print_times(r: dict) -> None:
         print(f"  {name:<28} {t:7.3f} s/epoch  {1e3 * t / r['steps']:7.2f} ms/step{ratio}")
     print(f"  compile(): {r['compile_s']['renaissance_nb']:.3f} s" + "".join(
         f"; {k}: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
+
+
+def print_roofline(r: dict, roof_s: float, rate: float, where: str = "", every: int = ROOFLINE_EVERY) -> None:
+    """The roofline line of a report: the products' time at the sgemm rate, and the fraction reached."""
+    if not where:
+        lo, hi = r["roofline_spread"]
+        where = (f"median over {r['roofline_segments']} segments of {every} steps, each against "
+                 f"sgemm bursts just before and after it; quartiles {100 * lo:.0f}-{100 * hi:.0f}%")
+    print(f"  GEMM roofline: {1e3 * roof_s:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s ({where}) "
+          f"-> {100 * r['roofline_fraction']:.0f}% reached")
 
 
 def print_skipped(r: dict) -> None:
@@ -486,14 +500,7 @@ def main() -> int:
         r.setdefault("roofline_fraction", roof / (step_ms / 1e3))
         print(f"\nbatch {batch}: {r['steps']} steps/epoch, medians of {args.rounds} interleaved rounds")
         print_times(r)
-        if args.same_process:
-            where = "sgemm rate measured once, at the start"
-        else:
-            lo, hi = r["roofline_spread"]
-            where = (f"median over {r['roofline_segments']} segments of {ROOFLINE_EVERY} steps, each against "
-                     f"sgemm bursts just before and after it; quartiles {100 * lo:.0f}-{100 * hi:.0f}%")
-        print(f"  GEMM roofline: {1e3 * roof:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s ({where}) "
-              f"-> {100 * r['roofline_fraction']:.0f}% reached")
+        print_roofline(r, roof, rate, "sgemm rate measured once, at the start" if args.same_process else "")
         if args.other_blas and not other_blas:
             r["skipped"].append("--other-blas: only one sgemm loads here (pip install 'renaissance_nb[mkl]' for oneMKL)")
         print_skipped(r)
