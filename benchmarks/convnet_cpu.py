@@ -71,7 +71,7 @@ class Ours:
         self.task.run(epochs=1, progress=False)
         return time.perf_counter() - t
 
-    def roofline_epoch(self, flops_per_step: float) -> list[tuple[float, float]]:
+    def roofline_epoch(self, flops_per_step: float) -> list[tuple[float, float, int]]:
         return roofline_epoch(self.task, flops_per_step, ROOFLINE_EVERY)
 
 
@@ -125,7 +125,7 @@ def main() -> int:
     print_times(r)
     if "roofline_fraction" in r:
         rate = statistics.median(r["sgemm_rates"])
-        print_roofline(r, flops / rate, rate, every=ROOFLINE_EVERY)
+        print_roofline(r, flops / rate, rate)
     print_skipped(r)
     if not args.no_memory:
         mem = {"ours": peak_rss_child("ours", args.batch, args.samples, "convnet_cpu")}

@@ -112,10 +112,11 @@ def kind_env(kind: str) -> dict[str, str]:
     return {}
 
 
-def roofline_epoch(task, flops_per_step: float, every: int = ROOFLINE_EVERY) -> list[tuple[float, float]]:  # type: ignore[no-untyped-def]
+def roofline_epoch(task, flops_per_step: float, every: int = ROOFLINE_EVERY) -> list[tuple[float, float, int]]:  # type: ignore[no-untyped-def]
     """One more epoch of ``task``, cut into segments of ``every`` steps with a burst of our own 1024^3
     product (both threads, as the step's products run) before and after each: per segment,
-    (step FLOPs at the mean of its two burst rates / its time per step, that rate). A
+    (step FLOPs at the mean of its two burst rates / its time per step, that rate, its steps;
+    an epoch shorter than ``every`` steps gets one segment of its whole 16-step blocks). A
     segment lasts about 0.4 s, so the rate it is held against is the machine's speed of
     that moment: this VM's sgemm rate moves between 140 and 300 GFLOP/s from one second to
     the next, and one rate per 3 s epoch paired a slow epoch with a fast burst or the reverse.
@@ -131,15 +132,17 @@ def roofline_epoch(task, flops_per_step: float, every: int = ROOFLINE_EVERY) -> 
         ours = _median_time(product, 5)
     boost = max(1.0, ours / _median_time(lambda: np.matmul(a, a, out=c), 5))
     marks: list[tuple[int, float, float, float]] = []  # (steps done, segment end, burst rate, next start)
-    done = [0]
+    done, size = [0], [every]
 
     def burst() -> float:
         return boost * 2 * 1024**3 / _median_time(product, 3)
 
-    def mark(kind: str, info: object) -> None:
+    def mark(kind: str, info: dict) -> None:
+        if kind == "start":  # an epoch shorter than a segment gets segments of whole 16-step blocks
+            size[0] = min(every, max(16, info["steps_per_epoch"] // 16 * 16))
         if kind == "step":
             done[0] += 16  # run() calls back every 16 steps
-        if kind == "start" or (kind == "step" and done[0] - marks[-1][0] >= every):
+        if kind == "start" or (kind == "step" and done[0] - marks[-1][0] >= size[0]):
             end = time.perf_counter()
             rate = burst()
             marks.append((done[0], end, rate, time.perf_counter()))
@@ -147,7 +150,7 @@ def roofline_epoch(task, flops_per_step: float, every: int = ROOFLINE_EVERY) -> 
     out = []
     for (s0, _, r0, t0), (s1, t1, r1, _) in zip(marks[:-1], marks[1:]):
         rate = (r0 + r1) / 2
-        out.append((flops_per_step / rate / ((t1 - t0) / (s1 - s0)), rate))
+        out.append((flops_per_step / rate / ((t1 - t0) / (s1 - s0)), rate, s1 - s0))
     return out
 
 
@@ -171,7 +174,7 @@ class Ours:
         self.task.run(epochs=1, progress=False)
         return time.perf_counter() - t
 
-    def roofline_epoch(self, flops_per_step: float) -> list[tuple[float, float]]:
+    def roofline_epoch(self, flops_per_step: float) -> list[tuple[float, float, int]]:
         return roofline_epoch(self.task, flops_per_step)
 
 
@@ -285,11 +288,11 @@ def print_times(r: dict) -> None:
         f"; {k}: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
 
 
-def print_roofline(r: dict, roof_s: float, rate: float, where: str = "", every: int = ROOFLINE_EVERY) -> None:
+def print_roofline(r: dict, roof_s: float, rate: float, where: str = "") -> None:
     """The roofline line of a report: the products' time at the sgemm rate, and the fraction reached."""
     if not where:
         lo, hi = r["roofline_spread"]
-        where = (f"median over {r['roofline_segments']} segments of {every} steps, each against "
+        where = (f"median over {r['roofline_segments']} segments of {r['roofline_segment_steps']} steps, each against "
                  f"sgemm bursts just before and after it; quartiles {100 * lo:.0f}-{100 * hi:.0f}%")
     print(f"  GEMM roofline: {1e3 * roof_s:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s ({where}) "
           f"-> {100 * r['roofline_fraction']:.0f}% reached")
@@ -365,8 +368,8 @@ class Remote:
         self.conn.send("epoch")
         return self.conn.recv()
 
-    def roofline(self, flops_per_step: float) -> list[tuple[float, float]]:
-        """Our contender's roofline epoch: (fraction, sgemm rate) per segment (Ours.roofline_epoch)."""
+    def roofline(self, flops_per_step: float) -> list[tuple[float, float, int]]:
+        """Our contender's roofline epoch: (fraction, sgemm rate, steps) per segment (roofline_epoch)."""
         self.conn.send(("roofline", flops_per_step))
         return self.conn.recv()
 
@@ -401,15 +404,16 @@ def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_co
     if not have_torch:
         skipped.append("PyTorch not installed: PyTorch contenders skipped (pip install torch)")
     times: dict[str, list[float]] = {c.name: [] for c in contenders}
-    fractions, rates = [], []
+    fractions, rates, sizes = [], [], []
     steps = samples // batch
     for _ in range(rounds):
         for c in contenders:
             times[c.name].append(c.epoch())
             if flops_per_step and c.name == "renaissance_nb":
-                for fraction, rate in c.roofline(flops_per_step):
+                for fraction, rate, n in c.roofline(flops_per_step):
                     fractions.append(fraction)
                     rates.append(rate)
+                    sizes.append(n)
     for c in contenders:
         c.close()
     out = {"batch": batch, "median_epoch_s": {k: statistics.median(v) for k, v in times.items()},
@@ -419,6 +423,7 @@ def run_isolated(batch: int, samples: int, rounds: int, have_torch: bool, use_co
         out["roofline_fraction"] = statistics.median(fractions)
         out["roofline_spread"] = statistics.quantiles(fractions, n=4)[::2] if len(fractions) > 1 else fractions * 2
         out["roofline_segments"] = len(fractions)
+        out["roofline_segment_steps"] = max(sizes)
         out["sgemm_rates"] = rates
     return out
 
@@ -492,15 +497,19 @@ def main() -> int:
             kinds += (["eager", "fused"] + ([] if args.no_compile else ["compile"])) if have_torch else []
             r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0, kinds=kinds,
                              flops_per_step=step_flops(batch))
+        where = "sgemm rate measured once, at the start" if args.same_process else ""
         if not args.same_process:
-            rates += r["sgemm_rates"]
+            rates += r.get("sgemm_rates", [])
+            if "roofline_fraction" not in r:  # no segment: the epoch is shorter than 16 steps
+                r["sgemm_rates"] = rates[:1]
+                where = "epochs under 16 steps: sgemm rate measured once, at the start"
         rate = statistics.median(r["sgemm_rates"])
         step_ms = 1e3 * r["median_epoch_s"]["renaissance_nb"] / r["steps"]
         roof = step_flops(batch) / rate
         r.setdefault("roofline_fraction", roof / (step_ms / 1e3))
         print(f"\nbatch {batch}: {r['steps']} steps/epoch, medians of {args.rounds} interleaved rounds")
         print_times(r)
-        print_roofline(r, roof, rate, "sgemm rate measured once, at the start" if args.same_process else "")
+        print_roofline(r, roof, rate, where)
         if args.other_blas and not other_blas:
             r["skipped"].append("--other-blas: only one sgemm loads here (pip install 'renaissance_nb[mkl]' for oneMKL)")
         print_skipped(r)
