@@ -73,3 +73,41 @@ def test_which_convolutions_tile() -> None:
     assert not conv_tiled.applies(x.astype(np.float64), w, cols, 3, 1, 1)
     assert not conv_tiled.applies(x, w, None, 3, 1, 1)
     assert conv_tiled.plan_tiles(1, 25, 27)[0] == 1  # never more threads than images
+
+
+_TRAIN_CONV = """
+import sys, numpy as np, renaissance_nb as rnb
+from renaissance_nb.blueprint import cbr, gap, maxpool
+from renaissance_nb.kernels import blas
+rng = np.random.default_rng(0)
+x = rng.standard_normal((320, 1, 12, 12), dtype=np.float32)
+y = (x[:, 0, :, :5].mean((1, 2)) > 0).astype(np.int32) + 2 * (x[:, 0, :5, :].mean((1, 2)) > 0).astype(np.int32)
+net = rnb.seq(cbr(8, 3, 1, 1), maxpool(2), cbr(16, 3, 1, 1), gap(), rnb.fc(4))
+t = (rnb.DeepLearningTask("t").model(net).data(train=(x, y), batch_size=32)
+     .optimizer(rnb.AdamW().lr(3e-3)).total_epochs(4).seed(2))
+r = t.run(progress=False)
+np.savez(sys.argv[1], threaded=np.array(blas.THREADED), losses=r.step_losses, **t.state_dict())
+"""
+
+
+def test_a_conv_net_trained_by_tiles_matches_the_plain_path(tmp_path) -> None:
+    """A conv net (a one-channel first layer, a tiled second, batch norm) trained on the library's
+    threads and with RNB_OWN_THREADS=0 (im2col matrices, np.matmul, serial passes): the same run
+    up to float32 rounding; the tiled path repeats its bytes in a fresh process."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "train.py"
+    script.write_text(_TRAIN_CONV)
+    runs = {}
+    for name, env in (("own", {}), ("own2", {}), ("plain", {"RNB_OWN_THREADS": "0"})):
+        out = tmp_path / f"{name}.npz"
+        subprocess.run([sys.executable, str(script), str(out)], check=True, env={**os.environ, **env}, timeout=300)
+        runs[name] = dict(np.load(out))
+    assert runs["own"]["threaded"] and not runs["plain"]["threaded"]
+    assert all(np.array_equal(runs["own"][k], runs["own2"][k]) for k in runs["own"])
+    np.testing.assert_allclose(runs["own"]["losses"], runs["plain"]["losses"], rtol=1e-4)
+    assert runs["own"]["losses"][-8:].mean() < 0.9 * runs["own"]["losses"][:8].mean()  # it learned
+    for k, v in runs["plain"].items():
+        if k not in ("threaded", "losses"):
+            np.testing.assert_allclose(runs["own"][k], v, rtol=1e-3, atol=1e-4, err_msg=k)
