@@ -18,6 +18,9 @@ GEMM bands of kernels/blas.py do. Measured on the conv net's two deep layers (ba
 caches evicted between runs, 2-core Xeon VM): the forward took 6.0 and 4.8 ms against 9.2
 and 6.1 ms for im2col + the banded product.
 
+A tile is at least one image: where one image's columns outgrow L2 (a 56x56x64 layer's are
+7 MB), each tile is still made and used at once, but from L3 or memory.
+
 The tiles' buffers are the first rows of the plan's ``cols`` and ``dcols`` regions, so the
 memory plan is unchanged; on this path ``cols`` is scratch, not the whole im2col matrix,
 and a backward on any path makes its columns again instead of reading them
