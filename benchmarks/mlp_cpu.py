@@ -131,6 +131,7 @@ def roofline_epoch(task, flops_per_step: float, every: int = ROOFLINE_EVERY) -> 
     with blas.own_cores():
         ours = _median_time(product, 5)
     boost = max(1.0, ours / _median_time(lambda: np.matmul(a, a, out=c), 5))
+    time.sleep(0.3)  # OpenBLAS's workers spin for about 0.1 s after NumPy's product: let them stop
     marks: list[tuple[int, float, float, float]] = []  # (steps done, segment end, burst rate, next start)
     done, size = [0], [every]
 
