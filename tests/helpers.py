@@ -55,3 +55,19 @@ def one_step_gradients(task) -> None:  # type: ignore[no-untyped-def]
                 GraphId.FIRST_LAYER_BWD_A):
         for k in ex.kernels("train_base", gid):
             k()
+
+
+def train_in_processes(tmp_path: Path, script: str, envs: dict[str, dict[str, str]]) -> dict[str, dict]:
+    """Run ``script`` (it saves its results to the .npz path it is given) once per entry of
+    ``envs``, each in a fresh Python with those environment variables added; name -> its arrays."""
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    runs = {}
+    for name, env in envs.items():
+        out = tmp_path / f"{name}.npz"
+        subprocess.run([sys.executable, str(path), str(out)], check=True, env={**os.environ, **env}, timeout=300)
+        runs[name] = dict(np.load(out))
+    return runs

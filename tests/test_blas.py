@@ -6,6 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pytest
+from helpers import train_in_processes
 
 from renaissance_nb.kernels import blas, fused
 
@@ -184,16 +185,7 @@ np.savez(sys.argv[1], threaded=np.array(blas.THREADED), losses=r.step_losses, **
 def test_training_on_our_threads_matches_numpys_threaded_matmul(tmp_path) -> None:
     """The same task trained with the one-pool replay and with RNB_OWN_THREADS=0 (np.matmul on
     OpenBLAS's threads, serial passes): the same run up to float32 rounding; each path repeats its bytes."""
-    import os
-    import subprocess
-    import sys
-    script = tmp_path / "train.py"
-    script.write_text(_TRAIN)
-    runs = {}
-    for name, env in (("own", {}), ("own2", {}), ("numpy", {"RNB_OWN_THREADS": "0"})):
-        out = tmp_path / f"{name}.npz"
-        subprocess.run([sys.executable, str(script), str(out)], check=True, env={**os.environ, **env}, timeout=300)
-        runs[name] = dict(np.load(out))
+    runs = train_in_processes(tmp_path, _TRAIN, {"own": {}, "own2": {}, "numpy": {"RNB_OWN_THREADS": "0"}})
     assert runs["own"]["threaded"] and not runs["numpy"]["threaded"]
     assert all(np.array_equal(runs["own"][k], runs["own2"][k]) for k in runs["own"])
     np.testing.assert_allclose(runs["own"]["losses"], runs["numpy"]["losses"], rtol=1e-4)
@@ -230,17 +222,9 @@ def test_the_sgemm_choice_follows_the_cpu_and_rnb_blas(monkeypatch) -> None:
 def test_training_with_mkl_repeats_its_bytes_and_matches_openblas(tmp_path) -> None:
     """RNB_BLAS=mkl against RNB_BLAS=openblas, each twice in fresh processes: each repeats its
     bytes (the arena gives MKL the same alignment every run); they agree up to float32 rounding."""
-    import os
-    import subprocess
-    import sys
-    script = tmp_path / "train.py"
-    script.write_text(_TRAIN.replace("threaded=np.array(blas.THREADED)", "threaded=np.array(blas.SGEMM.name)"))
-    runs = {}
-    for name, env in (("mkl", "mkl"), ("mkl2", "mkl"), ("openblas", "openblas")):
-        out = tmp_path / f"{name}.npz"
-        subprocess.run([sys.executable, str(script), str(out)], check=True, timeout=300,
-                       env={**os.environ, "RNB_BLAS": env})
-        runs[name] = dict(np.load(out))
+    script = _TRAIN.replace("threaded=np.array(blas.THREADED)", "threaded=np.array(blas.SGEMM.name)")
+    runs = train_in_processes(tmp_path, script, {"mkl": {"RNB_BLAS": "mkl"}, "mkl2": {"RNB_BLAS": "mkl"},
+                                                 "openblas": {"RNB_BLAS": "openblas"}})
     assert str(runs["mkl"]["threaded"]) == "mkl" and str(runs["openblas"]["threaded"]) == "openblas"
     assert all(np.array_equal(runs["mkl"][k], runs["mkl2"][k]) for k in runs["mkl"])
     np.testing.assert_allclose(runs["mkl"]["losses"], runs["openblas"]["losses"], rtol=1e-4)

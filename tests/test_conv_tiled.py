@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conv_cases import Case, close, reference
+from helpers import train_in_processes
 
 from renaissance_nb.kernels import blas, conv_tiled
 from renaissance_nb.kernels.cpu import KERNELS, BindEnv
@@ -94,16 +94,7 @@ def test_a_conv_net_trained_by_tiles_matches_the_plain_path(tmp_path) -> None:
     """A conv net (a one-channel first layer, a tiled second, batch norm) trained on the library's
     threads and with RNB_OWN_THREADS=0 (im2col matrices, np.matmul, serial passes): the same run
     up to float32 rounding; the tiled path repeats its bytes in a fresh process."""
-    import os
-    import subprocess
-    import sys
-    script = tmp_path / "train.py"
-    script.write_text(_TRAIN_CONV)
-    runs = {}
-    for name, env in (("own", {}), ("own2", {}), ("plain", {"RNB_OWN_THREADS": "0"})):
-        out = tmp_path / f"{name}.npz"
-        subprocess.run([sys.executable, str(script), str(out)], check=True, env={**os.environ, **env}, timeout=300)
-        runs[name] = dict(np.load(out))
+    runs = train_in_processes(tmp_path, _TRAIN_CONV, {"own": {}, "own2": {}, "plain": {"RNB_OWN_THREADS": "0"}})
     assert runs["own"]["threaded"] and not runs["plain"]["threaded"]
     assert all(np.array_equal(runs["own"][k], runs["own2"][k]) for k in runs["own"])
     np.testing.assert_allclose(runs["own"]["losses"], runs["plain"]["losses"], rtol=1e-4)
