@@ -11,6 +11,9 @@ Prints, per batch size:
 * the memory system: one thread streaming a range that fits in cache and one that does not,
   and the optimizer pass over the W/G/M/V ranges hot and after evicting them.
 
+``--track ROUNDS`` instead prints, round by round, the 1024^3 rate beside the step's products
+in the step and in a tight loop: whether they follow the machine's speed.
+
 Not a timed test: a profile to justify (or refute) an optimisation with.
 """
 from __future__ import annotations
@@ -148,14 +151,64 @@ def report(batch: int, steps: int, x: np.ndarray, y: np.ndarray) -> list[str]:
     return lines
 
 
+def track(batch: int, rounds: int, x: np.ndarray, y: np.ndarray) -> list[str]:
+    """Whether the step's products follow the machine's speed: per round, our 1024^3 product's
+    rate (bursts before and after), the step's fc kernels as the step runs them (cold) and run
+    again at once (warm) over 30 profiled steps, and each fc kernel in a tight loop of five calls."""
+    task = Ours(x, y, batch).task
+    names = kernel_names(task.executor)
+    sched = task.executor.train_schedule(batch_variants(len(task._splits.train), batch, "train_base", "train_last"))
+    fcs = [k for k in sched.steps[2] if names.get(id(k), ("", ""))[1] in GEMM_OPS]
+    a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
+    big = blas.gemm(a, a, np.empty_like(a))
+    flops = step_flops(batch)
+
+    def burst() -> float:
+        big()
+        return 2 * 1024**3 / statistics.median(_timed(big) for _ in range(3))
+
+    def tight() -> float:
+        total = 0.0
+        for k in fcs:
+            k()  # its operands into cache
+            total += statistics.median(_timed(k) for _ in range(4))
+        return flops / total
+
+    lines = [f"batch {batch}: GFLOP/s per round: 1024^3 bursts before/after | fc kernels in the step, cold and "
+             "warm | the same kernels in a tight loop | step ms"]
+    with blas.own_cores():
+        for _ in range(rounds):
+            b0 = burst()
+            p = profile_steps(task, 30)
+            cold = sum(v for k, v in p["cold"].items() if k[1] in GEMM_OPS)
+            warm = sum(p["warm"].values())
+            lines.append(f"  {b0 / 1e9:4.0f} / {burst() / 1e9:4.0f} | {flops / cold / 1e6:4.0f}  {flops / warm / 1e6:4.0f}"
+                         f" | {tight() / 1e9:4.0f} | {p['wall_ms']:.2f}")
+            print(lines[-1], flush=True)
+    return lines
+
+
+def _timed(k) -> float:  # type: ignore[no-untyped-def]
+    t = time.perf_counter()
+    k()
+    return time.perf_counter() - t
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, nargs="+", default=[128, 32])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--samples", type=int, default=60000)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--track", type=int, default=0, metavar="ROUNDS",
+                    help="instead: ROUNDS rounds of bursts, in-step and tight-loop product rates side by side")
     args = ap.parse_args()
     x, y = load(args.samples)
+    if args.track:
+        lines = [line for batch in args.batches for line in track(batch, args.track, x, y)]
+        if args.out:
+            args.out.write_text("\n".join(lines) + "\n")
+        return 0
     lines = [f"sgemm 1024^3: {sgemm_rate() / 1e9:.0f} GFLOP/s at the start; one thread reads "
              f"{stream_rate(4 * 2**20) / 1e9:.0f} GB/s from a 4 MiB range (cache), "
              f"{stream_rate(64 * 2**20) / 1e9:.0f} GB/s from a 64 MiB range (DRAM); our products: "
