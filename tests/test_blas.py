@@ -261,3 +261,29 @@ def test_threaded_batch_gather_gives_the_serial_bytes() -> None:
         assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
         assert outs[0][2] == outs[1][2] == 13 + b
         assert np.array_equal(outs[0][0], xs[perm[13:13 + b]])
+
+
+def test_a_batch_gather_past_the_data_order_is_an_error_not_a_stray_read() -> None:
+    """A cursor past the end of the data order, or an order naming a row the source lacks, gives a
+    status (nothing copied, the cursor left) and, through the bound transfer kernel, a PlanError
+    saying what to fix; numba does not check indices, so these once read outside the source."""
+    from renaissance_nb.errors import PlanError
+    from renaissance_nb.kernels.cpu import KERNELS, BindEnv
+    rng = np.random.default_rng(3)
+    xs, ys = rng.standard_normal((50, 6), dtype=np.float32), rng.integers(0, 4, 50).astype(np.int32)
+    perm = rng.permutation(50).astype(np.int64)
+    for f in (fused.gather_batch, fused.gather_batch_par):
+        x, y = np.full((8, 6), 9.0, np.float32), np.full(8, -1, np.int32)
+        for start, order, code in ((45, perm, 1), (-1, perm, 1), (0, np.where(perm == 3, 50, perm), 2)):
+            cursor = np.array([start], np.int64)
+            assert f(xs, ys, order, cursor, x, y) == code
+            assert cursor[0] == start and (x == 9.0).all() and (y == -1).all()
+        cursor = np.array([42], np.int64)
+        assert f(xs, ys, perm, cursor, x, y) == 0 and cursor[0] == 50 and np.array_equal(x, xs[perm[42:]])
+    cursor = np.array([48], np.int64)
+    env = BindEnv(sources={"train": (xs, ys)}, perms={"train": perm})
+    transfer = KERNELS["transfer"]([x, y], [cursor], {"source": "train"}, env)
+    with pytest.raises(PlanError, match=r"batch \[48, 56\) runs past the end of the 'train' permutation \(length 50\)"
+                                        r"\. Fix: reset the cursor"):
+        transfer()
+    assert cursor[0] == 48

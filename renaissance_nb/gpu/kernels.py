@@ -333,7 +333,10 @@ def _pinned_transfer(env: GpuBindEnv, source: str, cursor: Any, x2: Any, y_out: 
     launch = _seq(env.ops.h2d(x2, sx), env.ops.h2d(y_out, sy), _single(env, "rnb_advance", cursor, _i64(x2.shape[0])))
 
     def prepare() -> None:  # numba, no GIL: rows perm[cursor .. cursor + n) into the staging arrays
-        gather_batch(xs, ys, perm, host_cursor, sx, sy)
+        status = gather_batch(xs, ys, perm, host_cursor, sx, sy)
+        if status:
+            from ..kernels.transfer import status_error
+            raise status_error(status, "transfer", source, sy.shape[0], perm, int(host_cursor[0]))
     launch.prepare = prepare  # type: ignore[attr-defined]
     return launch
 

@@ -265,7 +265,13 @@ def transfer(outs, ins, p, env):
     x2 = _flat2d(x_out)
     xs2 = xs.reshape(xs.shape[0], -1)
     f = fused.gather_batch_par if blas.THREADED else fused.gather_batch
-    return lambda: f(xs2, ys, perm, cursor, x2, y_out)
+
+    def run() -> None:
+        status = f(xs2, ys, perm, cursor, x2, y_out)
+        if status:
+            from .transfer import status_error
+            raise status_error(status, "transfer", source, len(y_out), perm, int(cursor[0]))
+    return run
 
 
 # ---- region-wide operations ---------------------------------------------------------------------

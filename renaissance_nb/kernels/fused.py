@@ -426,7 +426,8 @@ def sgd_update_par(w, g, m, lr_table, step, momentum, dampening, weight_decay, n
 
 @jit
 def gather_batch(x_src, y_src, perm, cursor, x_out, y_out):
-    """Copy the next batch (rows perm[cursor:cursor+B]) into an input buffer.
+    """Copy the next batch (rows perm[cursor:cursor+B]) into an input buffer and advance the
+    cursor; returns batch_status's code (0 ok; otherwise nothing is copied or advanced).
 
     Rows are copied by an explicit element loop: a slice assignment per row
     (``x_out[i] = x_src[r]``) went through numba's generic array-copy path and took
@@ -434,8 +435,27 @@ def gather_batch(x_src, y_src, perm, cursor, x_out, y_out):
     """
     start = cursor[0]
     n = y_out.shape[0]
+    status = batch_status(perm, start, n, x_src.shape[0])
+    if status:
+        return status
     _gather_rows(x_src, y_src, perm, start, x_out, y_out, 0, n)
     cursor[0] = start + n
+    return 0
+
+
+@jit
+def batch_status(perm, start, n, rows):
+    """0 when the batch perm[start:start+n] lies inside the data order and names rows of the
+    source; else data.augment's codes: 1 the cursor runs past the order, 2 an entry is not a row.
+    Checked before anything is copied: numba does not check indices, so a stray cursor would
+    read outside the source."""
+    if start < 0 or start + n > perm.shape[0]:
+        return 1
+    for i in range(n):
+        r = perm[start + i]
+        if r < 0 or r >= rows:
+            return 2
+    return 0
 
 
 @jit
@@ -457,9 +477,13 @@ def gather_batch_par(x_src, y_src, perm, cursor, x_out, y_out):
     source rows are random reads, so two threads keep twice the cache misses in flight)."""
     start = cursor[0]
     n = y_out.shape[0]
+    status = batch_status(perm, start, n, x_src.shape[0])
+    if status:
+        return status
     for t in numba.prange(PAR_CHUNKS):
         _gather_rows(x_src, y_src, perm, start, x_out, y_out, n * t // PAR_CHUNKS, n * (t + 1) // PAR_CHUNKS)
     cursor[0] = start + n
+    return 0
 
 
 @jit

@@ -310,7 +310,8 @@ def _missing(source: str, name: str) -> Callable[[], None]:
     return missing
 
 
-def _status_error(rc: int, name: str, source: str, b: int, perm: np.ndarray, start: int) -> PlanError:
+def status_error(rc: int, name: str, source: str, b: int, perm: np.ndarray, start: int) -> PlanError:
+    """The PlanError for a batch gather's status code (data.augment's STATUS_CURSOR or STATUS_ROW)."""
     if rc == _aug.STATUS_CURSOR:
         return PlanError(f"{name}: batch [{start}, {start + b}) runs past the end of the {source!r} permutation "
                          f"(length {len(perm)}). Fix: reset the cursor at each epoch and size the last batch to fit.")
@@ -334,7 +335,7 @@ def transfer_image(outs, ins, p, env):
         rc = step(cursor, aug_offset, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
                   yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize)
         if rc:
-            raise _status_error(rc, "transfer_image", source, b, perm, int(cursor[0]))
+            raise status_error(rc, "transfer_image", source, b, perm, int(cursor[0]))
     return run
 
 
@@ -358,7 +359,7 @@ def transfer_image_async(outs, ins, p, env):
         rc = gather(state, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
                     yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize)
         if rc:
-            raise _status_error(rc, "transfer_image_async", source, b, perm, int(state[0]))
+            raise status_error(rc, "transfer_image_async", source, b, perm, int(state[0]))
 
     def run() -> None:
         if slot.pending:  # the previous job on this buffer still owns `state`
