@@ -29,7 +29,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from ..errors import DataError, bad_argument
+from ..errors import DataError, PlanError, bad_argument
 from ..train.rng import Philox, StreamId, _philox_block
 
 __all__ = [
@@ -47,6 +47,16 @@ _S31 = np.uint64(31)
 STATUS_OK = 0
 STATUS_CURSOR = 1  # cursor + batch runs past the end of the permutation
 STATUS_ROW = 2  # a permutation entry is not a row of the source
+
+
+def status_error(rc: int, name: str, source: str, b: int, perm: np.ndarray, start: int) -> PlanError:
+    """The PlanError for a batch gather's status code (STATUS_CURSOR or STATUS_ROW)."""
+    if rc == STATUS_CURSOR:
+        return PlanError(f"{name}: batch [{start}, {start + b}) runs past the end of the {source!r} permutation "
+                         f"(length {len(perm)}). Fix: reset the cursor at each epoch and size the last batch to fit.")
+    return PlanError(f"{name}: the {source!r} permutation holds an index outside the data set near position "
+                     f"{start}. Fix: rebuild env.perms[{source!r}] as a permutation of range(N).")
+
 
 _jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
 

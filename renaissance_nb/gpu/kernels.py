@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..data.augment import status_error
 from ..errors import DeviceError, PlanError
 from ..kernels.cpu import ema_ranges, fc_bwd_operands, optimizer_ranges
 from ..kernels.fused import ACT_CODES
@@ -335,7 +336,6 @@ def _pinned_transfer(env: GpuBindEnv, source: str, cursor: Any, x2: Any, y_out: 
     def prepare() -> None:  # numba, no GIL: rows perm[cursor .. cursor + n) into the staging arrays
         status = gather_batch(xs, ys, perm, host_cursor, sx, sy)
         if status:
-            from ..kernels.transfer import status_error
             raise status_error(status, "transfer", source, sy.shape[0], perm, int(host_cursor[0]))
     launch.prepare = prepare  # type: ignore[attr-defined]
     return launch

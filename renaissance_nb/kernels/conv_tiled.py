@@ -13,8 +13,9 @@ and used while they sit in L2:
   dx: dcols_tile = dy_tile W, scattered by col2im into the tile's images at once.
 
 Thread 0 sums into dW itself and the others into bind-time partials (cout x k*k*Cin floats
-each), added in thread order, so a machine and thread count give the same bytes every step; dW differs from one whole product in float32 rounding only, as the
-GEMM bands of kernels/blas.py do. Measured on the conv net's two deep layers (batch 128,
+each), added in thread order, so a machine and thread count give the same bytes every step;
+dW differs from one whole product in float32 rounding only, as the GEMM bands of
+kernels/blas.py do. Measured on the conv net's two deep layers (batch 128,
 caches evicted between runs, 2-core Xeon VM): the forward took 6.0 and 4.8 ms against 9.2
 and 6.1 ms for im2col + the banded product.
 
@@ -22,9 +23,9 @@ A tile is at least one image: where one image's columns outgrow L2 (a 56x56x64 l
 7 MB), each tile is still made and used at once, but from L3 or memory.
 
 The tiles' buffers are the first rows of the plan's ``cols`` and ``dcols`` regions, so the
-memory plan is unchanged; on this path ``cols`` is scratch, not the whole im2col matrix,
-and a backward on any path makes its columns again instead of reading them
-(``conv_bwd`` in conv.py).
+memory plan is unchanged; on this path ``cols`` is scratch, not the whole im2col matrix, so
+the backward of a convolution whose forward ran by tiles never reads it: it tiles too, or,
+where its operands cannot, remakes the matrix first (``conv_bwd`` in conv.py).
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..data.augment import status_error
 from ..errors import NumericalError, PlanError
 from . import blas, fused
 
@@ -269,7 +270,6 @@ def transfer(outs, ins, p, env):
     def run() -> None:
         status = f(xs2, ys, perm, cursor, x2, y_out)
         if status:
-            from .transfer import status_error
             raise status_error(status, "transfer", source, len(y_out), perm, int(cursor[0]))
     return run
 

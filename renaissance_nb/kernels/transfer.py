@@ -41,6 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..data import augment as _aug
+from ..data.augment import status_error
 from ..errors import PlanError, bad_argument
 from ..train.rng import StreamId
 from .cpu import BindEnv, kernel
@@ -308,15 +309,6 @@ def _missing(source: str, name: str) -> Callable[[], None]:
     def missing() -> None:
         raise PlanError(f"{name}: no {source!r} data was given to the task. Fix: pass {source} data to .data().")
     return missing
-
-
-def status_error(rc: int, name: str, source: str, b: int, perm: np.ndarray, start: int) -> PlanError:
-    """The PlanError for a batch gather's status code (data.augment's STATUS_CURSOR or STATUS_ROW)."""
-    if rc == _aug.STATUS_CURSOR:
-        return PlanError(f"{name}: batch [{start}, {start + b}) runs past the end of the {source!r} permutation "
-                         f"(length {len(perm)}). Fix: reset the cursor at each epoch and size the last batch to fit.")
-    return PlanError(f"{name}: the {source!r} permutation holds an index outside the data set near position "
-                     f"{start}. Fix: rebuild env.perms[{source!r}] as a permutation of range(N).")
 
 
 @kernel("transfer_image")
