@@ -98,7 +98,7 @@ def stream_rate(nbytes: int, reps: int = 30) -> float:
 
 
 def optimizer_pass(task, reps: int = 20) -> tuple[float, float, int]:  # type: ignore[no-untyped-def]
-    """(hot ms, cold ms, parameters) of the AdamW pass over the task's own W/G/M/V ranges
+    """(hot ms, cold ms, floats per range) of the AdamW pass over the task's own W/G/M/V ranges
     (on copies, so the task is untouched); cold = after streaming 64 MiB through the caches."""
     from renaissance_nb.kernels.cpu import optimizer_ranges
     w, g, m, v = (a.copy() for a in optimizer_ranges(task._env.range_view))
@@ -139,9 +139,11 @@ def report(batch: int, steps: int, x: np.ndarray, y: np.ndarray) -> list[str]:
     lines.append(f"  matrix products: {cold_g:.2f} ms in the step ({flops / cold_g / 1e6:.0f} GFLOP/s), "
                  f"{warm_g:.2f} ms run again at once ({flops / warm_g / 1e6:.0f} GFLOP/s): "
                  f"{cold_g - warm_g:.2f} ms/step is operands coming from memory")
-    hot, cold, params = optimizer_pass(task)
+    hot, cold, floats = optimizer_pass(task)
+    params = sum(int(np.prod(q.shape)) for q in task.compiled.params)
     in_step = sum(v for k, v in p["cold"].items() if k[1] == "optimizer")
-    lines.append(f"  optimizer: {params} parameters, {28 * params / 2**20:.1f} MiB read and written per step; "
+    lines.append(f"  optimizer: {params} parameters in ranges of {floats} floats (with alignment and padded rows), "
+                 f"{28 * floats / 2**20:.1f} MiB read and written per step; "
                  f"{in_step:.2f} ms in the step, {hot:.2f} ms with its ranges in cache, {cold:.2f} ms after "
                  "evicting them")
     rest = total - cold_g - in_step

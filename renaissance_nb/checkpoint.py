@@ -83,7 +83,7 @@ def fingerprint(task: Any) -> dict[str, Any]:
     """What must match between the saved task and the one restored into."""
     plan = task.plans["train_base"]
     tensors = [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "region": t.region.name,
-                "offset": int(t.offset)} for t in plan]
+                "offset": int(t.offset), **({"pitch": t.pitch} if t.pitch is not None else {})} for t in plan]
     ranges = {key: list(task.memory.region_range(a, b)) for key, a, b in STATE_RANGES}
     return {"blueprint": repr(task._model), "tensors": tensors, "total_bytes": int(plan.total_bytes),
             "ranges": ranges}
@@ -235,16 +235,21 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
     fix = "Fix: build the task exactly as the saved one (same model, data shapes, batch size, optimizer)."
     st, nt = saved.get("tensors", []), now["tensors"]
     # Shapes, dtypes and regions first: a different offset is usually a consequence of those.
-    keys_by_pass = (("name", "shape", "dtype", "region"), ("offset",))
+    keys_by_pass = (("name", "shape", "dtype", "region", "pitch"), ("offset",))
     for keys in keys_by_pass:
         for i, (a, b) in enumerate(zip(st, nt)):
-            if all(a.get(k) == b[k] for k in keys):
+            if all(a.get(k) == b.get(k) for k in keys):
                 continue
             if a.get("name") != b.get("name"):
                 raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor #{i} is "
                                       f"{a.get('name')!r} in the checkpoint but {b['name']!r} in this task. {fix}")
             diffs = [f"{k} {a.get(k)!r} in the checkpoint vs {b[k]!r} in this task"
                      for k in ("shape", "dtype", "region", "offset") if a.get(k) != b[k]]
+            if a.get("pitch") != b.get("pitch"):
+                def rows(t: dict[str, Any]) -> str:
+                    return f"rows padded to {t['pitch']}" if t.get("pitch") else "contiguous rows"
+                diffs.insert(0, f"{rows(a)} in the checkpoint vs {rows(b)} in this task (options(pad_rows=...) "
+                                "must be as when it was saved)")
             raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor {b['name']!r} differs: "
                                   + "; ".join(diffs) + f". {fix}")
     if len(st) != len(nt):

@@ -67,6 +67,7 @@ class DeepLearningTask(TaskBase):
         self._seed = 0
         self._fuse = True
         self._liveness = True
+        self._pad_rows = True
         self._nan_check = True
         self._nan_policy = "raise"
         self._zero_grad = False
@@ -211,8 +212,12 @@ class DeepLearningTask(TaskBase):
 
     def options(self, *, fuse: bool | None = None, liveness: bool | None = None, nan_check: bool | None = None,
                 zero_grad: bool | None = None, nan_policy: str | None = None,
-                prefetch: bool | None = None) -> "DeepLearningTask":
+                prefetch: bool | None = None, pad_rows: bool | None = None) -> "DeepLearningTask":
         """Compiler switches, each testable against the plain path (like tinygrad's flags).
+
+        pad_rows (default True): weight matrices whose rows are a multiple of 4 KiB (1024 floats)
+        are stored with 64 bytes more per row, and so are their gradients and moments: rows at
+        such strides alias in the cache and slow the matrix products (oneMKL's guide says so).
 
         nan_policy: "raise" (default) stops at a non-finite gradient or loss, naming it;
         "skip" skips that update and counts it (task.skipped_updates).
@@ -224,7 +229,7 @@ class DeepLearningTask(TaskBase):
                                    "pass nan_policy='raise' or nan_policy='skip'")
             self._nan_policy = nan_policy
         for k, v in (("fuse", fuse), ("liveness", liveness), ("nan_check", nan_check), ("zero_grad", zero_grad),
-                     ("prefetch", prefetch)):
+                     ("prefetch", prefetch), ("pad_rows", pad_rows)):
             if v is not None:
                 if not isinstance(v, bool):
                     raise bad_argument(ConfigError, "options", k, v, "True or False", f"pass {k}=True or {k}=False")
@@ -290,7 +295,8 @@ class DeepLearningTask(TaskBase):
     def reset(self) -> "DeepLearningTask":
         """Discard the plan, arena and history; settings stay. Back to PLANNING."""
         settings = ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer", "_scheduler",
-                    "_epochs", "_seed", "_fuse", "_liveness", "_nan_check", "_nan_policy", "_zero_grad", "_save_every",
+                    "_epochs", "_seed", "_fuse", "_liveness", "_pad_rows", "_nan_check", "_nan_policy", "_zero_grad",
+                    "_save_every",
                     "_ema", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
                     "_device_capture", "_save_best", "name")
         keep = {k: getattr(self, k) for k in settings}
@@ -315,7 +321,8 @@ class DeepLearningTask(TaskBase):
                 "optimizer": self._optimizer, "scheduler": self._scheduler, "total_epochs": self._epochs,
                 "seed": self._seed, "device": self._device, "ema": self._ema, "train_resolution": self._resolution,
                 "augment": {"crop_pad": self._crop_pad, "flip": self._flip},
-                "options": {"fuse": self._fuse, "liveness": self._liveness, "nan_check": self._nan_check,
+                "options": {"fuse": self._fuse, "liveness": self._liveness, "pad_rows": self._pad_rows,
+                            "nan_check": self._nan_check,
                             "nan_policy": self._nan_policy, "zero_grad": self._zero_grad, "prefetch": self._prefetch}}
 
     # ---- derived quantities ------------------------------------------------------------------
@@ -386,7 +393,7 @@ class DeepLearningTask(TaskBase):
                            crop_pad=self._crop_pad, flip=self._flip, prefetch=self._prefetch)
         graphs = build_computation_graph(self.arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
         lifetimes = graph_lifetimes(graphs) if self._liveness else None
-        plans = create_memory_plans(shapes, self.max_slot_bytes, lifetimes)
+        plans = create_memory_plans(shapes, self.max_slot_bytes, lifetimes, self._pad_rows)
         self.graphs, self.plans = graphs, plans
         self.memory = plans["train_base"]
         self._graphs = {f"train/{g.name}": (graphs.train.nodes(g), g.stream) for g in graphs.train.ids()}
@@ -425,6 +432,12 @@ class DeepLearningTask(TaskBase):
             compiled.notes.append("ZERO_GRAD elided: every gradient is written exactly once per step (the GEMM "
                                   "overwrites it), so zeroing the G range would be a wasted pass; "
                                   "options(zero_grad=True) puts it back.")
+        padded = [t for t in self.memory if t.pitch is not None and t.region.family == "W"]
+        if padded:
+            rows = ", ".join(f"{t.name} {t.shape[1]} -> {t.pitch}" for t in padded)
+            compiled.notes.append(f"padded rows: {rows} floats per row, also in the G/M/V copies (rows a multiple "
+                                  "of 4 KiB apart alias in the cache and slow the matrix products); "
+                                  "options(pad_rows=False) stores them contiguous.")
         if self._liveness:
             m = self.memory
             compiled.notes.append(f"liveness reuse: F/T tensors whose lifetimes never meet share bytes: arena "

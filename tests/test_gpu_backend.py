@@ -384,6 +384,20 @@ def test_emulated_gpu_runs_are_byte_identical(module) -> None:  # type: ignore[n
     assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
 
 
+def test_emulated_gpu_trains_padded_weight_rows_like_the_cpu(module) -> None:  # type: ignore[no-untyped-def]
+    """fc2.weight (16, 1024) has rows of 4 KiB: the plan pads them (and their G/M/V/E copies) to
+    1040 floats, so cuBLAS gets leading dimensions longer than the rows, and the flat optimizer
+    and EMA kernels run over the padding."""
+    net = seq(fc(1024, bias=True), relu(), fc(16, bias=True), tanh(), fc(5, bias=True))
+    cpu = mlp_task(net, epochs=2)
+    rc = cpu.run(progress=False)
+    gpu = emulated(mlp_task(net, epochs=2), module)
+    rg = gpu.run(progress=False)
+    assert gpu.memory["fc2.weight"].pitch == 1040 and gpu.memory["fc2.weight@grad"].pitch == 1040
+    assert gpu._runner.view("train_base", "fc2.weight").strides == (1040 * 4, 4)
+    assert_same_run(cpu, rc, gpu, rg, rtol_loss=1e-6, rtol_w=1e-5, atol_w=1e-6)
+
+
 def test_emulated_gpu_sgd_and_unfused_activations(module) -> None:  # type: ignore[no-untyped-def]
     net = seq(fc(24, bias=True), gelu(), fc(16, bias=False), silu(), fc(12), leaky_relu(0.05), fc(5))
     opt = SGD().lr(0.05).momentum(0.9).nesterov(True).weight_decay(1e-3)

@@ -45,6 +45,7 @@ function render({ model, el }) {
       + `<span class="rnb-k">shape</span>${esc(shapeText(shape))} ${esc(t.dtype)}<br>`
       + `<span class="rnb-k">offset</span>${t.offset.toLocaleString()} (0x${t.offset.toString(16)})<br>`
       + `<span class="rnb-k">bytes</span>${human(used)} used of a ${human(t.slot_bytes)} slot`
+      + (t.pitch ? `<br><span class="rnb-k">rows</span>padded to ${t.pitch} elements (${t.pitch - shape[shape.length - 1]} per row left empty: rows 4 KiB apart alias in the cache)` : "")
       + (used < t.slot_bytes ? `<br><span class="rnb-k"></span>${esc(variant)} leaves ${human(t.slot_bytes - used)} unused` : "");
   }
 

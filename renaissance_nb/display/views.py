@@ -141,7 +141,7 @@ def region_view(obj: Any) -> dict[str, Any]:
             same = False
         tensors.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
                         "dtype": t.dtype, "offset": t.offset, "slot_bytes": t.slot_bytes,
-                        "end": t.offset + t.slot_bytes, "shapes": shapes, "nbytes": nbytes,
+                        "end": t.offset + t.slot_bytes, "shapes": shapes, "nbytes": nbytes, "pitch": t.pitch,
                         "color": family_color(t.region.family)})
     regions = []
     for r, span in ref.regions.items():

@@ -58,26 +58,31 @@ def _find_libcublas() -> ctypes.CDLL:
 
 
 def gemm_layout(x: Any) -> tuple[int, int]:
-    """(cuBLAS op, leading dimension) of a 2-D row-major matrix (op N) or a transposed view of one (op T)."""
+    """(cuBLAS op, leading dimension) of a 2-D row-major matrix (op N) or a transposed view of one
+    (op T); its rows may be padded (a leading dimension longer than the row)."""
     if x.ndim != 2:
         raise DeviceError(f"cuBLAS: a matrix product got a {x.ndim}-D operand of shape {x.shape}; "
                           "the GPU backend multiplies 2-D arena views only.")
     item = x.itemsize
-    if x.strides == (x.shape[1] * item, item) or x.shape[0] == 1:
-        return CUBLAS_OP_N, max(1, x.shape[1])
-    if x.strides == (item, x.shape[0] * item) or x.shape[1] == 1:
-        return CUBLAS_OP_T, max(1, x.shape[0])
+    r, c = x.shape
+    s0, s1 = x.strides
+    if (s1 == item or c == 1) and (r == 1 or (s0 % item == 0 and s0 // item >= c)):
+        return CUBLAS_OP_N, (s0 // item if r > 1 else max(1, c))
+    if (s0 == item or r == 1) and (c == 1 or (s1 % item == 0 and s1 // item >= r)):
+        return CUBLAS_OP_T, (s1 // item if c > 1 else max(1, r))
     raise DeviceError(f"cuBLAS: operand of shape {x.shape} with strides {x.strides} is neither row-major nor "
                       "a transposed row-major view.")
 
 
 def check_gemm(c: Any, a: Any, b: Any) -> None:
-    """c = a @ b must be (m, k) @ (k, n) into a contiguous (m, n)."""
+    """c = a @ b must be (m, k) @ (k, n) into a row-major (m, n), its rows possibly padded."""
     m, k = a.shape
     k2, n = b.shape
-    if k2 != k or c.shape != (m, n) or not c.flags.c_contiguous:
-        raise DeviceError(f"cuBLAS: cannot multiply {a.shape} @ {b.shape} into {c.shape} (contiguous="
-                          f"{c.flags.c_contiguous}).")
+    r0, r1 = (c.strides if c.ndim == 2 else (0, 0))
+    row_major = c.ndim == 2 and (r1 == c.itemsize or n == 1) and (m == 1 or r0 >= n * c.itemsize)
+    if k2 != k or c.shape != (m, n) or not row_major:
+        raise DeviceError(f"cuBLAS: cannot multiply {a.shape} @ {b.shape} into {c.shape} with strides "
+                          f"{c.strides} (the result must be row-major, its rows possibly padded).")
 
 
 class Gemm:
@@ -113,10 +118,10 @@ class Gemm:
         n = b.shape[1]
         pa, opa, lda = self.operand(a)
         pb, opb, ldb = self.operand(b)
-        pc = c.data.ptr
+        pc, ldc = c.data.ptr, gemm_layout(c)[1]
         lib, h, one, zero = self.lib, self._handle, ctypes.byref(self._one), ctypes.byref(self._zero)
         args = (opb, opa, n, m, k, one, ctypes.c_void_p(pb), ldb, ctypes.c_void_p(pa), lda, zero,
-                ctypes.c_void_p(pc), n)
+                ctypes.c_void_p(pc), ldc)
         check = self._check
 
         def launch(stream: Any) -> None:

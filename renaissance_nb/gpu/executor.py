@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import DeviceError
 from ..graph.ids import GraphId, StreamKind
 from ..kernels.cpu import BindEnv
-from ..memory.dtensor import ALIGNMENT
+from ..memory.dtensor import ALIGNMENT, tensor_view
 from ..memory.region import Region
 from ..runtime.replay import Executor, Program, StepPrograms
 from .cublas import WORKSPACE_BYTES
@@ -85,8 +85,7 @@ class GpuExecutor(StepPrograms):
         self.bytes = self._raw[shift: shift + plan.total_bytes]
         self._host_bytes = host.arena.bytes
         self._host_base = host.arena.bytes.ctypes.data
-        self.views = {v: [self.bytes[t.offset: t.offset + t.nbytes].view(t.dtype).reshape(t.shape) for t in p]
-                      for v, p in compiled.plans.items()}
+        self.views = {v: [tensor_view(self.bytes, t) for t in p] for v, p in compiled.plans.items()}
         self.module = rt.module(kernel_source(), NVRTC_OPTIONS)
         self.gemm = rt.gemm(rt.zeros(WORKSPACE_BYTES))
         self.data = choose_data_mode(data, env.sources, rt.free_bytes)

@@ -17,9 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..errors import PlanError, ShapeError
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
+from ..memory.dtensor import row_pitch
 from ..memory.plan import MemoryPlan
+from ..memory.region import PARAM_FAMILIES
 from .atlas import GraphAtlas, build_atlas
 from .graph import ComputationGraph
 from .ids import GraphId
@@ -113,7 +117,6 @@ def compute_max_slot_bytes(shapes: AllShapes) -> list[int]:
     Also checks the invariant that makes this possible: every variant lists the
     same tensors in the same order with the same names, dtypes and regions.
     """
-    import numpy as np
 
     tables = list(shapes.tables.items())
     ref_name, ref = tables[0]
@@ -132,13 +135,27 @@ def compute_max_slot_bytes(shapes: AllShapes) -> list[int]:
 
 
 # ---- stage 3 ---------------------------------------------------------------------------
+def padded_pitch(spec: Any, pad_rows: bool = True) -> int | None:
+    """The row pitch stage 3 gives a tensor: parameter matrices (and their gradient, moment and
+    EMA copies, padded alike so the flat optimizer ranges stay element-aligned) whose rows alias
+    in the cache; every other tensor is contiguous (its kernels read it as one block)."""
+    if not pad_rows or spec.region.family not in PARAM_FAMILIES:
+        return None
+    return row_pitch(tuple(spec.shape), np.dtype(spec.dtype).itemsize)
+
+
 def create_memory_plans(shapes: AllShapes, max_slots: Sequence[int],
-                        lifetimes: Lifetimes | None) -> dict[str, MemoryPlan]:
-    """Stage 3: one placement with max slot sizes, then six plans sharing its offsets."""
+                        lifetimes: Lifetimes | None, pad_rows: bool = True) -> dict[str, MemoryPlan]:
+    """Stage 3: one placement with max slot sizes, then six plans sharing its offsets.
+    With ``pad_rows``, a parameter matrix whose rows are a multiple of 4 KiB gets 64 bytes more
+    per row (``padded_pitch``); its slot grows by the padding."""
     ref = shapes.tables["train_base"]
     base = MemoryPlan("base")
     for spec, slot in zip(ref.specs, max_slots):
-        base.alloc(spec.shape, spec.dtype, spec.region, spec.name, slot_bytes=slot)
+        pitch = padded_pitch(spec, pad_rows)
+        if pitch is not None:
+            slot = max(slot, spec.shape[0] * pitch * np.dtype(spec.dtype).itemsize)
+        base.alloc(spec.shape, spec.dtype, spec.region, spec.name, slot_bytes=slot, pitch=pitch)
     base.finalize(lifetimes)
     return {v: base.with_shapes({i: s.shape for i, s in enumerate(t.specs)}, v)
             for v, t in shapes.tables.items()}

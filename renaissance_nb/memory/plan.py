@@ -69,6 +69,18 @@ def _check_dtype(dtype: object) -> str:
     return name
 
 
+def _check_pitch(pitch: object, shape: tuple[int, ...]) -> int | None:
+    if pitch is None:
+        return None
+    if (not isinstance(pitch, (int, np.integer)) or isinstance(pitch, bool) or len(shape) != 2
+            or int(pitch) < shape[1]):
+        raise bad_argument(PlanError, "alloc", "pitch", pitch,
+                           "None, or for a 2-D tensor an int >= its row length "
+                           f"({shape[1] if len(shape) == 2 else 'n/a: the shape is not 2-D'})",
+                           "pass pitch=None to store the tensor contiguous")
+    return int(pitch)
+
+
 def _check_region(region: object) -> Region:
     if isinstance(region, Region) and region is not Region.END:
         return region
@@ -94,8 +106,10 @@ class MemoryPlan:
 
     # ---- PLANNING -------------------------------------------------------------------
     def alloc(self, shape: Sequence[int], dtype: object, region: object, name: str | None = None,
-              slot_bytes: int | None = None) -> DTensor:
-        """Record a tensor; it gets its offset at finalize(). ``region`` is mandatory."""
+              slot_bytes: int | None = None, pitch: int | None = None) -> DTensor:
+        """Record a tensor; it gets its offset at finalize(). ``region`` is mandatory.
+        ``pitch``: store a 2-D tensor's rows this many elements apart (padded rows, see
+        ``dtensor.row_pitch``); None stores it contiguous."""
         if self.finalized:
             raise PlanError(f"alloc: the plan {self.name!r} is finalized; offsets are fixed. "
                             "Fix: allocate every tensor before finalize().")
@@ -107,12 +121,15 @@ class MemoryPlan:
         if name in self._by_name:
             raise bad_argument(PlanError, "alloc", "name", name, "a name not used by another tensor",
                                "give each tensor a unique name")
-        nbytes = int(np.prod(shape_t)) * np.dtype(dtype_s).itemsize
+        pitch_i = _check_pitch(pitch, shape_t)
+        t = DTensor(tid, name, shape_t, dtype_s, region_r, 0, pitch=pitch_i)
+        nbytes = t.storage_bytes
         slot = nbytes if slot_bytes is None else int(slot_bytes)
         if slot < nbytes:
-            raise bad_argument(PlanError, "alloc", "slot_bytes", slot_bytes, f">= {nbytes} (the tensor's size)",
+            raise bad_argument(PlanError, "alloc", "slot_bytes", slot_bytes,
+                               f">= {nbytes} (the tensor's size{' with its padded rows' if pitch_i else ''})",
                                "reserve at least the tensor's bytes")
-        t = DTensor(tid, name, shape_t, dtype_s, region_r, slot)
+        t = replace(t, slot_bytes=slot)
         self._tensors.append(t)
         self._by_name[name] = tid
         return t
@@ -204,9 +221,13 @@ class MemoryPlan:
         tensors = []
         for t in self._tensors:
             s = tuple(shapes.get(t.id, t.shape))
-            v = t.with_shape(s)
-            if v.nbytes > t.slot_bytes:
-                raise PlanError(f"with_shapes: {t.name} needs {v.nbytes} bytes in variant {name!r} "
+            try:
+                v = t.with_shape(s)
+            except ValueError as exc:
+                raise PlanError(f"with_shapes: {exc} in variant {name!r}. Fix: pad rows only of tensors "
+                                "whose shape is the same in every variant.") from None
+            if v.storage_bytes > t.slot_bytes:
+                raise PlanError(f"with_shapes: {t.name} needs {v.storage_bytes} bytes in variant {name!r} "
                                 f"but its slot holds {t.slot_bytes}. Fix: size slots by the largest variant.")
             tensors.append(v)
         other._tensors = tensors
@@ -225,6 +246,11 @@ class MemoryPlan:
                  + (f" ({human_bytes(self.bytes_without_reuse)} without liveness reuse)" if self.reuse else "")]
         for fam, n in self.family_bytes().items():
             lines.append(f"  {fam}  {human_bytes(n):>10}  {FAMILIES[fam]}")
+        padded = [t for t in self._tensors if t.pitch is not None]
+        if padded:
+            extra = sum(t.storage_bytes - t.nbytes for t in padded)
+            lines.append(f"  rows padded (4 KiB rows alias in the cache): {len(padded)} tensors, "
+                         f"+{human_bytes(extra)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -132,6 +132,10 @@ FAMILIES: dict[str, str] = {
     "R": "results and metrics",
 }
 
+PARAM_FAMILIES: tuple[str, ...] = ("W", "E", "G", "M", "V")
+"""The fp32 families holding one tensor per parameter, each laid out like W: the optimizer and
+the EMA update run over them as flat ranges, element i of one matching element i of the others."""
+
 # The parameter regions that W, G, M, V (and E) list in the same order.
 PARAM_KINDS: tuple[str, ...] = ("BN_BIAS", "BN_WEIGHT", "FC_BIAS", "FC_WEIGHT", "FIRST_CONV", "DEEP_CONV")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..memory.dtensor import ALIGNMENT
+from ..memory.dtensor import ALIGNMENT, tensor_view
 from ..memory.plan import MemoryPlan
 from ..memory.region import Region
 
@@ -22,11 +22,8 @@ class Arena:
         return self.bytes.nbytes
 
     def views(self, plan: MemoryPlan) -> list[np.ndarray]:
-        """A typed, shaped view per tensor id, for one variant's plan."""
-        out = []
-        for t in plan:
-            out.append(self.bytes[t.offset: t.offset + t.nbytes].view(t.dtype).reshape(t.shape))
-        return out
+        """A typed, shaped view per tensor id, for one variant's plan (strided where rows are padded)."""
+        return [tensor_view(self.bytes, t) for t in plan]
 
     def range_view(self, first: str, last: str, dtype: str) -> np.ndarray:
         """The bytes from the base of region ``first`` to the end of ``last`` as one flat array."""
@@ -38,6 +35,11 @@ class Arena:
         a, _ = self.plan.region_range(Region[first], Region[first])
         pos = a + byte_in_range
         for t in self.plan:
-            if t.offset <= pos < t.offset + t.nbytes:
-                return f"{t.name} (region {t.region.name}, element {(pos - t.offset) // t.itemsize})"
+            if t.offset <= pos < t.offset + t.storage_bytes:
+                i = (pos - t.offset) // t.itemsize
+                if t.pitch is None:
+                    return f"{t.name} (region {t.region.name}, element {i})"
+                row, col = divmod(i, t.pitch)
+                where = f"element [{row}, {col}]" if col < t.shape[1] else f"the padding of row {row}"
+                return f"{t.name} (region {t.region.name}, {where})"
         return f"padding at byte {pos}"
