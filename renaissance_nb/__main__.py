@@ -61,7 +61,7 @@ def train(args: argparse.Namespace) -> int:
     print(f"compile()      COMPILED       {1e3 * (time.perf_counter() - t):7.1f} ms  {len(a.entries)} atlas entries "
           f"-> {len(a.captures)} distinct bound graphs, device {task.device_kind}")
     for note in task.compiled.notes:
-        if note.startswith("device"):
+        if note.startswith(("device", "padded rows")):
             print(f"               {note}")
     print("\narena by region family:")
     for fam, n in m.family_bytes().items():
