@@ -231,6 +231,10 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
     return _read(path, "read_header")[0]
 
 
+def _rows(tensor: dict[str, Any]) -> str:
+    return f"rows padded to {tensor['pitch']}" if tensor.get("pitch") else "contiguous rows"
+
+
 def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, Any]) -> None:
     fix = "Fix: build the task exactly as the saved one (same model, data shapes, batch size, optimizer)."
     st, nt = saved.get("tensors", []), now["tensors"]
@@ -246,9 +250,7 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
             diffs = [f"{k} {a.get(k)!r} in the checkpoint vs {b[k]!r} in this task"
                      for k in ("shape", "dtype", "region", "offset") if a.get(k) != b[k]]
             if a.get("pitch") != b.get("pitch"):
-                def rows(t: dict[str, Any]) -> str:
-                    return f"rows padded to {t['pitch']}" if t.get("pitch") else "contiguous rows"
-                diffs.insert(0, f"{rows(a)} in the checkpoint vs {rows(b)} in this task (options(pad_rows=...) "
+                diffs.insert(0, f"{_rows(a)} in the checkpoint vs {_rows(b)} in this task (options(pad_rows=...) "
                                 "must be as when it was saved)")
             raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor {b['name']!r} differs: "
                                   + "; ".join(diffs) + f". {fix}")

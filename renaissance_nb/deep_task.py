@@ -435,9 +435,9 @@ class DeepLearningTask(TaskBase):
         padded = [t for t in self.memory if t.pitch is not None and t.region.family == "W"]
         if padded:
             rows = ", ".join(f"{t.name} {t.shape[1]} -> {t.pitch}" for t in padded)
-            compiled.notes.append(f"padded rows: {rows} floats per row, also in the G/M/V copies (rows a multiple "
-                                  "of 4 KiB apart alias in the cache and slow the matrix products); "
-                                  "options(pad_rows=False) stores them contiguous.")
+            compiled.notes.append(f"padded rows: {rows} floats per row, and alike in their gradient, moment and EMA "
+                                  "copies (rows a multiple of 4 KiB apart alias in the cache and slow the matrix "
+                                  "products); options(pad_rows=False) stores them contiguous.")
         if self._liveness:
             m = self.memory
             compiled.notes.append(f"liveness reuse: F/T tensors whose lifetimes never meet share bytes: arena "

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from renaissance_nb import (AdamW, CheckpointError, ConfigError, DeepLearningTask, MemoryPlan, PlanError, Region,
-                            dropout, fc, relu, seq)
+from renaissance_nb import (AdamW, CheckpointError, ConfigError, DeepLearningTask, DeviceError, MemoryPlan,
+                            PlanError, Region, dropout, fc, relu, seq)
 from renaissance_nb.gpu.cublas import CUBLAS_OP_N, CUBLAS_OP_T, check_gemm, gemm_layout
 from renaissance_nb.memory.dtensor import ROW_ALIAS_BYTES, row_pitch, tensor_view
 from renaissance_nb.memory.region import PARAM_FAMILIES
@@ -166,7 +166,7 @@ def test_cublas_operands_may_have_padded_rows() -> None:
     assert gemm_layout(x.T) == (CUBLAS_OP_T, 1040)
     a = np.zeros((6, 3), np.float32)
     check_gemm(x, a, np.zeros((3, 1024), np.float32))  # a padded result is row-major
-    with pytest.raises(Exception, match="must be row-major"):
+    with pytest.raises(DeviceError, match="must be row-major"):
         check_gemm(np.zeros((1024, 6), np.float32).T, a, np.zeros((3, 1024), np.float32))
 
 

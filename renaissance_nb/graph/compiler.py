@@ -20,8 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import PlanError, ShapeError
-from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.dtensor import row_pitch
+from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
 from ..memory.region import PARAM_FAMILIES
 from .atlas import GraphAtlas, build_atlas
@@ -117,7 +117,6 @@ def compute_max_slot_bytes(shapes: AllShapes) -> list[int]:
     Also checks the invariant that makes this possible: every variant lists the
     same tensors in the same order with the same names, dtypes and regions.
     """
-
     tables = list(shapes.tables.items())
     ref_name, ref = tables[0]
     sizes = [0] * len(ref.specs)
