@@ -158,13 +158,16 @@ def roofline_epoch(task, flops_per_step: float, every: int = ROOFLINE_EVERY) -> 
 class Ours:
     name = "renaissance_nb"
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, name: str | None = None) -> None:
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, name: str | None = None,
+                 options: dict | None = None) -> None:
         if name:
             self.name = name
         t = time.perf_counter()
         self.task = (rnb.DeepLearningTask("bench").model(mlp()).data(train=(x, y), batch_size=batch)
                      .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW().weight_decay(1e-4))
                      .scheduler(rnb.CosineAnnealingLR().base_lr(1e-3)).total_epochs(1000).seed(0))
+        if options:
+            self.task.options(**options)
         self.task.compile()
         self.compile_s = time.perf_counter() - t
         self.epoch()  # warm-up: numba kernels, BLAS buffers
