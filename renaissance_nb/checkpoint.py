@@ -103,7 +103,8 @@ def spec(task: Any) -> dict[str, Any]:
             "total_epochs": task._epochs, "seed": task._seed, "batch_size": task._batch,
             "val_batch_size": task._val_batch, "shuffle": task._shuffle, "name": task.name,
             "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
-                        "nan_policy": task._nan_policy, "zero_grad": task._zero_grad}}
+                        "nan_policy": task._nan_policy, "zero_grad": task._zero_grad,
+                        "pad_rows": task._pad_rows}}
 
 
 def _settings(task: Any) -> dict[str, Any]:

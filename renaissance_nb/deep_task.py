@@ -799,7 +799,8 @@ class DeepLearningTask(TaskBase):
         task.loss(build(sp["loss"])).optimizer(build(sp["optimizer"])).total_epochs(sp["total_epochs"]).seed(sp["seed"])
         if sp["scheduler"]:
             task.scheduler(build(sp["scheduler"]))
-        task.options(**sp["options"])
+        # a checkpoint from before padded rows existed holds contiguous rows
+        task.options(**{"pad_rows": False, **sp["options"]})
         return task.compile().load_state(path, strict=strict)
 
     # ---- summaries ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 
 from renaissance_nb import (AdamW, CheckpointError, ConfigError, DeepLearningTask, DeviceError, MemoryPlan,
                             PlanError, Region, dropout, fc, relu, seq)
+from renaissance_nb.data.arrays import make_splits
 from renaissance_nb.gpu.cublas import CUBLAS_OP_N, CUBLAS_OP_T, check_gemm, gemm_layout
 from renaissance_nb.memory.dtensor import ROW_ALIAS_BYTES, row_pitch, tensor_view
 from renaissance_nb.memory.region import PARAM_FAMILIES
@@ -179,3 +180,32 @@ def test_the_region_map_shows_padded_rows() -> None:
     html = static.regions_html(v)
     assert "fc2.weight (#" in html and "rows padded to 1040" in html
     assert html.count("rows padded to 1040") == 2 * len(PARAM_FAMILIES)  # fc1.weight and fc2.weight, each copy
+
+
+@pytest.mark.parametrize("pad_rows", [True, False])
+def test_load_rebuilds_the_task_with_the_saved_row_layout(pad_rows: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    a = wide_task(pad_rows, epochs=1, ema=False)
+    a.run(progress=False)
+    path = a.save(str(tmp_path / "wide.npz"))
+    b = DeepLearningTask.load(path, make_splits(_data(96, 1024, 0), _data(40, 1024, 1)))
+    assert b.settings["options"]["pad_rows"] is pad_rows
+    assert (b.memory["fc2.weight"].pitch is not None) is pad_rows
+    for k, v in a.state_dict().items():
+        assert np.array_equal(b.state_dict()[k], v), k
+
+
+def test_a_checkpoint_from_before_padded_rows_loads_contiguous(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb import checkpoint
+    spec = checkpoint.spec
+
+    def old_spec(task):  # type: ignore[no-untyped-def]
+        s = spec(task)
+        del s["options"]["pad_rows"]  # what a checkpoint written before pad_rows existed holds
+        return s
+    monkeypatch.setattr(checkpoint, "spec", old_spec)
+    a = wide_task(False, epochs=1, ema=False)
+    a.run(progress=False)
+    path = a.save(str(tmp_path / "old.npz"))
+    b = DeepLearningTask.load(path, make_splits(_data(96, 1024, 0), _data(40, 1024, 1)))
+    assert b.memory["fc2.weight"].pitch is None
+    assert np.array_equal(b.state_dict()["fc2.weight"], a.state_dict()["fc2.weight"])
