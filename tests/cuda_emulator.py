@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from renaissance_nb.gpu.cublas import check_gemm, gemm_layout
+from renaissance_nb.gpu.cublas import CUBLAS_OP_N, sgemm_args
 from renaissance_nb.gpu.kernels import MemoryOps, kernel_source
 from renaissance_nb.gpu.runtime import DeviceRuntime
 
@@ -261,15 +261,32 @@ class EmulatedModule:
         return launch
 
 
+def _colmajor(address: int, rows: int, cols: int, ld: int) -> np.ndarray:
+    """The float32 column-major (rows, cols) matrix with leading dimension ld at a host address."""
+    if ld < max(1, rows):
+        raise ValueError(f"cuBLAS would refuse ld={ld} for {rows} rows (CUBLAS_STATUS_INVALID_VALUE)")
+    span = (cols - 1) * ld + rows
+    flat = np.ctypeslib.as_array(ctypes.cast(address, ctypes.POINTER(ctypes.c_float)), shape=(span,))
+    return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols), strides=(4, 4 * ld))
+
+
+def cublas_sgemm(ta: int, tb: int, m: int, n: int, k: int, pa: int, lda: int, pb: int, ldb: int, pc: int,
+                 ldc: int) -> None:
+    """cublasSgemm's column-major C = op(A) op(B) (alpha 1, beta 0) over host memory, read as
+    cuBLAS reads its arguments: the stand-in checks the operand mapping, not only the product."""
+    a = _colmajor(pa, m, k, lda) if ta == CUBLAS_OP_N else _colmajor(pa, k, m, lda).T
+    b = _colmajor(pb, k, n, ldb) if tb == CUBLAS_OP_N else _colmajor(pb, n, k, ldb).T
+    np.matmul(a, b, out=_colmajor(pc, m, n, ldc))
+
+
 class NumpyGemm:
-    """cuBLAS's stand-in: the same operand checks, NumPy's product, queued on the given stream."""
+    """cuBLAS's stand-in: the backend's own cublasSgemm arguments (sgemm_args), carried out on
+    the host by cublas_sgemm, queued on the given stream."""
 
     def bind(self, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> Any:
-        check_gemm(c, a, b)
-        gemm_layout(a)
-        gemm_layout(b)
-        mm = np.matmul
-        return lambda stream: stream.enqueue("sgemm", lambda: mm(a, b, out=c))
+        args = sgemm_args(c, a, b, lambda x: x.ctypes.data)
+        keep = (a, b, c)  # the addresses stay valid while the launcher lives
+        return lambda stream: stream.enqueue("sgemm", lambda: (cublas_sgemm(*args), keep))
 
     def close(self) -> None:
         pass

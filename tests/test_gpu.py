@@ -80,6 +80,23 @@ def test_gpu_losses_match_the_cpu_from_the_same_weights() -> None:
     assert [r.val_top1 for r in rc.history] == pytest.approx([r.val_top1 for r in rg.history], abs=0.011)
 
 
+def test_padded_weight_rows_train_as_on_the_cpu() -> None:
+    """fc2.weight (10, 1024) has rows of 4 KiB: the plan pads them to 1040 floats, so cuBLAS gets
+    a leading dimension longer than the rows for W (forward, dx) and for dW (a padded result)."""
+    def wide(device: str) -> DeepLearningTask:
+        return (DeepLearningTask().model(seq(fc(1024, bias=True), relu(), fc(10, bias=True)))
+                .data(train=(X, Y), val=(XV, YV), batch_size=100).optimizer(AdamW().weight_decay(1e-2))
+                .total_epochs(2).seed(5).device(device))
+    cpu, gpu = wide("cpu"), wide("cuda")
+    rc, rg = cpu.run(progress=False), gpu.run(progress=False)
+    assert gpu.memory["fc2.weight"].pitch == 1040 and gpu.memory["fc2.weight@grad"].pitch == 1040
+    rel = np.abs(rc.step_losses - rg.step_losses) / np.abs(rc.step_losses)
+    assert rel.max() < 1e-4, rel
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    for k in sc:
+        assert np.allclose(sc[k], sg[k], rtol=1e-3, atol=1e-5), k
+
+
 def test_dropout_masks_are_the_cpu_ones() -> None:
     cpu, gpu = task("cpu", drop=0.3, batch=128), task("cuda", drop=0.3, batch=128)
     cpu.run(progress=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import DeviceError
 
@@ -85,6 +85,19 @@ def check_gemm(c: Any, a: Any, b: Any) -> None:
                           f"{c.strides} (the result must be row-major, its rows possibly padded).")
 
 
+def sgemm_args(c: Any, a: Any, b: Any, ptr: Callable[[Any], int]) -> tuple[int, ...]:
+    """The cublasSgemm_v2 arguments after the handle, scalars left out, for row-major c = a @ b:
+    (transa, transb, m, n, k, A, lda, B, ldb, C, ldc) of cuBLAS's column-major c^T = b^T a^T.
+    ``ptr`` gives an operand's device address. A pure function, so the CPU stand-in for cuBLAS
+    (tests/cuda_emulator.py) computes its products from exactly these arguments."""
+    check_gemm(c, a, b)
+    m, k = a.shape
+    n = b.shape[1]
+    opa, lda = gemm_layout(a)
+    opb, ldb = gemm_layout(b)
+    return (opb, opa, n, m, k, ptr(b), ldb, ptr(a), lda, ptr(c), gemm_layout(c)[1])
+
+
 class Gemm:
     """Row-major SGEMM on one cuBLAS handle; every call goes to the stream it is given."""
 
@@ -105,22 +118,11 @@ class Gemm:
             raise DeviceError(f"cuBLAS: {what} failed with status {status}. Fix: check that CuPy's CUDA version "
                               "matches the driver; run benchmarks/gpu_device_check.py for details.")
 
-    @staticmethod
-    def operand(x: Any) -> tuple[int, int, int]:
-        """(pointer, cuBLAS op, leading dimension) of a 2-D row-major matrix or a transposed view of one."""
-        op, ld = gemm_layout(x)
-        return x.data.ptr, op, ld
-
     def bind(self, c: Any, a: Any, b: Any):  # type: ignore[no-untyped-def]
         """A launcher for c = a @ b (row-major): cuBLAS computes c^T = b^T a^T in its column-major terms."""
-        check_gemm(c, a, b)
-        m, k = a.shape
-        n = b.shape[1]
-        pa, opa, lda = self.operand(a)
-        pb, opb, ldb = self.operand(b)
-        pc, ldc = c.data.ptr, gemm_layout(c)[1]
+        ta, tb, m, n, k, pa, lda, pb, ldb, pc, ldc = sgemm_args(c, a, b, lambda x: x.data.ptr)
         lib, h, one, zero = self.lib, self._handle, ctypes.byref(self._one), ctypes.byref(self._zero)
-        args = (opb, opa, n, m, k, one, ctypes.c_void_p(pb), ldb, ctypes.c_void_p(pa), lda, zero,
+        args = (ta, tb, m, n, k, one, ctypes.c_void_p(pa), lda, ctypes.c_void_p(pb), ldb, zero,
                 ctypes.c_void_p(pc), ldc)
         check = self._check
 
