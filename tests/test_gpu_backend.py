@@ -398,6 +398,22 @@ def test_emulated_gpu_trains_padded_weight_rows_like_the_cpu(module) -> None:  #
     assert_same_run(cpu, rc, gpu, rg, rtol_loss=1e-6, rtol_w=1e-5, atol_w=1e-6)
 
 
+def test_host_hand_over_copies_padded_rows_whole(module) -> None:  # type: ignore[no-untyped-def]
+    """push/pull and the host twin of a padded view cover every row (not nbytes from the start)."""
+    net = seq(fc(1024, bias=True), relu(), fc(5, bias=True))
+    gpu = emulated(mlp_task(net, epochs=2), module)
+    rx = gpu._runner
+    host, dev = gpu.executor.view("train_base", "fc2.weight"), rx.view("train_base", "fc2.weight")
+    host[...] = np.arange(host.size, dtype=np.float32).reshape(host.shape)
+    rx.push(host)
+    assert np.array_equal(dev, host)
+    dev[...] = -dev
+    rx.pull(host)
+    assert np.array_equal(host, -np.arange(host.size, dtype=np.float32).reshape(host.shape))
+    twin = rx._host_twin(dev)
+    assert twin.strides == host.strides and np.shares_memory(twin, host) and np.array_equal(twin, host)
+
+
 def test_emulated_gpu_sgd_and_unfused_activations(module) -> None:  # type: ignore[no-untyped-def]
     net = seq(fc(24, bias=True), gelu(), fc(16, bias=False), silu(), fc(12), leaky_relu(0.05), fc(5))
     opt = SGD().lr(0.05).momentum(0.9).nesterov(True).weight_decay(1e-3)

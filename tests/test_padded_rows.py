@@ -10,7 +10,7 @@ from renaissance_nb import (AdamW, CheckpointError, ConfigError, DeepLearningTas
                             PlanError, Region, dropout, fc, relu, seq)
 from renaissance_nb.data.arrays import make_splits
 from renaissance_nb.gpu.cublas import CUBLAS_OP_N, CUBLAS_OP_T, check_gemm, gemm_layout
-from renaissance_nb.memory.dtensor import ROW_ALIAS_BYTES, row_pitch, tensor_view
+from renaissance_nb.memory.dtensor import ROW_ALIAS_BYTES, row_pitch, span_bytes, tensor_view
 from renaissance_nb.memory.region import PARAM_FAMILIES
 
 SUFFIX = {"W": "", "E": "@ema", "G": "@grad", "M": "@m", "V": "@v"}
@@ -65,6 +65,15 @@ def test_a_plan_places_padded_rows_and_views_them_strided() -> None:
     raw = buf[a.offset: a.offset + a.storage_bytes].view(np.float32).reshape(4, 1040)
     assert raw[:, :1024].sum() == 4096 and not raw[:, 1024:].any()
     assert tensor_view(buf, b).shape == (3,)
+
+
+def test_span_bytes_covers_the_padding_between_rows_only() -> None:
+    raw = np.zeros((4, 1040), np.float32)
+    assert span_bytes(raw) == raw.nbytes
+    assert span_bytes(raw[:, :1024]) == (3 * 1040 + 1024) * 4
+    assert span_bytes(raw[:1, :1024]) == 1024 * 4
+    with pytest.raises(ValueError, match="neither contiguous nor padded rows"):
+        span_bytes(raw.T)
 
 
 @pytest.mark.parametrize("shape,pitch", [((4, 1024), 1000), ((1024,), 1040), ((4, 1024), True),

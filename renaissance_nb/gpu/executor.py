@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import DeviceError
 from ..graph.ids import GraphId, StreamKind
 from ..kernels.cpu import BindEnv
-from ..memory.dtensor import ALIGNMENT, tensor_view
+from ..memory.dtensor import ALIGNMENT, span_bytes, tensor_view
 from ..memory.region import Region
 from ..runtime.replay import Executor, Program, StepPrograms
 from .cublas import WORKSPACE_BYTES
@@ -129,8 +129,10 @@ class GpuExecutor(StepPrograms):
         self.names, self.launchers = bind_launchers(compiled, self.views, make_env)
 
     def _host_twin(self, view: Any) -> np.ndarray:
+        """The host arena's view of the same bytes, shape and strides as a device view."""
         a = self.rt.ptr(view) - self.rt.ptr(self.bytes)
-        return self._host_bytes[a: a + view.nbytes].view(view.dtype).reshape(view.shape)
+        raw = self._host_bytes[a: a + span_bytes(view)].view(view.dtype)
+        return np.lib.stride_tricks.as_strided(raw, shape=view.shape, strides=view.strides)
 
     def _scratch(self, shape: tuple, dtype: Any) -> Any:
         """Device scratch of a kernel (partial sums), allocated at bind time, outside every capture."""
@@ -275,10 +277,13 @@ class GpuExecutor(StepPrograms):
 
     # ---- host hand-over ------------------------------------------------------------------------
     def _span(self, v: np.ndarray) -> tuple[int, int]:
+        """The arena byte range of a host view (padded rows: their padding copied along, zeros)."""
         a = v.ctypes.data - self._host_base
-        if not 0 <= a <= a + v.nbytes <= self._host_bytes.nbytes:
-            raise DeviceError("push/pull: the view is not part of the host arena.")
-        return a, a + v.nbytes
+        n = span_bytes(v)
+        if not 0 <= a <= a + n <= self._host_bytes.nbytes:
+            raise DeviceError("push/pull: the view is not part of the host arena. Fix: pass views from "
+                              "task.executor.view(), not copies.")
+        return a, a + n
 
     def upload_all(self) -> None:
         self.rt.upload(self.bytes, self._host_bytes, self.primary)

@@ -18,6 +18,7 @@ from ..data.augment import status_error
 from ..errors import DeviceError, PlanError
 from ..kernels.cpu import ema_ranges, fc_bwd_operands, optimizer_ranges
 from ..kernels.fused import ACT_CODES
+from ..memory.dtensor import span_bytes
 from ..train.rng import StreamId
 
 Launch = Callable[[Any], None]
@@ -90,7 +91,7 @@ def cupy_memory_ops() -> MemoryOps:
         return lambda stream: runtime.memcpyAsync(d, s, nb, kind, stream.ptr)
 
     def memset0(views: Sequence[Any]) -> Launch:
-        spans = [(v.data.ptr, v.nbytes) for v in views]
+        spans = [(v.data.ptr, span_bytes(v)) for v in views]  # padded rows: their padding is zero too
 
         def launch(stream: Any) -> None:
             for ptr, nb in spans:

@@ -118,6 +118,18 @@ class DTensor:
         )
 
 
+def span_bytes(x: Any) -> int:
+    """Bytes from a view's first element to one past its last (NumPy or CuPy): its nbytes when
+    contiguous; for a view of padded rows, the padding between its rows too. What a copy or a
+    fill of the view's bytes must cover."""
+    if x.flags.c_contiguous:
+        return int(x.nbytes)
+    if x.ndim == 2 and x.strides[1] == x.itemsize and x.strides[0] >= x.shape[1] * x.itemsize:
+        return (x.shape[0] - 1) * x.strides[0] + x.shape[1] * x.itemsize if x.size else 0
+    raise ValueError(f"a view of shape {x.shape} with strides {x.strides} is neither contiguous nor "
+                     "padded rows of a row-major matrix")
+
+
 def tensor_view(buffer: Any, t: DTensor) -> Any:
     """The typed, shaped view of ``t`` in an arena's byte buffer (NumPy or CuPy): a strided view
     of its padded rows when it has a pitch."""
