@@ -251,8 +251,9 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
             diffs = [f"{k} {a.get(k)!r} in the checkpoint vs {b[k]!r} in this task"
                      for k in ("shape", "dtype", "region", "offset") if a.get(k) != b[k]]
             if a.get("pitch") != b.get("pitch"):
-                diffs.insert(0, f"{_rows(a)} in the checkpoint vs {_rows(b)} in this task (options(pad_rows=...) "
-                                "must be as when it was saved)")
+                diffs.insert(0, f"{_rows(a)} in the checkpoint vs {_rows(b)} in this task")
+                fix = (f"Fix: build the task with options(pad_rows={bool(a.get('pitch'))}), as the checkpoint was "
+                       "saved, or use DeepLearningTask.load(path, data), which does.")
             raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor {b['name']!r} differs: "
                                   + "; ".join(diffs) + f". {fix}")
     if len(st) != len(nt):

@@ -216,8 +216,8 @@ class DeepLearningTask(TaskBase):
         """Compiler switches, each testable against the plain path (like tinygrad's flags).
 
         pad_rows (default True): weight matrices whose rows are a multiple of 4 KiB (1024 floats)
-        are stored with 64 bytes more per row, and so are their gradients and moments: rows at
-        such strides alias in the cache and slow the matrix products (oneMKL's guide says so).
+        are stored with 64 bytes more per row, and so are their gradients, moments and EMA copies:
+        rows at such strides alias in the cache and slow the matrix products (oneMKL's guide says so).
 
         nan_policy: "raise" (default) stops at a non-finite gradient or loss, naming it;
         "skip" skips that update and counts it (task.skipped_updates).

@@ -40,13 +40,14 @@ function render({ model, el }) {
   function tensorCard(t, variant) {
     const shape = t.shapes[variant] || [];
     const used = t.nbytes[variant];
+    const stored = (t.storage || {})[variant] ?? used;  // data plus the padding of its rows
     return `<b>${esc(t.name)}</b> <span class="rnb-k">#${t.id}</span><br>`
       + `<span class="rnb-k">region</span>${esc(t.region)}<br>`
       + `<span class="rnb-k">shape</span>${esc(shapeText(shape))} ${esc(t.dtype)}<br>`
       + `<span class="rnb-k">offset</span>${t.offset.toLocaleString()} (0x${t.offset.toString(16)})<br>`
       + `<span class="rnb-k">bytes</span>${human(used)} used of a ${human(t.slot_bytes)} slot`
-      + (t.pitch ? `<br><span class="rnb-k">rows</span>padded to ${t.pitch} elements (${t.pitch - shape[shape.length - 1]} per row left empty: rows 4 KiB apart alias in the cache)` : "")
-      + (used < t.slot_bytes ? `<br><span class="rnb-k"></span>${esc(variant)} leaves ${human(t.slot_bytes - used)} unused` : "");
+      + (t.pitch ? `<br><span class="rnb-k">rows</span>padded to ${t.pitch} elements (${human(stored - used)} of padding: rows 4 KiB apart alias in the cache)` : "")
+      + (stored < t.slot_bytes ? `<br><span class="rnb-k"></span>${esc(variant)} leaves ${human(t.slot_bytes - stored)} unused` : "");
   }
 
   function draw() {

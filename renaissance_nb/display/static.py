@@ -80,7 +80,8 @@ def phase_html(view: dict[str, Any]) -> str:
 def _tensor_title(t: dict[str, Any], variant: str) -> str:
     shape = t["shapes"].get(variant, next(iter(t["shapes"].values())))
     used = t["nbytes"].get(variant, t["slot_bytes"])
-    rows = f" · rows padded to {t['pitch']}" if t.get("pitch") else ""
+    pad = t.get("storage", {}).get(variant, used) - used
+    rows = f" · rows padded to {t['pitch']} ({human_bytes(pad)} of padding)" if t.get("pitch") else ""
     return (f"{t['name']} (#{t['id']}) shape {tuple(shape)} {t['dtype']} · offset {t['offset']:,} · "
             f"{human_bytes(used)} of a {human_bytes(t['slot_bytes'])} slot{rows} · {t['region']}")
 

@@ -137,11 +137,13 @@ def region_view(obj: Any) -> dict[str, Any]:
     for t in ref:
         shapes = {v: list(plans[v][t.id].shape) for v in variants}
         nbytes = {v: plans[v][t.id].nbytes for v in variants}
+        storage = {v: plans[v][t.id].storage_bytes for v in variants}  # with the padding of its rows
         if any(plans[v][t.id].offset != t.offset for v in variants):
             same = False
         tensors.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
                         "dtype": t.dtype, "offset": t.offset, "slot_bytes": t.slot_bytes,
-                        "end": t.offset + t.slot_bytes, "shapes": shapes, "nbytes": nbytes, "pitch": t.pitch,
+                        "end": t.offset + t.slot_bytes, "shapes": shapes, "nbytes": nbytes, "storage": storage,
+                        "pitch": t.pitch,
                         "color": family_color(t.region.family)})
     regions = []
     for r, span in ref.regions.items():

@@ -71,7 +71,8 @@ def gemm_layout(x: Any) -> tuple[int, int]:
     if (s0 == item or r == 1) and (c == 1 or (s1 % item == 0 and s1 // item >= r)):
         return CUBLAS_OP_T, (s1 // item if c > 1 else max(1, r))
     raise DeviceError(f"cuBLAS: operand of shape {x.shape} with strides {x.strides} is neither row-major nor "
-                      "a transposed row-major view.")
+                      "a transposed row-major view. Fix: multiply arena views (tensor_view) or their .T, not "
+                      "other slices.")
 
 
 def check_gemm(c: Any, a: Any, b: Any) -> None:
@@ -82,7 +83,8 @@ def check_gemm(c: Any, a: Any, b: Any) -> None:
     row_major = c.ndim == 2 and (r1 == c.itemsize or n == 1) and (m == 1 or r0 >= n * c.itemsize)
     if k2 != k or c.shape != (m, n) or not row_major:
         raise DeviceError(f"cuBLAS: cannot multiply {a.shape} @ {b.shape} into {c.shape} with strides "
-                          f"{c.strides} (the result must be row-major, its rows possibly padded).")
+                          f"{c.strides}: expected (m, k) @ (k, n) into a row-major (m, n), its rows possibly "
+                          "padded. Fix: give the product operands of matching shapes and a row-major result view.")
 
 
 def sgemm_args(c: Any, a: Any, b: Any, ptr: Callable[[Any], int]) -> tuple[int, ...]:

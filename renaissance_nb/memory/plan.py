@@ -74,10 +74,10 @@ def _check_pitch(pitch: object, shape: tuple[int, ...]) -> int | None:
         return None
     if (not isinstance(pitch, (int, np.integer)) or isinstance(pitch, bool) or len(shape) != 2
             or int(pitch) < shape[1]):
-        raise bad_argument(PlanError, "alloc", "pitch", pitch,
-                           "None, or for a 2-D tensor an int >= its row length "
-                           f"({shape[1] if len(shape) == 2 else 'n/a: the shape is not 2-D'})",
-                           "pass pitch=None to store the tensor contiguous")
+        rows = f"an int >= {shape[1]}, its row length" if len(shape) == 2 else "None: only 2-D tensors have rows"
+        raise bad_argument(PlanError, "alloc", "pitch", pitch, f"None or {rows}" if len(shape) == 2 else rows,
+                           "pass pitch=None to store the tensor contiguous"
+                           + (f", or a pitch of at least {shape[1]} elements" if len(shape) == 2 else ""))
     return int(pitch)
 
 
@@ -221,11 +221,7 @@ class MemoryPlan:
         tensors = []
         for t in self._tensors:
             s = tuple(shapes.get(t.id, t.shape))
-            try:
-                v = t.with_shape(s)
-            except ValueError as exc:
-                raise PlanError(f"with_shapes: {exc} in variant {name!r}. Fix: pad rows only of tensors "
-                                "whose shape is the same in every variant.") from None
+            v = t.with_shape(s)
             if v.storage_bytes > t.slot_bytes:
                 raise PlanError(f"with_shapes: {t.name} needs {v.storage_bytes} bytes in variant {name!r} "
                                 f"but its slot holds {t.slot_bytes}. Fix: size slots by the largest variant.")
