@@ -57,19 +57,28 @@ def _find_libcublas() -> ctypes.CDLL:
                       "the nvidia-cublas wheel that matches your CuPy.")
 
 
+def _row_major_ld(x: Any) -> int | None:
+    """The leading dimension of a 2-D view whose rows are contiguous (possibly padded), else None."""
+    item = x.itemsize
+    r, c = x.shape
+    s0, s1 = x.strides
+    if (s1 == item or c == 1) and (r == 1 or (s0 % item == 0 and s0 // item >= c)):
+        return s0 // item if r > 1 else max(1, c)
+    return None
+
+
 def gemm_layout(x: Any) -> tuple[int, int]:
     """(cuBLAS op, leading dimension) of a 2-D row-major matrix (op N) or a transposed view of one
     (op T); its rows may be padded (a leading dimension longer than the row)."""
     if x.ndim != 2:
         raise DeviceError(f"cuBLAS: a matrix product got a {x.ndim}-D operand of shape {x.shape}; "
                           "the GPU backend multiplies 2-D arena views only.")
-    item = x.itemsize
-    r, c = x.shape
-    s0, s1 = x.strides
-    if (s1 == item or c == 1) and (r == 1 or (s0 % item == 0 and s0 // item >= c)):
-        return CUBLAS_OP_N, (s0 // item if r > 1 else max(1, c))
-    if (s0 == item or r == 1) and (c == 1 or (s1 % item == 0 and s1 // item >= r)):
-        return CUBLAS_OP_T, (s1 // item if c > 1 else max(1, r))
+    ld = _row_major_ld(x)
+    if ld is not None:
+        return CUBLAS_OP_N, ld
+    ld = _row_major_ld(x.T)
+    if ld is not None:
+        return CUBLAS_OP_T, ld
     raise DeviceError(f"cuBLAS: operand of shape {x.shape} with strides {x.strides} is neither row-major nor "
                       "a transposed row-major view. Fix: multiply arena views (tensor_view) or their .T, not "
                       "other slices.")
@@ -79,9 +88,7 @@ def check_gemm(c: Any, a: Any, b: Any) -> None:
     """c = a @ b must be (m, k) @ (k, n) into a row-major (m, n), its rows possibly padded."""
     m, k = a.shape
     k2, n = b.shape
-    r0, r1 = (c.strides if c.ndim == 2 else (0, 0))
-    row_major = c.ndim == 2 and (r1 == c.itemsize or n == 1) and (m == 1 or r0 >= n * c.itemsize)
-    if k2 != k or c.shape != (m, n) or not row_major:
+    if k2 != k or c.shape != (m, n) or _row_major_ld(c) is None:
         raise DeviceError(f"cuBLAS: cannot multiply {a.shape} @ {b.shape} into {c.shape} with strides "
                           f"{c.strides}: expected (m, k) @ (k, n) into a row-major (m, n), its rows possibly "
                           "padded. Fix: give the product operands of matching shapes and a row-major result view.")

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import PlanError, ShapeError
-from ..memory.dtensor import row_pitch
+from ..memory.dtensor import padded_bytes, row_pitch
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
 from ..memory.region import PARAM_FAMILIES
@@ -153,7 +153,7 @@ def create_memory_plans(shapes: AllShapes, max_slots: Sequence[int],
     for spec, slot in zip(ref.specs, max_slots):
         pitch = padded_pitch(spec, pad_rows)
         if pitch is not None:
-            slot = max(slot, spec.shape[0] * pitch * np.dtype(spec.dtype).itemsize)
+            slot = max(slot, padded_bytes(spec.shape, np.dtype(spec.dtype).itemsize, pitch))
         base.alloc(spec.shape, spec.dtype, spec.region, spec.name, slot_bytes=slot, pitch=pitch)
     base.finalize(lifetimes)
     return {v: base.with_shapes({i: s.shape for i, s in enumerate(t.specs)}, v)

@@ -40,6 +40,11 @@ def row_pitch(shape: tuple[int, ...], itemsize: int) -> int | None:
     return shape[1] + ROW_PAD_BYTES // itemsize
 
 
+def padded_bytes(shape: tuple[int, ...], itemsize: int, pitch: int) -> int:
+    """The bytes of a 2-D tensor stored with rows ``pitch`` elements apart (its slot's minimum)."""
+    return shape[0] * pitch * itemsize
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major strides in elements."""
     strides, acc = [], 1
@@ -88,7 +93,7 @@ class DTensor:
         """The bytes its view spans: its data plus the padding of its rows."""
         if self.pitch is None:
             return self.nbytes
-        return self.shape[0] * self.pitch * self.itemsize
+        return padded_bytes(self.shape, self.itemsize, self.pitch)
 
     @property
     def strides(self) -> tuple[int, ...]:
