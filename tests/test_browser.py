@@ -167,10 +167,10 @@ def test_dashboard_rendered(page) -> None:  # type: ignore[no-untyped-def]
     err.wait_for(timeout=15_000)
     assert "needs phase PLANNING" in err.inner_text()
     dash.locator(".lm-TabBar-tab", has_text="Memory").click()
-    dash.locator(".rnb-region-map [data-tensor]").first.wait_for(state="visible", timeout=10_000)
+    dash.locator(".rnb-region-map [data-tensor]").first.wait_for(state="visible", timeout=30_000)
     _shot(dash, "02_dashboard_memory.png")
     dash.locator(".lm-TabBar-tab", has_text="Training").click()
-    dash.locator(".rnb-monitor").wait_for(state="visible", timeout=10_000)
+    dash.locator(".rnb-monitor").wait_for(state="visible", timeout=30_000)
     _shot(dash, "03_dashboard_training.png")
 
 
