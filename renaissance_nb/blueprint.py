@@ -6,10 +6,10 @@ frozen values: they compare by content, hash, and print as a readable tree.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from .checks import as_float, as_int
 from .errors import BluePrintError, bad_argument
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "silu", "leaky_relu", "gelu")
@@ -167,18 +167,19 @@ class Named(BluePrint):
 
 # ---- validation helpers ---------------------------------------------------------------
 def _positive_int(where: str, name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+    n = as_int(v)
+    if n is None or n <= 0:
         raise bad_argument(BluePrintError, where, name, v, "a positive int",
                            f"pass a whole number >= 1, e.g. {where.split('(')[0]}(128)")
-    return v
+    return n
 
 
 def _probability(where: str, name: str, v: Any, *, allow_one: bool = False) -> float:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    if not ok or v < 0 or v > 1 or (v == 1 and not allow_one):
+    f = as_float(v)
+    if f is None or f < 0 or f > 1 or (f == 1 and not allow_one):
         raise bad_argument(BluePrintError, where, name, v, "a float in [0, 1)",
                            "use a drop probability such as 0.1 or 0.5")
-    return float(v)
+    return f
 
 
 def _bool(where: str, name: str, v: Any) -> bool:
@@ -215,11 +216,11 @@ def gelu() -> Layer:
 
 
 def leaky_relu(negative_slope: float = 0.01) -> Layer:
-    ok = isinstance(negative_slope, (int, float)) and not isinstance(negative_slope, bool)
-    if not ok or not math.isfinite(negative_slope) or negative_slope < 0:
+    slope = as_float(negative_slope)
+    if slope is None or slope < 0:
         raise bad_argument(BluePrintError, "leaky_relu", "negative_slope", negative_slope,
                            "a finite float >= 0", "use a small slope such as 0.01")
-    return Layer("leaky_relu", (("negative_slope", float(negative_slope)),))
+    return Layer("leaky_relu", (("negative_slope", slope),))
 
 
 def dropout(p: float = 0.5) -> Layer:
@@ -261,9 +262,10 @@ def repeat(body: BluePrint, n: int) -> Repeat:
 
 # ---- image layers (issue 4) -----------------------------------------------------------
 def _nonneg_int(where: str, name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    n = as_int(v)
+    if n is None or n < 0:
         raise bad_argument(BluePrintError, where, name, v, "an int >= 0", f"pass a whole number, e.g. {name}=1")
-    return v
+    return n
 
 
 def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True) -> Layer:
@@ -275,26 +277,32 @@ def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True) -> Layer:
 
 def bn(momentum: float = 0.1, eps: float = 1e-5) -> Layer:
     """Batch normalisation over channels (nn.BatchNorm2d / BatchNorm1d semantics)."""
-    m = momentum
-    if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or not 0 <= m <= 1:
+    m, e = as_float(momentum), as_float(eps)
+    if m is None or not 0 <= m <= 1:
         raise bad_argument(BluePrintError, "bn", "momentum", momentum, "a float in [0, 1]", "use e.g. 0.1")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+    if e is None or e <= 0:
         raise bad_argument(BluePrintError, "bn", "eps", eps, "a float > 0", "use e.g. 1e-5")
-    return Layer("bn", (("eps", float(eps)), ("momentum", float(m))))
+    return Layer("bn", (("eps", e), ("momentum", m)))
+
+
+def _pool(kind: str, k: int, s: int | None, p: int) -> Layer:
+    """maxpool/avgpool: checks p <= k/2 here, as PyTorch does, instead of failing later at compile."""
+    k, p = _positive_int(kind, "k", k), _nonneg_int(kind, "p", p)
+    if 2 * p > k:
+        raise bad_argument(BluePrintError, kind, "p", p,
+                           f"at most half the kernel size k (as in PyTorch), here p <= {k // 2} for k={k}",
+                           f"use {kind}({k}, p={k // 2}) or less padding, or a larger kernel size k")
+    return Layer(kind, (("k", k), ("p", p), ("s", k if s is None else _positive_int(kind, "s", s))))
 
 
 def maxpool(k: int = 2, s: int | None = None, p: int = 0) -> Layer:
-    """Max pooling, k x k windows, stride s (default k), padding p (like nn.MaxPool2d)."""
-    k = _positive_int("maxpool", "k", k)
-    return Layer("maxpool", (("k", k), ("p", _nonneg_int("maxpool", "p", p)),
-                             ("s", k if s is None else _positive_int("maxpool", "s", s))))
+    """Max pooling, k x k windows, stride s (default k), padding p <= k/2 (like nn.MaxPool2d)."""
+    return _pool("maxpool", k, s, p)
 
 
 def avgpool(k: int = 2, s: int | None = None, p: int = 0) -> Layer:
-    """Average pooling (count_include_pad=True, like nn.AvgPool2d)."""
-    k = _positive_int("avgpool", "k", k)
-    return Layer("avgpool", (("k", k), ("p", _nonneg_int("avgpool", "p", p)),
-                             ("s", k if s is None else _positive_int("avgpool", "s", s))))
+    """Average pooling (count_include_pad=True, padding p <= k/2, like nn.AvgPool2d)."""
+    return _pool("avgpool", k, s, p)
 
 
 def gap() -> Layer:

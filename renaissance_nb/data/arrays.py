@@ -7,8 +7,10 @@ training step.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -243,3 +245,23 @@ def from_arrays(
 ) -> DataSplits:
     """User-facing alias of :func:`make_splits`: ``from_arrays((x, y), (xv, yv))``."""
     return make_splits(train, val, name=name, num_classes=num_classes)
+
+
+# ---- the loaders' (MNIST, CIFAR-10) other arguments -----------------------------------------------------
+def check_path(value: Any, where: str, argument: str, example: str) -> Path:
+    """``value`` as a Path when it is a str or os.PathLike; else a DataError, not pathlib's TypeError."""
+    if isinstance(value, (str, os.PathLike)):
+        try:
+            return Path(value)
+        except TypeError:  # an os.PathLike that gives bytes
+            pass
+    raise bad_argument(DataError, where, argument, value, "a str or os.PathLike path",
+                       f"pass a path such as {argument}={example!r}")
+
+
+def check_flag(value: Any, where: str, argument: str, fix: str = "") -> bool:
+    """``value`` as a bool when it is one (or a NumPy bool): a truthy string such as 'no' must not mean True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise bad_argument(DataError, where, argument, value, "True or False",
+                           fix or f"pass {argument}=True or {argument}=False")
+    return bool(value)

@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
-from .arrays import DataSplits, Dataset, validate_arrays
+from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
 from .download import fetch
 
 #: Where the archive is published (the page https://www.cs.toronto.edu/~kriz/cifar.html links it).
@@ -61,8 +61,8 @@ def read_cifar_batch(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
 
     Raises DataError for an unreadable, empty or truncated file, or a label outside 0..9.
     """
-    path = Path(path)
     where = "cifar10"
+    path = check_path(path, where, "path", "~/data/cifar10/cifar-10-batches-bin/test_batch.bin")
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -95,7 +95,7 @@ def read_cifar_batch(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
 
 def find_cifar10(root: str | os.PathLike[str]) -> Path | None:
     """The folder holding the six batch files: ``root/cifar-10-batches-bin`` or ``root`` itself."""
-    root = Path(root).expanduser()
+    root = check_path(root, "find_cifar10", "root", "~/data/cifar10").expanduser()
     for folder in (root / CIFAR10_FOLDER, root):
         if all((folder / name).is_file() for name in CIFAR10_FILES):
             return folder
@@ -165,8 +165,9 @@ def extract_cifar10(archive: str | os.PathLike[str], root: str | os.PathLike[str
     links and device files are refused (DownloadError). Regular files are copied by
     hand into a temp folder under ``root`` which is renamed into place at the end.
     """
-    archive, root = Path(archive), Path(root).expanduser()
     where = "extract_cifar10"
+    archive = check_path(archive, where, "archive", f"~/data/cifar10/{CIFAR10_ARCHIVE}")
+    root = check_path(root, where, "root", "~/data/cifar10").expanduser()
     dest = root / CIFAR10_FOLDER
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -257,8 +258,8 @@ def download_cifar10(
     archive already in ``root`` (e.g. copied by hand) is verified the same way and
     used without downloading. Returns the batch folder.
     """
-    root = Path(root).expanduser()
     where = "download_cifar10"
+    root = check_path(root, where, "root", "~/data/cifar10").expanduser()
     if not isinstance(base_url, str) or not base_url:
         raise bad_argument(
             DownloadError, where, "base_url", base_url, "a URL string of the folder holding the archive",
@@ -342,10 +343,10 @@ def cifar10(
     missing (see :func:`download_cifar10` for ``base_url``, ``sha256``, ``md5``).
     """
     where = "cifar10"
-    if not isinstance(normalize, (bool, np.bool_)):
-        raise bad_argument(DataError, where, "normalize", normalize, "True or False",
+    normalize = check_flag(normalize, where, "normalize",
                            "pass normalize=True for mean/std scaling or False for pixel/255")
-    root_p = Path(root).expanduser()
+    download = check_flag(download, where, "download", "pass download=True to fetch missing files, else False")
+    root_p = check_path(root, where, "root", "~/data/cifar10").expanduser()
     folder = find_cifar10(root_p)
     if folder is None:
         if not download:
@@ -361,6 +362,6 @@ def cifar10(
     tr_labels = np.concatenate([p[1] for p in parts])
     del parts
     te_images, te_labels = read_cifar_batch(folder / CIFAR10_TEST_FILE)
-    train = _to_dataset(tr_images, tr_labels, "train", bool(normalize))
-    val = _to_dataset(te_images, te_labels, "val", bool(normalize))
+    train = _to_dataset(tr_images, tr_labels, "train", normalize)
+    val = _to_dataset(te_images, te_labels, "val", normalize)
     return DataSplits(train=train, val=val, name=_NAME)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
-from .arrays import DataSplits, Dataset, validate_arrays
+from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
 from .download import fetch
 
 MNIST_FILES: tuple[str, ...] = (
@@ -82,7 +82,7 @@ def _read_bytes(path: Path) -> bytes:
 
 def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     """Read one IDX file (raw or gzip) into an array of native byte order, checking the header."""
-    path = Path(path)
+    path = check_path(path, "read_idx", "path", "~/data/mnist/train-images-idx3-ubyte.gz")
     data = _read_bytes(path)
     where = "read_idx"
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
@@ -115,7 +115,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
 
 def find_mnist_files(root: str | os.PathLike[str]) -> dict[str, Path]:
     """Map each MNIST file name to ``root/NAME`` or ``root/NAME.gz`` where one exists (raw preferred)."""
-    root = Path(root).expanduser()
+    root = check_path(root, "find_mnist_files", "root", "~/data/mnist").expanduser()
     found: dict[str, Path] = {}
     for name in MNIST_FILES:
         for candidate in (root / name, root / f"{name}.gz"):
@@ -170,7 +170,7 @@ def download_mnist(
     uncompressed bytes) and only then renamed into place, so ``root`` never holds a
     partial or corrupt file.
     """
-    root = Path(root).expanduser()
+    root = check_path(root, "download_mnist", "root", "~/data/mnist").expanduser()
     urls = _mirrors(base_url)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -277,7 +277,11 @@ def mnist(
     are always checked.
     """
     check_layout(layout, "mnist")
-    root_p = Path(root).expanduser()
+    root_p = check_path(root, "mnist", "root", "~/data/mnist").expanduser()
+    download = check_flag(download, "mnist", "download", "pass download=True to fetch missing files, else False")
+    normalize = check_flag(normalize, "mnist", "normalize",
+                           "pass normalize=True for mean/std scaling or False for pixel/255")
+    verify = check_flag(verify, "mnist", "verify", "pass verify=True to hash-check local files, else False")
     files = find_mnist_files(root_p)
     missing = [n for n in MNIST_FILES if n not in files]
     if missing:

@@ -26,11 +26,10 @@ class Optimizer(Settings):
         raise NotImplementedError
 
     def lr(self, value: float):  # type: ignore[no-untyped-def]
-        return self._with("lr", check_number(type(self).__name__, "lr", value, fix="use a positive learning rate such as 1e-3"))
+        return self._with("lr", value)
 
     def weight_decay(self, value: float):  # type: ignore[no-untyped-def]
-        return self._with("weight_decay", check_number(type(self).__name__, "weight_decay", value,
-                                                       fix="use 0 or a small positive value such as 1e-4"))
+        return self._with("weight_decay", value)
 
 
 def _betas(where: str, betas: Any) -> tuple[float, float]:
@@ -40,7 +39,7 @@ def _betas(where: str, betas: Any) -> tuple[float, float]:
                               fix="each beta must be in [0, 1)") for i, b in enumerate(betas))  # type: ignore[return-value]
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, init=False, repr=False)
 class Adam(Optimizer):
     """torch.optim.Adam: L2 weight decay added to the gradient."""
 
@@ -52,10 +51,12 @@ class Adam(Optimizer):
 
     def __post_init__(self) -> None:
         w = type(self).__name__
-        check_number(w, "lr", self.lr_, fix="use a positive learning rate such as 1e-3")
-        _betas(w, self.betas_)
-        check_number(w, "eps", self.eps_, low=0.0, low_open=True, fix="use a small positive eps such as 1e-8")
-        check_number(w, "weight_decay", self.weight_decay_, fix="use 0 or a small positive value such as 1e-4")
+        self._set("lr", check_number(w, "lr", self.lr_, fix="use a positive learning rate such as 1e-3"))
+        self._set("betas", _betas(w, self.betas_))
+        self._set("eps", check_number(w, "eps", self.eps_, low=0.0, low_open=True,
+                                      fix="use a small positive eps such as 1e-8"))
+        self._set("weight_decay", check_number(w, "weight_decay", self.weight_decay_,
+                                               fix="use 0 or a small positive value such as 1e-4"))
 
     def betas(self, beta1: float, beta2: float | None = None):  # type: ignore[no-untyped-def]
         pair = beta1 if beta2 is None else (beta1, beta2)
@@ -73,7 +74,7 @@ class Adam(Optimizer):
                 "weight_decay": self.weight_decay_}
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, init=False, repr=False)
 class AdamW(Adam):
     """torch.optim.AdamW: decoupled weight decay (default 0.01, as in PyTorch)."""
 
@@ -81,7 +82,7 @@ class AdamW(Adam):
     kind = "adamw"
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, init=False, repr=False)
 class SGD(Optimizer):
     """torch.optim.SGD with momentum, dampening, Nesterov and L2 weight decay."""
 
@@ -93,10 +94,12 @@ class SGD(Optimizer):
     kind = "sgd"
 
     def __post_init__(self) -> None:
-        check_number("SGD", "lr", self.lr_, fix="use a positive learning rate such as 0.1")
-        check_number("SGD", "momentum", self.momentum_, fix="use a momentum in [0, 1), e.g. 0.9")
-        check_number("SGD", "dampening", self.dampening_, high=1.0, fix="use a dampening in [0, 1]")
-        check_number("SGD", "weight_decay", self.weight_decay_, fix="use 0 or a small positive value")
+        self._set("lr", check_number("SGD", "lr", self.lr_, fix="use a positive learning rate such as 0.1"))
+        self._set("momentum", check_number("SGD", "momentum", self.momentum_, fix="use a momentum in [0, 1), e.g. 0.9"))
+        self._set("dampening", check_number("SGD", "dampening", self.dampening_, high=1.0,
+                                            fix="use a dampening in [0, 1]"))
+        self._set("weight_decay", check_number("SGD", "weight_decay", self.weight_decay_,
+                                               fix="use 0 or a small positive value"))
         if not isinstance(self.nesterov_, bool):
             raise bad_argument(ConfigError, "SGD", "nesterov", self.nesterov_, "True or False", "pass a bool")
         if self.nesterov_ and (self.momentum_ <= 0 or self.dampening_ != 0):

@@ -19,14 +19,14 @@ Conventions (all documented choices, each PyTorch-expressible):
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
-from numbers import Real
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from renaissance_nb.checks import as_float, as_int
 from renaissance_nb.errors import ConfigError, bad_argument
+from renaissance_nb.train.settings import Settings
 
 __all__ = [
     "Scheduler",
@@ -46,10 +46,8 @@ _EPOCH_PARAMS = frozenset({"warmup", "step_size", "milestones", "total_iters"})
 
 
 def _real(where: str, name: str, value: Any, expected: str, fix: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, Real):
-        raise bad_argument(ConfigError, where, name, value, expected, fix)
-    v = float(value)
-    if not math.isfinite(v):
+    v = as_float(value)
+    if v is None:
         raise bad_argument(ConfigError, where, name, value, expected, fix)
     return v
 
@@ -77,9 +75,10 @@ def _unit_interval(where: str, name: str, value: Any, lo_open: bool, fix: str) -
 
 
 def _count(where: str, name: str, value: Any, fix: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+    v = as_int(value)
+    if v is None or v < 1:
         raise bad_argument(ConfigError, where, name, value, "an integer >= 1", fix)
-    return int(value)
+    return v
 
 
 def _steps(epochs: float, steps_per_epoch: int) -> int:
@@ -99,11 +98,11 @@ def _fmt_epochs(v: float) -> str:
 
 
 @dataclass(frozen=True, init=False, repr=False)
-class Scheduler:
+class Scheduler(Settings):
     """Base of all schedules: ``base_lr`` plus an optional linear warmup, compiled by :meth:`table`.
 
-    Immutable builder: every setter returns a new object; the constructor accepts the
-    same names as keyword arguments, e.g. ``CosineAnnealingLR(base_lr=0.1, warmup=1)``.
+    Immutable builder: every setter returns a new object; the constructor (Settings')
+    accepts the same names as keyword arguments, e.g. ``CosineAnnealingLR(base_lr=0.1, warmup=1)``.
     """
 
     base_lr_: float = 1e-3
@@ -111,17 +110,6 @@ class Scheduler:
     warmup_start_factor_: float = 0.1
 
     _OWN: ClassVar[tuple[str, ...]] = ()  # class-specific setting names, in repr order
-
-    def __init__(self, **settings: Any) -> None:
-        names = self._names()
-        for f in fields(self):
-            object.__setattr__(self, f.name, f.default)
-        for name, value in settings.items():
-            if name not in names:
-                raise bad_argument(ConfigError, f"{type(self).__name__}()", name, value,
-                                   f"one of the settings {', '.join(names)}",
-                                   f"remove {name}= or use one of those names")
-            object.__setattr__(self, name + "_", self._check(name, value))
 
     @classmethod
     def _names(cls) -> tuple[str, ...]:
@@ -132,13 +120,6 @@ class Scheduler:
 
     def _check(self, name: str, value: Any) -> Any:
         return getattr(self, "_check_" + name)(value)
-
-    def _with(self: _S, name: str, value: Any) -> _S:
-        return type(self)(**{**self.settings(), name: value})
-
-    def settings(self) -> dict[str, Any]:
-        """The settings as ``{name: value}`` (durations in epochs)."""
-        return {n: getattr(self, n + "_") for n in self._names()}
 
     # ---- setters (return a new object)
     def base_lr(self: _S, v: float) -> _S:

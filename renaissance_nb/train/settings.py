@@ -6,23 +6,65 @@ smoothing is global). Here a loss, optimizer or scheduler is a frozen value:
 """
 from __future__ import annotations
 
-import math
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any, TypeVar
 
+from ..checks import as_float
 from ..errors import ConfigError, bad_argument
 
 S = TypeVar("S", bound="Settings")
 
 
 class Settings:
-    """Mixin for frozen dataclasses whose fields end in '_' and whose setters share the name."""
+    """Base of frozen ``@dataclass(init=False)`` settings whose fields end in '_' and whose setters share the name.
+
+    The constructor takes the setters' names as keywords (``Adam(lr=1e-3)``,
+    ``CosineAnnealingLR(base_lr=0.1)``) so that a misspelt name is a ConfigError
+    listing the valid ones, not Python's bare TypeError. Subclasses validate one
+    setting in ``_check`` and the whole in ``__post_init__``; both run on every
+    construction, so setters need no checks of their own. A subclass must say
+    ``init=False``: the dataclass's generated ``__init__`` would replace this one.
+    """
+
+    def __init__(self, *args: Any, **settings: Any) -> None:
+        where = f"{type(self).__name__}()"
+        names = self._names()
+        if args:
+            raise bad_argument(ConfigError, where, "positional argument", args[0], "settings by name",
+                               f"name it, e.g. {type(self).__name__}({names[0]}=...)")
+        for f in fields(self):  # type: ignore[arg-type]
+            object.__setattr__(self, f.name, f.default)
+        for name, value in settings.items():
+            if name.endswith("_") and name[:-1] in names:  # dataclasses.replace passes the field names
+                name = name[:-1]
+            if name not in names:
+                raise bad_argument(ConfigError, where, name, value, f"one of the settings {', '.join(names)}",
+                                   f"remove {name}= or use one of those names")
+            object.__setattr__(self, name + "_", self._check(name, value))
+        self.__post_init__()
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        """The public setting names, in repr order."""
+        return tuple(f.name.rstrip("_") for f in fields(cls))  # type: ignore[arg-type]
+
+    def _check(self, name: str, value: Any) -> Any:
+        """One setting's validated (normalised) value; the default leaves it to ``__post_init__``."""
+        return value
+
+    def __post_init__(self) -> None:
+        """Checks across settings, run after every construction."""
+
+    def _set(self, name: str, value: Any) -> None:
+        """Store a normalised value from ``__post_init__`` (the object is frozen)."""
+        object.__setattr__(self, name + "_", value)
 
     def _with(self: S, name: str, value: Any) -> S:
-        return replace(self, **{name + "_": value})
+        return type(self)(**{**self.settings(), name: value})
 
     def settings(self) -> dict[str, Any]:
-        return {f.name.rstrip("_"): getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        """The settings as ``{name: value}``, the constructor's keywords."""
+        return {n: getattr(self, n + "_") for n in self._names()}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
@@ -31,15 +73,13 @@ class Settings:
 
 def check_number(where: str, name: str, v: Any, *, low: float | None = 0.0, high: float | None = None,
                  low_open: bool = False, high_open: bool = False, fix: str = "") -> float:
-    """A finite real number in [low, high] (or open at either end)."""
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    if ok and low is not None:
-        ok = v > low if low_open else v >= low
-    if ok and high is not None:
-        ok = v < high if high_open else v <= high
-    if not ok:
+    """A finite real number (Python or NumPy, not bool) in [low, high] (or open at either end), as a float."""
+    f = as_float(v)
+    in_range = f is not None and (low is None or (f > low if low_open else f >= low)) \
+        and (high is None or (f < high if high_open else f <= high))
+    if f is None or not in_range:
         lo = "" if low is None else ("(" if low_open else "[") + f"{low}"
         hi = "" if high is None else f"{high}" + (")" if high_open else "]")
         rng = f"in {lo or '(-inf'}, {hi or 'inf)'}"
         raise bad_argument(ConfigError, where, name, v, f"a finite number {rng}", fix or f"pass a valid {name}")
-    return float(v)
+    return f

@@ -1,0 +1,213 @@
+"""Argument checks of the builders, settings and data loaders.
+
+Each bad value must raise the library's own error (not OverflowError or pathlib's
+TypeError) naming the argument and the value; NumPy scalars count as the Python
+numbers they hold and are stored as Python ints and floats.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from renaissance_nb import (SGD, Adam, AdamW, BluePrintError, ConfigError, ConstantLR, CosineAnnealingLR,
+                            CrossEntropyLoss, DataError, DeepLearningTask, ExponentialLR, MultiStepLR, PolynomialLR,
+                            StepLR, avgpool, bn, conv, datasets, dropout, fc, leaky_relu, maxpool, repeat, seq)
+
+HUGE = 10**400  # a valid Python int that no float can hold
+
+
+def raises(exc: type[Exception], call: Callable[[], Any], *words: str) -> str:
+    """Run ``call``, expect ``exc`` with every word and a fix in its message; return the message."""
+    with pytest.raises(exc) as info:
+        call()
+    msg = str(info.value)
+    for w in words:
+        assert w in msg, (w, msg)
+    assert "Fix:" in msg, msg
+    return msg
+
+
+# ---- 1. pooling padding -------------------------------------------------------------------------------
+@pytest.mark.parametrize("make,kind,p,k", [
+    (lambda: maxpool(2, p=2), "maxpool", 2, 2),
+    (lambda: avgpool(3, p=2), "avgpool", 2, 3),
+    (lambda: maxpool(3, s=1, p=5), "maxpool", 5, 3),
+])
+def test_pool_padding_over_half_the_kernel_is_refused(make, kind, p, k) -> None:  # type: ignore[no-untyped-def]
+    msg = raises(BluePrintError, make, f"{kind}: p={p}", "at most half the kernel size k (as in PyTorch)",
+                 f"k={k}")
+    assert f"p={k // 2}" in msg.split("Fix:")[1]
+
+
+def test_pool_padding_up_to_half_the_kernel_is_accepted() -> None:
+    assert maxpool(2, p=1).p == {"k": 2, "p": 1, "s": 2}
+    assert avgpool(3, s=1, p=1).p == {"k": 3, "p": 1, "s": 1}
+
+
+# ---- 2. ints too large for a float ---------------------------------------------------------------------
+@pytest.mark.parametrize("exc,make,name", [
+    (ConfigError, lambda: AdamW().lr(HUGE), "lr"),
+    (ConfigError, lambda: AdamW(weight_decay=HUGE), "weight_decay"),
+    (ConfigError, lambda: SGD().momentum(HUGE), "momentum"),
+    (ConfigError, lambda: CrossEntropyLoss().label_smoothing(HUGE), "label_smoothing"),
+    (BluePrintError, lambda: dropout(HUGE), "p"),
+    (BluePrintError, lambda: leaky_relu(HUGE), "negative_slope"),
+    (BluePrintError, lambda: bn(eps=HUGE), "eps"),
+    (BluePrintError, lambda: bn(momentum=HUGE), "momentum"),
+    (ConfigError, lambda: CosineAnnealingLR().base_lr(HUGE), "base_lr"),
+    (ConfigError, lambda: StepLR().gamma(HUGE), "gamma"),
+])
+def test_huge_ints_are_out_of_range_not_overflow(exc, make, name) -> None:  # type: ignore[no-untyped-def]
+    raises(exc, make, f"{name}={str(HUGE)[:20]}", "expected")
+
+
+# ---- 3. NumPy scalars ------------------------------------------------------------------------------------
+def test_numpy_scalars_are_accepted_and_stored_as_python_numbers() -> None:
+    layer = fc(np.int64(10))
+    assert layer == fc(10) and type(layer.p["out"]) is int
+    assert conv(np.int32(4), np.int64(3), s=np.uint8(1), p=np.int16(1)) == conv(4, 3, s=1, p=1)
+    assert maxpool(np.int64(2)) == maxpool(2) and avgpool(np.int64(3), p=np.int64(1)) == avgpool(3, p=1)
+    assert dropout(np.float32(0.25)) == dropout(0.25) and type(dropout(np.float32(0.25)).p["p"]) is float
+    assert leaky_relu(np.float64(0.125)) == leaky_relu(0.125)
+    assert bn(momentum=np.float32(0.5), eps=np.float64(1e-5)) == bn(momentum=0.5, eps=1e-5)
+    assert repeat(fc(3), np.int64(2)) == repeat(fc(3), 2)
+
+    opt = AdamW().lr(np.float32(1e-3))
+    assert type(opt.lr_) is float and opt.lr_ == float(np.float32(1e-3))
+    adam = Adam(lr=np.float64(0.01), betas=(np.float32(0.5), np.float64(0.99)), eps=np.float64(1e-8))
+    assert adam == Adam(lr=0.01, betas=(0.5, 0.99), eps=1e-8)
+    assert all(type(v) is float for v in (adam.lr_, *adam.betas_, adam.eps_, adam.weight_decay_))
+    sgd = SGD().lr(np.int64(1)).momentum(np.float32(0.5)).weight_decay(np.float16(0.25))
+    assert sgd == SGD(lr=1.0, momentum=0.5, weight_decay=0.25)
+    assert all(type(v) is float for v in (sgd.lr_, sgd.momentum_, sgd.weight_decay_))
+    loss = CrossEntropyLoss().label_smoothing(np.float32(0.125))
+    assert loss == CrossEntropyLoss(label_smoothing=0.125) and type(loss.label_smoothing_) is float
+    sched = CosineAnnealingLR(base_lr=np.float32(0.5), warmup=np.int64(1))
+    assert sched == CosineAnnealingLR(base_lr=0.5, warmup=1) and type(sched.base_lr_) is float
+
+
+@pytest.mark.parametrize("exc,make,name", [
+    (BluePrintError, lambda: fc(np.bool_(True)), "out"),
+    (BluePrintError, lambda: fc(True), "out"),
+    (BluePrintError, lambda: dropout(np.bool_(False)), "p"),
+    (ConfigError, lambda: AdamW().lr(np.bool_(True)), "lr"),
+    (ConfigError, lambda: AdamW().lr(True), "lr"),
+    (ConfigError, lambda: CrossEntropyLoss().label_smoothing(np.bool_(False)), "label_smoothing"),
+    (ConfigError, lambda: AdamW().lr(np.float32("nan")), "lr"),
+])
+def test_bools_and_nan_scalars_are_still_refused(exc, make, name) -> None:  # type: ignore[no-untyped-def]
+    raises(exc, make, f"{name}=", "expected")
+
+
+def _tiny_task(n: Callable[[Any], Any], f: Callable[[Any], Any]) -> DeepLearningTask:
+    """A small MLP whose every number passes through ``n`` (ints) or ``f`` (floats)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((32, 6)).astype(np.float32)
+    y = np.arange(32) % 3
+    model = seq(fc(n(8)), leaky_relu(f(0.125)), dropout(f(0.25)), fc(n(3)))
+    return (DeepLearningTask("numpy-args").model(model).data(train=(x, y), batch_size=8)
+            .loss(CrossEntropyLoss().label_smoothing(f(0.125)))
+            .optimizer(AdamW().lr(f(0.0625)).betas(f(0.5), f(0.75)).weight_decay(f(0.03125)))
+            .scheduler(CosineAnnealingLR(base_lr=f(0.0625), warmup=n(1)))
+            .total_epochs(2))
+
+
+def test_task_built_from_numpy_scalars_trains_like_python_numbers() -> None:
+    a = _tiny_task(int, float)
+    b = _tiny_task(np.int64, np.float32)
+    a.run(progress=False)
+    b.run(progress=False)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    assert {k: v.tobytes() for k, v in sa.items()} == {k: v.tobytes() for k, v in sb.items()}
+
+
+# ---- 4. unknown keywords of optimizers and losses -------------------------------------------------------
+@pytest.mark.parametrize("cls,bad,names", [
+    (Adam, "learning_rate", "lr, betas, eps, weight_decay"),
+    (AdamW, "momentum", "lr, betas, eps, weight_decay"),
+    (SGD, "mom", "lr, momentum, dampening, weight_decay, nesterov"),
+    (CrossEntropyLoss, "smoothing", "label_smoothing"),
+    (CosineAnnealingLR, "foo", "base_lr, eta_min, warmup, warmup_start_factor"),
+])
+def test_unknown_keyword_lists_the_valid_settings(cls, bad, names) -> None:  # type: ignore[no-untyped-def]
+    raises(ConfigError, lambda: cls(**{bad: 1}), f"{cls.__name__}(): {bad}=1", f"one of the settings {names}")
+
+
+def test_every_setting_class_uses_the_checked_constructor() -> None:
+    """A subclass declared without init=False would get the dataclass's __init__ and its bare TypeError."""
+    from renaissance_nb.train.settings import Settings
+
+    def subclasses(c: type) -> list[type]:
+        return [c] + [d for s in c.__subclasses__() for d in subclasses(s)]
+    classes = [c for c in subclasses(Settings) if dataclasses.is_dataclass(c) and dataclasses.fields(c)]
+    assert {Adam, AdamW, SGD, CrossEntropyLoss, CosineAnnealingLR, StepLR} <= set(classes)
+    assert [c for c in classes if c.__init__ is not Settings.__init__] == []
+
+
+@pytest.mark.parametrize("cls", [Adam, AdamW, SGD, CrossEntropyLoss, CosineAnnealingLR])
+def test_positional_setting_is_a_config_error(cls) -> None:  # type: ignore[no-untyped-def]
+    raises(ConfigError, lambda: cls(0.1), "positional argument=0.1", "by name")
+
+
+def test_optimizers_and_losses_take_their_setting_names_like_schedulers() -> None:
+    assert Adam(lr=1e-2) == Adam().lr(1e-2)
+    assert AdamW(lr=0.1, betas=[0.8, 0.9], weight_decay=0.0) == AdamW().lr(0.1).betas(0.8, 0.9).weight_decay(0)
+    assert SGD(lr=0.1, momentum=0.9, nesterov=True) == SGD().lr(0.1).momentum(0.9).nesterov()
+    assert CrossEntropyLoss(label_smoothing=0.1) == CrossEntropyLoss().label_smoothing(0.1)
+    assert type(AdamW(lr=0.1)) is AdamW and AdamW().weight_decay_ == 1e-2
+    # every setting is checked the same way whichever path sets it
+    raises(ConfigError, lambda: Adam(lr=-1), "Adam: lr=-1")
+    raises(ConfigError, lambda: SGD(nesterov=True), "nesterov=True", "momentum")
+    # dataclasses.replace (the field names) still works, with the same checks
+    assert dataclasses.replace(AdamW(), lr_=0.5) == AdamW(lr=0.5)
+    raises(ConfigError, lambda: dataclasses.replace(AdamW(), lr_=-0.5), "lr=-0.5")
+    for s in (Adam(), AdamW(), SGD(), CrossEntropyLoss(), MultiStepLR(milestones=[1]), ExponentialLR(),
+              ConstantLR(), PolynomialLR(), StepLR()):
+        assert type(s)(**s.settings()) == s
+
+
+# ---- 5. data set paths and flags ---------------------------------------------------------------------
+@pytest.mark.parametrize("call,where,name,value", [
+    (lambda: datasets.mnist(None), "mnist", "root", "None"),
+    (lambda: datasets.mnist(5), "mnist", "root", "5"),
+    (lambda: datasets.cifar10(5), "cifar10", "root", "5"),
+    (lambda: datasets.cifar10(None), "cifar10", "root", "None"),
+    (lambda: datasets.read_idx(None), "read_idx", "path", "None"),
+    (lambda: datasets.read_idx(b"train-images"), "read_idx", "path", "b'train-images'"),
+    (lambda: datasets.download_mnist(3.5), "download_mnist", "root", "3.5"),
+    (lambda: datasets.download_cifar10([]), "download_cifar10", "root", "[]"),
+])
+def test_dataset_paths_must_be_str_or_pathlike(call, where, name, value) -> None:  # type: ignore[no-untyped-def]
+    raises(DataError, call, f"{where}: {name}={value}", "a str or os.PathLike path")
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any download attempt fails the test."""
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a download was attempted")
+    for module in ("renaissance_nb.data.mnist", "renaissance_nb.data.cifar"):  # the package's names are functions
+        monkeypatch.setattr(importlib.import_module(module), "_fetch", fail)
+
+
+@pytest.mark.parametrize("call,where,name", [
+    (lambda root: datasets.mnist(root, download="no"), "mnist", "download"),
+    (lambda root: datasets.mnist(root, download=1), "mnist", "download"),
+    (lambda root: datasets.mnist(root, normalize="no"), "mnist", "normalize"),
+    (lambda root: datasets.mnist(root, verify="yes"), "mnist", "verify"),
+    (lambda root: datasets.cifar10(root, download="no"), "cifar10", "download"),
+])
+def test_dataset_flags_must_be_bools(no_network, tmp_path: Path, call, where, name) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path / "missing"
+    raises(DataError, lambda: call(root), f"{where}: {name}=", "True or False")
+    assert not root.exists()
+
+
+def test_numpy_bool_download_flag_is_a_bool(no_network, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raises(DataError, lambda: datasets.mnist(tmp_path, download=np.bool_(False)), "mnist: root=", "missing")
