@@ -104,14 +104,26 @@ def spec(task: Any) -> dict[str, Any]:
             "val_batch_size": task._val_batch, "shuffle": task._shuffle, "name": task.name,
             "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
                         "nan_policy": task._nan_policy, "zero_grad": task._zero_grad,
-                        "pad_rows": task._pad_rows}}
+                        "pad_rows": task._pad_rows},
+            **_training_extras(task)}
+
+
+def _training_extras(task: Any) -> dict[str, Any]:
+    """EMA, progressive resizing and augmentation: settings that change what training does (JSON-ready;
+    a checkpoint saved before they were recorded holds none of them, which means they were off)."""
+    r = task._resolution
+    return {"ema": task._ema, "train_resolution": None if r is None else [list(r[0]), list(r[1]), r[2]],
+            "augment": {"crop_pad": task._crop_pad, "flip": task._flip}}
+
+
+EXTRAS_OFF = {"ema": None, "train_resolution": None, "augment": {"crop_pad": 0, "flip": False}}
 
 
 def _settings(task: Any) -> dict[str, Any]:
     return {"seed": task._seed, "optimizer": repr(task._optimizer), "loss": repr(task._loss),
             "scheduler": repr(task._scheduler), "total_epochs": task._epochs, "batch_size": task._batch,
             "val_batch_size": task._val_batch, "shuffle": task._shuffle, "n_train": len(task._splits.train),
-            "n_val": 0 if task._splits.val is None else len(task._splits.val)}
+            "n_val": 0 if task._splits.val is None else len(task._splits.val), **_training_extras(task)}
 
 
 def _digest(arrays: dict[str, np.ndarray]) -> str:
@@ -138,9 +150,14 @@ def _state_arrays(task: Any) -> dict[str, np.ndarray]:
 def save(task: Any, path: str | os.PathLike) -> str:
     """Write the state of a compiled task to ``path`` atomically; returns the path."""
     _require_compiled(task, "save")
-    path = os.fspath(path)
-    if not isinstance(path, str) or not path:
-        raise CheckpointError(f"save: path={path!r} is invalid; expected a file name. Fix: pass e.g. 'run.npz'.")
+    given = path
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        path = None
+    if not isinstance(path, str) or not path or os.path.isdir(path):
+        raise CheckpointError(f"save: path={given!r} is invalid; expected a file name (not a folder). "
+                              "Fix: pass e.g. 'run.npz'.")
     arrays = _state_arrays(task)
     header = {
         "format": FORMAT, "version": VERSION,
@@ -158,7 +175,11 @@ def save(task: Any, path: str | os.PathLike) -> str:
     if not os.path.isdir(folder):
         raise CheckpointError(f"save: the folder {folder!r} of path {path!r} does not exist. "
                               "Fix: create it first (os.makedirs) or save elsewhere.")
-    fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise CheckpointError(f"save: cannot write in the folder {folder!r} of path {path!r} ({exc.strerror}). "
+                              "Fix: save to a folder you can write to.") from None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays, **{HEADER_KEY: blob})
@@ -287,7 +308,7 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     if strict:
         saved, now = header.get("settings", {}), _settings(task)
         for k in now:
-            if saved.get(k) != now[k]:
+            if saved.get(k, EXTRAS_OFF.get(k)) != now[k]:
                 raise CheckpointError(f"{op}: setting {k} differs: {saved.get(k)!r} in {p!r} vs {now[k]!r} in this "
                                       "task; resuming would not reproduce the saved run. Fix: build the task with "
                                       f"{k}={saved.get(k)!r}, or pass strict=False to load anyway.")

@@ -12,12 +12,16 @@ task for inspection: ``task.arch``, ``task.shapes``, ``task.plans``, ``task.grap
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
 import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Sequence
+import warnings
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -37,7 +41,7 @@ from .progress import make_progress
 from .result import EpochRecord, TrainingResult
 from .runtime.arena import Arena
 from .runtime.replay import Executor, StepPrograms, batch_variants
-from .task import Phase, TaskBase
+from .task import Phase, TaskBase, Transition
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
 from .train.rng import Philox, StreamId
@@ -48,6 +52,40 @@ def _int_setting(where: str, name: str, v: Any, low: int = 1) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
         raise bad_argument(ConfigError, where, name, v, f"an int >= {low}", f"pass a whole number >= {low}")
     return int(v)
+
+
+def _check_path_template(where: str, path: Any, example: str) -> None:
+    """A checkpoint path template must format with {name} and {epoch} now, not at the first autosave mid-run."""
+    try:
+        ok = isinstance(path, str) and bool(path) and bool(path.format(name="task", epoch=1))
+    except (KeyError, IndexError, ValueError, AttributeError):
+        ok = False
+    if not ok:
+        raise bad_argument(ConfigError, where, "path", path, "a file name that may use {name} and {epoch}",
+                           f"{example} (double braces for a literal brace)")
+
+
+def _arguments_checked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A misspelt keyword or a setting passed by position gets a ConfigError that lists the names
+    the method takes, not Python's bare TypeError (checked before the method runs, so nothing changes)."""
+    sig = inspect.signature(method)
+    names = [n for n in sig.parameters if n != "self"]
+    where = method.__name__
+
+    @functools.wraps(method)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            sig.bind(self, *args, **kwargs)
+        except TypeError as exc:
+            unknown = [k for k in kwargs if k not in sig.parameters]
+            if unknown:
+                raise bad_argument(ConfigError, where, unknown[0], kwargs[unknown[0]],
+                                   f"one of the names {', '.join(names)}",
+                                   f"remove {unknown[0]}= or use one of those names") from None
+            raise ConfigError(f"{where}: {exc} (it takes {', '.join(names)}). Fix: pass those arguments, "
+                              f"settings by name, e.g. task.{where}({names[0]}=...).") from None
+        return method(self, *args, **kwargs)
+    return checked
 
 
 class DeepLearningTask(TaskBase):
@@ -105,6 +143,7 @@ class DeepLearningTask(TaskBase):
                              f"The setting {name} can no longer change: the task's plan is made from it. "
                              "Fix: create a new DeepLearningTask, or call task.reset() to discard the plan.")
 
+    @_arguments_checked
     def model(self, blueprint: BluePrint) -> "DeepLearningTask":
         self._setting("model")
         if not isinstance(blueprint, BluePrint):
@@ -113,6 +152,7 @@ class DeepLearningTask(TaskBase):
         self._model = blueprint
         return self
 
+    @_arguments_checked
     def data(self, splits: DataSplits | Dataset | tuple | None = None, *, train: tuple | None = None,
              val: tuple | None = None, batch_size: int = 128, val_batch_size: int | None = None,
              shuffle: bool = True) -> "DeepLearningTask":
@@ -120,6 +160,10 @@ class DeepLearningTask(TaskBase):
         self._setting("data")
         if splits is not None and train is not None:
             raise ConfigError("data: got both a data set and train=. Fix: pass one of them.")
+        if isinstance(splits, (DataSplits, Dataset)) and val is not None:
+            raise ConfigError("data: got a data set and val=; val= goes with train=(X, y) or a tuple (X, y). "
+                              "Fix: task.data(train=(X, y), val=(Xv, yv)), or one DataSplits holding both, "
+                              "datasets.from_arrays((X, y), (Xv, yv)).")
         if isinstance(splits, DataSplits):
             s = splits
         elif isinstance(splits, Dataset):
@@ -139,6 +183,7 @@ class DeepLearningTask(TaskBase):
         self._splits, self._batch, self._val_batch, self._shuffle = s, b, vb, shuffle
         return self
 
+    @_arguments_checked
     def loss(self, loss: CrossEntropyLoss) -> "DeepLearningTask":
         self._setting("loss")
         if not isinstance(loss, CrossEntropyLoss):
@@ -147,6 +192,7 @@ class DeepLearningTask(TaskBase):
         self._loss = loss
         return self
 
+    @_arguments_checked
     def optimizer(self, optimizer: Optimizer) -> "DeepLearningTask":
         self._setting("optimizer")
         if not isinstance(optimizer, Optimizer):
@@ -155,6 +201,7 @@ class DeepLearningTask(TaskBase):
         self._optimizer = optimizer
         return self
 
+    @_arguments_checked
     def scheduler(self, scheduler: Scheduler) -> "DeepLearningTask":
         self._setting("scheduler")
         if not isinstance(scheduler, Scheduler):
@@ -163,16 +210,22 @@ class DeepLearningTask(TaskBase):
         self._scheduler = scheduler
         return self
 
+    @_arguments_checked
     def total_epochs(self, epochs: int) -> "DeepLearningTask":
         self._setting("total_epochs")
         self._epochs = _int_setting("total_epochs", "epochs", epochs)
         return self
 
+    @_arguments_checked
     def seed(self, seed: int) -> "DeepLearningTask":
         self._setting("seed")
-        self._seed = _int_setting("seed", "seed", seed, low=0)
+        v = _int_setting("seed", "seed", seed, low=0)
+        if v >= 2**64:  # Philox's key is 64 bits
+            raise bad_argument(ConfigError, "seed", "seed", seed, "an int in [0, 2**64)", "pass e.g. seed=0")
+        self._seed = v
         return self
 
+    @_arguments_checked
     def ema(self, decay: float = 0.999) -> "DeepLearningTask":
         """Keep exponential-moving-average weights (E_ regions), evaluated each epoch next to the raw ones."""
         self._setting("ema")
@@ -182,6 +235,7 @@ class DeepLearningTask(TaskBase):
         self._ema = float(decay)
         return self
 
+    @_arguments_checked
     def train_resolution(self, begin: int | tuple[int, int], end: int | tuple[int, int],
                          boundary_epoch: int) -> "DeepLearningTask":
         """Progressive resizing: train at ``begin`` (H, W) before ``boundary_epoch``, at ``end`` after.
@@ -201,6 +255,7 @@ class DeepLearningTask(TaskBase):
         self._resolution = (hw("begin", begin), hw("end", end), b)
         return self
 
+    @_arguments_checked
     def augment(self, crop_pad: int = 0, flip: bool = False) -> "DeepLearningTask":
         """On-the-fly augmentation of image data, drawn from Philox's AUGMENT stream (deterministic)."""
         self._setting("augment")
@@ -210,6 +265,7 @@ class DeepLearningTask(TaskBase):
         self._flip = flip
         return self
 
+    @_arguments_checked
     def options(self, *, fuse: bool | None = None, liveness: bool | None = None, nan_check: bool | None = None,
                 zero_grad: bool | None = None, nan_policy: str | None = None,
                 prefetch: bool | None = None, pad_rows: bool | None = None) -> "DeepLearningTask":
@@ -236,6 +292,7 @@ class DeepLearningTask(TaskBase):
                 setattr(self, f"_{k}", v)
         return self
 
+    @_arguments_checked
     def device(self, device: str = "auto", *, data: str = "auto", capture: str = "entry") -> "DeepLearningTask":
         """Where the step replays: "cpu" (default), "cuda" (CUDA graphs through CuPy; an error
         if there is no GPU) or "auto" (the GPU when CuPy finds one and the model's ops all
@@ -264,21 +321,20 @@ class DeepLearningTask(TaskBase):
         self._device, self._device_data, self._device_capture = device, data, capture
         return self
 
+    @_arguments_checked
     def save_every(self, epochs: int, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
         """Checkpoint every ``epochs`` epochs; ``path`` may use {name} and {epoch}."""
         self._setting("save_every")
         n = _int_setting("save_every", "epochs", epochs)
-        if not isinstance(path, str) or not path:
-            raise bad_argument(ConfigError, "save_every", "path", path, "a file name template",
-                               "e.g. 'checkpoints/{name}-epoch{epoch}.npz'")
+        _check_path_template("save_every", path, "e.g. 'checkpoints/{name}-epoch{epoch}.npz'")
         self._save_every = (n, path)
         return self
 
+    @_arguments_checked
     def save_best(self, path: str = "checkpoints/{name}-best.npz") -> "DeepLearningTask":
         """Checkpoint whenever validation top-1 (train top-1 without val data) reaches a new best."""
         self._setting("save_best")
-        if not isinstance(path, str) or not path:
-            raise bad_argument(ConfigError, "save_best", "path", path, "a file name", "e.g. 'checkpoints/best.npz'")
+        _check_path_template("save_best", path, "e.g. 'checkpoints/{name}-best.npz'")
         self._save_best = path
         return self
 
@@ -303,6 +359,20 @@ class DeepLearningTask(TaskBase):
         self.__init__(self.name)  # type: ignore[misc]
         self.__dict__.update(keep)
         return self
+
+    @contextmanager
+    def _unchanged_on_error(self) -> Iterator[None]:
+        """A stage that fails (a bad setting found late, no GPU, no memory, Ctrl-C) leaves the task
+        as it was: phase, plan, arena and transitions. The stages assign new objects rather than
+        change old ones, so a shallow copy of the attributes is the whole state."""
+        saved, transitions = dict(self.__dict__), list(self.transitions)
+        try:
+            yield
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            self.transitions = transitions
+            raise
 
     # ---- read-only views of the settings ----------------------------------------------------------
     @property
@@ -345,6 +415,11 @@ class DeepLearningTask(TaskBase):
         self._require("plan", Phase.PLANNING)
         if self.arch is not None:
             return self.arch
+        with self._unchanged_on_error():
+            return self._plan()
+
+    def _plan(self) -> ArchPlan:
+        started = time.time()
         if self._model is None:
             raise ConfigError("plan: no model was set. Fix: task.model(seq(fc(128), relu(), fc(10))).")
         if self._splits is None:
@@ -368,7 +443,7 @@ class DeepLearningTask(TaskBase):
                                    ema=self._ema is not None)
         max_slots = compute_max_slot_bytes(shapes)
         self.arch, self.shapes, self.max_slot_bytes = arch, shapes, max_slots
-        self.transitions.append(_note("plan"))
+        self.transitions.append(_note("plan", started))
         return arch
 
     def alloc(self, *args: Any, **kwargs: Any):  # type: ignore[override]
@@ -383,6 +458,10 @@ class DeepLearningTask(TaskBase):
     def lock_memory(self) -> "DeepLearningTask":
         """Stages 4 and 3: build the zero-shape graphs, then finalize the six MemoryPlans."""
         self._require("lock_memory", Phase.PLANNING)
+        with self._unchanged_on_error():
+            return self._lock_memory()
+
+    def _lock_memory(self) -> "DeepLearningTask":
         started = time.time()
         self.plan()
         shapes = self.shapes
@@ -407,11 +486,15 @@ class DeepLearningTask(TaskBase):
         """Stage 5 and binding: fill the atlas, create the arena, bind, initialise weights."""
         if self._phase is Phase.COMPILED:
             return self
+        with self._unchanged_on_error():  # from PLANNING too: a missing GPU or memory undoes lock_memory()
+            return self._compile()
+
+    def _compile(self) -> "DeepLearningTask":
         if self._phase is Phase.PLANNING:
             self.lock_memory()
         started = time.time()
         from .gpu.device import resolve_device
-        kind = resolve_device(self._device)  # before anything changes: a missing GPU leaves the task as it was
+        kind = resolve_device(self._device)
         specs = self.shapes.specs
         atlas = share_or_clone(specs, self.graphs, self.plans, self._zero_grad, self._nan_check)
         ids = self.shapes.tables["train_base"].ids
@@ -491,6 +574,7 @@ class DeepLearningTask(TaskBase):
         ex.view("train_base", "lr_table")[: self.total_steps] = self.lr_table()
 
     # ---- training --------------------------------------------------------------------------------
+    @_arguments_checked
     def run(self, epochs: int | None = None, *, progress: str | bool = "auto", resume: bool = True,
             callbacks: Sequence[Callable[[str, Any], None]] = ()) -> TrainingResult:  # type: ignore[override]
         """Train to total_epochs (or ``epochs`` more). Compiles first if needed.
@@ -500,12 +584,18 @@ class DeepLearningTask(TaskBase):
         continues from the next step, ending with the same weights as an uninterrupted
         run. ``resume=False`` starts the interrupted epoch over instead.
         """
-        if not resume:
-            self._resume_at = None
+        more = None if epochs is None else _int_setting("run", "epochs", epochs)  # before anything changes
         if self._phase is not Phase.COMPILED:
             self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
             self.compile()
-        end = self._epochs if epochs is None else min(self._epochs, self._epoch + _int_setting("run", "epochs", epochs))
+        if not resume:
+            self._resume_at = None
+        end = self._epochs if more is None else min(self._epochs, self._epoch + more)
+        if end <= self._epoch and self._resume_at is None:
+            warnings.warn(f"run: all total_epochs={self._epochs} epochs are trained, so there is nothing to run: the "
+                          "learning-rate schedule and the plan are compiled for that many. Fix: to train longer, build "
+                          "a task with a larger total_epochs and copy the weights in with "
+                          "new_task.load_state_dict(task.state_dict()).", stacklevel=3)
         ex = self.executor  # host views: what the loop reads and writes
         rx = self._runner   # who replays: ex itself on the CPU, the captured graphs on a GPU
         s = self._splits
@@ -541,65 +631,82 @@ class DeepLearningTask(TaskBase):
         self.result.interrupted = False
         # prog.armed(): a first step that compiles the kernels says so instead of looking hung
         first = True
+        at: tuple[int, int] | None = None  # the last step boundary reached: where run() resumes after a failure
         with stop, blas.own_cores(), prog.armed():
-            while self._epoch < end:
-                epoch = self._epoch
-                sched = sched_low if epoch >= boundary else sched_base
-                t0 = time.perf_counter()
-                start = 0
-                if self._resume_at is not None and self._resume_at[0] == epoch:
-                    start = self._resume_at[1]
-                else:
-                    self._shuffle_into(self._env.perms["train"], epoch)
-                    rx.set_perm("train", self._env.perms["train"])
-                    cursor[0] = 0
-                    aug_offset[0] = epoch * len(s.train)
-                    rx.push(cursor, aug_offset)
-                    for k in sched.prologue:
-                        k()
-                self._resume_at = None
-                steps = sched.steps
-                for i in range(start, sched.batches):
-                    for k in steps[i]:
-                        k()
-                    if first:  # the kernels are compiled or loaded now
-                        prog.disarm()
-                        first = False
-                    if stop.requested:
-                        self._resume_at = (epoch, i + 1)
+            try:
+                while self._epoch < end:
+                    epoch = self._epoch
+                    sched = sched_low if epoch >= boundary else sched_base
+                    t0 = time.perf_counter()
+                    start = 0
+                    if self._resume_at is not None and self._resume_at[0] == epoch:
+                        start = self._resume_at[1]
+                    else:
+                        self._shuffle_into(self._env.perms["train"], epoch)
+                        rx.set_perm("train", self._env.perms["train"])
+                        cursor[0] = 0
+                        aug_offset[0] = epoch * len(s.train)
+                        rx.push(cursor, aug_offset)
+                        for k in sched.prologue:
+                            k()
+                    self._resume_at = None
+                    at = (epoch, start)
+                    steps = sched.steps
+                    for i in range(start, sched.batches):
+                        at = None  # inside a step: a failure here leaves it half done
+                        for k in steps[i]:
+                            k()
+                        at = (epoch, i + 1)
+                        if first:  # the kernels are compiled or loaded now
+                            prog.disarm()
+                            first = False
+                        if stop.requested:
+                            self._resume_at = (epoch, i + 1)
+                            break
+                        if (i & 15) == 15:
+                            rx.pull(*watched)
+                            if nan_flag[0] == 2:
+                                self._raise_halted()
+                            loss = float(result_view[0])
+                            prog.update(16, loss)
+                            for cb in callbacks:
+                                cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
+                    if self._resume_at is not None:
+                        self.result.interrupted = True
                         break
-                    if (i & 15) == 15:
-                        rx.pull(*watched)
-                        if nan_flag[0] == 2:
-                            self._raise_halted()
-                        loss = float(result_view[0])
-                        prog.update(16, loss)
-                        for cb in callbacks:
-                            cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
-                if self._resume_at is not None:
+                    rx.pull(result_view, acc, step_counter, nan_flag)
+                    if nan_flag[0] == 2:
+                        self._raise_halted()
+                    prog.update(sched.batches % 16, float(result_view[0]))
+                    train = acc.copy()
+                    val = self._run_eval(val_sched) if val_sched else None
+                    emav = self._run_eval(ema_sched) if ema_sched else None
+                    lr = float(lr_table[min(int(step_counter[0]), len(lr_table)) - 1]) if step_counter[0] else 0.0
+                    rec = EpochRecord(epoch + 1, train[0] / train[3], train[1] / train[3], train[2] / train[3],
+                                      None if val is None else val[0] / val[3], None if val is None else val[1] / val[3],
+                                      None if val is None else val[2] / val[3], lr, time.perf_counter() - t0,
+                                      int(step_counter[0]),
+                                      *((None, None, None) if emav is None else (emav[0] / emav[3], emav[1] / emav[3],
+                                                                                 emav[2] / emav[3])))
+                    self.result.history.append(rec)
+                    self._epoch += 1
+                    at = None
+                    rx.download_all()
+                    self._autosave(rec)
+                    prog.epoch(rec)
+                    for cb in callbacks:
+                        cb("epoch", rec)
+            except BaseException:  # a callback, a save or a second Ctrl-C failed between two steps
+                if at is not None:
+                    try:
+                        rx.download_all()  # a device backend's state is what resumes
+                    except Exception:  # noqa: BLE001 - the host copy is stale: the epoch starts over
+                        at = None
+                if at is not None:
+                    self._resume_at = at
                     self.result.interrupted = True
-                    break
-                rx.pull(result_view, acc, step_counter, nan_flag)
-                if nan_flag[0] == 2:
-                    self._raise_halted()
-                prog.update(sched.batches % 16, float(result_view[0]))
-                train = acc.copy()
-                val = self._run_eval(val_sched) if val_sched else None
-                emav = self._run_eval(ema_sched) if ema_sched else None
-                lr = float(lr_table[min(int(step_counter[0]), len(lr_table)) - 1]) if step_counter[0] else 0.0
-                rec = EpochRecord(epoch + 1, train[0] / train[3], train[1] / train[3], train[2] / train[3],
-                                  None if val is None else val[0] / val[3], None if val is None else val[1] / val[3],
-                                  None if val is None else val[2] / val[3], lr, time.perf_counter() - t0,
-                                  int(step_counter[0]),
-                                  *((None, None, None) if emav is None else (emav[0] / emav[3], emav[1] / emav[3],
-                                                                             emav[2] / emav[3])))
-                self.result.history.append(rec)
-                self._epoch += 1
-                rx.download_all()
-                self._autosave(rec)
-                prog.epoch(rec)
-                for cb in callbacks:
-                    cb("epoch", rec)
+                prog.close()
+                raise
         prog.close()
         rx.download_all()
         self._drain_transfers()
@@ -705,8 +812,15 @@ class DeepLearningTask(TaskBase):
         return out
 
     def _check_sample_shape(self, op: str, x: np.ndarray) -> None:
-        want = self._splits.train.sample_shape
-        if tuple(x.shape[1:]) != tuple(want) and int(np.prod(x.shape[1:])) != int(np.prod(want)):
+        want = tuple(self._splits.train.sample_shape)
+        got = tuple(x.shape[1:])
+        if got == want:
+            return
+        if len(want) == 3:  # image models read (N, C, H, W) as such: a flat or channels-last batch is not it
+            raise bad_argument(DataError, op, "X", x, f"images shaped (N, {', '.join(map(str, want))}) as in "
+                               "training (N, C, H, W)", f"reshape it, e.g. X.reshape(-1, {', '.join(map(str, want))})"
+                               " for flat rows, or X.transpose(0, 3, 1, 2) for channels-last images")
+        if int(np.prod(got)) != int(np.prod(want)):
             raise bad_argument(DataError, op, "X", x, f"samples shaped {want}", "pass data shaped like the training data")
 
     # ---- parameters ---------------------------------------------------------------------------------
@@ -744,7 +858,15 @@ class DeepLearningTask(TaskBase):
                                   "Fix: load a state dict made for this model.")
         arrays = {}
         for k, shape in expected.items():
-            a = np.asarray(state[k], dtype=np.float32)
+            try:
+                a = np.asarray(state[k])
+                if a.dtype.kind not in "iuf":
+                    raise TypeError(a.dtype)
+                a = a.astype(np.float32)
+            except (TypeError, ValueError):
+                raise bad_argument(CheckpointError, "load_state_dict", k, state[k],
+                                   f"a real-valued array of shape {shape}",
+                                   "load a state dict made for this model (task.state_dict())") from None
             if a.shape != shape:
                 raise CheckpointError(f"load_state_dict: {k} has shape {a.shape}, the model needs {shape}. "
                                       "Fix: load a state dict made for this model.")
@@ -801,6 +923,13 @@ class DeepLearningTask(TaskBase):
             task.scheduler(build(sp["scheduler"]))
         # a checkpoint from before padded rows existed holds contiguous rows
         task.options(**{"pad_rows": False, **sp["options"]})
+        extras = {**checkpoint.EXTRAS_OFF, **{k: sp[k] for k in checkpoint.EXTRAS_OFF if k in sp}}
+        if extras["ema"] is not None:
+            task.ema(extras["ema"])
+        if extras["train_resolution"] is not None:
+            begin, end, boundary = extras["train_resolution"]
+            task.train_resolution(tuple(begin), tuple(end), boundary)
+        task.augment(**extras["augment"])
         return task.compile().load_state(path, strict=strict)
 
     # ---- summaries ------------------------------------------------------------------------------------
@@ -842,10 +971,10 @@ class DeepLearningTask(TaskBase):
         return f"<DeepLearningTask {self.name!r}: " + ", ".join(bits) + ">"
 
 
-def _note(operation: str):  # type: ignore[no-untyped-def]
-    from .task import Transition
+def _note(operation: str, started: float):  # type: ignore[no-untyped-def]
+    """A step within PLANNING (plan()), timed like the phase changes, for the phase view's history."""
     now = time.time()
-    return Transition(Phase.PLANNING, Phase.PLANNING, operation, now, 0.0)
+    return Transition(Phase.PLANNING, Phase.PLANNING, operation, now, now - started)
 
 
 class _StopFlag:

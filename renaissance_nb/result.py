@@ -48,39 +48,48 @@ class TrainingResult:
     interrupted: bool = False
 
     @property
-    def _scored(self) -> list[tuple[float, float, int]]:
-        return [((r.val_top1 if r.val_top1 is not None else r.train_top1),
-                 (r.val_top5 if r.val_top5 is not None else r.train_top5), r.epoch) for r in self.history]
+    def _best(self) -> EpochRecord | None:
+        """The epoch with the highest validation top-1 (train top-1 without val data); the earliest on a tie.
+        Its top-5 is reported beside it: the best top-1 and the best top-5 of two epochs are no model."""
+        scored = [(r.val_top1 if r.val_top1 is not None else r.train_top1, -r.epoch, r) for r in self.history]
+        return max(scored, key=lambda t: t[:2])[2] if scored else None
 
     @property
     def best_epoch(self) -> int:
-        s = self._scored
-        return max(s, key=lambda t: (t[0], -t[2]))[2] if s else -1
+        b = self._best
+        return b.epoch if b else -1
 
     @property
     def best_top1(self) -> float:
-        s = self._scored
-        return max(t[0] for t in s) if s else 0.0
+        b = self._best
+        return (b.val_top1 if b.val_top1 is not None else b.train_top1) if b else 0.0
 
     @property
     def best_top5(self) -> float:
-        s = self._scored
-        return max(t[1] for t in s) if s else 0.0
+        """Top-5 of the best epoch (not the highest top-5 of any epoch)."""
+        b = self._best
+        return (b.val_top5 if b.val_top5 is not None else b.train_top5) if b else 0.0
+
+    @property
+    def _best_ema(self) -> EpochRecord | None:
+        scored = [(r.ema_top1, -r.epoch, r) for r in self.history if r.ema_top1 is not None]
+        return max(scored, key=lambda t: t[:2])[2] if scored else None
 
     @property
     def best_ema_epoch(self) -> int:
-        s = [(r.ema_top1, r.epoch) for r in self.history if r.ema_top1 is not None]
-        return max(s, key=lambda t: (t[0], -t[1]))[1] if s else -1
+        b = self._best_ema
+        return b.epoch if b else -1
 
     @property
     def best_ema_top1(self) -> float | None:
-        s = [r.ema_top1 for r in self.history if r.ema_top1 is not None]
-        return max(s) if s else None
+        b = self._best_ema
+        return b.ema_top1 if b else None
 
     @property
     def best_ema_top5(self) -> float | None:
-        s = [r.ema_top5 for r in self.history if r.ema_top5 is not None]
-        return max(s) if s else None
+        """EMA top-5 of the best EMA epoch."""
+        b = self._best_ema
+        return b.ema_top5 if b else None
 
     def as_rows(self) -> list[dict[str, float | int | None]]:
         return [r.__dict__.copy() for r in self.history]

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import PlanError
 from ..memory.dtensor import ALIGNMENT, tensor_view
-from ..memory.plan import MemoryPlan
+from ..memory.plan import MemoryPlan, human_bytes
 from ..memory.region import Region
 
 
@@ -12,7 +13,12 @@ class Arena:
     """One aligned, zeroed byte buffer of a finalized plan's size."""
 
     def __init__(self, plan: MemoryPlan) -> None:
-        raw = np.zeros(plan.total_bytes + ALIGNMENT, np.uint8)
+        try:
+            raw = np.zeros(plan.total_bytes + ALIGNMENT, np.uint8)
+        except MemoryError:
+            raise PlanError(f"arena: the plan {plan.name!r} needs {human_bytes(plan.total_bytes)} in one buffer and "
+                            "this machine cannot allocate it. Fix: a smaller model, batch_size or val_batch_size "
+                            "(task.summary() shows the arena by region).") from None
         shift = (-raw.ctypes.data) % ALIGNMENT
         self.bytes = raw[shift: shift + plan.total_bytes]
         self.plan = plan

@@ -1,0 +1,235 @@
+"""A failed call leaves the task as it was, and says what to fix in the library's own words.
+
+Each case here was found by trying bad input through the public API: a stage that failed
+late (no GPU, a seed Philox refuses, no memory) used to leave the task half-compiled; an
+exception between two steps (a callback) lost the epoch's position; checkpoints forgot
+augmentation, EMA and progressive resizing. Every test checks the numbers afterwards:
+the task still trains to the same bytes as one that never saw the bad call.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from renaissance_nb import (AdamW, CheckpointError, ConfigError, DataError, DeepLearningTask, Phase, PlanError,
+                            conv, datasets, fc, flatten, gap, maxpool, relu, seq)
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((256, 24)).astype(np.float32)
+Y = (X[:, :3].sum(1) > 0).astype(np.int64) + 2 * (X[:, 3] > 0)
+IMG = rng.standard_normal((96, 1, 8, 8)).astype(np.float32)
+IMG_Y = (IMG[:, 0, :4].mean((1, 2)) > 0).astype(np.int64)
+
+
+def mlp(**kw) -> DeepLearningTask:
+    return (DeepLearningTask("f").model(seq(fc(32), relu(), fc(4)))
+            .data(train=(X[:192], Y[:192]), val=(X[192:], Y[192:]), batch_size=kw.get("batch", 32))
+            .optimizer(AdamW().lr(3e-3)).total_epochs(kw.get("epochs", 2)).seed(3))
+
+
+def cnn(head: str = "flatten") -> DeepLearningTask:
+    tail = (maxpool(2), flatten()) if head == "flatten" else (gap(),)  # gap() for any input resolution
+    return (DeepLearningTask("c").model(seq(conv(4, 3, p=1), relu(), *tail, fc(2)))
+            .data(train=(IMG[:64], IMG_Y[:64]), val=(IMG[64:], IMG_Y[64:]), batch_size=16).total_epochs(2).seed(5))
+
+
+def same(a: DeepLearningTask, b: DeepLearningTask) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
+
+
+def trained(task: DeepLearningTask) -> DeepLearningTask:
+    task.run(progress=False)
+    return task
+
+
+# ---- a stage that fails late undoes itself ----------------------------------------------------
+@pytest.mark.parametrize("start", ["planning", "planned"])
+def test_compile_without_a_gpu_leaves_the_task_in_planning(start: str) -> None:
+    pytest.importorskip("renaissance_nb.gpu.device")
+    from renaissance_nb.gpu.device import probe
+    if probe()[0]:
+        pytest.skip("a GPU is usable here: compile(device='cuda') succeeds")
+    task = mlp().device("cuda")
+    if start == "planned":
+        task.plan()
+    transitions = list(task.transitions)
+    with pytest.raises(Exception) as info:
+        task.compile()
+    assert "cuda" in str(info.value).lower() or "gpu" in str(info.value).lower()
+    assert task.phase is Phase.PLANNING and task.transitions == transitions
+    assert (task.arch is not None) == (start == "planned")
+    if start == "planning":
+        task.device("cpu")  # settings can still change: nothing was locked
+        assert same(trained(task), trained(mlp()))
+
+
+def test_a_seed_beyond_64_bits_is_refused_by_seed() -> None:
+    task = mlp()
+    with pytest.raises(ConfigError, match=r"seed=18446744073709551616.*\[0, 2\*\*64\)"):
+        task.seed(2**64)
+    assert task.seed(2**64 - 1).settings["seed"] == 2**64 - 1
+
+
+def test_run_with_bad_epochs_from_planning_changes_nothing() -> None:
+    task = mlp()
+    with pytest.raises(ConfigError, match="epochs=0"):
+        task.run(epochs=0)
+    assert task.phase is Phase.PLANNING and task.arch is None
+    assert same(trained(task), trained(mlp()))
+
+
+def test_an_arena_too_large_to_allocate_is_a_plan_error_and_undone() -> None:
+    task = (DeepLearningTask("huge").model(seq(fc(10**9), relu(), fc(4)))  # about 0.4 TiB with Adam's moments
+            .data(train=(X, Y), batch_size=32).seed(0))
+    with pytest.raises(PlanError, match=r"needs [\d.]+ [GT]iB.*Fix: a smaller model"):
+        task.compile()
+    assert task.phase is Phase.PLANNING and task.arch is None
+
+
+# ---- an exception between two steps keeps the position --------------------------------------
+def test_a_callback_that_raises_mid_epoch_resumes_exactly() -> None:
+    ref = trained(mlp(batch=8))
+    task = mlp(batch=8).compile()
+    calls = []
+
+    def fails_once(kind: str, info: object) -> None:
+        if kind == "step" and not calls:
+            calls.append(info)
+            raise RuntimeError("callback bug")
+
+    with pytest.raises(RuntimeError, match="callback bug"):
+        task.run(progress=False, callbacks=[fails_once])
+    assert task.result.interrupted and task._resume_at == (0, 16)
+    task.run(progress=False)
+    assert int(task.executor.view("train_base", "step")[0]) == ref.total_steps
+    assert same(task, ref)
+    assert [r.train_loss for r in task.result.history] == [r.train_loss for r in ref.result.history]
+
+
+def test_a_callback_that_raises_at_an_epoch_end_resumes_at_the_next_epoch() -> None:
+    ref = trained(mlp())
+    task = mlp().compile()
+
+    def fails_at_epoch(kind: str, info: object) -> None:
+        if kind == "epoch":
+            raise RuntimeError("epoch callback bug")
+
+    with pytest.raises(RuntimeError):
+        task.run(progress=False, callbacks=[fails_at_epoch])
+    assert len(task.result.history) == 1 and task._resume_at is None
+    task.run(progress=False)
+    assert same(task, ref)
+
+
+# ---- data and arguments ---------------------------------------------------------------------
+def test_data_set_with_val_is_refused_rather_than_dropped() -> None:
+    splits = datasets.from_arrays((X[:192], Y[:192]))
+    for first in (splits, splits.train):
+        with pytest.raises(ConfigError, match="got a data set and val="):
+            DeepLearningTask().data(first, val=(X[192:], Y[192:]))
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda t: t.options(foo=True), "foo"),
+    (lambda t: t.data(train=(X, Y), num_classes=4), "num_classes"),
+    (lambda t: t.run(epoch=1), "epoch"),
+])
+def test_unknown_keywords_name_the_valid_ones(call, name: str) -> None:  # type: ignore[no-untyped-def]
+    task = mlp()
+    with pytest.raises(ConfigError, match=f"{name}=.*one of the names") as info:
+        call(task)
+    assert "Fix:" in str(info.value)
+    assert task.phase is Phase.PLANNING
+
+
+def test_settings_by_position_or_missing_say_how_to_call() -> None:
+    with pytest.raises(ConfigError, match=r"options: too many positional arguments.*fuse=\.\.\."):
+        mlp().options(True)
+    with pytest.raises(ConfigError, match=r"model: missing a required argument: 'blueprint'"):
+        DeepLearningTask().model()
+
+
+@pytest.mark.parametrize("template", ["/tmp/{nme}.npz", "/tmp/{epoch:q}.npz", "/tmp/{0}.npz", ""])
+def test_checkpoint_templates_are_checked_when_set(template: str) -> None:
+    for setter in ("save_every", "save_best"):
+        task = mlp()
+        args = (1, template) if setter == "save_every" else (template,)
+        with pytest.raises(ConfigError, match=f"{setter}: path="):
+            getattr(task, setter)(*args)
+        assert task.settings["options"] and task._save_every is None and task._save_best is None
+
+
+def test_image_models_refuse_flat_or_channels_last_input() -> None:
+    task = cnn().compile()
+    for bad in (IMG[64:].reshape(32, -1), IMG[64:].transpose(0, 2, 3, 1), IMG[64:, 0]):
+        with pytest.raises(DataError, match=r"images shaped \(N, 1, 8, 8\).*X\.reshape\(-1, 1, 8, 8\)"):
+            task.evaluate(bad, IMG_Y[64:])
+        with pytest.raises(DataError, match=r"images shaped"):
+            task.predict(bad)
+    got = task.evaluate(IMG[64:], IMG_Y[64:])
+    assert got["n"] == 32 and 0.0 <= got["top1"] <= 1.0
+    flat = mlp().compile()  # an MLP still takes any sample layout of the right size
+    assert flat.predict(X[192:].reshape(64, 4, 6)).tolist() == flat.predict(X[192:]).tolist()
+
+
+@pytest.mark.parametrize("value", ["abc", [[1.0], [1.0, 2.0]], np.ones(4, np.complex64), None])
+def test_load_state_dict_refuses_non_numbers_by_name(value: object) -> None:
+    task = mlp().compile()
+    before = task.state_dict()
+    with pytest.raises(CheckpointError, match=r"load_state_dict: fc2.bias=.*real-valued array of shape \(4,\)"):
+        task.load_state_dict({**before, "fc2.bias": value})
+    assert all(before[k].tobytes() == v.tobytes() for k, v in task.state_dict().items())
+
+
+def test_save_paths_that_cannot_be_written_are_checkpoint_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    task = mlp().compile()
+    for bad in (123, None, str(tmp_path)):
+        with pytest.raises(CheckpointError, match=r"save: path=.*expected a file name \(not a folder\)"):
+            task.save(bad)  # type: ignore[arg-type]
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        import os
+        if os.access(locked, os.W_OK):  # root writes anywhere: use a folder that is a file's path instead
+            target = "/proc/renaissance_nb.npz"
+        else:
+            target = str(locked / "x.npz")
+        with pytest.raises(CheckpointError, match="cannot write in the folder"):
+            task.save(target)
+    finally:
+        locked.chmod(0o700)
+    assert task.save(str(tmp_path / "ok.npz")).endswith("ok.npz")
+
+
+# ---- checkpoints keep what training does -------------------------------------------------------
+def augmented() -> DeepLearningTask:
+    return cnn().augment(crop_pad=1, flip=True)
+
+
+@pytest.mark.parametrize("build", [
+    augmented,
+    lambda: cnn().ema(0.9),
+    lambda: cnn("gap").train_resolution(6, 8, boundary_epoch=1),
+], ids=["augment", "ema", "train_resolution"])
+def test_load_rebuilds_augmentation_ema_and_resizing(tmp_path, build) -> None:  # type: ignore[no-untyped-def]
+    ref = trained(build())
+    task = build().compile()
+    task.run(epochs=1, progress=False)
+    path = task.save(str(tmp_path / "mid.npz"))
+    back = DeepLearningTask.load(path, task.splits)
+    assert back.settings["augment"] == task.settings["augment"]
+    assert back.settings["ema"] == task.settings["ema"]
+    assert back.settings["train_resolution"] == task.settings["train_resolution"]
+    back.run(progress=False)
+    assert same(back, ref)
+
+
+def test_a_strict_load_refuses_other_augmentation(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    task = augmented().compile()
+    path = task.save(str(tmp_path / "a.npz"))
+    other = cnn().compile()
+    with pytest.raises(CheckpointError, match=r"setting augment differs"):
+        other.load_state(path)
+    other.load_state(path, strict=False)  # allowed on purpose: fine-tune without augmentation
