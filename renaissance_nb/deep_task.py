@@ -405,9 +405,16 @@ class DeepLearningTask(TaskBase):
         return self.steps_per_epoch * self._epochs
 
     def lr_table(self) -> np.ndarray:
+        """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr)."""
         if self._scheduler is None:
             return np.full(self.total_steps, self._optimizer.lr_, np.float32)
-        return self._scheduler.table(self.steps_per_epoch, self._epochs)
+        opt, base = self._optimizer, self._scheduler.base_lr_
+        if base is not None and opt.lr_ not in (base, type(opt)().lr_):
+            raise ConfigError(f"plan: two learning rates: {type(opt).__name__}(lr={opt.lr_!r}) and "
+                              f"{type(self._scheduler).__name__}(base_lr={base!r}); the schedule would scale "
+                              "base_lr and ignore the optimizer's. Fix: drop base_lr to schedule the optimizer's lr "
+                              "(as PyTorch does), or set the same value in both.")
+        return self._scheduler.table(self.steps_per_epoch, self._epochs, opt.lr_)
 
     # ---- PLANNING: plan() ----------------------------------------------------------------------
     def plan(self) -> ArchPlan:

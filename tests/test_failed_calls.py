@@ -233,3 +233,32 @@ def test_a_strict_load_refuses_other_augmentation(tmp_path) -> None:  # type: ig
     with pytest.raises(CheckpointError, match=r"setting augment differs"):
         other.load_state(path)
     other.load_state(path, strict=False)  # allowed on purpose: fine-tune without augmentation
+
+
+# ---- what a finished run reports ----------------------------------------------------------------
+def test_run_on_a_finished_task_warns_and_changes_nothing() -> None:
+    task = trained(mlp())
+    before = task.state_dict()
+    with pytest.warns(UserWarning, match=r"all total_epochs=2 epochs are trained.*load_state_dict"):
+        task.run(progress=False)
+    assert len(task.result.history) == 2
+    assert all(before[k].tobytes() == v.tobytes() for k, v in task.state_dict().items())
+
+
+def test_best_top5_is_the_best_epochs_not_the_highest_anywhere() -> None:
+    from renaissance_nb.result import EpochRecord, TrainingResult
+
+    rec = [EpochRecord(1, 1.0, 0.5, 0.9, 1.0, 0.60, 0.99, 1e-3, 1.0, 10),
+           EpochRecord(2, 0.9, 0.6, 0.9, 0.9, 0.70, 0.95, 1e-3, 1.0, 20),
+           EpochRecord(3, 0.8, 0.7, 0.9, 0.9, 0.70, 0.97, 1e-3, 1.0, 30, 0.8, 0.72, 0.91)]
+    r = TrainingResult(history=rec)
+    assert (r.best_epoch, r.best_top1, r.best_top5) == (2, 0.70, 0.95)  # the earliest of a tie
+    assert (r.best_ema_epoch, r.best_ema_top1, r.best_ema_top5) == (3, 0.72, 0.91)
+    assert "best top1 70.00%  top5 95.00%  at epoch 2" in repr(r)
+
+
+def test_plan_is_timed_in_the_history() -> None:
+    task = mlp()
+    task.plan()
+    (note,) = task.transitions
+    assert note.operation == "plan" and 0.0 < note.seconds < 60.0

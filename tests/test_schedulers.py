@@ -10,6 +10,7 @@ import pytest
 from renaissance_nb.errors import ConfigError
 from renaissance_nb.train.schedulers import (
     ConstantLR,
+    DEFAULT_LR,
     CosineAnnealingLR,
     ExponentialLR,
     MultiStepLR,
@@ -51,7 +52,8 @@ def _compare(ours: Scheduler, make_main, spe: int, epochs: int) -> None:
     table = ours.table(spe, epochs)
     assert table.dtype == np.float32 and table.shape == (spe * epochs,)
     w = ours.warmup_steps(spe)
-    ref = _torch_table(make_main, ours.base_lr_, w, ours.warmup_start_factor_, spe * epochs)
+    base = DEFAULT_LR if ours.base_lr_ is None else ours.base_lr_
+    ref = _torch_table(make_main, base, w, ours.warmup_start_factor_, spe * epochs)
     np.testing.assert_allclose(table, ref, rtol=1e-6, atol=0)
 
 
@@ -162,7 +164,7 @@ def test_table_is_float32_and_deterministic():
 def test_setters_return_new_objects():
     a = CosineAnnealingLR()
     b = a.base_lr(0.5).eta_min(0.01).warmup(2).warmup_start_factor(0.5)
-    assert a == CosineAnnealingLR() and a.base_lr_ == 1e-3 and a.warmup_ == 0.0
+    assert a == CosineAnnealingLR() and a.base_lr_ is None and a.warmup_ == 0.0
     assert (b.base_lr_, b.eta_min_, b.warmup_, b.warmup_start_factor_) == (0.5, 0.01, 2.0, 0.5)
     assert b == CosineAnnealingLR(base_lr=0.5, eta_min=0.01, warmup=2, warmup_start_factor=0.5)
     assert type(b) is CosineAnnealingLR
@@ -175,15 +177,15 @@ def test_repr_reads_well():
     assert repr(CosineAnnealingLR(base_lr=0.001, warmup=1)) == (
         "CosineAnnealingLR(base_lr=0.001, eta_min=0.0, warmup=1 epoch)")
     assert repr(MultiStepLR(milestones=[30, 60.5]).warmup(2).warmup_start_factor(0.5)) == (
-        "MultiStepLR(base_lr=0.001, milestones=[30, 60.5] epochs, gamma=0.1, warmup=2 epochs, "
+        "MultiStepLR(milestones=[30, 60.5] epochs, gamma=0.1, warmup=2 epochs, "
         "warmup_start_factor=0.5)")
-    assert repr(PolynomialLR()) == "PolynomialLR(base_lr=0.001, total_iters=whole training, power=1.0, warmup=0 epochs)"
-    assert repr(StepLR(step_size=1.5)).startswith("StepLR(base_lr=0.001, step_size=1.5 epochs, gamma=0.1")
+    assert repr(PolynomialLR()) == "PolynomialLR(total_iters=whole training, power=1.0, warmup=0 epochs)"
+    assert repr(StepLR(step_size=1.5)).startswith("StepLR(step_size=1.5 epochs, gamma=0.1")
 
 
 def test_settings_dict():
     assert StepLR(gamma=0.5).settings() == {
-        "base_lr": 1e-3, "step_size": 30.0, "gamma": 0.5, "warmup": 0.0, "warmup_start_factor": 0.1}
+        "base_lr": None, "step_size": 30.0, "gamma": 0.5, "warmup": 0.0, "warmup_start_factor": 0.1}
 
 
 # --------------------------------------------------------------------------- validation
@@ -264,3 +266,27 @@ def test_warmup_longer_than_training_message():
 def test_long_runs_match_torch_chainable_form(make, main):
     # 3000 steps: torch's chainable (ratio) form accumulates rounding; still within rel 1e-6.
     _compare(make(), main, 100, 30)
+
+
+# --------------------------------------------------------------------------- the optimizer's lr
+
+
+def test_the_schedule_scales_the_optimizers_lr_unless_base_lr_is_set():
+    """As in PyTorch, where a scheduler scales the lr the optimizer was built with."""
+    import renaissance_nb as rnb
+
+    x = np.random.default_rng(0).standard_normal((64, 5)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+
+    def task(opt, sched):  # type: ignore[no-untyped-def]
+        return (rnb.DeepLearningTask().model(rnb.seq(rnb.fc(2))).data(train=(x, y), batch_size=16)
+                .optimizer(opt).scheduler(sched).total_epochs(2))
+
+    cos = CosineAnnealingLR()
+    assert task(rnb.AdamW().lr(5e-3), cos).lr_table()[0] == np.float32(5e-3)
+    np.testing.assert_array_equal(task(rnb.SGD().lr(0.1), cos).lr_table(), cos.table(4, 2, lr=0.1))
+    assert task(rnb.AdamW(), cos.base_lr(2e-3)).lr_table()[0] == np.float32(2e-3)  # default lr: base_lr wins
+    assert task(rnb.AdamW().lr(2e-3), cos.base_lr(2e-3)).lr_table()[0] == np.float32(2e-3)
+    with pytest.raises(ConfigError, match=r"two learning rates: AdamW\(lr=0.005\) and CosineAnnealingLR\(base_lr=0.002\)"):
+        task(rnb.AdamW().lr(5e-3), cos.base_lr(2e-3)).plan()
+    assert repr(cos) == "CosineAnnealingLR(eta_min=0.0, warmup=0 epochs)"  # no base_lr: the optimizer's

@@ -16,6 +16,8 @@ Conventions (all documented choices, each PyTorch-expressible):
 * ``ExponentialLR(gamma)`` decays by ``gamma`` per epoch, applied per step as
   ``gamma ** (1 / steps_per_epoch)`` (equal to torch ExponentialLR with that per-step gamma).
 * Every table is computed in float64 and cast to float32 once.
+* ``base_lr`` defaults to the optimizer's ``lr``, as in PyTorch, where a scheduler scales
+  the rate the optimizer was built with; ``base_lr(v)`` sets another one explicitly.
 """
 from __future__ import annotations
 
@@ -43,6 +45,10 @@ _EPOCH_PARAMS = frozenset({"warmup", "step_size", "milestones", "total_iters"})
 
 
 # --------------------------------------------------------------------------- validation helpers
+
+
+DEFAULT_LR = 1e-3
+"""The base of a table computed on its own, without an optimizer: torch.optim.Adam's default lr."""
 
 
 def _real(where: str, name: str, value: Any, expected: str, fix: str) -> float:
@@ -105,7 +111,7 @@ class Scheduler(Settings):
     accepts the same names as keyword arguments, e.g. ``CosineAnnealingLR(base_lr=0.1, warmup=1)``.
     """
 
-    base_lr_: float = 1e-3
+    base_lr_: float | None = None  # None: the optimizer's lr (table(..., lr=))
     warmup_: float = 0.0
     warmup_start_factor_: float = 0.1
 
@@ -123,7 +129,7 @@ class Scheduler(Settings):
 
     # ---- setters (return a new object)
     def base_lr(self: _S, v: float) -> _S:
-        """The learning rate the schedule scales (>= 0)."""
+        """The learning rate the schedule scales (>= 0); by default the optimizer's lr."""
         return self._with("base_lr", v)
 
     def warmup(self: _S, epochs: float) -> _S:
@@ -135,7 +141,9 @@ class Scheduler(Settings):
         return self._with("warmup_start_factor", v)
 
     # ---- validators
-    def _check_base_lr(self, v: Any) -> float:
+    def _check_base_lr(self, v: Any) -> float | None:
+        if v is None:
+            return None
         return _nonneg(self._where("base_lr"), "base_lr", v, "pass a learning rate such as 1e-3")
 
     def _check_warmup(self, v: Any) -> float:
@@ -150,8 +158,11 @@ class Scheduler(Settings):
         """Warmup length in steps: ``round(warmup * steps_per_epoch)``."""
         return _steps(self.warmup_, steps_per_epoch)
 
-    def table(self, steps_per_epoch: int, total_epochs: int) -> np.ndarray:
-        """The float32 learning rate of every step, shape ``(steps_per_epoch * total_epochs,)``."""
+    def table(self, steps_per_epoch: int, total_epochs: int, lr: float = DEFAULT_LR) -> np.ndarray:
+        """The float32 learning rate of every step, shape ``(steps_per_epoch * total_epochs,)``;
+        ``lr`` is the optimizer's, the base when ``base_lr`` is not set."""
+        if self.base_lr_ is None:
+            return self._with("base_lr", lr).table(steps_per_epoch, total_epochs)
         spe = _count(f"{type(self).__name__}.table", "steps_per_epoch", steps_per_epoch,
                      "pass the number of batches per epoch (>= 1)")
         epochs = _count(f"{type(self).__name__}.table", "total_epochs", total_epochs,
@@ -178,6 +189,8 @@ class Scheduler(Settings):
         parts = []
         for name, value in self.settings().items():
             if name == "warmup_start_factor" and (self.warmup_ == 0 or value == 0.1):
+                continue
+            if name == "base_lr" and value is None:  # the optimizer's lr: the task shows it beside
                 continue
             if value is None:
                 text = "whole training"
