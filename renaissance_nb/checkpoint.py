@@ -159,13 +159,14 @@ def save(task: Any, path: str | os.PathLike) -> str:
         raise CheckpointError(f"save: path={given!r} is invalid; expected a file name (not a folder). "
                               "Fix: pass e.g. 'run.npz'.")
     arrays = _state_arrays(task)
+    at = task._resume_at or task._live_at  # mid-epoch: after a stop, or from a step callback inside run()
     header = {
         "format": FORMAT, "version": VERSION,
         "fingerprint": fingerprint(task),
         "settings": _settings(task),
         "spec": spec(task),
         "epoch": int(task._epoch),
-        "resume_at": None if task._resume_at is None else [int(v) for v in task._resume_at],
+        "resume_at": None if at is None else [int(v) for v in at],
         "history": [dict(r.__dict__) for r in task.result.history],
         "interrupted": bool(task.result.interrupted),
         "sha256": _digest(arrays),

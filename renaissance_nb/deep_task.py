@@ -133,6 +133,8 @@ class DeepLearningTask(TaskBase):
         self.result = TrainingResult()
         self._epoch = 0          # epochs finished
         self._resume_at: tuple[int, int] | None = None  # (epoch, next step) after an interrupt
+        self._live_at: tuple[int, int] | None = None  # (epoch, next step) while run() calls a step callback
+        self._torn_at: tuple[int, int] | None = None  # (epoch, step) a run stopped inside of: not resumable
         self._train_metrics: np.ndarray | None = None
 
     # ---- settings (PLANNING, before plan()) ----------------------------------------------
@@ -597,6 +599,14 @@ class DeepLearningTask(TaskBase):
             self.compile()
         if not resume:
             self._resume_at = None
+        if self._torn_at is not None:
+            e, i = self._torn_at
+            self._torn_at = None
+            warnings.warn(f"run: the last run stopped inside step {i + 1} of epoch {e + 1} (a second Ctrl-C, or an "
+                          "error raised by a kernel such as the NaN check), so that step is half done; epoch "
+                          f"{e + 1} starts over from its first batch on the weights as they are, and this run will "
+                          "not reproduce an uninterrupted one. Fix: task.load_state(path) from a checkpoint to "
+                          "continue exactly, or task.reset() to train from the start.", stacklevel=3)
         end = self._epochs if more is None else min(self._epochs, self._epoch + more)
         if end <= self._epoch and self._resume_at is None:
             warnings.warn(f"run: all total_epochs={self._epochs} epochs are trained, so there is nothing to run: the "
@@ -639,6 +649,7 @@ class DeepLearningTask(TaskBase):
         # prog.armed(): a first step that compiles the kernels says so instead of looking hung
         first = True
         at: tuple[int, int] | None = None  # the last step boundary reached: where run() resumes after a failure
+        torn: tuple[int, int] | None = None  # the step whose kernels are running
         with stop, blas.own_cores(), prog.armed():
             try:
                 while self._epoch < end:
@@ -660,10 +671,10 @@ class DeepLearningTask(TaskBase):
                     at = (epoch, start)
                     steps = sched.steps
                     for i in range(start, sched.batches):
-                        at = None  # inside a step: a failure here leaves it half done
+                        at, torn = None, (epoch, i)  # inside a step: a failure here leaves it half done
                         for k in steps[i]:
                             k()
-                        at = (epoch, i + 1)
+                        at, torn = (epoch, i + 1), None
                         if first:  # the kernels are compiled or loaded now
                             prog.disarm()
                             first = False
@@ -676,8 +687,10 @@ class DeepLearningTask(TaskBase):
                                 self._raise_halted()
                             loss = float(result_view[0])
                             prog.update(16, loss)
+                            self._live_at = at  # a save() from a callback records where to resume
                             for cb in callbacks:
                                 cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
+                            self._live_at = None
                     if self._resume_at is not None:
                         self.result.interrupted = True
                         break
@@ -686,8 +699,12 @@ class DeepLearningTask(TaskBase):
                         self._raise_halted()
                     prog.update(sched.batches % 16, float(result_view[0]))
                     train = acc.copy()
-                    val = self._run_eval(val_sched) if val_sched else None
-                    emav = self._run_eval(ema_sched) if ema_sched else None
+                    try:
+                        val = self._run_eval(val_sched) if val_sched else None
+                        emav = self._run_eval(ema_sched) if ema_sched else None
+                    finally:  # the val passes share the metric sums: a resume after a failure here reads them
+                        acc[...] = train
+                        rx.push(acc)
                     lr = float(lr_table[min(int(step_counter[0]), len(lr_table)) - 1]) if step_counter[0] else 0.0
                     rec = EpochRecord(epoch + 1, train[0] / train[3], train[1] / train[3], train[2] / train[3],
                                       None if val is None else val[0] / val[3], None if val is None else val[1] / val[3],
@@ -704,6 +721,9 @@ class DeepLearningTask(TaskBase):
                     for cb in callbacks:
                         cb("epoch", rec)
             except BaseException:  # a callback, a save or a second Ctrl-C failed between two steps
+                self._live_at = None
+                if torn is not None:
+                    self._torn_at = torn
                 if at is not None:
                     try:
                         rx.download_all()  # a device backend's state is what resumes
@@ -782,17 +802,27 @@ class DeepLearningTask(TaskBase):
         self._fold_bn()
         bsz = data.shape[0]
         image = data.ndim == 4
-        for start in range(0, len(x), bsz):
-            n = min(bsz, len(x) - start)
-            chunk = x[start:start + n]
-            data[:n] = chunk.transpose(0, 2, 3, 1) if image else chunk.reshape((n, *data.shape[1:]))
-            data[n:] = 0
-            labels[:n] = 0 if y is None else y[start:start + n]
-            labels[n:] = 0
-            with blas.own_cores():
-                for k in prog:
-                    k()
-            yield start, n, logits[:n]
+        # Between two steps the input buffer holds the next training batch (prefetched) and R_RESULT
+        # the last step's loss: both are training state, put back afterwards.
+        self._drain_transfers()
+        if self._live_at is not None:
+            self._runner.download_all()  # called from a step callback on a device: its weights are current
+        keep = [(v, v.copy()) for v in (data, labels, ex.view(variant, "result"))]
+        try:
+            for start in range(0, len(x), bsz):
+                n = min(bsz, len(x) - start)
+                chunk = x[start:start + n]
+                data[:n] = chunk.transpose(0, 2, 3, 1) if image else chunk.reshape((n, *data.shape[1:]))
+                data[n:] = 0
+                labels[:n] = 0 if y is None else y[start:start + n]
+                labels[n:] = 0
+                with blas.own_cores():
+                    for k in prog:
+                        k()
+                yield start, n, logits[:n]
+        finally:
+            for view, saved in keep:
+                view[...] = saved
 
     def evaluate(self, x: Any, y: Any) -> dict[str, float]:
         """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data."""
@@ -894,6 +924,8 @@ class DeepLearningTask(TaskBase):
         history) atomically to one .npz file with a JSON header and a checksum."""
         from .checkpoint import save
         self._drain_transfers()
+        if self._live_at is not None:
+            self._runner.download_all()  # called from a step callback on a device: its state is current
         return save(self, path)
 
     def load_state(self, path: str, *, strict: bool = True) -> "DeepLearningTask":

@@ -262,3 +262,113 @@ def test_plan_is_timed_in_the_history() -> None:
     task.plan()
     (note,) = task.transitions
     assert note.operation == "plan" and 0.0 < note.seconds < 60.0
+
+
+# ---- inspection between steps leaves training as it was ---------------------------------------
+def test_evaluate_and_predict_from_a_step_callback_leave_training_unchanged() -> None:
+    """Between two steps the input buffer holds the prefetched next batch: evaluating there used
+    to overwrite it (every parameter moved by up to 0.03)."""
+    ref = trained(mlp(batch=8))
+    task = mlp(batch=8).compile()
+    seen = []
+
+    def inspect(kind: str, info: object) -> None:
+        if kind == "step":
+            seen.append(task.evaluate(X[192:], Y[192:])["loss"])
+            task.predict(X[:5])
+
+    task.run(progress=False, callbacks=[inspect])
+    assert len(seen) == 2 and all(np.isfinite(seen))  # step 16 of each epoch of 24 steps
+    assert same(task, ref)
+    assert [r.train_loss for r in task.result.history] == [r.train_loss for r in ref.result.history]
+
+
+def test_predict_after_a_stop_mid_epoch_leaves_the_resume_exact() -> None:
+    ref = trained(mlp(batch=8))
+    task = mlp(batch=8).compile()
+
+    def stop(kind: str, info: object) -> None:
+        if kind == "step":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        task.run(progress=False, callbacks=[stop])
+    assert task._resume_at == (0, 16)
+    task.predict(X[:7])
+    task.evaluate(X[192:], Y[192:])
+    task.run(progress=False)
+    assert same(task, ref)
+
+
+def test_save_from_a_step_callback_records_the_position(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ref = trained(mlp(batch=8))
+    task = mlp(batch=8).compile()
+    path = str(tmp_path / "cb.npz")
+
+    def save_once(kind: str, info: object) -> None:
+        if kind == "step" and not (tmp_path / "cb.npz").exists():
+            task.save(path)
+
+    task.run(progress=False, callbacks=[save_once])
+    back = DeepLearningTask.load(path, task.splits)
+    assert back._resume_at == (0, 16) and back._epoch == 0
+    back.run(progress=False)
+    assert int(back.executor.view("train_base", "step")[0]) == ref.total_steps
+    assert same(back, ref) and same(task, ref)
+
+
+def test_a_failure_in_the_validation_pass_keeps_the_epochs_train_metrics() -> None:
+    ref = trained(mlp())
+    task = mlp().compile()
+    real = task._run_eval
+    calls = []
+
+    def fails_once(sched):  # type: ignore[no-untyped-def]
+        if not calls:
+            calls.append(1)
+            real(sched)  # the pass has run (and cleared the shared sums) when the failure comes
+            raise KeyboardInterrupt
+        return real(sched)
+
+    task._run_eval = fails_once  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        task.run(progress=False)
+    assert task._resume_at == (0, task.steps_per_epoch)
+    task.run(progress=False)
+    assert same(task, ref)
+    got = [(r.train_loss, r.train_top1, r.val_loss) for r in task.result.history]
+    assert got == [(r.train_loss, r.train_top1, r.val_loss) for r in ref.result.history]
+
+
+# ---- a non-finite batch -------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["skip", "raise"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_non_finite_batch_keeps_batch_norm_statistics_finite(policy: str) -> None:
+    from renaissance_nb import SGD, NumericalError, bn
+
+    task = (DeepLearningTask().model(seq(fc(16), bn(), relu(), fc(4))).data(train=(X[:192].copy(), Y[:192]), batch_size=32)
+            .optimizer(SGD().lr(0.05)).total_epochs(2).seed(1).options(nan_policy=policy)).compile()
+    task.splits.train.x[7, 3] = np.inf  # past the data checks, as a corrupted shard would be
+    if policy == "raise":
+        with pytest.raises(NumericalError):
+            task.run(progress=False)
+    else:
+        task.run(progress=False)
+        assert task.skipped_updates == 2
+    state = task.state_dict()
+    assert np.isfinite(state["bn1.running_mean"]).all() and np.isfinite(state["bn1.running_var"]).all()
+    assert (state["bn1.running_var"] > 0).all()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_run_stopped_inside_a_step_warns_that_the_next_cannot_reproduce() -> None:
+    from renaissance_nb import SGD, NumericalError
+
+    task = (DeepLearningTask().model(seq(fc(16), relu(), fc(4))).data(train=(X[:192] * 1e3, Y[:192]), batch_size=32)
+            .optimizer(SGD().lr(1e8)).total_epochs(2))
+    with pytest.raises(NumericalError, match=r"step \d+"):
+        task.run(progress=False)
+    assert task._resume_at is None and task._torn_at is not None
+    with pytest.warns(UserWarning, match=r"stopped inside step \d+ of epoch 1.*load_state"):
+        with pytest.raises(NumericalError):
+            task.run(progress=False)

@@ -416,7 +416,7 @@ def test_host_hand_over_copies_padded_rows_whole(module) -> None:  # type: ignor
 
 def test_emulated_gpu_sgd_and_unfused_activations(module) -> None:  # type: ignore[no-untyped-def]
     net = seq(fc(24, bias=True), gelu(), fc(16, bias=False), silu(), fc(12), leaky_relu(0.05), fc(5))
-    opt = SGD().lr(0.05).momentum(0.9).nesterov(True).weight_decay(1e-3)
+    opt = SGD().lr(1e-2).momentum(0.9).nesterov(True).weight_decay(1e-3)  # the schedule (base_lr 1e-2) scales it
     cpu = mlp_task(net, opt, epochs=2)
     rc = cpu.run(progress=False)
     gpu = emulated(mlp_task(net, opt, epochs=2), module)

@@ -44,6 +44,8 @@ same loops by images or rows.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -210,8 +212,9 @@ def bn_train_fwd_finish_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, e
         istd = 1.0 / np.sqrt(var + eps)
         mean[j] = mu
         invstd[j] = istd
-        rmean[j] = (1.0 - momentum) * rmean[j] + momentum * mu
-        rvar[j] = (1.0 - momentum) * rvar[j] + momentum * (var * unbias)
+        if math.isfinite(mu) and math.isfinite(var):  # a non-finite batch must not poison inference for good
+            rmean[j] = (1.0 - momentum) * rmean[j] + momentum * mu
+            rvar[j] = (1.0 - momentum) * rvar[j] + momentum * (var * unbias)
         a = np.float64(gamma[j]) * istd
         aff[0, j] = a
         aff[1, j] = np.float64(beta[j]) - mu * a

@@ -146,8 +146,10 @@ extern "C" __global__ void rnb_bn_stats_final(const double* part, const float* x
         double istd = 1.0 / sqrt(var + eps);
         mean[j] = (float)mu;
         invstd[j] = (float)istd;
-        rmean[j] = (float)((1.0 - momentum) * (double)rmean[j] + momentum * mu);
-        rvar[j] = (float)((1.0 - momentum) * (double)rvar[j] + momentum * (var * unbias));
+        if (isfinite(mu) && isfinite(var)) {  // a non-finite batch (the NaN guard skips its update) keeps them
+            rmean[j] = (float)((1.0 - momentum) * (double)rmean[j] + momentum * mu);
+            rvar[j] = (float)((1.0 - momentum) * (double)rvar[j] + momentum * (var * unbias));
+        }
         double a = (double)gamma[j] * istd;
         aff[j] = (float)a;
         aff[c + j] = (float)((double)beta[j] - mu * a);
