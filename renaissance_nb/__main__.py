@@ -14,7 +14,7 @@ from . import datasets
 from .blueprint import fc, relu, seq
 from .deep_task import DeepLearningTask
 from .errors import RenaissanceError
-from .memory.plan import human_bytes
+from .memory.plan import bytes_versus, human_bytes
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW
 from .train.schedulers import CosineAnnealingLR
@@ -54,7 +54,7 @@ def train(args: argparse.Namespace) -> int:
     task.lock_memory()
     m = task.memory
     print(f"lock_memory()  MEMORY_LOCKED  {1e3 * (time.perf_counter() - t):7.1f} ms  6 plans finalized, arena "
-          f"{human_bytes(m.total_bytes)} ({human_bytes(m.bytes_without_reuse)} without liveness reuse)")
+          f"{bytes_versus(m.total_bytes, m.bytes_without_reuse, 'without liveness reuse')}")
     t = time.perf_counter()
     task.compile()
     a = task.compiled.atlas

@@ -36,7 +36,7 @@ from .graph.ids import GraphId
 from .graph.layers import ArchPlan, StepOptions, plan_architecture
 from .kernels import blas, fused
 from .kernels.cpu import BindEnv
-from .memory.plan import human_bytes
+from .memory.plan import bytes_versus, human_bytes
 from .progress import make_progress
 from .result import EpochRecord, TrainingResult
 from .runtime.arena import Arena
@@ -532,8 +532,8 @@ class DeepLearningTask(TaskBase):
                                   "products); options(pad_rows=False) stores them contiguous.")
         if self._liveness:
             m = self.memory
-            compiled.notes.append(f"liveness reuse: F/T tensors whose lifetimes never meet share bytes: arena "
-                                  f"{human_bytes(m.total_bytes)} instead of {human_bytes(m.bytes_without_reuse)}.")
+            compiled.notes.append("liveness reuse: F/T tensors whose lifetimes never meet share bytes: arena "
+                                  f"{bytes_versus(m.total_bytes, m.bytes_without_reuse, 'without reuse')}.")
         executor = Executor(compiled, arena, env)
         self._initialise(executor, compiled)
         runner: StepPrograms = executor

@@ -23,7 +23,7 @@ from .graph.ids import StreamKind
 from .kernels.cpu import BindEnv
 from .memory.dtensor import DTensor
 from .memory.liveness import Lifetimes
-from .memory.plan import MemoryPlan
+from .memory.plan import MemoryPlan, plural
 from .runtime.arena import Arena
 from .runtime.bind import BoundGraph, bind, check_nodes
 
@@ -40,7 +40,7 @@ class Phase(Enum):
 
 
 PHASE_ALLOWS: dict[Phase, tuple[str, ...]] = {
-    Phase.PLANNING: ("alloc", "finalize_memory", "change any setting"),
+    Phase.PLANNING: ("alloc", "finalize_memory"),
     Phase.MEMORY_LOCKED: ("add_graph", "compile"),
     Phase.COMPILED: ("run", "read", "write"),
 }
@@ -92,7 +92,11 @@ class TaskBase:
         if self._phase not in phases:
             names = [str(p) for p in phases]
             if "Fix" not in hint:
-                hint = (hint + " " + _phase_fix(self._phase, phases[0])).strip()
+                forward = _ORDER[self._phase] < _ORDER[phases[0]]
+                if forward and hint.startswith("Call "):  # the hint is the fix itself: say it once, as the fix
+                    hint = "Fix: c" + hint[1:]
+                else:
+                    hint = (hint + " " + _phase_fix(self._phase, phases[0])).strip()
             raise PhaseError(operation, self._phase, names[0] if len(names) == 1 else names, hint)
 
     def _advance(self, target: Phase, operation: str, started: float) -> None:
@@ -156,7 +160,7 @@ class TaskBase:
     # ---- COMPILED ---------------------------------------------------------------------
     def run(self, name: str) -> None:  # type: ignore[override]
         """Replay one bound graph."""
-        self._require("run", Phase.COMPILED, hint="Call compile() first.")
+        self._require("run", Phase.COMPILED, hint="Graphs run once compile() has bound them.")
         if name not in self._bound:
             raise bad_argument(PlanError, "run", "name", name, f"one of {sorted(self._bound)}",
                                "register the graph with add_graph() before compile()")
@@ -194,5 +198,5 @@ class TaskBase:
         return self.memory.total_bytes if self.memory.finalized else 0
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} {self.name!r}: phase {self._phase}, {len(self.memory)} tensors, "
-                f"{len(self._graphs)} graphs>")
+        return (f"<{type(self).__name__} {self.name!r}: phase {self._phase}, {plural(len(self.memory), 'tensor')}, "
+                f"{plural(len(self._graphs), 'graph')}>")

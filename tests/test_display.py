@@ -279,7 +279,7 @@ def test_graph_view_shows_the_captured_cuda_graph(monkeypatch: pytest.MonkeyPatc
     assert GraphView(compiled).cuda == "", "a CPU task has no CUDA graphs"
     monkeypatch.setattr(compiled, "_runner", _CapturedGraphs(compiled.executor))
     gv = GraphView(compiled)
-    assert gv.gid == "DEEP_FWD_BWD" and "DEEP_FWD_BWD" in gv.cuda_caption and "1 dependencies" in gv.cuda_caption
+    assert gv.gid == "DEEP_FWD_BWD" and "DEEP_FWD_BWD" in gv.cuda_caption and "1 dependency" in gv.cuda_caption
     assert "cublasSgemm" in gv.cuda and "rnb-cuda" in gv._repr_html_()
     gv.graph = "inference"  # INF graphs live in the val variants: none captured for train_base
     assert gv.cuda == "" or "inference" in gv.cuda_caption
@@ -383,7 +383,7 @@ def test_dashboard_tabs_follow_the_task() -> None:
     assert isinstance(d.tabs.children[5], AtlasView)
     d.select("Training")
     d.monitor.run(1, progress=False)
-    assert d.tabs.selected_index == 6 and "1 epochs" in d.header.value
+    assert d.tabs.selected_index == 6 and "1 epoch ·" in d.header.value
     hd = dashboard(hand_task(compile_=True))
     assert hd.tabs.titles == ("Phases", "Memory", "Graph", "Atlas")
 

@@ -14,7 +14,7 @@ function render({ model, el }) {
     }
     const sids = Object.entries(v.shape_ids).map(([k, s]) => `s${k} = ${s}`).join(" · ");
     el.append(h("div", { class: "rnb-sub" },
-      `${v.entries} entries over ${v.variants.length} variants → `, h("b", {}, `${v.captures} distinct bound graphs`),
+      `${plural(v.entries, "entry", "entries")} over ${plural(v.variants.length, "variant")} → `, h("b", {}, plural(v.captures, "distinct bound graph")),
       `. One colour = one bound graph; hover a cell to see who shares it, click to open it. ShapeIds: ${sids}`));
     if (Object.keys(v.collapsed).length) {
       el.append(h("div", { class: "rnb-sub" }, "Collapsed onto the same captures (same input shape): "
@@ -36,7 +36,7 @@ function render({ model, el }) {
         const td = h("td", {
           class: "rnb-cell" + (isSel ? " rnb-selected" : ""), "data-captured": c.captured, "data-variant": name, "data-gid": g,
           style: { background: c.color, color: c.ink },
-          title: `${name} · ${g} → bound graph #${c.captured} (${c.graph}, ShapeId s${c.shape_id}, stream ${c.stream}); shared by ${c.shared_by} entries`,
+          title: `${name} · ${g} → bound graph #${c.captured} (${c.graph}, ShapeId s${c.shape_id}, stream ${c.stream}); shared by ${plural(c.shared_by, "entry", "entries")}`,
           onmouseenter: () => { for (const x of cellsByCapture.get(c.captured)) x.classList.add("rnb-hi"); },
           onmouseleave: () => { for (const x of cellsByCapture.get(c.captured)) x.classList.remove("rnb-hi"); },
           onclick: () => { model.set("selected", { variant: name, gid: g }); model.save_changes(); },
@@ -59,7 +59,7 @@ function render({ model, el }) {
       detail.append(h("div", { class: "rnb-row" },
         h("span", { class: "rnb-pill", style: { background: d.ink } }, `#${d.captured}`),
         h("b", { class: "rnb-mono" }, `${d.graph} / ${d.gid}`),
-        h("span", { class: "rnb-muted" }, `in ${d.variant} · ShapeId s${d.shape_id} = ${d.shape} · stream ${d.stream} · ${d.n_nodes} nodes`),
+        h("span", { class: "rnb-muted" }, `in ${d.variant} · ShapeId s${d.shape_id} = ${d.shape} · stream ${d.stream} · ${plural(d.n_nodes, "node")}`),
         h("span", { class: "rnb-grow" }),
         h("button", { class: "rnb-btn rnb-quiet", onclick: () => { model.set("selected", {}); model.save_changes(); } }, "close")));
       detail.append(h("div", { class: "rnb-sub" }, d.shared_with.length

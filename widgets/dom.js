@@ -15,6 +15,9 @@ function h(tag, attrs = {}, ...children) {
   return e;
 }
 
+// "1 tensor", "2 tensors", "1 entry" (many = "entries"): a count and a noun that agree.
+const plural = (n, one, many = one + "s") => `${n} ${n === 1 ? one : many}`;
+
 function s(tag, attrs = {}, text) {
   const e = document.createElementNS(NS, tag);
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);

@@ -35,7 +35,7 @@ function render({ model, el }) {
     const g = (v.graphs || []).find((x) => x.name === graph) || { gids: [], streams: {} };
     const pickGraph = h("select", { class: "rnb-select", "data-role": "graph",
       onchange: (ev) => { model.set("graph", ev.target.value); model.save_changes(); } },
-      ...(v.graphs || []).map((x) => h("option", { value: x.name, selected: x.name === graph }, `${x.name} (${x.nodes} nodes)`)));
+      ...(v.graphs || []).map((x) => h("option", { value: x.name, selected: x.name === graph }, `${x.name} (${plural(x.nodes, "node")})`)));
     const pickGid = h("select", { class: "rnb-select", "data-role": "gid",
       onchange: (ev) => { model.set("gid", ev.target.value); model.save_changes(); } },
       h("option", { value: "", selected: model.get("gid") === "" }, "all GraphIds"),

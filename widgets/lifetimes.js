@@ -41,11 +41,7 @@ function render({ model, el }) {
       if (!sharedWith.has(p.b_id)) sharedWith.set(p.b_id, []);
       sharedWith.get(p.a_id).push(p.b); sharedWith.get(p.b_id).push(p.a);
     }
-    const sub = v.reuse
-      ? `Liveness reuse saves ${v.saved_human}: arena ${v.arena_human} instead of ${v.without_reuse_human}. `
-        + (v.shared.length ? `${v.shared.length} pair${v.shared.length > 1 ? "s" : ""} of tensors share${v.shared.length > 1 ? "" : "s"} bytes (their boxes stack on the same offsets at different times).`
-          : "No two tensors of this plan could share bytes: every feature map is still needed by the backward pass.")
-      : "Liveness reuse is off (options(liveness=False)): every tensor keeps its own bytes.";
+    const sub = v.summary;  // the same sentence as the static copy's, written by views.lifetime_view
     const seg = h("div", { class: "rnb-seg" },
       ...[["reusable", "feature maps & temporaries"], ["arena", "whole arena"]].map(([k, label]) =>
         h("button", { class: scope === k ? "rnb-on" : "", "data-scope": k,
@@ -93,7 +89,7 @@ function render({ model, el }) {
         const r = s("rect", {
           class: "rnb-life-box", x: X(a) + 0.5, y: Y(t.offset), width: Math.max(X(b + 1) - X(a) - 1, 2),
           height: Math.max(Y(t.offset + t.slot_bytes) - Y(t.offset), 2.5), fill: t.color, rx: 1.5,
-          "data-tensor": t.name,
+          "data-tensor": t.name, "data-shared": t.shares.length ? 1 : 0,
         });
         const stepA = v.steps[a] || {}, stepB = v.steps[b] || {};
         r.addEventListener("mousemove", (ev) => {
@@ -106,7 +102,7 @@ function render({ model, el }) {
             + `<span class="rnb-k">live</span>steps ${a}–${b}`
             + (stepA.op ? `<br><span class="rnb-k">from</span>${esc(stepA.op)} (${esc(stepA.layer)}, ${esc(stepA.gid)})` : "")
             + (stepB.op ? `<br><span class="rnb-k">to</span>${esc(stepB.op)} (${esc(stepB.layer)}, ${esc(stepB.gid)})` : "")
-            + (friends.length ? `<br><span class="rnb-k">shares</span>${friends.map(esc).join(", ")}` : ""));
+            + `<br><span class="rnb-k">bytes</span>` + (friends.length ? `shared with ${friends.map(esc).join(", ")}` : "its own, not shared"));
         });
         r.addEventListener("mouseleave", () => {
           for (const x of boxes.get(t.id) || []) x.classList.remove("rnb-hi");

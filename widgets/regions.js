@@ -63,12 +63,10 @@ function render({ model, el }) {
     const byId = new Map(v.tensors.map((t) => [t.id, t]));
 
     // header: stats and the variant switch
-    const reuse = v.reuse ? `liveness reuse saves ${v.saved_human} (of ${v.without_reuse_human})`
-      : "liveness reuse off: every tensor has its own bytes";
     el.append(h("div", { class: "rnb-row" },
       h("div", { class: "rnb-grow" },
         h("div", { class: "rnb-title" }, "Arena"),
-        h("div", { class: "rnb-sub" }, `${v.arena_human} in one allocation · ${v.n_tensors} tensors in ${v.regions.length} regions · ${reuse}`)),
+        h("div", { class: "rnb-sub" }, `${v.arena_human} in one allocation · ${plural(v.n_tensors, "tensor")} in ${plural(v.regions.length, "region")} · ${v.reuse_text}`)),
       h("span", { class: "rnb-stat" }, h("b", {}, v.arena_human), h("span", {}, "arena"))));
     if (v.variants.length > 1) {
       const seg = h("div", { class: "rnb-seg rnb-variant-switch" });
@@ -82,7 +80,7 @@ function render({ model, el }) {
         }, name));
       }
       const ok = v.offsets_identical
-        ? h("span", { class: "rnb-ok rnb-offsets-ok" }, `✓ same offsets in all ${v.variants.length} variants`)
+        ? h("span", { class: "rnb-ok rnb-offsets-ok" }, `✓ ${v.offsets_text}`)
         : h("span", { class: "rnb-error" }, "offsets differ between variants");
       el.append(h("div", { class: "rnb-row", style: { margin: "4px 0 10px 0" } },
         h("span", { class: "rnb-muted" }, "variant"), seg, ok));
@@ -97,7 +95,7 @@ function render({ model, el }) {
       const seg = h("div", {
         class: "rnb-arena-seg" + (r.region === selected ? " rnb-selected" : ""), "data-region": r.region,
         style: { flex: `0 0 ${(r.size / total) * 100}%`, minWidth: "2px", background: r.color, color: "#fff", fontSize: "11px", fontWeight: 600, display: "flex", alignItems: "center", justifyContent: "center", borderRight: "1px solid rgba(255,255,255,.8)", cursor: "pointer", overflow: "hidden", boxShadow: r.region === selected ? "inset 0 0 0 2px #1f2328" : "none" },
-        onmousemove: (ev) => tip.show(ev, `<b>${esc(r.region)}</b><br><span class="rnb-k">family</span>${esc(r.family)} · ${esc(r.family_name)}<br><span class="rnb-k">offset</span>${r.base.toLocaleString()}<br><span class="rnb-k">size</span>${r.human} · ${r.tensor_ids.length} tensors`),
+        onmousemove: (ev) => tip.show(ev, `<b>${esc(r.region)}</b><br><span class="rnb-k">family</span>${esc(r.family)} · ${esc(r.family_name)}<br><span class="rnb-k">offset</span>${r.base.toLocaleString()}<br><span class="rnb-k">size</span>${r.human} · ${plural(r.tensor_ids.length, "tensor")}`),
         onmouseleave: () => tip.hide(),
         onclick: () => select(r.region),
       }, (r.size / total) * 100 > 3.5 ? r.family : "");

@@ -10,10 +10,28 @@ from ._assets import css
 from .static import wrap
 
 
-class ViewWidget(anywidget.AnyWidget):
+class OneLine:
+    """The text/plain of every view: one line saying what it shows.
+
+    Jupyter puts ``repr(widget)`` in text/plain, where a terminal, a log or a text-only viewer
+    would otherwise read an object address or a widget's whole HTML value.
+    """
+
+    def one_line(self) -> str:  # pragma: no cover - overridden by every view
+        return ""
+
+    def __repr__(self) -> str:
+        try:
+            text = self.one_line()
+        except Exception as exc:  # a repr must never raise
+            text = f"view failed ({type(exc).__name__})"
+        return f"<{type(self).__name__}: {text}>" if text else f"<{type(self).__name__}>"
+
+
+class ViewWidget(OneLine, anywidget.AnyWidget):
     """Holds a reference to an artifact and a JSON view of it; the ES module draws the view.
 
-    Subclasses set ``_esm = asset("<name>.js")``, ``make_view()`` and ``static_html()``.
+    Subclasses set ``_esm = asset("<name>.js")``, ``make_view()``, ``static_html()`` and ``one_line()``.
     """
 
     _css = css()

@@ -6,6 +6,7 @@ from typing import Any
 import traitlets
 
 from ..graph.ids import GraphId
+from ..memory.plan import plural
 from . import static, views
 from ._assets import esm
 from ._base import ViewWidget
@@ -24,6 +25,14 @@ class AtlasView(ViewWidget):
 
     def static_html(self) -> str:
         return static.atlas_html(self.view)
+
+    def one_line(self) -> str:
+        v = self.view
+        if not v.get("ready"):
+            return ("no atlas yet: compile() fills it" if views.is_deep(self.source) else
+                    "none: a hand-built task binds its graphs by name")
+        return (f"{plural(v['entries'], 'entry', 'entries')} over {plural(len(v['variants']), 'variant')} -> "
+                f"{plural(v['captures'], 'distinct bound graph')}")
 
     def select_cell(self, variant: str, gid: str) -> dict[str, Any]:
         """Select a cell (what a click does) and return the detail it shows."""

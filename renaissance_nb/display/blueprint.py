@@ -5,10 +5,12 @@ from typing import Any
 
 import ipywidgets as w
 
+from ..memory.plan import plural
 from . import static, views
+from ._base import OneLine
 
 
-class _HTMLView(w.HTML):
+class _HTMLView(OneLine, w.HTML):
     """A plain HTML widget holding a task; refresh() re-reads it."""
 
     def __init__(self, task: Any, **kwargs: Any) -> None:
@@ -33,9 +35,23 @@ class BluePrintView(_HTMLView):
     def render(self) -> str:
         return f"<div class='rnb-blueprint-view'>{static.blueprint_html(views.blueprint_view(self.source))}</div>"
 
+    def one_line(self) -> str:
+        v = views.blueprint_view(self.source)
+        if not v["planned"]:
+            return "model declared; plan() turns it into executable layers"
+        return f"{plural(len(v['layers']), 'executable layer')}, {v['total_params']:,} parameters"
+
 
 class VariantsView(_HTMLView):
     """The six variants: batch, input shape, ShapeId, shared captures and the shapes that differ."""
 
     def render(self) -> str:
         return f"<div class='rnb-variants-view'>{static.variants_html(views.variants_view(self.source))}</div>"
+
+    def one_line(self) -> str:
+        v = views.variants_view(self.source)
+        if not v["ready"]:
+            return "the six variants are derived by plan()"
+        used = sum(r["used"] for r in v["rows"])
+        same = {True: ", same offsets in all", False: ", offsets differ", None: ""}[v["offsets_identical"]]
+        return f"{plural(len(v['rows']), 'variant')}, {used} used{same}"

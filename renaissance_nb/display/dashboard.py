@@ -11,6 +11,7 @@ from typing import Any
 import ipywidgets as w
 
 from . import static, views
+from ._base import OneLine
 from .atlas import AtlasView
 from .blueprint import BluePrintView, VariantsView
 from .graphview import GraphView
@@ -20,7 +21,7 @@ from .phase import PhaseView
 from .regions import RegionMap
 
 
-class Dashboard(w.VBox):
+class Dashboard(OneLine, w.VBox):
     """Every view of one task, kept in step with it."""
 
     def __init__(self, task: Any, **kwargs: Any) -> None:
@@ -94,6 +95,10 @@ class Dashboard(w.VBox):
 
     def _repr_html_(self) -> str:
         return static.dashboard_html(self.task)
+
+    def one_line(self) -> str:
+        text = repr(self.task)
+        return text[1:-1] if text.startswith("<") and text.endswith(">") else text
 
 
 def _note(text: str) -> w.HTML:

@@ -12,7 +12,7 @@ import shutil
 from typing import Any, Iterable
 
 from ..graph.ids import GraphId
-from ..memory.plan import MemoryPlan
+from ..memory.plan import MemoryPlan, plural
 from .theme import esc, family_color, shape_text, stream_color
 
 MAX_OPS_EXPANDED = 80
@@ -90,9 +90,9 @@ def graph_source(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None
             nid = f"layer_{_safe(layer)}"
             streams = sorted({gg.stream.name for _, gg, _ in members})
             colour = stream_color(streams[0])
-            g.node(nid, label=f"{layer} ▸ {len(members)} ops", shape="box3d", style="filled",
+            g.node(nid, label=f"{layer} ▸ {plural(len(members), 'op')}", shape="box3d", style="filled",
                    fillcolor=colour, fontcolor="white", color=colour, id=nid,
-                   tooltip=f"{layer}: {len(members)} ops collapsed (click to expand)")
+                   tooltip=f"{layer}: {plural(len(members), 'op')} collapsed (click to expand)")
             for k, _, _ in members:
                 op_id[k] = nid
             continue
@@ -188,7 +188,8 @@ def cuda_graph_view(task: Any, graph_name: str, gid: GraphId | None, variant: st
     dot = runner.debug_dot(idx)
     if not dot:
         return "", ""
-    caption = f"captured CUDA graph of {graph_name}/{gid.name} ({variant}): {dot.count('->')} dependencies"
+    caption = (f"captured CUDA graph of {graph_name}/{gid.name} ({variant}): "
+               f"{plural(dot.count('->'), 'dependency', 'dependencies')}")
     svg = dot_svg(dot)
     return (svg or f"<pre class='rnb-dot'>{esc(dot)}</pre>"), caption
 
@@ -210,7 +211,7 @@ def graph_table(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None 
         layer = n.layer or "step"
         if k == 0 or layer != (nodes[k - 1][1].layer or "step"):
             run += 1
-            ops = f"{runs[run]} op" + ("s" if runs[run] > 1 else "")
+            ops = plural(runs[run], "op")
             state = " (folded)" if layer in collapsed else ""
             rows.append(f"<tr class='rnb-layer-row'><th colspan='{5 if gid_column else 4}' data-layer='{esc(layer)}'>{esc(layer)}"
                         f"<span class='rnb-muted'> · {ops}{state}</span></th></tr>")

@@ -29,7 +29,9 @@ class GraphView(ViewWidget):
     cuda = traitlets.Unicode("").tag(sync=True)        # the captured CUDA graph (SVG), on a GPU
     cuda_caption = traitlets.Unicode("").tag(sync=True)
 
-    def __init__(self, source: Any, graph: str = "", gid: str = "", **kwargs: Any) -> None:
+    def __init__(self, source: Any, graph: str = "", gid: str | None = None, **kwargs: Any) -> None:
+        """``gid``: a GraphId's name, '' for all of them; None (the default) opens a training
+        graph at DEEP_FWD_BWD, the step's core, and any other graph whole."""
         self._drawing = False
         super().__init__(source, **kwargs)
         self._drawing = True
@@ -37,11 +39,11 @@ class GraphView(ViewWidget):
         names = [g["name"] for g in graphs]
         if names:
             self.graph = graph if graph in names else names[0]
-            if not gid and views.is_deep(self.source) and self.graph == "train":
+            if gid is None and views.is_deep(self.source) and self.graph == "train":
                 gid = GraphId.DEEP_FWD_BWD.name
             if self.view.get("hand"):  # a hand-built graph has one bucket: its stream, no GraphId
                 gid = graphs[names.index(self.graph)]["gids"][0]
-            self.gid = gid
+            self.gid = gid or ""
         self._drawing = False
         self.draw(reset_layers=True)
 
@@ -62,6 +64,11 @@ class GraphView(ViewWidget):
                 if self.cuda else "")
         return (f"<div class='rnb-graph-static'><div class='rnb-sub'>{esc(self.title())}</div>{note}{body}"
                 f"{cuda}</div>")
+
+    def one_line(self) -> str:
+        if not self.view.get("ready"):
+            return "no graphs yet"
+        return self.title() + (f", shapes of {self.variant}" if self.variant and not self.view.get("hand") else "")
 
     def title(self) -> str:
         if self.view.get("hand"):

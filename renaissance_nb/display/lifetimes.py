@@ -5,6 +5,7 @@ from typing import Any
 
 import traitlets
 
+from ..memory.plan import plural
 from . import static, views
 from ._assets import esm
 from ._base import ViewWidget
@@ -24,3 +25,11 @@ class LifetimeView(ViewWidget):
 
     def static_html(self) -> str:
         return static.lifetimes_html(self.view)
+
+    def one_line(self) -> str:
+        v = self.view
+        if not v.get("ready") or not v["tensors"]:
+            return "no lifetimes yet: they are read from the graphs"
+        share = (f"{plural(len(v['shared']), 'pair')} sharing bytes" if v["reuse"]
+                 else "liveness reuse off, no bytes shared")
+        return f"{v['variant']}: {plural(len(v['tensors']), 'tensor')} over {plural(len(v['steps']), 'step')}, {share}"

@@ -6,6 +6,8 @@
 
 The curves are drawn by the front end from a few synced lists; each epoch appends
 to them, and the view updates its SVG paths in place (no flicker, no re-render).
+The static copy a saved notebook keeps (nbconvert, GitHub) is read from the task when
+the monitor is displayed, and replaced when a run ends, so it shows the curves too.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 
 import traitlets
 
+from ..memory.plan import plural
 from . import static, views
 from ._assets import esm
 from ._base import ViewWidget
@@ -34,6 +37,7 @@ class TrainingMonitor(ViewWidget):
     error = traitlets.Dict().tag(sync=True)
 
     def __init__(self, task: Any, controls: bool = False, **kwargs: Any) -> None:
+        self._shown: list[Any] = []  # display handles of the outputs this monitor was displayed in
         super().__init__(task, controls=controls, **kwargs)
         self.on_msg(self._on_msg)
 
@@ -46,11 +50,34 @@ class TrainingMonitor(ViewWidget):
         return {"task": getattr(self.source, "name", "task")}
 
     def static_html(self) -> str:
-        return static.training_html(self._training_view())
+        """The task's history as it is now (not when this widget was made)."""
+        return static.training_html(views.training_view(self.source))
 
-    def _training_view(self) -> dict[str, Any]:
-        return {"records": list(self.records), "step_losses": list(self.step_losses), "lr": list(self.lr),
-                "total_epochs": self.total_epochs, "steps_per_epoch": self.steps_per_epoch}
+    def one_line(self) -> str:
+        v = views.training_view(self.source)
+        if not v["records"]:
+            return f"not trained yet, {plural(v['total_epochs'], 'epoch')} planned"
+        last = v["records"][-1]
+        val = "" if last["val_top1"] is None else f", val top-1 {100 * last['val_top1']:.2f}%"
+        return f"epoch {last['epoch']}/{v['total_epochs']}, train loss {last['train_loss']:.4f}{val}"
+
+    # ---- the static copy in a saved notebook ------------------------------------------------------
+    def _ipython_display_(self) -> None:
+        """Display under a display id, so that the end of a run can replace the static copy."""
+        from IPython.display import display
+
+        self._shown.append(display(self._bundle(), raw=True, display_id=True))
+
+    def _bundle(self) -> dict[str, Any]:
+        data = self._repr_mimebundle_()
+        data = data[0] if isinstance(data, tuple) else data
+        return {**(data or {}), "text/plain": repr(self), "text/html": self._repr_html_()}
+
+    def _update_shown(self) -> None:
+        """Put the curves into every output showing this monitor (the live view redraws once)."""
+        for handle in self._shown:
+            if handle is not None:
+                handle.update(self._bundle(), raw=True)
 
     # ---- the callback the engine calls ------------------------------------------------------------
     _last_push = 0.0
@@ -72,6 +99,8 @@ class TrainingMonitor(ViewWidget):
                     self.step_losses = losses
         elif event == "start" and isinstance(payload, dict):
             self.status = "running"
+        elif event == "end":
+            self._update_shown()
 
     def _losses_so_far(self, steps: int) -> list[float] | None:
         """The per-step losses the compiled step has logged into its arena so far (read-only)."""
@@ -97,6 +126,8 @@ class TrainingMonitor(ViewWidget):
             interrupted = bool(getattr(getattr(self.source, "result", None), "interrupted", False))
             self.status = "error" if self.error else ("interrupted" if interrupted else "done")
             self.refresh()
+            if self.error:  # a run that failed sent no "end"
+                self._update_shown()
             self._changed()
         return result
 

@@ -5,6 +5,7 @@ from typing import Any
 
 import traitlets
 
+from ..memory.plan import plural
 from . import static, views
 from ._assets import esm
 from ._base import ViewWidget
@@ -30,6 +31,10 @@ class PhaseView(ViewWidget):
 
     def static_html(self) -> str:
         return static.phase_html(self.view)
+
+    def one_line(self) -> str:
+        v = self.view
+        return f"{v['kind']} {v['task']!r} in phase {v['current']}, {plural(len(v['history']), 'call')} so far"
 
     def act(self, action: str) -> None:
         """Run one phase operation on the task (what a button does); errors land in ``error``."""

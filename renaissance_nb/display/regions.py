@@ -5,6 +5,7 @@ from typing import Any
 
 import traitlets
 
+from ..memory.plan import plural
 from . import static, views
 from ._assets import esm
 from ._base import ViewWidget
@@ -28,6 +29,13 @@ class RegionMap(ViewWidget):
 
     def static_html(self) -> str:
         return static.regions_html(self.view, self.variant or None)
+
+    def one_line(self) -> str:
+        v = self.view
+        if not v.get("ready"):
+            return "no memory plan yet"
+        return (f"arena {v['arena_human']}, {plural(v['n_tensors'], 'tensor')} in {plural(len(v['regions']), 'region')}"
+                f", variant {self.variant}")
 
     def tensors_in(self, region: str) -> list[dict[str, Any]]:
         """The DTensors of a region as the detail panel lists them (in the current variant)."""

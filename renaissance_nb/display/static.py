@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..memory.plan import human_bytes
+from ..memory.plan import human_bytes, plural
 from . import views
 from ._assets import css
 from .theme import PHASE_COLORS, esc
@@ -145,16 +145,13 @@ def region_rows_svg(view: dict[str, Any], variant: str | None = None) -> str:
 def regions_html(view: dict[str, Any], variant: str | None = None) -> str:
     if not view.get("ready"):
         return "<div class='rnb-note'>No memory plan yet: it is fixed by lock_memory() (or finalize_memory()).</div>"
-    reuse = (f"liveness reuse saves <b>{esc(view['saved_human'])}</b> (of {esc(view['without_reuse_human'])})"
-             if view["reuse"] else "liveness reuse off: every tensor has its own bytes")
-    same = ("<span class='rnb-ok'>✓ every tensor has the same offset in all "
-            f"{len(view['variants'])} variants</span>" if view["offsets_identical"] else
-            "<span class='rnb-error'>offsets differ between variants</span>")
+    same = ("" if not view["offsets_text"] else f"<br><span class='rnb-ok'>✓ {esc(view['offsets_text'])}</span>"
+            if view["offsets_identical"] else "<br><span class='rnb-error'>offsets differ between variants</span>")
     return (f"<div class='rnb-region-map-static'><div class='rnb-row'>"
             f"<span class='rnb-stat'><b>{esc(view['arena_human'])}</b><span>arena</span></span>"
             f"<span class='rnb-stat'><b>{view['n_tensors']}</b><span>tensors</span></span>"
             f"<span class='rnb-stat'><b>{len(view['regions'])}</b><span>regions in use</span></span>"
-            f"<span class='rnb-grow rnb-muted'>{reuse}<br>{same}</span></div>"
+            f"<span class='rnb-grow rnb-muted'>{esc(view['reuse_text'])}{same}</span></div>"
             f"{arena_svg(view)}{family_legend(view)}<div class='rnb-h'>Regions · tensors at their offsets "
             f"({esc(variant or view['variants'][0])}; light part = slot bytes this variant leaves unused)</div>"
             f"{region_rows_svg(view, variant)}</div>")
@@ -188,10 +185,12 @@ def lifetimes_svg(view: dict[str, Any]) -> str:
             w = max((b - a + 1) / n * pw, 2)
             y = top + (t["offset"] - lo) / span * h
             bh = max(t["slot_bytes"] / span * h, 2.5)
-            parts.append(f"<rect class='rnb-life-box' x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' height='{bh:.1f}' "
-                         f"fill='{t['color']}' rx='1.5'><title>{esc(t['name'])} #{t['id']} · "
+            shares = ("shares bytes with " + ", ".join(t["shares"])) if t["shares"] else "own bytes, not shared"
+            parts.append(f"<rect class='rnb-life-box' data-tensor='{esc(t['name'])}' "
+                         f"data-shared='{int(bool(t['shares']))}' x='{x:.1f}' y='{y:.1f}' width='{w:.1f}' "
+                         f"height='{bh:.1f}' fill='{t['color']}' rx='1.5'><title>{esc(t['name'])} #{t['id']} · "
                          f"{esc(t['region'])} · offset {t['offset']:,} · {human_bytes(t['slot_bytes'])} · "
-                         f"live at steps {a}–{b}</title></rect>")
+                         f"live at steps {a}–{b} · {esc(shares)}</title></rect>")
     parts.append(f"<text x='{left - 6}' y='{top + 9}' font-size='10' fill='#667085' text-anchor='end'>{lo:,}</text>"
                  f"<text x='{left - 6}' y='{top + h}' font-size='10' fill='#667085' text-anchor='end'>{hi:,}</text>"
                  f"<text x='{left + pw / 2:.0f}' y='{top + h + 18}' font-size='10.5' fill='#667085' "
@@ -205,14 +204,10 @@ def lifetimes_html(view: dict[str, Any]) -> str:
     if not view.get("ready"):
         return lifetimes_svg(view)
     shared = view["shared"]
-    pairs = ", ".join(f"{esc(s['a'])} ⇄ {esc(s['b'])}" for s in shared[:8]) + (" …" if len(shared) > 8 else "")
-    text = (f"{len(shared)} pair{'s' if len(shared) > 1 else ''} of tensors share{'' if len(shared) > 1 else 's'} "
-            f"bytes because their lifetimes never meet: {pairs}"
-            if shared else "No two feature/temporary tensors share bytes in this plan"
-            + ("" if view["reuse"] else " (liveness reuse is off)") + ".")
-    return (f"<div class='rnb-lifetimes-static'><div class='rnb-sub'>{text} Reuse saves "
-            f"<b>{esc(view['saved_human'])}</b>: arena {esc(view['arena_human'])} instead of "
-            f"{esc(view['without_reuse_human'])}.</div>{lifetimes_svg(view)}</div>")
+    pairs = ("<br>Sharing bytes: " + ", ".join(f"{esc(p['a'])} ⇄ {esc(p['b'])}" for p in shared[:8])
+             + (" …" if len(shared) > 8 else "")) if shared else ""
+    return (f"<div class='rnb-lifetimes-static'><div class='rnb-sub'>{esc(view['summary'])}{pairs}</div>"
+            f"{lifetimes_svg(view)}</div>")
 
 
 # ---- atlas -----------------------------------------------------------------------------------------------
@@ -235,7 +230,8 @@ def atlas_html(view: dict[str, Any]) -> str:
             cells.append(f"<td class='rnb-cell' data-captured='{c['captured']}' data-variant='{esc(v)}' "
                          f"data-gid='{esc(g)}' style='background:{c['color']};color:{c['ink']}' "
                          f"title='{esc(v)} · {esc(g)} → bound graph #{c['captured']} ({esc(c['graph'])}, "
-                         f"ShapeId s{c['shape_id']}, stream {esc(c['stream'])}); shared by {c['shared_by']} entries'>"
+                         f"ShapeId s{c['shape_id']}, stream {esc(c['stream'])}); shared by "
+                         f"{plural(c['shared_by'], 'entry', 'entries')}'>"
                          f"<span class='rnb-cap'>#{c['captured']}</span><span class='rnb-sid'>s{c['shape_id']}</span>"
                          f"{shared}</td>")
         rows.append(f"<tr><th class='rnb-mono'>{esc(g)}</th><td><span class='rnb-pill' "
@@ -243,8 +239,9 @@ def atlas_html(view: dict[str, Any]) -> str:
     sids = " · ".join(f"s{k} = {esc(v)}" for k, v in view["shape_ids"].items())
     coll = ("<div class='rnb-sub'>Collapsed (same input shape, same captures): "
             + ", ".join(f"{esc(a)} → {esc(b)}" for a, b in view["collapsed"].items()) + "</div>") if view["collapsed"] else ""
-    return (f"<div class='rnb-atlas-static'><div class='rnb-sub'>{view['entries']} entries over "
-            f"{len(view['variants'])} variants → <b>{view['captures']} distinct bound graphs</b>. Cells of one colour "
+    return (f"<div class='rnb-atlas-static'><div class='rnb-sub'>{plural(view['entries'], 'entry', 'entries')} "
+            f"over {plural(len(view['variants']), 'variant')} → <b>{plural(view['captures'], 'distinct bound graph')}"
+            "</b>. Cells of one colour "
             f"share one bound graph. ShapeIds: {sids}</div>{coll}<table class='rnb-atlas-table'>{head}{''.join(rows)}"
             "</table></div>")
 
@@ -409,13 +406,14 @@ def header_html(task: Any) -> str:
     plans = views.plans_of(task)
     if plans:
         p = next(iter(plans.values()))
-        bits.append(f"<span class='rnb-muted'>arena <b>{esc(human_bytes(p.total_bytes))}</b> · {len(p)} tensors</span>")
+        bits.append(f"<span class='rnb-muted'>arena <b>{esc(human_bytes(p.total_bytes))}</b> · "
+                    f"{plural(len(p), 'tensor')}</span>")
     atlas = views.atlas_of(task)
     if atlas is not None:
-        bits.append(f"<span class='rnb-muted'>{len(atlas.captures)} bound graphs</span>")
+        bits.append(f"<span class='rnb-muted'>{plural(len(atlas.captures), 'bound graph')}</span>")
     res = getattr(task, "result", None)
     if res is not None and res.history:
-        bits.append(f"<span class='rnb-muted'>{len(res.history)} epochs · best top-1 "
+        bits.append(f"<span class='rnb-muted'>{plural(len(res.history), 'epoch')} · best top-1 "
                     f"<b>{100 * res.best_top1:.2f}%</b></span>")
     return f"<div class='rnb-header'>{''.join(bits)}</div>"
 

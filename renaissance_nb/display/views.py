@@ -6,10 +6,12 @@ TrainingResult); nothing here plans, packs or binds anything.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 from ..graph.ids import GraphId
-from ..memory.plan import MemoryPlan, human_bytes
+from ..memory.liveness import Lifetimes, lifetimes_from_programs
+from ..memory.plan import MemoryPlan, bytes_versus, human_bytes, plural
 from ..memory.region import FAMILIES
 from .theme import capture_color, capture_ink, clock, family_color, region_color, shape_text, stream_color
 
@@ -80,7 +82,7 @@ def phase_view(task: Any) -> dict[str, Any]:
     current = phase_of(task)
     ci = PHASES.index(current)
     deep = is_deep(task)
-    allows = {p.value: list(ops) for p, ops in PHASE_ALLOWS.items()}
+    allows = {p.value: [f"{op}()" for op in ops] for p, ops in PHASE_ALLOWS.items()}
     if deep:  # what the fluent builder offers on top of TaskBase's calls
         allows = {"PLANNING": ["change any setting", "plan()", "lock_memory()"],
                   "MEMORY_LOCKED": ["inspect plans and graphs", "compile()"],
@@ -116,6 +118,13 @@ def phase_view(task: Any) -> dict[str, Any]:
 
 
 # ---- memory: regions and tensors ----------------------------------------------------------------
+def reuse_text(plan: MemoryPlan) -> str:
+    """What liveness reuse did to a plan's arena, the difference spelled out (see ``bytes_versus``)."""
+    if not plan.reuse:
+        return "liveness reuse off: every tensor has its own bytes"
+    return "liveness reuse: arena " + bytes_versus(plan.total_bytes, plan.bytes_without_reuse, "without reuse")
+
+
 def region_view(obj: Any) -> dict[str, Any]:
     """Regions by offset and size, tensors with their shape in every variant, families with colours."""
     plans = plans_of(obj)
@@ -161,6 +170,8 @@ def region_view(obj: Any) -> dict[str, Any]:
             "arena_human": human_bytes(ref.total_bytes), "reuse": ref.reuse,
             "without_reuse": ref.bytes_without_reuse, "without_reuse_human": human_bytes(ref.bytes_without_reuse),
             "saved_human": human_bytes(max(0, ref.bytes_without_reuse - ref.total_bytes)),
+            "reuse_text": reuse_text(ref),
+            "offsets_text": f"same offsets in all {plural(len(variants), 'variant')}" if len(variants) > 1 else "",
             "offsets_identical": same, "regions": regions, "tensors": tensors, "families": families,
             "n_tensors": len(ref)}
 
@@ -201,13 +212,40 @@ def _programs(graphs: Any) -> list[tuple[str, list[tuple[Any, Any]] | None, int]
     return out
 
 
-def _timeline_labels(graphs: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
-    """Which node runs at each time index of the engine's liveness timeline (None if unknown)."""
-    if graphs is None or not hasattr(graphs, "train"):
-        return None
+def _hand_programs(obj: Any) -> list[tuple[str, list[tuple[Any, Any]] | None, int]]:
+    """A hand-built task's graphs as liveness programs, one per graph in registration order."""
+    if is_deep(obj):
+        return []
+    out = []
+    for name, (nodes, stream) in (getattr(obj, "registered_graphs", None) or {}).items():
+        tag = SimpleNamespace(name=name, stream=stream)  # labels a step like a GraphId: the graph's name
+        out.append((f"graph {name!r}", [(tag, n) for n in nodes], len(nodes)))
+    return out
+
+
+def graph_lifetimes(obj: Any) -> Lifetimes:
+    """Lifetimes from a task's graphs, whether or not its plan packed by them (liveness off, TaskBase).
+
+    The same timeline the engine packs by (``compiler.graph_lifetimes``) for a DeepLearningTask;
+    a hand-built task's graphs laid end to end. Empty before there are graphs.
+    """
+    graphs = getattr(obj, "graphs", None)
+    if graphs is not None and hasattr(graphs, "train"):
+        from ..graph import compiler
+
+        return compiler.graph_lifetimes(graphs)
+    return lifetimes_from_programs([[(n.inputs, n.outputs) for _, n in nodes or ()]
+                                    for _, nodes, _ in _hand_programs(obj)])
+
+
+def _timeline_labels(obj: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """Which node runs at each time index of the liveness timeline (None if unknown)."""
+    graphs = getattr(obj, "graphs", None)
     try:
-        programs_ = _programs(graphs)
+        programs_ = _programs(graphs) if graphs is not None and hasattr(graphs, "train") else _hand_programs(obj)
     except Exception:  # the engine's timeline changed shape: draw without labels
+        return None
+    if not programs_:
         return None
     steps: list[dict[str, Any]] = []
     programs: list[dict[str, Any]] = []
@@ -228,14 +266,31 @@ def _timeline_labels(graphs: Any) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
-    """Step order x offset: one box per tensor interval, and which tensors share bytes."""
+    """Step order x offset: one box per tensor interval, and which tensors share bytes.
+
+    With liveness reuse off the plan holds no lifetimes; they are then read from the graphs
+    (``graph_lifetimes``), so the chart still shows when each tensor lives, every box unshared.
+    """
     plans = plans_of(obj)
     if not plans:
         return {"ready": False, "tensors": [], "steps": [], "programs": [], "shared": []}
     plan = plans[variant] if variant in plans else next(iter(plans.values()))
-    life = plan.lifetimes or {}
-    labels = _timeline_labels(getattr(obj, "graphs", None))
+    life = plan.lifetimes or graph_lifetimes(obj)
+    labels = _timeline_labels(obj)
     steps, programs = labels if labels else ([], [])
+    # tensors whose slots overlap in bytes: possible only because their lifetimes never meet
+    reusable = sorted((t for t in plan if t.region.reusable), key=lambda t: t.offset)
+    shared = []
+    for i, a in enumerate(reusable):
+        for b in reusable[i + 1:]:
+            if b.offset >= a.offset + a.slot_bytes:
+                break
+            shared.append({"a": a.name, "b": b.name, "a_id": a.id, "b_id": b.id,
+                           "bytes": min(a.offset + a.slot_bytes, b.offset + b.slot_bytes) - b.offset})
+    partners: dict[int, list[str]] = {}
+    for p in shared:
+        partners.setdefault(p["a_id"], []).append(p["b"])
+        partners.setdefault(p["b_id"], []).append(p["a"])
     tensors = []
     t_max = 0
     for t in plan:
@@ -246,28 +301,33 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
         tensors.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
                         "offset": t.offset, "slot_bytes": t.slot_bytes, "shape": list(t.shape), "dtype": t.dtype,
                         "intervals": [[int(a), int(b)] for a, b in iv], "reusable": t.region.reusable,
-                        "color": region_color(t.region.name)})
-    if not steps:
+                        "shares": partners.get(t.id, []), "color": region_color(t.region.name)})
+    if not steps and tensors:
         steps = [{"t": i, "op": "", "layer": "", "gid": "", "stream": "", "color": "#8a8f98"}
                  for i in range(t_max + 1)]
-    # tensors whose slots overlap in bytes: possible only because their lifetimes never meet
-    reusable = sorted((t for t in plan if t.region.reusable), key=lambda t: t.offset)
-    shared = []
-    for i, a in enumerate(reusable):
-        for b in reusable[i + 1:]:
-            if b.offset >= a.offset + a.slot_bytes:
-                break
-            shared.append({"a": a.name, "b": b.name, "a_id": a.id, "b_id": b.id,
-                           "bytes": min(a.offset + a.slot_bytes, b.offset + b.slot_bytes) - b.offset})
     focus = [t for t in tensors if t["reusable"]]
     lo = min((t["offset"] for t in focus), default=0)
     hi = max((t["offset"] + t["slot_bytes"] for t in focus), default=plan.total_bytes)
     return {"ready": True, "variant": plan.name, "reuse": plan.reuse, "tensors": tensors, "steps": steps,
             "programs": programs, "shared": shared, "arena_bytes": plan.total_bytes,
+            "lifetimes_from": "plan" if plan.lifetimes else "graphs",
             "focus_range": [lo, hi], "saved": max(0, plan.bytes_without_reuse - plan.total_bytes),
             "saved_human": human_bytes(max(0, plan.bytes_without_reuse - plan.total_bytes)),
             "arena_human": human_bytes(plan.total_bytes),
-            "without_reuse_human": human_bytes(plan.bytes_without_reuse)}
+            "without_reuse_human": human_bytes(plan.bytes_without_reuse),
+            "summary": _lifetime_summary(plan, shared, bool(tensors))}
+
+
+def _lifetime_summary(plan: MemoryPlan, shared: list[dict[str, Any]], any_lifetimes: bool) -> str:
+    """The sentence above the chart, the same in the widget and the static copy."""
+    n = len(shared)
+    if not plan.reuse:
+        return ("Liveness reuse is off: every tensor keeps its own bytes, so no box shares its bytes with another"
+                + (" (the lifetimes come from the graphs)." if any_lifetimes else
+                   "; there are no graphs yet to tell when each tensor lives."))
+    pairs = (f"{plural(n, 'pair')} of tensors share{'s' if n == 1 else ''} bytes: their boxes stack on the same "
+             "offsets at different times." if n else "No two feature or temporary tensors of this plan share bytes.")
+    return f"{reuse_text(plan)[0].upper()}{reuse_text(plan)[1:]}. {pairs}"
 
 
 # ---- atlas ------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..memory.plan import plural
 from .ids import GraphId, StreamKind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,9 +93,9 @@ class GraphAtlas:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return (f"<GraphAtlas: {len(self.variants)} variants x {len(self.graph_ids())} GraphIds, "
-                f"{len(self.entries)} entries -> {len(self.captures)} distinct bound graphs, "
-                f"{len(self.shape_ids) - 1} ShapeIds"
+        return (f"<GraphAtlas: {plural(len(self.variants), 'variant')} x {plural(len(self.graph_ids()), 'GraphId')}, "
+                f"{plural(len(self.entries), 'entry', 'entries')} -> {len(self.captures)} distinct bound graphs, "
+                f"{plural(len(self.shape_ids), 'ShapeId')} (s0: any shape)"
                 + (f", collapsed {len(self.collapsed)}" if self.collapsed else "") + ">")
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import PlanError, ShapeError
 from ..memory.dtensor import padded_bytes, row_pitch
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
-from ..memory.plan import MemoryPlan
+from ..memory.plan import MemoryPlan, human_bytes, plural
 from ..memory.region import PARAM_FAMILIES
 from .atlas import GraphAtlas, build_atlas
 from .graph import ComputationGraph
@@ -174,8 +174,12 @@ class Graphs:
 
 def build_computation_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
                             g_range: tuple[str, str]) -> Graphs:
-    """Stage 4: walk the layer descriptors to build training and inference graphs."""
-    return Graphs(emit_training_graph(arch, ids, opts, g_range), emit_inference_graph(arch, ids, opts))
+    """Stage 4: walk the layer descriptors to build training and inference graphs
+    (each keeps the tensor names, so that ``as_text()`` reads by name)."""
+    graphs = Graphs(emit_training_graph(arch, ids, opts, g_range), emit_inference_graph(arch, ids, opts))
+    names = {i: n for n, i in ids.items()}
+    graphs.train.names, graphs.inference.names = names, names
+    return graphs
 
 
 STEP_ORDER_A = (GraphId.ZERO_GRAD, GraphId.TRANSFER_B, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
@@ -240,3 +244,11 @@ class CompiledPlan:
     @property
     def plan(self) -> MemoryPlan:
         return self.plans["train_base"]
+
+    def __repr__(self) -> str:
+        """One line: the full dataclass dump runs to kilobytes; each stage has its own repr."""
+        a = self.atlas
+        return (f"<CompiledPlan: {plural(len(self.arch.layers), 'layer')}, {plural(len(self.plans), 'variant')}, "
+                f"arena {human_bytes(self.plan.total_bytes)}, {len(self.graphs.train)}+{len(self.graphs.inference)} "
+                f"train+inference nodes, {plural(len(a.entries), 'atlas entry', 'atlas entries')} -> "
+                f"{plural(len(a.captures), 'bound graph')}, {plural(len(self.notes), 'note')}>")

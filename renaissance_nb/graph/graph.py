@@ -7,7 +7,7 @@ only in shape.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from .ids import GraphId
 
@@ -40,10 +40,15 @@ def node(op: str, inputs: tuple[int, ...] | list[int], outputs: tuple[int, ...] 
 
 @dataclass
 class ComputationGraph:
-    """Buckets of nodes by GraphId. ``name`` tells the training from the inference graph."""
+    """Buckets of nodes by GraphId. ``name`` tells the training from the inference graph.
+
+    ``names`` (tensor id -> name) only labels ``as_text``; the compiler fills it, a
+    hand-built graph may leave it empty.
+    """
 
     name: str = "graph"
     buckets: dict[GraphId, list[GraphNode]] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     def append(self, gid: GraphId, n: GraphNode) -> None:
         self.buckets.setdefault(GraphId(gid), []).append(n)
@@ -66,10 +71,14 @@ class ComputationGraph:
     def tensor_ids(self) -> set[int]:
         return {t for _, n in self for t in (*n.inputs, *n.outputs)}
 
-    def as_text(self, names: Mapping[int, str] | None = None) -> str:
-        """One line per node, grouped by GraphId; tensor ids replaced by names if given."""
+    def as_text(self, names: Mapping[int, str] | Iterable[Any] | None = None) -> str:
+        """One line per node, grouped by GraphId, tensors by name: from ``names`` (id -> name, or
+        a MemoryPlan's DTensors) if given, else the graph's own ``names``; bare ids where unknown."""
+        if names is not None and not isinstance(names, Mapping):
+            names = {t.id: t.name for t in names}
+        known = self.names if names is None else names
         lines = []
-        fmt = (lambda t: f"{names.get(t, t)}") if names else str
+        fmt = (lambda t: f"{known.get(t, t)}") if known else str
         for gid in self.ids():
             lines.append(f"{gid.name}  [stream {gid.stream.name}]")
             for n in self.buckets[gid]:

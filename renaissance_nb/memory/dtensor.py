@@ -1,13 +1,16 @@
 """DTensor: a descriptor of a tensor in the arena; it owns no memory."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import PlanError
 from .region import Region
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .plan import MemoryPlan
 
 ALIGNMENT = 256
 """Every slot starts on a 256-byte boundary (AVX-512 lines and CUDA transactions)."""
@@ -62,6 +65,9 @@ class DTensor:
     reserved for it, the largest size over all variants, so that its offset is
     the same in every variant. ``pitch`` (2-D only): the row length in elements
     of its storage when rows are padded (see ``row_pitch``); None when contiguous.
+
+    A DTensor is immutable, so the handle ``alloc()`` returned keeps ``offset=None``
+    after ``finalize()`` placed it; ``placed`` finds the placed record in its ``plan``.
     """
 
     id: int
@@ -72,6 +78,14 @@ class DTensor:
     slot_bytes: int
     offset: int | None = None
     pitch: int | None = None
+    plan: "MemoryPlan | None" = field(default=None, compare=False, repr=False)
+
+    @property
+    def placed(self) -> "DTensor":
+        """This tensor with its offset: itself once placed, else its plan's record once that plan is finalized."""
+        if self.offset is None and self.plan is not None and self.plan.finalized:
+            return self.plan[self.id]
+        return self
 
     @property
     def itemsize(self) -> int:
@@ -105,9 +119,10 @@ class DTensor:
     @property
     def end(self) -> int:
         """One past the last byte of the slot."""
-        if self.offset is None:
+        offset = self.placed.offset
+        if offset is None:
             raise ValueError(f"{self.name} has no offset yet")
-        return self.offset + self.slot_bytes
+        return offset + self.slot_bytes
 
     def with_shape(self, shape: tuple[int, ...]) -> "DTensor":
         shape = tuple(shape)
@@ -118,7 +133,9 @@ class DTensor:
         return replace(self, shape=shape)
 
     def __repr__(self) -> str:
-        off = "unplaced" if self.offset is None else f"offset={self.offset}"
+        placed = self.placed
+        off = (f"offset={self.offset}" if self.offset is not None else "unplaced" if placed.offset is None
+               else f"placed at offset={placed.offset} (see .placed)")
         pitch = "" if self.pitch is None else f", rows padded to {self.pitch}"
         return (
             f"DTensor(#{self.id} {self.name!r}, shape={self.shape}, {self.dtype}, "

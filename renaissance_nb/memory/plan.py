@@ -44,6 +44,23 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
+def bytes_versus(n: int, other: int, than: str) -> str:
+    """A size next to another, with their difference: '4.7 MiB, 24.6 KiB less than without reuse'.
+
+    Rounded to one decimal the two sizes often read alike ('4.7 MiB instead of 4.7 MiB');
+    the difference is what the comparison is about, so it is what this spells out.
+    """
+    d = int(other) - int(n)
+    if d == 0:
+        return f"{human_bytes(n)}, the same as {than}"
+    return f"{human_bytes(n)}, {human_bytes(abs(d))} {'less' if d > 0 else 'more'} than {than}"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 tensor', '2 tensors', '1 entry' (many='entries'): a count and its noun that agree."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def _check_shape(shape: object) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
@@ -122,7 +139,7 @@ class MemoryPlan:
             raise bad_argument(PlanError, "alloc", "name", name, "a name not used by another tensor",
                                "give each tensor a unique name")
         pitch_i = _check_pitch(pitch, shape_t)
-        t = DTensor(tid, name, shape_t, dtype_s, region_r, 0, pitch=pitch_i)
+        t = DTensor(tid, name, shape_t, dtype_s, region_r, 0, pitch=pitch_i, plan=self)
         nbytes = t.storage_bytes
         slot = nbytes if slot_bytes is None else int(slot_bytes)
         if slot < nbytes:
@@ -237,23 +254,24 @@ class MemoryPlan:
     def summary(self) -> str:
         """A short table of the arena by family."""
         if not self.finalized:
-            return f"MemoryPlan {self.name!r}: {len(self)} tensors, not finalized"
-        lines = [f"MemoryPlan {self.name!r}: {len(self)} tensors, arena {human_bytes(self.total_bytes)}"
-                 + (f" ({human_bytes(self.bytes_without_reuse)} without liveness reuse)" if self.reuse else "")]
+            return f"MemoryPlan {self.name!r}: {plural(len(self), 'tensor')}, not finalized"
+        arena = (bytes_versus(self.total_bytes, self.bytes_without_reuse, "without liveness reuse") if self.reuse
+                 else human_bytes(self.total_bytes))
+        lines = [f"MemoryPlan {self.name!r}: {plural(len(self), 'tensor')}, arena {arena}"]
         for fam, n in self.family_bytes().items():
             lines.append(f"  {fam}  {human_bytes(n):>10}  {FAMILIES[fam]}")
         padded = [t for t in self._tensors if t.pitch is not None]
         if padded:
             extra = sum(t.storage_bytes - t.nbytes for t in padded)
-            lines.append(f"  rows padded (4 KiB rows alias in the cache): {len(padded)} tensors, "
+            lines.append(f"  rows padded (4 KiB rows alias in the cache): {plural(len(padded), 'tensor')}, "
                          f"+{human_bytes(extra)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         if not self.finalized:
-            return f"<MemoryPlan {self.name!r}: {len(self)} tensors, not finalized>"
+            return f"<MemoryPlan {self.name!r}: {plural(len(self), 'tensor')}, not finalized>"
         used = sum(1 for s in self.regions.values() if s.size)
-        return (f"<MemoryPlan {self.name!r}: {len(self)} tensors in {used} regions, "
+        return (f"<MemoryPlan {self.name!r}: {plural(len(self), 'tensor')} in {plural(used, 'region')}, "
                 f"arena {human_bytes(self.total_bytes)}, alignment {ALIGNMENT} B"
                 + (f", liveness reuse saves {human_bytes(self.bytes_without_reuse - self.total_bytes)}>"
                    if self.reuse else ">"))

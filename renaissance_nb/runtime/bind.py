@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import PlanError
 from ..graph.graph import GraphNode
 from ..kernels.cpu import KERNELS, BindEnv
+from ..memory.plan import plural
 
 
 @dataclass
@@ -24,7 +25,7 @@ class BoundGraph:
             k()
 
     def __repr__(self) -> str:
-        return f"<BoundGraph {self.name}: {len(self.kernels)} kernels>"
+        return f"<BoundGraph {self.name}: {plural(len(self.kernels), 'kernel')}>"
 
 
 def check_nodes(nodes: Sequence[GraphNode], n_tensors: int, where: str) -> None:

@@ -73,22 +73,31 @@ class StepPrograms:
             self._programs[key] = prog
         return self._programs[key]
 
+    @staticmethod
+    def train_step_gids(variants: list[str], i: int) -> list[tuple[str, GraphId]]:
+        """The (variant, GraphId) pairs step ``i`` of a training epoch replays, in order: its
+        step program is their bound kernels end to end (a pair the atlas has no entry for,
+        such as an elided ZERO_GRAD, adds none). The next batch's transfer uses its variant."""
+        v = variants[i]
+        order = STEP_ORDER_A if i % 2 == 0 else tuple(swap_ab(g) for g in STEP_ORDER_A)
+        nxt = variants[i + 1] if i + 1 < len(variants) else None
+        gids: list[tuple[str, GraphId]] = []
+        for gid in order:
+            if gid in (GraphId.TRANSFER_A, GraphId.TRANSFER_B):
+                if nxt is not None:
+                    gids.append((nxt, gid))
+            elif gid is GraphId.ACCUM_METRICS:
+                gids.append((v, ACCUM_ID[v]))
+            else:
+                gids.append((v, gid))
+        return gids
+
     def train_schedule(self, variants: list[str]) -> EpochSchedule:
         """Step programs for a training epoch whose batches have these variants."""
         steps = []
         for i, v in enumerate(variants):
-            order = STEP_ORDER_A if i % 2 == 0 else tuple(swap_ab(g) for g in STEP_ORDER_A)
             nxt = variants[i + 1] if i + 1 < len(variants) else None
-            gids: list[tuple[str, GraphId]] = []
-            for gid in order:
-                if gid in (GraphId.TRANSFER_A, GraphId.TRANSFER_B):
-                    if nxt is not None:
-                        gids.append((nxt, gid))
-                elif gid is GraphId.ACCUM_METRICS:
-                    gids.append((v, ACCUM_ID[v]))
-                else:
-                    gids.append((v, gid))
-            steps.append(self._program(("train", i % 2, v, nxt), gids))
+            steps.append(self._program(("train", i % 2, v, nxt), self.train_step_gids(variants, i)))
         prologue = self._program(("train-pro", variants[0]),
                                  [(variants[0], GraphId.CLEAR_METRICS), (variants[0], GraphId.TRANSFER_A)])
         return EpochSchedule(prologue, steps, len(variants))
