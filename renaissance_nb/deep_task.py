@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .blueprint import BluePrint
+from .checks import as_float, as_int
 from .data.arrays import DataSplits, Dataset, make_splits, validate_arrays
 from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
                      bad_argument)
@@ -49,9 +50,10 @@ from .train.schedulers import Scheduler
 
 
 def _int_setting(where: str, name: str, v: Any, low: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+    n = as_int(v)
+    if n is None or n < low:
         raise bad_argument(ConfigError, where, name, v, f"an int >= {low}", f"pass a whole number >= {low}")
-    return int(v)
+    return n
 
 
 def _check_path_template(where: str, path: Any, example: str) -> None:
@@ -231,10 +233,10 @@ class DeepLearningTask(TaskBase):
     def ema(self, decay: float = 0.999) -> "DeepLearningTask":
         """Keep exponential-moving-average weights (E_ regions), evaluated each epoch next to the raw ones."""
         self._setting("ema")
-        ok = isinstance(decay, (int, float)) and not isinstance(decay, bool) and 0.0 < decay < 1.0
-        if not ok:
+        d = as_float(decay)
+        if d is None or not 0.0 < d < 1.0:
             raise bad_argument(ConfigError, "ema", "decay", decay, "a float in (0, 1)", "use e.g. ema(0.999)")
-        self._ema = float(decay)
+        self._ema = d
         return self
 
     @_arguments_checked
@@ -247,12 +249,12 @@ class DeepLearningTask(TaskBase):
         self._setting("train_resolution")
 
         def hw(name: str, v: Any) -> tuple[int, int]:
-            pair = (v, v) if isinstance(v, int) and not isinstance(v, bool) else v
-            if (not isinstance(pair, (tuple, list)) or len(pair) != 2
-                    or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in pair)):
+            pair = (v, v) if as_int(v) is not None else v
+            dims = [as_int(d) for d in pair] if isinstance(pair, (tuple, list)) and len(pair) == 2 else []
+            if len(dims) != 2 or any(d is None or d < 1 for d in dims):
                 raise bad_argument(ConfigError, "train_resolution", name, v, "an int or (H, W) of ints >= 1",
                                    "e.g. train_resolution(24, 28, boundary_epoch=3)")
-            return (int(pair[0]), int(pair[1]))
+            return (dims[0], dims[1])
         b = _int_setting("train_resolution", "boundary_epoch", boundary_epoch, low=0)
         self._resolution = (hw("begin", begin), hw("end", end), b)
         return self

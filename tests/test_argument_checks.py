@@ -211,3 +211,18 @@ def test_dataset_flags_must_be_bools(no_network, tmp_path: Path, call, where, na
 
 def test_numpy_bool_download_flag_is_a_bool(no_network, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     raises(DataError, lambda: datasets.mnist(tmp_path, download=np.bool_(False)), "mnist: root=", "missing")
+
+
+def test_task_settings_take_numpy_scalars_too() -> None:
+    """ema, train_resolution, total_epochs and default_mnist read numbers like the builders do."""
+    from renaissance_nb import DeepLearningTask, datasets
+
+    t = (DeepLearningTask().ema(np.float64(0.9)).total_epochs(np.int64(3))
+         .train_resolution(np.int64(6), (np.int32(6), 8), boundary_epoch=np.int64(1)))
+    assert t.settings["ema"] == 0.9 and type(t.settings["ema"]) is float
+    assert t.settings["train_resolution"] == ((6, 6), (6, 8), 1) and t.settings["total_epochs"] == 3
+    assert len(datasets.default_mnist(val_fraction=np.float64(0.1)).val) == 500
+    with pytest.raises(ConfigError, match=r"begin=\(6, True\)"):
+        DeepLearningTask().train_resolution((6, True), 8, 1)
+    with pytest.raises(DataError, match="normalize='no'"):
+        datasets.default_mnist(normalize="no")

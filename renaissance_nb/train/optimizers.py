@@ -95,7 +95,7 @@ class SGD(Optimizer):
 
     def __post_init__(self) -> None:
         self._set("lr", check_number("SGD", "lr", self.lr_, fix="use a positive learning rate such as 0.1"))
-        self._set("momentum", check_number("SGD", "momentum", self.momentum_, fix="use a momentum in [0, 1), e.g. 0.9"))
+        self._set("momentum", check_number("SGD", "momentum", self.momentum_, fix="use a momentum >= 0, e.g. 0.9 (0 for none)"))
         self._set("dampening", check_number("SGD", "dampening", self.dampening_, high=1.0,
                                             fix="use a dampening in [0, 1]"))
         self._set("weight_decay", check_number("SGD", "weight_decay", self.weight_decay_,
