@@ -137,7 +137,6 @@ class DeepLearningTask(TaskBase):
         self._resume_at: tuple[int, int] | None = None  # (epoch, next step) after an interrupt
         self._live_at: tuple[int, int] | None = None  # (epoch, next step) while run() calls a step callback
         self._torn_at: tuple[int, int] | None = None  # (epoch, step) a run stopped inside of: not resumable
-        self._train_metrics: np.ndarray | None = None
 
     # ---- settings (PLANNING, before plan()) ----------------------------------------------
     def _setting(self, name: str) -> None:
@@ -593,7 +592,9 @@ class DeepLearningTask(TaskBase):
         Ctrl-C (the notebook's stop button) ends the run at a step boundary; the task
         stays COMPILED, the history is complete up to that step, and ``run()`` (resume=True)
         continues from the next step, ending with the same weights as an uninterrupted
-        run. ``resume=False`` starts the interrupted epoch over instead.
+        run. ``resume=False`` starts the interrupted epoch over instead. An exception from a
+        callback stops the same way (and is raised); ``callbacks`` are called as
+        ``cb(kind, info)`` with kind "start", "step" (every 16 steps), "epoch" and "end".
         """
         more = None if epochs is None else _int_setting("run", "epochs", epochs)  # before anything changes
         if self._phase is not Phase.COMPILED:
