@@ -94,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return train(args)
     except RenaissanceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_as_flags(str(exc))}", file=sys.stderr)
         return 1
+
+
+def _as_flags(message: str) -> str:
+    """A library fix phrased for the command line: 'pass download=True' is '--download' here."""
+    return message.replace("pass download=True", "add --download")
 
 
 if __name__ == "__main__":

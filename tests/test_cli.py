@@ -28,3 +28,9 @@ def test_cuda_without_a_gpu_is_an_error_line_not_a_traceback(capsys: pytest.Capt
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "train" in capsys.readouterr().out
+
+
+def test_a_missing_mnist_folder_says_the_flag_to_add(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    assert main(["train", "--mnist", str(tmp_path / "none"), "--epochs", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: mnist: root=") and "add --download" in err and "download=True" not in err
