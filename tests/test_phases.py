@@ -167,7 +167,6 @@ def test_failed_add_graph_leaves_locked_task_usable() -> None:
     t.finalize_memory()
     cases = [
         [node("fc_fwd", [x.id, w.id, 99], [y.id], act="relu", slope=0.0)],   # bad tensor id
-        [node("fc_fwd", [x.id, w.id, b.id], [-1], act="relu", slope=0.0)],   # negative id
         [node("no_such_op", [x.id], [y.id])],                                # unknown op
         [],                                                                  # empty graph
         ["not a node"],
@@ -177,6 +176,8 @@ def test_failed_add_graph_leaves_locked_task_usable() -> None:
             t.add_graph("fwd", nodes)
         assert "fwd" in str(info.value) or "graph" in str(info.value)
         assert t.phase is Phase.MEMORY_LOCKED
+    with pytest.raises(PlanError, match=r"outputs=\[-1\]"):  # a negative id is refused by node() itself
+        node("fc_fwd", [x.id, w.id, b.id], [-1], act="relu", slope=0.0)
     with pytest.raises(PlanError):
         t.add_graph("", fc_graph(x, w, b, y))
     with pytest.raises(PlanError):

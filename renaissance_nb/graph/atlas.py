@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..checks import as_int
+from ..errors import PlanError, bad_argument
 from ..memory.plan import plural
-from .ids import GraphId, StreamKind
+from .ids import GraphId, StreamKind, as_graph_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.plan import MemoryPlan
@@ -59,11 +61,21 @@ class GraphAtlas:
         self.table: list[list[int]] = [[-1] * len(GraphId) for _ in variants]
 
     def lookup(self, variant_index: int, gid: GraphId) -> int:
-        """Phase C: the captured index for a variant and GraphId, by array indexing."""
-        return self.table[variant_index][gid]
+        """Phase C: the captured index for a variant and GraphId, by array indexing.
+        The index is checked: a negative one would quietly answer for another variant."""
+        vi = as_int(variant_index)
+        if vi is None or not 0 <= vi < len(self.variants):
+            raise bad_argument(PlanError, "lookup", "variant_index", variant_index,
+                               f"an int in [0, {len(self.variants)}), the position of one of {self.variants}",
+                               "use atlas.variants.index(name)")
+        return self.table[vi][as_graph_id(gid, "lookup")]
 
     def entry(self, variant: str, gid: GraphId) -> AtlasEntry | None:
-        return self.entries.get((variant, GraphId(gid)))
+        """The entry of (variant, GraphId); None where that variant does not use the GraphId."""
+        if not isinstance(variant, str) or variant not in self.variants:
+            raise bad_argument(PlanError, "entry", "variant", variant, f"one of {self.variants}",
+                               "pick a variant name from atlas.variants")
+        return self.entries.get((variant, as_graph_id(gid, "entry")))
 
     def graph_ids(self) -> list[GraphId]:
         """GraphIds used by any variant, in enum order."""

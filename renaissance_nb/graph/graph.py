@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
-from .ids import GraphId
+from ..checks import as_int
+from ..errors import PlanError, bad_argument
+from ..memory.dtensor import DTensor
+from .ids import GraphId, as_graph_id
 
 
 @dataclass(frozen=True)
@@ -32,10 +35,31 @@ class GraphNode:
             f" [{ps}]" if ps else "")
 
 
-def node(op: str, inputs: tuple[int, ...] | list[int], outputs: tuple[int, ...] | list[int],
+def _tensor_ids(value: Any, argument: str) -> tuple[int, ...]:
+    """A node's tensor ids as Python ints; one bare id counts as a list of one (``node("relu", x.id, y.id)``).
+
+    Why here: a bool or a float would otherwise pass as an id (True is tensor #1) and a DTensor
+    or a bare int would fail later with a raw TypeError far from the call that built the node.
+    """
+    items: Any = (value,) if as_int(value) is not None else value
+    try:
+        ids = [as_int(v) for v in items] if not isinstance(items, (str, bytes, DTensor)) else [None]
+    except TypeError:  # not iterable
+        ids = [None]
+    if None in ids or any(i < 0 for i in ids):  # type: ignore[operator]
+        raise bad_argument(PlanError, "node", argument, value, "a list of tensor ids (ints >= 0) like [x.id, w.id]",
+                           "pass the .id of each DTensor that alloc() returned, e.g. [x.id]")
+    return tuple(ids)  # type: ignore[arg-type]
+
+
+def node(op: str, inputs: int | tuple[int, ...] | list[int], outputs: int | tuple[int, ...] | list[int],
          layer: str = "", **params: Any) -> GraphNode:
     """Build a node; params are stored sorted so equal nodes compare equal."""
-    return GraphNode(op, tuple(inputs), tuple(outputs), tuple(sorted(params.items())), layer)
+    if not isinstance(op, str) or not op:
+        raise bad_argument(PlanError, "node", "op", op, "a kernel name (str) such as 'relu'",
+                           "name the operation as a string")
+    return GraphNode(op, _tensor_ids(inputs, "inputs"), _tensor_ids(outputs, "outputs"),
+                     tuple(sorted(params.items())), layer)
 
 
 @dataclass
@@ -51,10 +75,14 @@ class ComputationGraph:
     names: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     def append(self, gid: GraphId, n: GraphNode) -> None:
-        self.buckets.setdefault(GraphId(gid), []).append(n)
+        g = as_graph_id(gid, "ComputationGraph.append")
+        if not isinstance(n, GraphNode):
+            raise bad_argument(PlanError, "ComputationGraph.append", "n", n, "a GraphNode",
+                               "build it with renaissance_nb.node(op, inputs, outputs)")
+        self.buckets.setdefault(g, []).append(n)
 
     def nodes(self, gid: GraphId) -> list[GraphNode]:
-        return self.buckets.get(GraphId(gid), [])
+        return self.buckets.get(as_graph_id(gid, "ComputationGraph.nodes"), [])
 
     def ids(self) -> list[GraphId]:
         """GraphIds that hold at least one node, in enum order."""
@@ -75,7 +103,12 @@ class ComputationGraph:
         """One line per node, grouped by GraphId, tensors by name: from ``names`` (id -> name, or
         a MemoryPlan's DTensors) if given, else the graph's own ``names``; bare ids where unknown."""
         if names is not None and not isinstance(names, Mapping):
-            names = {t.id: t.name for t in names}
+            tensors = list(names) if isinstance(names, Iterable) and not isinstance(names, (str, bytes)) else [names]
+            if not all(isinstance(t, DTensor) for t in tensors):
+                raise bad_argument(PlanError, "as_text", "names", names,
+                                   "a mapping tensor id -> name, a MemoryPlan (its DTensors), or None",
+                                   "pass {0: 'x', 1: 'y'} or task.memory; None uses the graph's own names")
+            names = {t.id: t.name for t in tensors}
         known = self.names if names is None else names
         lines = []
         fmt = (lambda t: f"{known.get(t, t)}") if known else str

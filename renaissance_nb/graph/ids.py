@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
+
+from ..checks import as_int
+from ..errors import PlanError, bad_argument
 
 
 class StreamKind(IntEnum):
@@ -104,3 +108,21 @@ MULTI_DEVICE_OR_AMP = frozenset({
     GraphId.FIRST_COMM, GraphId.DEEP_COMM, GraphId.STATS_COMM, GraphId.VAL_RESULT_COMM,
     GraphId.CAST_MAIN_FP32_TO_FP16, GraphId.CAST_EMA_FP32_TO_FP16,
 })
+
+
+def as_graph_id(value: Any, where: str, argument: str = "gid") -> GraphId:
+    """``value`` as a GraphId: a member, its name ('OPTIMIZER') or its number; else a PlanError.
+
+    Why one check: graphs and the atlas both take a GraphId from the user, and ``GraphId(value)``
+    alone answers a typo with a bare ValueError and takes True for GraphId 1.
+    """
+    if isinstance(value, GraphId):
+        return value
+    if isinstance(value, str) and value in GraphId.__members__:
+        return GraphId[value]
+    i = as_int(value)
+    if i is not None and any(g == i for g in GraphId):
+        return GraphId(i)
+    raise bad_argument(PlanError, where, argument, value,
+                       f"a GraphId such as GraphId.DEEP_FWD_BWD, its name, or its number 0..{len(GraphId) - 1}",
+                       "pass a member of renaissance_nb.GraphId; list them with [g.name for g in GraphId]")

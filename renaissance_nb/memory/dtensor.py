@@ -121,7 +121,8 @@ class DTensor:
         """One past the last byte of the slot."""
         offset = self.placed.offset
         if offset is None:
-            raise ValueError(f"{self.name} has no offset yet")
+            raise PlanError(f"end: {self.name!r} has no offset yet; its plan is not finalized. "
+                            "Fix: call finalize_memory() (or finalize() on a bare MemoryPlan) first.")
         return offset + self.slot_bytes
 
     def with_shape(self, shape: tuple[int, ...]) -> "DTensor":

@@ -9,8 +9,10 @@ program conflict exactly when their intervals meet.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+from ..checks import as_int
+from ..errors import PlanError, bad_argument
 from .dtensor import ALIGNMENT, DTensor, align_up
 
 Interval = tuple[int, int]
@@ -37,6 +39,46 @@ def lifetimes_from_programs(programs: Sequence[Sequence[tuple[Iterable[int], Ite
             spans.setdefault(tid, []).append((a, last[tid]))
         t0 += len(program) + 1
     return spans
+
+
+LIFETIMES_FORM = "a mapping tensor id -> list of (start, end) int pairs with start <= end, like {0: [(0, 3)]}"
+
+
+def check_lifetimes(lifetimes: Any, n_tensors: int, where: str = "finalize") -> Lifetimes:
+    """``lifetimes`` checked whole and copied as {id: [(start, end), ...]} of Python ints.
+
+    Why: ``pack`` trusts its input; a reversed interval reads as never live (its tensor would
+    share bytes with live ones) and a malformed one fails half-way through a placement. Checking
+    everything first lets ``finalize`` fail before it changes anything.
+    """
+    if not isinstance(lifetimes, Mapping):
+        raise bad_argument(PlanError, where, "lifetimes", lifetimes, LIFETIMES_FORM,
+                           "pass a dict such as lifetimes_from_programs() returns, or None for no reuse")
+    out: Lifetimes = {}
+    for key, intervals in lifetimes.items():
+        tid = as_int(key)
+        if tid is None or not 0 <= tid < n_tensors:
+            raise bad_argument(PlanError, where, "lifetimes key", key,
+                               f"the id of an allocated tensor, an int in [0, {n_tensors})",
+                               "key lifetimes by DTensor.id, not by name or position")
+        if not isinstance(intervals, (list, tuple)) or not all(isinstance(iv, (list, tuple)) for iv in intervals):
+            raise bad_argument(PlanError, where, f"lifetimes[{tid}]", intervals,
+                               "a list of (start, end) int pairs like [(4, 6)]",
+                               "wrap a single interval in a list: [(start, end)]")
+        pairs = []
+        for iv in intervals:
+            ends = [as_int(x) for x in iv]
+            if len(ends) != 2 or None in ends:
+                raise bad_argument(PlanError, where, f"lifetimes[{tid}] interval", iv, "a (start, end) pair of ints",
+                                   "give each interval as (first step, last step), both ints")
+            start, end = ends
+            if start > end:  # type: ignore[operator]
+                raise bad_argument(PlanError, where, f"lifetimes[{tid}] interval", iv,
+                                   "start <= end (closed intervals on the step timeline)",
+                                   f"write it as ({end}, {start}) if the ends were swapped")
+            pairs.append((start, end))
+        out[tid] = pairs  # type: ignore[assignment]
+    return out
 
 
 def intervals_meet(a: Sequence[Interval], b: Sequence[Interval]) -> bool:

@@ -12,9 +12,10 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..checks import as_int
 from ..errors import PlanError, bad_argument
 from .dtensor import ALIGNMENT, DTensor, align_up
-from .liveness import Lifetimes, live_overlaps, pack
+from .liveness import Lifetimes, check_lifetimes, live_overlaps, pack
 from .region import FAMILIES, Region
 
 SUPPORTED_DTYPES = ("float32", "float16", "float64", "int32", "int64", "int8", "uint8")
@@ -62,22 +63,23 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 
 def _check_shape(shape: object) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        shape = (int(shape),)
-    if not isinstance(shape, (tuple, list)) or not all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in shape
-    ):
+    one = as_int(shape)  # a bare int is a 1-D shape; a bool is not a size
+    if one is not None:
+        dims = [one]
+    else:
+        dims = [as_int(d) for d in shape] if isinstance(shape, (tuple, list)) else [None]
+    if None in dims:
         raise bad_argument(PlanError, "alloc", "shape", shape, "a tuple of positive ints like (128, 784)",
                            "pass the tensor's dimensions as ints")
-    if any(int(d) <= 0 for d in shape):
+    if any(d <= 0 for d in dims):  # type: ignore[operator]
         raise bad_argument(PlanError, "alloc", "shape", shape, "every dimension >= 1",
                            "a tensor with a zero or negative dimension cannot hold data; fix the size")
-    return tuple(int(d) for d in shape)
+    return tuple(dims)  # type: ignore[arg-type]
 
 
 def _check_dtype(dtype: object) -> str:
-    try:
-        name = np.dtype(dtype).name  # type: ignore[arg-type]
+    try:  # None is refused: np.dtype(None) would quietly mean float64
+        name = None if dtype is None else np.dtype(dtype).name  # type: ignore[arg-type]
     except TypeError:
         name = None
     if name not in SUPPORTED_DTYPES:
@@ -89,22 +91,36 @@ def _check_dtype(dtype: object) -> str:
 def _check_pitch(pitch: object, shape: tuple[int, ...]) -> int | None:
     if pitch is None:
         return None
-    if (not isinstance(pitch, (int, np.integer)) or isinstance(pitch, bool) or len(shape) != 2
-            or int(pitch) < shape[1]):
+    pitch_i = as_int(pitch)
+    if pitch_i is None or len(shape) != 2 or pitch_i < shape[1]:
         rows = f"an int >= {shape[1]}, its row length" if len(shape) == 2 else "None: only 2-D tensors have rows"
         raise bad_argument(PlanError, "alloc", "pitch", pitch, f"None or {rows}" if len(shape) == 2 else rows,
                            "pass pitch=None to store the tensor contiguous"
                            + (f", or a pitch of at least {shape[1]} elements" if len(shape) == 2 else ""))
-    return int(pitch)
+    return pitch_i
 
 
-def _check_region(region: object) -> Region:
+def _check_region(region: object, where: str = "alloc", argument: str = "region",
+                  fix: str = "every tensor must be placed in a named region; pass region=Region.<NAME>") -> Region:
+    """A named region (a Region member or its name); END is a sentinel, not a place."""
     if isinstance(region, Region) and region is not Region.END:
         return region
     if isinstance(region, str) and region in Region.__members__ and region != "END":
         return Region[region]
-    raise bad_argument(PlanError, "alloc", "region", region, "a Region member such as Region.T_TEMP_FP32",
-                       "every tensor must be placed in a named region; pass region=Region.<NAME>")
+    raise bad_argument(PlanError, where, argument, region,
+                       "a Region member such as Region.T_TEMP_FP32 (or its name), not Region.END", fix)
+
+
+def _check_slot_bytes(slot_bytes: object, nbytes: int, padded: bool) -> int:
+    """The bytes reserved for a tensor: an int, at least its storage (a float would be cut silently)."""
+    if slot_bytes is None:
+        return nbytes
+    slot = as_int(slot_bytes)
+    if slot is None or slot < nbytes:
+        raise bad_argument(PlanError, "alloc", "slot_bytes", slot_bytes,
+                           f"None or an int >= {nbytes} (the tensor's size{' with its padded rows' if padded else ''})",
+                           "reserve at least the tensor's bytes, or pass None to reserve exactly them")
+    return slot
 
 
 class MemoryPlan:
@@ -134,43 +150,44 @@ class MemoryPlan:
         dtype_s = _check_dtype(dtype)
         region_r = _check_region(region)
         tid = len(self._tensors)
+        if name is not None and not isinstance(name, str):
+            raise bad_argument(PlanError, "alloc", "name", name, "a str or None",
+                               "name tensors with strings: plan[5] means tensor id 5, plan['5'] a tensor's name")
         name = name or f"t{tid}"
         if name in self._by_name:
             raise bad_argument(PlanError, "alloc", "name", name, "a name not used by another tensor",
                                "give each tensor a unique name")
         pitch_i = _check_pitch(pitch, shape_t)
         t = DTensor(tid, name, shape_t, dtype_s, region_r, 0, pitch=pitch_i, plan=self)
-        nbytes = t.storage_bytes
-        slot = nbytes if slot_bytes is None else int(slot_bytes)
-        if slot < nbytes:
-            raise bad_argument(PlanError, "alloc", "slot_bytes", slot_bytes,
-                               f">= {nbytes} (the tensor's size{' with its padded rows' if pitch_i else ''})",
-                               "reserve at least the tensor's bytes")
-        t = replace(t, slot_bytes=slot)
+        t = replace(t, slot_bytes=_check_slot_bytes(slot_bytes, t.storage_bytes, pitch_i is not None))
         self._tensors.append(t)
         self._by_name[name] = tid
         return t
 
     def finalize(self, lifetimes: Lifetimes | None = None) -> "MemoryPlan":
         """Fix every offset. With ``lifetimes``, F_ and T_ tensors whose lifetimes
-        never meet share bytes; without, every tensor gets its own slot."""
+        never meet share bytes; without, every tensor gets its own slot.
+
+        All or nothing: ``lifetimes`` is checked whole before any state changes, so a failed
+        call leaves the plan as it was (unfinalized, ready for a corrected call)."""
         if self.finalized:
             raise PlanError(f"finalize: the plan {self.name!r} is already finalized.")
-        self.lifetimes = dict(lifetimes or {})
-        self.reuse = lifetimes is not None
+        reuse = lifetimes is not None
+        lives = check_lifetimes(lifetimes, len(self._tensors)) if reuse else {}
         by_region: dict[Region, list[DTensor]] = {}
         for t in self._tensors:
             by_region.setdefault(t.region, []).append(t)
         cursor = 0
         placed: dict[int, DTensor] = {}
+        regions: dict[Region, RegionSpan] = {}
         for region in Region:
             if region is Region.END:
                 continue
             members = by_region.get(region, [])
             base = align_up(cursor)
             plain = sum(align_up(t.slot_bytes) for t in members)
-            if self.reuse and region.reusable and members:
-                rel, size = pack(members, self.lifetimes)
+            if reuse and region.reusable and members:
+                rel, size = pack(members, lives)
             else:
                 rel, off = {}, 0
                 for t in members:
@@ -179,11 +196,12 @@ class MemoryPlan:
                 size = off
             for t in members:
                 placed[t.id] = replace(t, offset=base + rel[t.id])
-            self.regions[region] = RegionSpan(region, base, size, tuple(t.id for t in members), plain)
+            regions[region] = RegionSpan(region, base, size, tuple(t.id for t in members), plain)
             cursor = base + size
+        self.lifetimes, self.reuse, self.regions = lives, reuse, regions
         self._tensors = [placed[t.id] for t in self._tensors]
         self.total_bytes = align_up(cursor)
-        self.bytes_without_reuse = sum(s.size_without_reuse for s in self.regions.values())
+        self.bytes_without_reuse = sum(s.size_without_reuse for s in regions.values())
         self.finalized = True
         return self
 
@@ -200,21 +218,31 @@ class MemoryPlan:
                 raise bad_argument(PlanError, "MemoryPlan", "name", key, "the name of an allocated tensor",
                                    "list names with [t.name for t in plan]")
             key = self._by_name[key]
-        if not isinstance(key, (int, np.integer)) or not 0 <= key < len(self._tensors):
+        tid = as_int(key)  # not a bool: plan[True] would quietly mean tensor #1
+        if tid is None or not 0 <= tid < len(self._tensors):
             raise bad_argument(PlanError, "MemoryPlan", "tensor id", key,
                                f"an int in [0, {len(self._tensors)})", "use the id of a DTensor from alloc()")
-        return self._tensors[int(key)]
+        return self._tensors[tid]
 
     def has(self, tid: int) -> bool:
-        return isinstance(tid, (int, np.integer)) and 0 <= tid < len(self._tensors)
+        i = as_int(tid)
+        return i is not None and 0 <= i < len(self._tensors)
 
     def tensors_in(self, region: Region) -> list[DTensor]:
         return [t for t in self._tensors if t.region is region]
 
     def region_range(self, first: Region, last: Region) -> tuple[int, int]:
-        """Byte range [start, end) from the base of ``first`` to the end of ``last``."""
+        """Byte range [start, end) from the base of ``first`` to the end of ``last``
+        (Region members or their names; ``last`` not before ``first``)."""
         self._require_final("region_range")
-        return self.regions[first].base, self.regions[last].end
+        fix = "pass named regions, e.g. region_range(Region.W_BN_BIAS, Region.W_DEEP_CONV)"
+        a = _check_region(first, "region_range", "first", fix)
+        b = _check_region(last, "region_range", "last", fix)
+        if b < a:
+            raise bad_argument(PlanError, "region_range", "last", last,
+                               f"a region at or after first={a.name} (regions run in address order)",
+                               "swap first and last")
+        return self.regions[a].base, self.regions[b].end
 
     def family_bytes(self) -> dict[str, int]:
         """Arena bytes by region family, in address order."""
