@@ -70,6 +70,25 @@ class Transition:
     seconds: float
 
 
+def _exact_values(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``value`` as ``dtype`` when it broadcasts to ``shape`` and converts without changing: no None or
+    strings, and for integer tensors no fractions, no NaN and nothing out of range (300 is not 44)."""
+    try:
+        raw = np.asarray(value)
+        np.broadcast_to(raw, shape)
+    except (ValueError, TypeError):
+        return None
+    if raw.dtype.kind not in "biuf":
+        return None
+    if dtype.kind in "iu" and raw.size:
+        info = np.iinfo(dtype)
+        as_float = raw.astype(np.float64)
+        if not (np.isfinite(as_float).all() and (as_float == np.round(as_float)).all()
+                and info.min <= raw.min() and raw.max() <= info.max):
+            return None
+    return raw.astype(dtype)
+
+
 class TaskBase:
     """A task driven by hand: allocate tensors, lock memory, add graphs, compile, run."""
 
@@ -127,7 +146,12 @@ class TaskBase:
     # ---- MEMORY_LOCKED -------------------------------------------------------------
     def add_graph(self, name: str, graph: ComputationGraph | Sequence[GraphNode],
                   stream: StreamKind = StreamKind.COMP_1) -> None:
-        """Register a graph (its nodes refer to tensor ids of this task's plan)."""
+        """Register a graph (its nodes refer to tensor ids of this task's plan).
+
+        Each node is checked now: known op, existing tensors, and operands whose shapes and
+        parameters fit the op (kernels/operands.py), so a graph that could not run is never
+        registered. A ComputationGraph is flattened in GraphId order onto ``stream``.
+        """
         self._require("add_graph", Phase.MEMORY_LOCKED,
                       hint="Graphs are registered after memory is locked and before compile().")
         if not isinstance(name, str) or not name:
@@ -138,15 +162,25 @@ class TaskBase:
         if not isinstance(stream, StreamKind):
             raise bad_argument(PlanError, "add_graph", "stream", stream, "a StreamKind such as StreamKind.COMP_1",
                                "pass stream=StreamKind.<NAME>")
-        nodes = [n for _, n in graph] if isinstance(graph, ComputationGraph) else list(graph)
+        nodes = ([n for _, n in graph] if isinstance(graph, ComputationGraph)
+                 else list(graph) if isinstance(graph, (list, tuple)) else [])
         if not nodes or not all(isinstance(n, GraphNode) for n in nodes):
             raise bad_argument(PlanError, "add_graph", "graph", graph, "a ComputationGraph or a list of nodes",
                                "build nodes with renaissance_nb.node(op, inputs, outputs)")
-        check_nodes(nodes, len(self.memory), f"add_graph({name!r})")
+        check_nodes(nodes, len(self.memory), f"add_graph({name!r})", [t.shape for t in self.memory])
         self._graphs[name] = (nodes, stream)
 
+    def remove_graph(self, name: str) -> None:
+        """Unregister a graph before compile() (to replace one that compile() could not bind)."""
+        self._require("remove_graph", Phase.MEMORY_LOCKED, hint="Graphs are bound at compile().")
+        if not isinstance(name, str) or name not in self._graphs:
+            raise bad_argument(PlanError, "remove_graph", "name", name, f"one of {sorted(self._graphs)}",
+                               "pass the name given to add_graph()")
+        del self._graphs[name]
+
     def compile(self) -> "TaskBase":
-        """Create the arena and bind ('capture') every registered graph."""
+        """Create the arena and bind ('capture') every registered graph; nothing changes if one fails
+        (task.remove_graph(name) then lets it be registered again)."""
         self._require("compile", Phase.MEMORY_LOCKED)
         started = time.time()
         arena = Arena(self.memory)
@@ -161,14 +195,23 @@ class TaskBase:
     def run(self, name: str) -> None:  # type: ignore[override]
         """Replay one bound graph."""
         self._require("run", Phase.COMPILED, hint="Graphs run once compile() has bound them.")
-        if name not in self._bound:
+        if not isinstance(name, str) or name not in self._bound:
             raise bad_argument(PlanError, "run", "name", name, f"one of {sorted(self._bound)}",
                                "register the graph with add_graph() before compile()")
         self._bound[name]()
 
     def _tensor(self, op: str, tensor: DTensor | int | str) -> DTensor:
-        key = tensor.id if isinstance(tensor, DTensor) else tensor
-        return self.memory[key]
+        """This plan's record of a handle, an id or a name; a handle from another task's plan is refused
+        (its id would name some other tensor here)."""
+        if isinstance(tensor, DTensor):
+            if tensor.plan is not None and tensor.plan is not self.memory:
+                raise bad_argument(PlanError, op, "tensor", tensor, f"a tensor of this task's plan {self.memory.name!r}",
+                                   "use the handles this task's alloc() returned")
+            return self.memory[tensor.id]
+        if isinstance(tensor, (bool, np.bool_)):
+            raise bad_argument(PlanError, op, "tensor", tensor, "a DTensor, an int id or a tensor name",
+                               "pass the DTensor alloc() returned")
+        return self.memory[tensor]
 
     def read(self, tensor: DTensor | int | str) -> np.ndarray:
         """A copy of a tensor's current value."""
@@ -180,12 +223,11 @@ class TaskBase:
         """Set a tensor's value (broadcast like NumPy; the shape is the plan's)."""
         self._require("write", Phase.COMPILED, hint="Tensors hold values only once the arena exists (compile()).")
         t = self._tensor("write", tensor)
-        try:
-            arr = np.asarray(value, dtype=t.dtype)
-            np.broadcast_to(arr, t.shape)
-        except (ValueError, TypeError) as exc:
-            raise bad_argument(PlanError, "write", "value", value, f"an array broadcastable to {t.shape} ({t.dtype})",
-                               f"pass values shaped like {t.name}") from exc
+        arr = _exact_values(value, np.dtype(t.dtype), t.shape)
+        if arr is None:
+            raise bad_argument(PlanError, "write", "value", value,
+                               f"numbers broadcastable to {t.shape} that {t.dtype} holds exactly (whole numbers in its "
+                               "range for an integer tensor)", f"pass values shaped like {t.name}")
         self._views[t.id][...] = arr
 
     @property

@@ -37,6 +37,8 @@ class BindEnv:
 
 
 KERNELS: dict[str, Factory] = {}
+LEAKY_SLOPE = 0.01
+"""leaky_relu's slope when a hand-built node gives none (nn.LeakyReLU's default); the compiler always does."""
 
 
 def kernel(name: str) -> Callable[[Factory], Factory]:
@@ -82,8 +84,8 @@ def fc_fwd(outs, ins, p, env):
     (y,) = outs
     x, w = _flat2d(ins[0]), ins[1]
     b = ins[2] if len(ins) > 2 else EMPTY_F32
-    act = fused.ACT_CODES[p["act"]]
-    slope = float(p["slope"])
+    act = fused.ACT_CODES[p.get("act", "none")]
+    slope = float(p.get("slope", LEAKY_SLOPE))
     product = blas.gemm(x, w.T, y)
     if act == 0 and b.size == 0:
         return product
@@ -154,14 +156,14 @@ def relu_k(outs, ins, p, env):
 @kernel("act_fwd")
 def act_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
-    code, slope, f = fused.ACT_CODES[p["act"]], float(p["slope"]), fused.act_forward
+    code, slope, f = fused.ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_forward
     return lambda: f(x, y, code, slope)
 
 
 @kernel("act_bwd")
 def act_bwd(outs, ins, p, env):
     (dy, x), (dx,) = ins, outs
-    code, slope, f = fused.ACT_CODES[p["act"]], float(p["slope"]), fused.act_backward
+    code, slope, f = fused.ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_backward
     return lambda: f(dy, x, dx, code, slope)
 
 
@@ -192,9 +194,13 @@ def reshape_copy(outs, ins, p, env):
 
 @kernel("mul")
 def mul_k(outs, ins, p, env):
+    """out = a * b: one flat loop for equal shapes, else NumPy's broadcasting (like add)."""
     (a, b), (out,) = ins, outs
-    f = fused.mul_
-    return lambda: f(out, a, b)
+    if a.shape == b.shape == out.shape:
+        f = fused.mul_
+        return lambda: f(out, a, b)
+    mul = np.multiply
+    return lambda: mul(a, b, out=out)
 
 
 @kernel("fill")

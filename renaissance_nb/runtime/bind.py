@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import PlanError
 from ..graph.graph import GraphNode
 from ..kernels.cpu import KERNELS, BindEnv
+from ..kernels.operands import operand_problem
 from ..memory.plan import plural
 
 
@@ -28,8 +29,10 @@ class BoundGraph:
         return f"<BoundGraph {self.name}: {plural(len(self.kernels), 'kernel')}>"
 
 
-def check_nodes(nodes: Sequence[GraphNode], n_tensors: int, where: str) -> None:
-    """Every op must be known and every tensor id must exist in the plan."""
+def check_nodes(nodes: Sequence[GraphNode], n_tensors: int, where: str,
+                shapes: Sequence[tuple[int, ...]] | None = None) -> None:
+    """Every op must be known, every tensor id must exist in the plan and, given the tensors'
+    shapes, every node's operands must fit its op (kernels/operands.py)."""
     for i, n in enumerate(nodes):
         if n.op not in KERNELS:
             raise PlanError(f"{where}: node #{i} has op {n.op!r}, which has no kernel. "
@@ -38,17 +41,25 @@ def check_nodes(nodes: Sequence[GraphNode], n_tensors: int, where: str) -> None:
             if not isinstance(tid, (int, np.integer)) or not 0 <= tid < n_tensors:
                 raise PlanError(f"{where}: node #{i} ({n.op}) refers to tensor id {tid!r}, but the plan holds "
                                 f"ids 0..{n_tensors - 1}. Fix: use ids of DTensors returned by alloc().")
+        problem = None if shapes is None else operand_problem(
+            n.op, [shapes[t] for t in n.inputs], [shapes[t] for t in n.outputs], n.p)
+        if problem:
+            raise PlanError(f"{where}: node #{i} {n.op}{tuple(n.inputs)} -> {tuple(n.outputs)}: {problem}. "
+                            "Fix: build the node from tensors of the shapes it needs.")
 
 
 def bind(name: str, nodes: Sequence[GraphNode], views: Sequence[np.ndarray], env: BindEnv) -> BoundGraph:
     """Resolve each node's tensor ids to views and build its kernel."""
-    check_nodes(nodes, len(views), name)
+    check_nodes(nodes, len(views), name, [v.shape for v in views])
     kernels = []
     for n in nodes:
         ins = [views[i] for i in n.inputs]
         outs = [views[i] for i in n.outputs]
         try:
             kernels.append(KERNELS[n.op](outs, ins, n.p, env))
-        except (ValueError, IndexError, KeyError, TypeError) as exc:
+        except KeyError as exc:
+            raise PlanError(f"{name}: cannot bind node {n!r}: it needs the parameter {exc}. Fix: pass it to "
+                            f"node(), e.g. node({n.op!r}, inputs, outputs, {exc.args[0]}=...).") from exc
+        except (ValueError, IndexError, TypeError) as exc:
             raise PlanError(f"{name}: cannot bind node {n!r}: {exc}. Fix: check the node's inputs and outputs.") from exc
     return BoundGraph(name, list(nodes), kernels)
