@@ -27,7 +27,7 @@ import numpy as np
 
 from .blueprint import BluePrint
 from .checks import as_float, as_int
-from .data.arrays import DataSplits, Dataset, make_splits, validate_arrays
+from .data.arrays import DataSplits, Dataset, checked_splits, make_splits, validate_arrays
 from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
                      bad_argument)
 from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
@@ -158,8 +158,9 @@ class DeepLearningTask(TaskBase):
     @_arguments_checked
     def data(self, splits: DataSplits | Dataset | tuple | None = None, *, train: tuple | None = None,
              val: tuple | None = None, batch_size: int = 128, val_batch_size: int | None = None,
-             shuffle: bool = True) -> "DeepLearningTask":
-        """Data as DataSplits (datasets.mnist(...)) or arrays: train=(X, y), val=(Xv, yv)."""
+             shuffle: bool = True, num_classes: int | None = None) -> "DeepLearningTask":
+        """Data as DataSplits (datasets.mnist(...)) or arrays: train=(X, y), val=(Xv, yv);
+        ``num_classes`` for arrays whose highest class is missing from train."""
         self._setting("data")
         if splits is not None and train is not None:
             raise ConfigError("data: got both a data set and train=. Fix: pass one of them.")
@@ -168,11 +169,11 @@ class DeepLearningTask(TaskBase):
                               "Fix: task.data(train=(X, y), val=(Xv, yv)), or one DataSplits holding both, "
                               "datasets.from_arrays((X, y), (Xv, yv)).")
         if isinstance(splits, DataSplits):
-            s = splits
+            s = checked_splits(splits)
         elif isinstance(splits, Dataset):
-            s = DataSplits(splits, None, splits.name)
+            s = checked_splits(DataSplits(splits, None, splits.name))
         elif isinstance(splits, tuple) or train is not None:
-            s = make_splits(train if train is not None else splits, val)
+            s = make_splits(train if train is not None else splits, val, num_classes=num_classes)
         else:
             raise bad_argument(DataError, "data", "data", splits, "DataSplits, a Dataset, or train=(X, y)",
                                "e.g. task.data(datasets.default_mnist()) or task.data(train=(X, y))")
@@ -447,6 +448,16 @@ class DeepLearningTask(TaskBase):
                                   "Fix: load images with layout='image', or drop train_resolution().")
             (h0, w0), (h1, w1), _ = self._resolution
             first, low = (sample[0], h0, w0), (sample[0], h1, w1)
+        if (self._crop_pad or self._flip) and len(sample) != 3:
+            raise ConfigError(f"plan: augment(crop_pad={self._crop_pad}, flip={self._flip}) needs image data "
+                              f"(N, C, H, W); the samples are {sample}. Fix: load images with layout='image', or "
+                              "drop augment().")
+        last = len(s.train) % self._batch
+        if last == 1 and any(layer.kind == "bn" for layer in arch.layers):
+            raise ConfigError(f"plan: batch_size={self._batch} leaves a last training batch of 1 sample "
+                              f"({len(s.train)} samples), and batch norm needs more than one value per channel "
+                              "(as in PyTorch). Fix: pick a batch size that does not divide len(train) - 1, or "
+                              "drop one training sample.")
         specs = variant_specs(len(s.train), n_val, self._batch, self._val_batch or self._batch, sample,
                               lowres_shape=low, train_shape=first)
         shapes = derive_all_shapes(arch, specs, s.train.num_classes, self._optimizer.state, self.total_steps,
@@ -830,7 +841,7 @@ class DeepLearningTask(TaskBase):
     def evaluate(self, x: Any, y: Any) -> dict[str, float]:
         """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data."""
         self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
-        ds = validate_arrays(x, y, what="evaluate", num_classes=self._splits.train.num_classes)
+        ds = validate_arrays(x, y, what="evaluate", num_classes=self._splits.train.num_classes, where="evaluate")
         self._check_sample_shape("evaluate", ds.x)
         sums = np.zeros(3)
         res = np.zeros(3, np.float32)
@@ -844,7 +855,8 @@ class DeepLearningTask(TaskBase):
     def predict(self, x: Any) -> np.ndarray:
         """Predicted class of each row of x."""
         self._require("predict", Phase.COMPILED, hint="Call task.compile() first.")
-        ds = validate_arrays(x, np.zeros(len(x) if hasattr(x, "__len__") else 0, np.int64), what="predict")
+        ds = validate_arrays(x, np.zeros(len(x) if hasattr(x, "__len__") else 0, np.int64), what="predict",
+                             where="predict")
         self._check_sample_shape("predict", ds.x)
         out = np.empty(len(ds), np.int64)
         for start, n, logits in self._forward_batches(ds.x, None):

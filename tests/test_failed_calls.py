@@ -132,7 +132,7 @@ def test_data_set_with_val_is_refused_rather_than_dropped() -> None:
 
 @pytest.mark.parametrize("call, name", [
     (lambda t: t.options(foo=True), "foo"),
-    (lambda t: t.data(train=(X, Y), num_classes=4), "num_classes"),
+    (lambda t: t.data(train=(X, Y), classes=4), "classes"),
     (lambda t: t.run(epoch=1), "epoch"),
 ])
 def test_unknown_keywords_name_the_valid_ones(call, name: str) -> None:  # type: ignore[no-untyped-def]

@@ -133,7 +133,11 @@ def _check_y(y_in: Any, n: int, where: str, arg: str, x_arg: str, num_classes: i
         raise bad_argument(DataError, where, arg, y, "a 1-D array of integer class labels, shape (N,)", fix)
     if y.dtype.kind == "O":
         try:  # Python ints beyond int64 land here; let them fail loudly, not wrap.
-            y = y.astype(np.int64)
+            if not all(isinstance(v, (int, float, np.integer, np.floating)) for v in y.tolist()):
+                raise TypeError("not numbers")
+            y = np.asarray(y.tolist())  # its own dtype: 1.7 stays a fraction (refused below), not 1
+            if y.dtype.kind == "i":
+                y = y.astype(np.int64)
         except (OverflowError, TypeError, ValueError):
             raise bad_argument(
                 DataError, where, arg, y_in, "integer class labels that fit in int32",
@@ -238,6 +242,22 @@ def make_splits(
             )
         va = Dataset(va.x, va.y, va.num_classes, f"{name}/val")
     return DataSplits(train=tr, val=va, name=name)
+
+
+def checked_splits(s: DataSplits, where: str = "data") -> DataSplits:
+    """``s`` with the checks ``make_splits`` makes, for a DataSplits or Dataset built by hand: the batch
+    kernels index rows and labels without bounds checks, so a label past num_classes or a val set of
+    another sample shape must be refused here, not read out of bounds."""
+    tr = validate_arrays(s.train.x, s.train.y, what="train", num_classes=s.train.num_classes, where=where)
+    va = None
+    if s.val is not None:
+        va = validate_arrays(s.val.x, s.val.y, what="val", num_classes=tr.num_classes, where=where)
+        if va.sample_shape != tr.sample_shape or s.val.num_classes != tr.num_classes:
+            raise bad_argument(DataError, where, "val", s.val, f"samples of shape {tr.sample_shape} and "
+                               f"{tr.num_classes} classes, like train", "give train and val the same preprocessing "
+                               "and the same num_classes")
+        va = Dataset(va.x, va.y, va.num_classes, s.val.name)
+    return DataSplits(Dataset(tr.x, tr.y, tr.num_classes, s.train.name), va, s.name)
 
 
 def from_arrays(

@@ -137,11 +137,12 @@ def _expected_digests(sha256: str | None, md5: str | None, where: str) -> list[t
 
 
 def _verify(path: Path, checks: list[tuple[str, str]]) -> str | None:
-    """None when every digest matches, else a sentence naming the first mismatch."""
+    """None when every digest matches, else a sentence naming the first mismatch (as the archive:
+    a download is checked in a temporary file whose name would tell the user nothing)."""
     for algo, expected in checks:
         actual = _digest(path, algo)
         if actual != expected:
-            return f"checksum mismatch for {path.name}: expected {algo} {expected}, got {actual}"
+            return f"checksum mismatch for {CIFAR10_ARCHIVE}: expected {algo} {expected}, got {actual}"
     return None
 
 
