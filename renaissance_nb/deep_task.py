@@ -550,19 +550,22 @@ class DeepLearningTask(TaskBase):
         self._initialise(executor, compiled)
         runner: StepPrograms = executor
         if kind == "cuda":
-            from .gpu.executor import GpuExecutor, check_supported
-            try:
-                check_supported(compiled)
-            except DeviceError as exc:
+            from .gpu.executor import GpuExecutor
+            try:  # the probe found a GPU; the backend can still fail to start (no NVRTC, cuBLAS, memory)
+                runner = GpuExecutor(compiled, executor, env, self._nan_policy, self._device_data,
+                                     capture=self._device_capture)
+            except Exception as exc:  # noqa: BLE001 - auto falls back on any of them, and says why
                 if self._device == "cuda":
-                    raise
+                    if isinstance(exc, DeviceError):
+                        raise
+                    raise DeviceError(f"device('cuda'): the GPU backend failed to start: {type(exc).__name__}: "
+                                      f"{exc}. Fix: check CuPy's install (python -c 'import cupy; cupy.show_config()')"
+                                      ", or use device('auto') to fall back to the CPU.") from exc
                 kind = "cpu"
                 compiled.notes.append(f"device: auto chose the CPU: {exc}")
         if kind == "cpu":
             compiled.notes.append(f"device: CPU, {blas.describe()}.")
-        if kind == "cuda":
-            runner = GpuExecutor(compiled, executor, env, self._nan_policy, self._device_data,
-                                 capture=self._device_capture)
+        else:
             compiled.notes.append(f"device: CUDA, {len(runner.atlas.captures)} atlas entries captured as CUDA "
                                   f"graphs on one device arena, data={runner.data}, capture={runner.capture}; "
                                   "the host arena mirrors the device's at epoch ends.")
@@ -734,8 +737,10 @@ class DeepLearningTask(TaskBase):
                     prog.epoch(rec)
                     for cb in callbacks:
                         cb("epoch", rec)
-            except BaseException:  # a callback, a save or a second Ctrl-C failed between two steps
+            except BaseException as exc:  # a callback, a save or a second Ctrl-C failed between two steps
                 self._live_at = None
+                if isinstance(exc, NumericalError) and at is not None:
+                    torn, at = at, None  # a device halt, found at a check: the steps since ran without updates
                 if torn is not None:
                     self._torn_at = torn
                 if at is not None:
@@ -781,16 +786,18 @@ class DeepLearningTask(TaskBase):
         return sums.copy()
 
     def _raise_halted(self) -> None:
-        """A device backend stopped updating at a non-finite value: report it as the CPU would."""
+        """A device backend stopped updating at a non-finite value (its NaN flag is 2): report it, and
+        clear the flag so that the task can train again (the epoch starts over, as after a CPU halt)."""
         self._runner.download_all()
+        flag = self.executor.view("train_base", "nan.flag")
+        flag[0] = 0
+        self._runner.push(flag)
         step = int(self.executor.view("train_base", "step")[0])
-        loss = float(self.executor.view("train_base", "loss_log")[min(step, self.total_steps - 1)])
-        grads = self._arena.range_view("G_BN_BIAS", "G_DEEP_CONV", "float32")
-        k = fused.all_finite(grads)
-        where = self._arena.locate("G_BN_BIAS", k * 4) if k >= 0 else "the loss or a gradient"
-        raise NumericalError(f"step {step + 1}: non-finite value in {where}; loss={loss} (found on the GPU). The "
-                             "update was not applied, the weights are those before this step. Fix: lower the "
-                             "learning rate, check the data for extreme values, or use options(nan_policy='skip').")
+        raise NumericalError(f"step {step + 1}: a non-finite gradient or loss (found on the GPU, which stopped "
+                             "updating there; the host checks every 16 steps, and the steps run since then replaced "
+                             "that step's gradients and loss, so they are not named). The weights are those before "
+                             f"step {step + 1}. Fix: lower the learning rate, check the data for extreme values, or "
+                             "use options(nan_policy='skip').")
 
     def _shuffle_into(self, perm: np.ndarray, epoch: int) -> None:
         n = perm.shape[0]

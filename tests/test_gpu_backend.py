@@ -439,13 +439,22 @@ def test_emulated_gpu_nan_policy_raise_stops_with_the_weights_of_before(module) 
     cpu = _poisoned("raise")
     with pytest.raises(NumericalError) as ec:
         cpu.run(progress=False)
-    gpu = emulated(_poisoned("raise"), module)
-    with pytest.raises(NumericalError, match=r"found on the GPU.*not applied.*nan_policy='skip'") as eg:
+    gpu = emulated(_poisoned("raise"), module, data="pinned")  # batches gathered from the host's (repairable) data
+    with pytest.raises(NumericalError, match=r"found on the GPU.*weights are those before step.*nan_policy='skip'") as eg:
         gpu.run(progress=False)
     step = re.search(r"step (\d+)", str(ec.value)).group(1)
     assert re.search(r"step (\d+)", str(eg.value)).group(1) == step
     sc, sg = cpu.state_dict(), gpu.state_dict()
     assert all(np.isfinite(sg[k]).all() and np.allclose(sc[k], sg[k], rtol=1e-5, atol=1e-6) for k in sc)
+    # the halt is cleared: with the data repaired, both train on from the start of that epoch, and say so
+    assert gpu.executor.view("train_base", "nan.flag")[0] == 0
+    for t in (cpu, gpu):
+        t.splits.train.x[140, 3] = 0.0
+        with pytest.warns(UserWarning, match="stopped inside step"):
+            t.run(progress=False)
+    assert int(gpu.executor.view("train_base", "step")[0]) == int(cpu.executor.view("train_base", "step")[0]) > 4
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    assert all(np.allclose(sc[k], sg[k], rtol=1e-4, atol=1e-5) for k in sc)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -566,3 +575,72 @@ def test_image_gathers_are_the_cpu_kernels_bit_for_bit(module) -> None:  # type:
     flat = np.zeros((n, c * h * w), np.float32)
     f("rnb_nhwc_to_nchw")((1,), (64,), (x, flat, *map(np.int32, (n, h, w, c, 1))))
     assert np.array_equal(flat, x.transpose(0, 3, 1, 2).reshape(n, -1), equal_nan=True)
+
+
+class _DevArray(np.ndarray):
+    """A host array that answers .data.ptr as a CuPy array does (its address)."""
+
+    @property
+    def data(self):  # type: ignore[override]
+        return type("Mem", (), {"ptr": self.ctypes.data})()
+
+
+class _RecordingCublas:
+    """libcublas's entry points as recorders: what Gemm asks of cuBLAS, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple]] = []
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        def call(*args):  # type: ignore[no-untyped-def]
+            self.calls.append((name, args))
+            return 0
+        return call
+
+
+def test_every_captured_gemm_sets_its_workspace_after_its_stream(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """cublasSetStream resets the handle to cuBLAS's default workspace pool (which allocates inside
+    a capture), so each launch sets the preallocated workspace again, after the stream."""
+    from renaissance_nb.gpu import cublas
+
+    lib = _RecordingCublas()
+    monkeypatch.setattr(cublas, "_find_libcublas", lambda: lib)
+    workspace = np.zeros(4096, np.uint8).view(_DevArray)
+    gemm = cublas.Gemm(workspace)
+    a, b = np.ones((3, 4), np.float32).view(_DevArray), np.ones((4, 5), np.float32).view(_DevArray)
+    c = np.zeros((3, 5), np.float32).view(_DevArray)
+    launch = gemm.bind(c, a, b)
+    lib.calls.clear()
+    for ptr in (111, 222):
+        launch(type("Stream", (), {"ptr": ptr})())
+    names = [n for n, _ in lib.calls]
+    assert names == ["cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasSgemm_v2"] * 2
+    for i in (1, 4):
+        _, (handle, ptr, size) = lib.calls[i]
+        assert ptr.value == workspace.ctypes.data and size.value == 4096
+    assert [args[1].value for n, args in lib.calls if n == "cublasSetStream_v2"] == [111, 222]
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda"])
+def test_a_gpu_backend_that_fails_to_start_falls_back_under_auto(monkeypatch, device: str) -> None:  # type: ignore[no-untyped-def]
+    """The probe can find a GPU whose backend then fails (no NVRTC or cuBLAS, no memory): "auto"
+    trains on the CPU and says why; "cuda" is a DeviceError; neither leaves the task half-compiled."""
+    from renaissance_nb import DeviceError, Phase
+    from renaissance_nb.gpu import device as dev, executor
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ModuleNotFoundError("No module named 'cupy_backends.cuda.libs.nvrtc'")
+
+    monkeypatch.setattr(dev, "resolve_device", lambda wanted: "cuda")
+    monkeypatch.setattr(executor.GpuExecutor, "__init__", broken)
+    task = mlp_task(epochs=2).device(device)
+    if device == "cuda":
+        with pytest.raises(DeviceError, match=r"failed to start: ModuleNotFoundError.*Fix:"):
+            task.compile()
+        assert task.phase is Phase.PLANNING
+        return
+    task.compile()
+    assert task.device_kind == "cpu"
+    assert any(n.startswith("device: auto chose the CPU: No module named") for n in task.compiled.notes)
+    task.run(progress=False)
+    assert np.isfinite(task.result.history[-1].train_loss)

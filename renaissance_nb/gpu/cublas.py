@@ -133,10 +133,15 @@ class Gemm:
         lib, h, one, zero = self.lib, self._handle, ctypes.byref(self._one), ctypes.byref(self._zero)
         args = (ta, tb, m, n, k, one, ctypes.c_void_p(pa), lda, ctypes.c_void_p(pb), ldb, zero,
                 ctypes.c_void_p(pc), ldc)
+        ws = (ctypes.c_void_p(self.workspace.data.ptr), ctypes.c_size_t(self.workspace.nbytes))
         check = self._check
 
         def launch(stream: Any) -> None:
             check(lib.cublasSetStream_v2(h, ctypes.c_void_p(stream.ptr)), "cublasSetStream")
+            # cublasSetStream resets the handle to cuBLAS's default workspace pool, which allocates
+            # inside a capture: set ours again. One is enough: the step's entries run one after
+            # another (only transfers, which have no GEMM, overlap them).
+            check(lib.cublasSetWorkspace_v2(h, *ws), "cublasSetWorkspace")
             check(lib.cublasSgemm_v2(h, *args), "cublasSgemm")
         return launch
 

@@ -152,6 +152,9 @@ class GpuExecutor(StepPrograms):
 
     def _capture_all(self) -> None:
         """Warm up each bound graph, capture it, then restore the arena the warm-ups changed."""
+        # The arena, scratch and data copies above ran on CuPy's current (legacy) stream, which the
+        # non-blocking streams below do not wait for: finish them first.
+        self.rt.synchronize()
         for idx, launchers in enumerate(self.launchers):
             if not launchers or any(getattr(f, "unavailable", False) for f in launchers):
                 self.graphs.append(None)

@@ -48,6 +48,7 @@ def cupy_runtime() -> DeviceRuntime:
 
     def download(src: Any, dst: np.ndarray, stream: Any) -> None:
         src.get(stream=stream, out=dst)
+        stream.synchronize()  # CuPy 12's get(stream=...) returns before the copy lands; 13's waits
 
     return DeviceRuntime(
         zeros=lambda n: cupy.zeros(n, cupy.uint8),
