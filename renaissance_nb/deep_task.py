@@ -137,6 +137,7 @@ class DeepLearningTask(TaskBase):
         self._resume_at: tuple[int, int] | None = None  # (epoch, next step) after an interrupt
         self._live_at: tuple[int, int] | None = None  # (epoch, next step) while run() calls a step callback
         self._torn_at: tuple[int, int] | None = None  # (epoch, step) a run stopped inside of: not resumable
+        self._running = False  # run() is on the stack: no second run() or reset() from a callback
 
     # ---- settings (PLANNING, before plan()) ----------------------------------------------
     def _setting(self, name: str) -> None:
@@ -352,8 +353,17 @@ class DeepLearningTask(TaskBase):
             os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
             self.save(p)
 
+    def _not_running(self, operation: str) -> None:
+        """run() and reset() from inside a run (a callback, a widget message pumped by one) would
+        interleave two loops over one arena."""
+        if getattr(self, "_running", False):
+            raise PhaseError(operation, f"{self._phase} (running)", f"{self._phase} (not running)",
+                             f"{operation}() was called while run() is training (from a callback?). Fix: call it "
+                             "after run() returns, or stop the run first (Ctrl-C / the stop button).")
+
     def reset(self) -> "DeepLearningTask":
         """Discard the plan, arena and history; settings stay. Back to PLANNING."""
+        self._not_running("reset")
         settings = ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer", "_scheduler",
                     "_epochs", "_seed", "_fuse", "_liveness", "_pad_rows", "_nan_check", "_nan_policy", "_zero_grad",
                     "_save_every",
@@ -610,6 +620,15 @@ class DeepLearningTask(TaskBase):
         callback stops the same way (and is raised); ``callbacks`` are called as
         ``cb(kind, info)`` with kind "start", "step" (every 16 steps), "epoch" and "end".
         """
+        self._not_running("run")
+        self._running = True
+        try:
+            return self._run(epochs, progress, resume, callbacks)
+        finally:
+            self._running = False
+
+    def _run(self, epochs: int | None, progress: str | bool, resume: bool,
+             callbacks: Sequence[Callable[[str, Any], None]]) -> TrainingResult:
         more = None if epochs is None else _int_setting("run", "epochs", epochs)  # before anything changes
         if self._phase is not Phase.COMPILED:
             self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
@@ -623,13 +642,13 @@ class DeepLearningTask(TaskBase):
                           "error raised by a kernel such as the NaN check), so that step is half done; epoch "
                           f"{e + 1} starts over from its first batch on the weights as they are, and this run will "
                           "not reproduce an uninterrupted one. Fix: task.load_state(path) from a checkpoint to "
-                          "continue exactly, or task.reset() to train from the start.", stacklevel=3)
+                          "continue exactly, or task.reset() to train from the start.", stacklevel=4)
         end = self._epochs if more is None else min(self._epochs, self._epoch + more)
         if end <= self._epoch and self._resume_at is None:
             warnings.warn(f"run: all total_epochs={self._epochs} epochs are trained, so there is nothing to run: the "
                           "learning-rate schedule and the plan are compiled for that many. Fix: to train longer, build "
                           "a task with a larger total_epochs and copy the weights in with "
-                          "new_task.load_state_dict(task.state_dict()).", stacklevel=3)
+                          "new_task.load_state_dict(task.state_dict()).", stacklevel=4)
         ex = self.executor  # host views: what the loop reads and writes
         rx = self._runner   # who replays: ex itself on the CPU, the captured graphs on a GPU
         s = self._splits

@@ -34,8 +34,9 @@ function chart(title, key, series) {
       ...series.filter((x) => x.label).map((x) => h("span", {},
         h("span", { class: "rnb-swatch", style: { background: x.color } }), x.label))));
 
-  function update(data, xmax, opts = {}) {
-    // data: { name: [[x, y], ...] }
+  function update(given, xmax, opts = {}) {
+    // given: { name: [[x, y], ...] }; a diverged run's non-finite values arrive as null: left out (gaps)
+    const data = Object.fromEntries(Object.entries(given).map(([k, q]) => [k, q.filter(([, y]) => Number.isFinite(y))]));
     const pts = Object.values(data).flat().concat(opts.bars || []);
     empty.style.display = pts.length ? "none" : "";
     let ymin = opts.ymin ?? Math.min(...pts.map((q) => q[1]));
@@ -125,14 +126,15 @@ function render({ model, el }) {
     loss.update({ step: stepPts, train: recs.map((r) => [r.epoch, r.train_loss]),
       val: recs.filter((r) => r.val_loss != null).map((r) => [r.epoch, r.val_loss]) }, xmax);
     const last = recs[recs.length - 1];
-    loss.value.textContent = last ? `${last.train_loss.toFixed(4)}${last.val_loss != null ? " · val " + last.val_loss.toFixed(4) : ""}` : "";
+    const num = (v, f) => (Number.isFinite(v) ? f(v) : "not finite");
+    loss.value.textContent = last ? `${num(last.train_loss, (v) => v.toFixed(4))}${last.val_loss != null ? " · val " + num(last.val_loss, (v) => v.toFixed(4)) : ""}` : "";
     top1.update({ train: recs.map((r) => [r.epoch, 100 * r.train_top1]),
       val: recs.filter((r) => r.val_top1 != null).map((r) => [r.epoch, 100 * r.val_top1]) }, xmax);
-    top1.value.textContent = last ? `${(100 * last.train_top1).toFixed(2)}%${last.val_top1 != null ? " · val " + (100 * last.val_top1).toFixed(2) + "%" : ""}` : "";
+    top1.value.textContent = last ? `${num(100 * last.train_top1, (v) => v.toFixed(2))}%${last.val_top1 != null ? " · val " + num(100 * last.val_top1, (v) => v.toFixed(2)) + "%" : ""}` : "";
     const stepsDone = last ? last.steps : 0;
     const lrPts = sched.map((y, i) => [(i + 1) / spe, y]);
     lr.update({ future: lrPts, done: lrPts.slice(0, stepsDone) }, xmax, { ymin: 0, marker: stepsDone ? stepsDone / spe : null });
-    lr.value.textContent = last ? last.lr.toExponential(2) : (sched.length ? sched[0].toExponential(2) : "");
+    lr.value.textContent = last ? num(last.lr, (v) => v.toExponential(2)) : (sched.length ? num(sched[0], (v) => v.toExponential(2)) : "");
     let prev = 0;
     const times = recs.map((r) => { const t = (1e3 * r.seconds) / Math.max(r.steps - prev, 1); prev = r.steps; return [r.epoch, t]; });
     time.update({ t: [] }, xmax + 0.5, { ymin: 0, ymax: times.length ? Math.max(...times.map((q) => q[1])) * 1.2 : 1, bars: times });

@@ -50,6 +50,13 @@ class ViewWidget(OneLine, anywidget.AnyWidget):
         """Read the artifact again (after a phase change or a run)."""
         self.view = self.make_view()
 
+    def task_mark(self) -> tuple:
+        """What changes when the task moves on (its phase, phase calls, epochs trained): an error
+        shown since then is stale."""
+        s = self.source
+        history = getattr(getattr(s, "result", None), "history", None) or ()
+        return (str(getattr(s, "phase", "")), len(getattr(s, "transitions", ()) or ()), len(history))
+
     def static_html(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -41,8 +41,12 @@ class AtlasView(ViewWidget):
 
     @traitlets.observe("selected")
     def _on_select(self, change: Any) -> None:
-        sel = change["new"] or {}
-        cell = self.view.get("cells", {}).get(sel.get("variant", ""), {}).get(sel.get("gid", ""))
+        sel = change["new"] if isinstance(change["new"], dict) else {}
+        variant, gid = sel.get("variant", ""), sel.get("gid", "")
+        if not isinstance(variant, str) or not isinstance(gid, str):  # a malformed click: no cell
+            self.detail = {}
+            return
+        cell = self.view.get("cells", {}).get(variant, {}).get(gid)
         if cell is None:
             self.detail = {}
             return

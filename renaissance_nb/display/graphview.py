@@ -86,6 +86,8 @@ class GraphView(ViewWidget):
             if g is None:
                 self.svg, self.table, self.note = "", "", ""
                 return
+            if self.gid and self.gid not in GraphId.__members__:  # a stale or malformed pick: show everything
+                self.gid = ""
             gid = GraphId[self.gid] if self.gid else None
             plans = views.plans_of(self.source)
             if self.variant not in plans:

@@ -12,7 +12,7 @@ the monitor is displayed, and replaced when a run ends, so it shows the curves t
 from __future__ import annotations
 
 import time
-
+import warnings
 from typing import Any
 
 import traitlets
@@ -45,8 +45,12 @@ class TrainingMonitor(ViewWidget):
         v = views.training_view(self.source)
         self.records, self.step_losses, self.lr = v["records"], v["step_losses"], v["lr"]
         self.total_epochs, self.steps_per_epoch = v["total_epochs"], v["steps_per_epoch"]
-        if v["records"] and self.status == "idle":
-            self.status = "interrupted" if v["interrupted"] else "done"
+        if not getattr(self, "_in_run", False):  # read from the task: after reset(), a resume in code...
+            if self.error and getattr(self, "_error_mark", None) != self.task_mark():
+                self.error = {}
+            if not self.error:
+                finished = bool(v["records"]) and v["records"][-1]["epoch"] >= v["total_epochs"]
+                self.status = "interrupted" if v["interrupted"] else ("done" if finished else "idle")
         return {"task": getattr(self.source, "name", "task")}
 
     def static_html(self) -> str:
@@ -59,7 +63,7 @@ class TrainingMonitor(ViewWidget):
             return f"not trained yet, {plural(v['total_epochs'], 'epoch')} planned"
         last = v["records"][-1]
         val = "" if last["val_top1"] is None else f", val top-1 {100 * last['val_top1']:.2f}%"
-        return f"epoch {last['epoch']}/{v['total_epochs']}, train loss {last['train_loss']:.4f}{val}"
+        return f"epoch {last['epoch']}/{v['total_epochs']}, train loss {static.metric_text(last['train_loss'], '.4f')}{val}"
 
     # ---- the static copy in a saved notebook ------------------------------------------------------
     def _ipython_display_(self) -> None:
@@ -108,7 +112,7 @@ class TrainingMonitor(ViewWidget):
         if ex is None or steps <= 0:
             return None
         try:
-            return [float(x) for x in ex.view("train_base", "loss_log")[:steps]]
+            return [views.finite_or_none(x) for x in ex.view("train_base", "loss_log")[:steps]]
         except Exception:  # the log is an engine detail: without it the curve shows epochs only
             return None
 
@@ -118,15 +122,26 @@ class TrainingMonitor(ViewWidget):
         callbacks = [self, *kwargs.pop("callbacks", ())]
         self.status, self.error = "running", {}
         result = None
+        failed = False
         try:
-            result = self.source.run(epochs, callbacks=callbacks, **kwargs)
+            with warnings.catch_warnings(record=True) as caught:  # e.g. "nothing to run": shown, not logged
+                warnings.simplefilter("always")
+                result = self.source.run(epochs, callbacks=callbacks, **kwargs)
+            notes = [w for w in caught if issubclass(w.category, UserWarning)]
+            if notes:
+                self.error = {"type": "UserWarning", "message": str(notes[-1].message)}
         except Exception as exc:
-            self.error = {"type": type(exc).__name__, "message": str(exc)}
+            self.error, failed = {"type": type(exc).__name__, "message": str(exc)}, True
         finally:
             interrupted = bool(getattr(getattr(self.source, "result", None), "interrupted", False))
-            self.status = "error" if self.error else ("interrupted" if interrupted else "done")
-            self.refresh()
-            if self.error:  # a run that failed sent no "end"
+            self.status = "error" if failed else ("interrupted" if interrupted else "done")
+            self._error_mark = self.task_mark()
+            self._in_run = True
+            try:
+                self.refresh()
+            finally:
+                self._in_run = False
+            if failed:  # a run that failed sent no "end"
                 self._update_shown()
             self._changed()
         return result
@@ -134,4 +149,8 @@ class TrainingMonitor(ViewWidget):
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if isinstance(content, dict) and content.get("action") == "run":
             epochs = content.get("epochs")
-            self.run(int(epochs) if epochs else None, progress=False)
+            if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)):
+                self.error = {"type": "ValueError", "message": f"run: epochs={epochs!r} from the widget is not a "
+                                                               "whole number; nothing was run."}
+                return
+            self.run(epochs, progress=False)

@@ -25,6 +25,8 @@ class PhaseView(ViewWidget):
         self.on_msg(self._on_msg)
 
     def make_view(self) -> dict[str, Any]:
+        if self.error and getattr(self, "_error_mark", None) != self.task_mark():
+            self.error = {}  # the task has moved on (another widget, or code) since that error
         v = views.phase_view(self.source)
         v["svg"] = static.phase_svg(v)
         return v
@@ -47,6 +49,7 @@ class PhaseView(ViewWidget):
             self.error = {}
         except Exception as exc:  # shown in the widget, not as a traceback
             self.error = {"type": type(exc).__name__, "message": str(exc), "action": action}
+            self._error_mark = self.task_mark()
         finally:
             self.busy = False
             self.refresh()

@@ -297,6 +297,16 @@ def variants_html(view: dict[str, Any]) -> str:
 
 
 # ---- training ------------------------------------------------------------------------------------------
+def metric_text(v: float | None, spec: str) -> str:
+    """A metric as text; a diverged run's losses arrive as None (views.finite_or_none)."""
+    return "not finite" if v is None else format(v, spec)
+
+
+def _nan(values: list[float | None]) -> list[float]:
+    """None -> NaN, which matplotlib leaves as a gap."""
+    return [float("nan") if v is None else v for v in values]
+
+
 def training_svg(view: dict[str, Any]) -> str:
     """The four monitor curves as one matplotlib SVG (a table if matplotlib is missing)."""
     recs = view["records"]
@@ -309,7 +319,7 @@ def training_svg(view: dict[str, Any]) -> str:
         from matplotlib.figure import Figure
     except ImportError:
         rows = "".join(
-            f"<tr><td>{r['epoch']}</td><td>{r['train_loss']:.4f}</td><td>{100 * r['train_top1']:.2f}%</td>"
+            f"<tr><td>{r['epoch']}</td><td>{metric_text(r['train_loss'], '.4f')}</td><td>{100 * r['train_top1']:.2f}%</td>"
             f"<td>{'' if r['val_top1'] is None else format(100 * r['val_top1'], '.2f') + '%'}</td></tr>"
             for r in recs)
         return f"<table class='rnb-table'><tr><th>epoch</th><th>loss</th><th>top-1</th><th>val top-1</th></tr>{rows}</table>"
@@ -320,11 +330,11 @@ def training_svg(view: dict[str, Any]) -> str:
     style = dict(color="#3b6fb6", linewidth=1.4)
     ax = axes[0][0]
     if view["step_losses"]:
-        ax.plot([(i + 1) / spe for i in range(len(view["step_losses"]))], view["step_losses"], color="#9db7df",
+        ax.plot([(i + 1) / spe for i in range(len(view["step_losses"]))], _nan(view["step_losses"]), color="#9db7df",
                 linewidth=0.9, label="per step")
-    ax.plot([r["epoch"] for r in recs], [r["train_loss"] for r in recs], "o-", label="train", **style)
+    ax.plot([r["epoch"] for r in recs], _nan([r["train_loss"] for r in recs]), "o-", label="train", **style)
     if recs and recs[-1]["val_loss"] is not None:
-        ax.plot([r["epoch"] for r in recs], [r["val_loss"] for r in recs], "s--", color="#e07b39", label="val")
+        ax.plot([r["epoch"] for r in recs], _nan([r["val_loss"] for r in recs]), "s--", color="#e07b39", label="val")
     ax.set_title("loss")
     ax = axes[0][1]
     ax.plot([r["epoch"] for r in recs], [100 * r["train_top1"] for r in recs], "o-", label="train", **style)
@@ -367,7 +377,7 @@ def training_html(view: dict[str, Any]) -> str:
         val = "" if last["val_top1"] is None else (f"<span class='rnb-stat'><b>{100 * last['val_top1']:.2f}%</b>"
                                                    "<span>val top-1</span></span>")
         stats = (f"<div class='rnb-row'><span class='rnb-stat'><b>{last['epoch']}/{view['total_epochs']}</b>"
-                 f"<span>epochs</span></span><span class='rnb-stat'><b>{last['train_loss']:.4f}</b><span>train loss"
+                 f"<span>epochs</span></span><span class='rnb-stat'><b>{metric_text(last['train_loss'], '.4f')}</b><span>train loss"
                  f"</span></span>{val}</div>")
     return f"<div class='rnb-training-static'>{stats}{training_svg(view)}</div>"
 

@@ -6,6 +6,7 @@ TrainingResult); nothing here plans, packs or binds anything.
 """
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any, Mapping
 
@@ -439,8 +440,13 @@ def variants_view(task: Any) -> dict[str, Any]:
 
 
 # ---- training --------------------------------------------------------------------------------------
+def finite_or_none(v: Any) -> float | None:
+    """A float for JSON: NaN and inf (a diverged run) become None, which JSON has and the widgets skip."""
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
 def record_dict(rec: Any) -> dict[str, Any]:
-    return {k: (None if v is None else float(v) if isinstance(v, float) else v) for k, v in rec.__dict__.items()}
+    return {k: (finite_or_none(v) if isinstance(v, float) else v) for k, v in rec.__dict__.items()}
 
 
 def training_view(task: Any) -> dict[str, Any]:
@@ -454,7 +460,7 @@ def training_view(task: Any) -> dict[str, Any]:
             lr = [float(x) for x in task.lr_table()]
     except Exception:  # a schedule that does not fit the data yet: no curve, no traceback
         lr = []
-    return {"records": records, "step_losses": [float(x) for x in losses] if losses is not None else [],
+    return {"records": records, "step_losses": [finite_or_none(x) for x in losses] if losses is not None else [],
             "lr": lr, "total_epochs": int(getattr(task, "settings", {}).get("total_epochs", 0) or 0),
             "steps_per_epoch": int(getattr(task, "steps_per_epoch", 0) or 0),
             "interrupted": bool(getattr(res, "interrupted", False))}

@@ -1,0 +1,122 @@
+"""What the widgets do with the messages their buttons send, out of order and malformed ones
+included, and with a diverged run. Found by an audit of the widget handlers: NaN losses broke
+the monitor's drawing, statuses and errors went stale after reset(), a run started from a
+callback interleaved two training loops over one arena.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("anywidget")
+
+from renaissance_nb import AdamW, DeepLearningTask, PhaseError, datasets, fc, relu, seq  # noqa: E402
+from renaissance_nb.display import AtlasView, GraphView, TrainingMonitor, dashboard, static, views  # noqa: E402
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((300, 20)).astype(np.float32)
+Y = (np.arange(300) % 3).astype(np.int32)
+
+
+def mlp(epochs: int = 1, batch: int = 64) -> DeepLearningTask:
+    return (DeepLearningTask("w").model(seq(fc(16), relu(), fc(3)))
+            .data(datasets.from_arrays((X, Y), (X[:60], Y[:60])), batch_size=batch).total_epochs(epochs).seed(1))
+
+
+def send(widget, **content) -> None:  # type: ignore[no-untyped-def]
+    widget._on_msg(widget, content, [])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_diverged_run_reaches_the_monitor_as_json_nulls() -> None:
+    t = mlp().optimizer(AdamW().lr(1e30)).options(nan_check=False)
+    t.splits.train.x[...] *= 1e20
+    mon = TrainingMonitor(t, controls=True)
+    send(mon, action="run", epochs=1)
+    assert mon.status == "done" and not mon.error
+    assert mon.records[0]["train_loss"] is None and None in mon.step_losses
+    json.dumps({"records": mon.records, "step_losses": mon.step_losses}, allow_nan=False)  # strict JSON
+    assert "train loss not finite" in repr(mon)
+    assert "not finite" in static.training_html(views.training_view(t))
+
+
+def test_the_monitor_reads_its_status_from_the_task_after_reset_and_resume() -> None:
+    t = mlp(epochs=2)
+    d = dashboard(t)
+    send(d.monitor, action="run", epochs=1)
+    assert d.monitor.status == "idle" and len(d.monitor.records) == 1  # one epoch of two: more to run
+    send(d.monitor, action="run")
+    assert d.monitor.status == "done"
+    send(d.phases, action="reset")
+    assert t.phase.name == "PLANNING" and d.monitor.status == "idle" and d.monitor.records == []
+    t.device("cuda")
+    send(d.monitor, action="run")
+    assert d.monitor.status in ("error", "done")  # no GPU here: an error; a GPU machine trains
+    if d.monitor.status == "error":
+        t.device("cpu")
+        t.run(progress=False)  # in code: the widget shows it at its next refresh
+        d.refresh()
+        assert d.monitor.status == "done" and not d.monitor.error
+
+
+def test_a_phase_error_goes_once_the_task_moves_on() -> None:
+    t = mlp()
+    d = dashboard(t)
+    send(d.phases, action="compile")
+    send(d.phases, action="lock_memory")  # already passed
+    assert d.phases.error["type"] == "PhaseError"
+    send(d.monitor, action="run")
+    d.refresh()
+    assert d.phases.error == {} and t.result.history
+
+
+def test_run_or_reset_from_a_callback_is_refused_while_training() -> None:
+    ref = mlp(epochs=3, batch=8)
+    ref.run(progress=False)
+    t = mlp(epochs=3, batch=8)  # 38 steps an epoch: step callbacks come every 16
+    seen = []
+
+    def meddle(kind: str, info: object) -> None:
+        if kind == "step" and not seen:
+            for call in (lambda: t.run(epochs=1, progress=False), t.reset):
+                with pytest.raises(PhaseError, match=r"while run\(\) is training"):
+                    call()
+            seen.append(True)
+
+    t.run(progress=False, callbacks=[meddle])
+    assert seen and [r.steps for r in t.result.history] == [r.steps for r in ref.result.history]
+    assert all(ref.state_dict()[k].tobytes() == v.tobytes() for k, v in t.state_dict().items())
+
+
+def test_run_on_a_trained_task_says_so_in_the_widget() -> None:
+    t = mlp()
+    mon = TrainingMonitor(t, controls=True)
+    send(mon, action="run")
+    send(mon, action="run")
+    assert mon.status == "done" and mon.error["type"] == "UserWarning" and "nothing to run" in mon.error["message"]
+    assert len(t.result.history) == 1
+
+
+@pytest.mark.parametrize("epochs", ["abc", [1], True, 1.5])
+def test_a_malformed_run_message_runs_nothing(epochs: object) -> None:
+    t = mlp()
+    mon = TrainingMonitor(t, controls=True)
+    send(mon, action="run", epochs=epochs)
+    assert mon.error["type"] == "ValueError" and "nothing was run" in mon.error["message"]
+    assert not t.result.history
+
+
+def test_graph_and_atlas_views_survive_bad_picks() -> None:
+    t = mlp().compile()
+    gv = GraphView(t)
+    gv.set_state({"gid": "DEEP_FWD_BWDX"})
+    assert gv.gid == "" and gv.svg + gv.table  # falls back to every GraphId, and draws
+    gv.set_state({"variant": "val_base"})  # later changes still work
+    av = AtlasView(t)
+    av.set_state({"selected": {"variant": ["x"], "gid": "A"}})
+    assert av.detail == {}
+    av.select_cell("train_base", "OPTIMIZER")
+    assert av.detail["gid"] == "OPTIMIZER"
