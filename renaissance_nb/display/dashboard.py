@@ -106,7 +106,7 @@ def _note(text: str) -> w.HTML:
 
 
 def _error(exc: BaseException) -> w.HTML:
-    return w.HTML(static.wrap(f"<div class='rnb-error'><b>{type(exc).__name__}</b>{exc}</div>"))
+    return w.HTML(static.wrap(f"<div class='rnb-error'><b>{type(exc).__name__}</b>{static.esc(str(exc))}</div>"))
 
 
 def _close(widget: w.Widget) -> None:
