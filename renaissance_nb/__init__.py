@@ -3,6 +3,7 @@
 Declare a model as a BluePrint, build a DeepLearningTask, and step it through
 PLANNING -> MEMORY_LOCKED -> COMPILED; training then replays the compiled step.
 """
+from . import jit_cache  # noqa: F401 - first: it stamps numba's cache of every kernel (see jit_cache.py)
 from . import datasets
 from .blueprint import (RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn, cbr, conv, dropout, fc,
                         flatten, gap, gelu, identity, leaky_relu, maxpool, relu, repeat, seq, sigmoid, silu, tanh)
