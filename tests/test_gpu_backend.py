@@ -594,6 +594,8 @@ class _RecordingCublas:
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         def call(*args):  # type: ignore[no-untyped-def]
             self.calls.append((name, args))
+            if name == "cublasCreate_v2":
+                args[0]._obj.value = 0xBEEF  # the new handle, written through the pointer
             return 0
         return call
 
@@ -644,3 +646,38 @@ def test_a_gpu_backend_that_fails_to_start_falls_back_under_auto(monkeypatch, de
     assert any(n.startswith("device: auto chose the CPU: No module named") for n in task.compiled.notes)
     task.run(progress=False)
     assert np.isfinite(task.result.history[-1].train_loss)
+
+
+def test_a_launcher_failing_mid_capture_raises_its_own_error(module) -> None:  # type: ignore[no-untyped-def]
+    """Ending a capture with a stream still forked reports cudaErrorStreamCaptureUnjoined, which
+    used to replace the launcher's error; the capture is abandoned cleanly and later ones work."""
+    task = emulated(mlp_task(epochs=2), module)
+    gpu = task._runner
+    stream = next(iter(gpu.streams.values()))
+
+    def broken(s) -> None:  # type: ignore[no-untyped-def]
+        raise RuntimeError("kernel launch failed: too many resources requested")
+
+    with pytest.raises(RuntimeError, match="too many resources"):
+        gpu._capture([broken], stream)
+    kept = gpu.launchers
+    gpu.launchers = [kept[0], [broken], *kept[2:]]  # the step mode's capture: entry 1 fails after entry 0 ran
+    try:
+        with pytest.raises(RuntimeError, match="too many resources"):
+            gpu._capture_program([0, 1])
+    finally:
+        gpu.launchers = kept
+    task.run(progress=False)  # captures and replays still work
+    assert len(task.result.history) == 2 and np.isfinite(task.result.history[-1].train_loss)
+
+
+def test_the_cublas_handle_is_released_when_its_executor_goes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb.gpu import cublas
+
+    lib = _RecordingCublas()
+    monkeypatch.setattr(cublas, "_find_libcublas", lambda: lib)
+    gemm = cublas.Gemm(np.zeros(64, np.uint8).view(_DevArray))
+    del gemm
+    import gc
+    gc.collect()
+    assert [n for n, _ in lib.calls].count("cublasDestroy_v2") == 1

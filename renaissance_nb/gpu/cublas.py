@@ -149,3 +149,9 @@ class Gemm:
         if self._handle:
             self.lib.cublasDestroy_v2(self._handle)
             self._handle = ctypes.c_void_p()
+
+    def __del__(self) -> None:  # a recompiled or reset task drops its executor without close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit the library may be gone
+            pass

@@ -178,11 +178,28 @@ class GpuExecutor(StepPrograms):
                 stream.wait_event(self._fork)
                 for f in launchers:
                     f(stream)
+            except BaseException:
+                self._abandon_capture([stream])
+                raise
+            self._join.record(stream)
+            p.wait_event(self._join)
+            return p.end_capture()
+
+    def _abandon_capture(self, forked: list[Any]) -> None:
+        """A launcher failed mid-capture: join the forked streams back and end the capture, ignoring
+        what that says, so that the launcher's own error is the one raised (ending a capture with a
+        stream still forked would report cudaErrorStreamCaptureUnjoined instead)."""
+        p = self.primary
+        for stream in forked:
+            try:
                 self._join.record(stream)
                 p.wait_event(self._join)
-            finally:
-                graph = p.end_capture()
-        return graph
+            except Exception:  # noqa: BLE001 - the capture is being thrown away
+                pass
+        try:
+            p.end_capture()
+        except Exception:  # noqa: BLE001 - as above
+            pass
 
     def debug_dot(self, idx: int) -> str:
         """The captured CUDA graph of atlas entry ``idx`` in DOT (CuPy >= 14)."""
@@ -255,25 +272,28 @@ class GpuExecutor(StepPrograms):
         p, trans = self.primary, self.streams[StreamKind.TRANS]
         with p:
             p.begin_capture()
+            forked: list[Any] = []
             try:
-                forked_trans = False
                 for i in idxs:
                     stream = self._stream_of(i)
                     self._fork.record(p)
                     stream.wait_event(self._fork)
+                    forked.append(stream)
                     for f in self.launchers[i]:
                         f(stream)
                     if stream is trans:
-                        forked_trans = True
                         continue
                     self._join.record(stream)
                     p.wait_event(self._join)
-                if forked_trans:
+                    forked.remove(stream)
+                if trans in forked:
                     self._trans_join.record(trans)
                     p.wait_event(self._trans_join)
-            finally:
-                graph = p.end_capture()
-        return graph
+                    forked = [s for s in forked if s is not trans]
+            except BaseException:
+                self._abandon_capture(forked)
+                raise
+            return p.end_capture()
 
     def view(self, variant: str, name: str) -> Any:
         return self.views[variant][self.compiled.ids[name]]
