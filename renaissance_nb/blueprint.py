@@ -42,12 +42,27 @@ class BluePrint:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "BluePrint":
+        """Rebuild what ``to_dict`` wrote, through the builders (fc, conv...), so a description read
+        from a file (a checkpoint's spec) gets the same checks as code that declares a model."""
+        if not isinstance(d, dict):
+            raise BluePrintError(f"from_dict: {d!r} is not a BluePrint description. Fix: pass BluePrint.to_dict() "
+                                 "output.")
         if "layer" in d:
-            return Layer(d["layer"], tuple(d.get("params", {}).items()))
+            build = LAYER_BUILDERS.get(d["layer"]) if isinstance(d["layer"], str) else None
+            params = d.get("params", {})
+            if build is None or not isinstance(params, dict):
+                raise BluePrintError(f"from_dict: layer {d.get('layer')!r} with params {params!r} is not one this "
+                                     f"library builds ({', '.join(sorted(LAYER_BUILDERS))}). Fix: pass "
+                                     "BluePrint.to_dict() output.")
+            try:
+                return build(**params)
+            except TypeError as exc:
+                raise BluePrintError(f"from_dict: layer {d['layer']!r} got params {params!r}: {exc}. Fix: pass "
+                                     "BluePrint.to_dict() output.") from None
         if "seq" in d:
             return Seq(tuple(BluePrint.from_dict(c) for c in d["seq"]))
         if "repeat" in d:
-            return Repeat(BluePrint.from_dict(d["repeat"]), int(d["n"]))
+            return repeat(BluePrint.from_dict(d["repeat"]), d["n"])
         if "add2" in d:
             return Add2(BluePrint.from_dict(d["add2"][0]), BluePrint.from_dict(d["add2"][1]))
         if "named" in d:
@@ -343,3 +358,8 @@ def block(out: int, kind: str = RESNET_3_3) -> Named:
         raise bad_argument(BluePrintError, "block", "kind", kind, "RESNET_3_3 or RESNET_3_3_DS",
                            "pass kind=RESNET_3_3 (same size) or RESNET_3_3_DS (downsample)")
     return Named(f"block({out}, {kind})", body)
+
+
+LAYER_BUILDERS = {f.__name__: f for f in (fc, relu, tanh, sigmoid, silu, gelu, leaky_relu, dropout, flatten, conv,
+                                          bn, maxpool, avgpool, gap, identity)}
+"""Layer kind -> the builder that checks its parameters (BluePrint.from_dict rebuilds through them)."""

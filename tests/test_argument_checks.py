@@ -7,6 +7,7 @@ numbers they hold and are stored as Python ints and floats.
 from __future__ import annotations
 
 import dataclasses
+import re
 import importlib
 from pathlib import Path
 from typing import Any, Callable
@@ -226,3 +227,20 @@ def test_task_settings_take_numpy_scalars_too() -> None:
         DeepLearningTask().train_resolution((6, True), 8, 1)
     with pytest.raises(DataError, match="normalize='no'"):
         datasets.default_mnist(normalize="no")
+
+
+def test_from_dict_rebuilds_through_the_builders() -> None:
+    """A model description read from a file (a checkpoint's spec) gets the builders' checks."""
+    from renaissance_nb import BluePrint, add2, gap, identity, relu
+
+    model = seq(conv(8, 3, 1, 1), bn(), relu(), maxpool(2), repeat(seq(fc(4), relu()), 2), add2(identity(), relu()),
+                gap(), fc(3))
+    assert BluePrint.from_dict(model.to_dict()) == model
+    for bad, said in [({"layer": "fc", "params": {"out": 0}}, "fc: out=0"),
+                      ({"layer": "maxpool", "params": {"k": 2, "p": 2, "s": 2}}, "maxpool: p=2"),
+                      ({"layer": "evil", "params": {}}, "layer 'evil'"),
+                      ({"layer": "fc", "params": {"outt": 3}}, "unexpected keyword argument 'outt'"),
+                      ({"repeat": {"layer": "relu", "params": {}}, "n": 0}, "n=0"),
+                      (5, "5 is not a BluePrint description")]:
+        with pytest.raises(BluePrintError, match=re.escape(said)):
+            BluePrint.from_dict(bad)  # type: ignore[arg-type]
