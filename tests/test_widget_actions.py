@@ -120,3 +120,17 @@ def test_graph_and_atlas_views_survive_bad_picks() -> None:
     assert av.detail == {}
     av.select_cell("train_base", "OPTIMIZER")
     assert av.detail["gid"] == "OPTIMIZER"
+
+
+def test_region_map_and_blueprint_view_say_true_things_for_odd_sources() -> None:
+    from renaissance_nb import Region, TaskBase
+    from renaissance_nb.display import BluePrintView, RegionMap
+
+    t = mlp().compile()
+    r = RegionMap(t)
+    r.set_state({"variant": "nope"})
+    assert r.variant == "train_base" and "variant train_base" in repr(r)
+    hand = TaskBase("h")
+    hand.alloc((2, 2), "float32", Region.T_TEMP_FP32)
+    hand.finalize_memory()
+    assert "no model declared (a TaskBase is built by hand)" in repr(BluePrintView(hand))

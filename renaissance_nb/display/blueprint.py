@@ -37,6 +37,8 @@ class BluePrintView(_HTMLView):
 
     def one_line(self) -> str:
         v = views.blueprint_view(self.source)
+        if getattr(self.source, "blueprint", None) is None:
+            return "no model declared" + (" (a TaskBase is built by hand)" if not views.is_deep(self.source) else "")
         if not v["planned"]:
             return "model declared; plan() turns it into executable layers"
         return f"{plural(len(v['layers']), 'executable layer')}, {v['total_params']:,} parameters"

@@ -27,6 +27,12 @@ class RegionMap(ViewWidget):
             self.variant = v["variants"][0]
         return v
 
+    @traitlets.observe("variant")
+    def _on_variant(self, change: Any) -> None:
+        names = self.view.get("variants", []) if isinstance(getattr(self, "view", None), dict) else []
+        if names and change["new"] not in names:  # a stale or malformed pick: the first variant
+            self.variant = names[0]
+
     def static_html(self) -> str:
         return static.regions_html(self.view, self.variant or None)
 
