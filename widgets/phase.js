@@ -32,7 +32,7 @@ function render({ model, el }) {
     error.replaceChildren();
     if (err.message) {
       error.append(h("div", { class: "rnb-error", "data-error": err.type },
-        h("b", {}, `${err.type} from ${err.action || "the task"}()`), err.message));
+        h("b", {}, err.action ? `${err.type} from ${err.action}()` : err.type), err.message));
     }
     history.replaceChildren();
     const rows = v.history || [];
