@@ -11,7 +11,6 @@ task for inspection: ``task.arch``, ``task.shapes``, ``task.plans``, ``task.grap
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import math
@@ -684,8 +683,10 @@ class DeepLearningTask(TaskBase):
         self.result.interrupted = False
         # prog.armed(): a first step that compiles the kernels says so instead of looking hung
         first = True
-        at: tuple[int, int] | None = None  # the last step boundary reached: where run() resumes after a failure
-        torn: tuple[int, int] | None = None  # the step whose kernels are running
+        # Where run() resumes after a failure: step ``pos`` of ``epoch`` (the last step boundary reached;
+        # None between epochs), unless ``inside`` a step's kernels, which leaves that step half done.
+        pos: int | None = None
+        inside = False
         with stop, blas.own_cores(), prog.armed():
             try:
                 while self._epoch < end:
@@ -704,13 +705,13 @@ class DeepLearningTask(TaskBase):
                         for k in sched.prologue:
                             k()
                     self._resume_at = None
-                    at = (epoch, start)
+                    pos = start
                     steps = sched.steps
                     for i in range(start, sched.batches):
-                        at, torn = None, (epoch, i)  # inside a step: a failure here leaves it half done
+                        inside = True
                         for k in steps[i]:
                             k()
-                        at, torn = (epoch, i + 1), None
+                        inside, pos = False, i + 1
                         if first:  # the kernels are compiled or loaded now
                             prog.disarm()
                             first = False
@@ -723,7 +724,7 @@ class DeepLearningTask(TaskBase):
                                 self._raise_halted()
                             loss = float(result_view[0])
                             prog.update(16, loss)
-                            self._live_at = at  # a save() from a callback records where to resume
+                            self._live_at = (epoch, pos)  # a save() from a callback records where to resume
                             for cb in callbacks:
                                 cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
                             self._live_at = None
@@ -750,7 +751,7 @@ class DeepLearningTask(TaskBase):
                                                                                  emav[2] / emav[3])))
                     self.result.history.append(rec)
                     self._epoch += 1
-                    at = None
+                    pos = None
                     rx.download_all()
                     self._autosave(rec)
                     prog.epoch(rec)
@@ -758,17 +759,16 @@ class DeepLearningTask(TaskBase):
                         cb("epoch", rec)
             except BaseException as exc:  # a callback, a save or a second Ctrl-C failed between two steps
                 self._live_at = None
-                if isinstance(exc, NumericalError) and at is not None:
-                    torn, at = at, None  # a device halt, found at a check: the steps since ran without updates
-                if torn is not None:
-                    self._torn_at = torn
-                if at is not None:
+                # inside a step, or a device halt found at a check (the steps since ran without updates)
+                if pos is not None and (inside or isinstance(exc, NumericalError)):
+                    self._torn_at, pos = (epoch, pos), None
+                if pos is not None:
                     try:
                         rx.download_all()  # a device backend's state is what resumes
                     except Exception:  # noqa: BLE001 - the host copy is stale: the epoch starts over
-                        at = None
-                if at is not None:
-                    self._resume_at = at
+                        pos = None
+                if pos is not None:
+                    self._resume_at = (epoch, pos)
                     self.result.interrupted = True
                 prog.close()
                 raise
@@ -991,10 +991,7 @@ class DeepLearningTask(TaskBase):
             if d is None:
                 return None
             cls_ = getattr(rnb, d["class"])
-            values = {k: tuple(v) if isinstance(v, list) else v for k, v in d["settings"].items()}
-            if issubclass(cls_, Scheduler):  # schedulers take their public names
-                return cls_(**values)
-            return dataclasses.replace(cls_(), **{k + "_": v for k, v in values.items()})
+            return cls_(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["settings"].items()})
 
         task = cls(sp.get("name", "task")).model(BluePrint.from_dict(sp["blueprint"]))
         task.data(data, batch_size=sp["batch_size"], val_batch_size=sp["val_batch_size"], shuffle=sp["shuffle"])
