@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .checks import as_float, as_int
+from .checks import arguments_checked, as_float, as_int
 from .errors import BluePrintError, bad_argument
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "silu", "leaky_relu", "gelu")
@@ -204,32 +204,50 @@ def _bool(where: str, name: str, v: Any) -> bool:
 
 
 # ---- builders -------------------------------------------------------------------------
+PYTORCH_NAMES = {
+    "out_features": "out", "out_channels": "out", "kernel_size": "k", "stride": "s", "padding": "p",
+    "num_features": "drop num_features=: channels are read from the input",
+    "in_features": "drop in_features=: sizes are read from the input at plan()",
+    "in_channels": "drop in_channels=: sizes are read from the input at plan()",
+    "inplace": "drop inplace=: every layer writes its own region of the arena",
+}
+"""Keywords PyTorch users bring to layer builders, and what this API calls them (or why none)."""
+_layer_args = arguments_checked(BluePrintError, aliases=PYTORCH_NAMES)
+
+
+@_layer_args
 def fc(out: int, bias: bool = True) -> Layer:
     """Fully connected layer y = x W^T + b, W shaped (out, in) as in PyTorch's nn.Linear."""
     return Layer("fc", (("out", _positive_int("fc", "out", out)), ("bias", _bool("fc", "bias", bias))))
 
 
+@_layer_args
 def relu() -> Layer:
     return Layer("relu")
 
 
+@_layer_args
 def tanh() -> Layer:
     return Layer("tanh")
 
 
+@_layer_args
 def sigmoid() -> Layer:
     return Layer("sigmoid")
 
 
+@_layer_args
 def silu() -> Layer:
     return Layer("silu")
 
 
+@_layer_args
 def gelu() -> Layer:
     """GELU with the exact erf form (PyTorch's default, approximate='none')."""
     return Layer("gelu")
 
 
+@_layer_args
 def leaky_relu(negative_slope: float = 0.01) -> Layer:
     slope = as_float(negative_slope)
     if slope is None or slope < 0:
@@ -238,16 +256,19 @@ def leaky_relu(negative_slope: float = 0.01) -> Layer:
     return Layer("leaky_relu", (("negative_slope", slope),))
 
 
+@_layer_args
 def dropout(p: float = 0.5) -> Layer:
     """Inverted dropout: zero each element with probability p in training, identity in inference."""
     return Layer("dropout", (("p", _probability("dropout", "p", p)),))
 
 
+@_layer_args
 def flatten() -> Layer:
     """Collapse every dimension but the batch into one."""
     return Layer("flatten")
 
 
+@_layer_args
 def identity() -> Layer:
     return Layer("identity")
 
@@ -267,6 +288,7 @@ def seq(*layers: BluePrint) -> Seq:
     return Seq(tuple(layers))
 
 
+@_layer_args
 def repeat(body: BluePrint, n: int) -> Repeat:
     """``body`` applied n times in sequence, each copy with its own weights."""
     if not isinstance(body, BluePrint):
@@ -283,6 +305,7 @@ def _nonneg_int(where: str, name: str, v: Any) -> int:
     return n
 
 
+@_layer_args
 def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True) -> Layer:
     """2-D convolution (square kernel k, stride s, zero padding p), like nn.Conv2d(in, out, k, s, p)."""
     return Layer("conv", (("bias", _bool("conv", "bias", bias)), ("k", _positive_int("conv", "k", k)),
@@ -290,6 +313,7 @@ def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True) -> Layer:
                           ("s", _positive_int("conv", "s", s))))
 
 
+@_layer_args
 def bn(momentum: float = 0.1, eps: float = 1e-5) -> Layer:
     """Batch normalisation over channels (nn.BatchNorm2d / BatchNorm1d semantics)."""
     m, e = as_float(momentum), as_float(eps)
@@ -310,21 +334,25 @@ def _pool(kind: str, k: int, s: int | None, p: int) -> Layer:
     return Layer(kind, (("k", k), ("p", p), ("s", k if s is None else _positive_int(kind, "s", s))))
 
 
+@_layer_args
 def maxpool(k: int = 2, s: int | None = None, p: int = 0) -> Layer:
     """Max pooling, k x k windows, stride s (default k), padding p <= k/2 (like nn.MaxPool2d)."""
     return _pool("maxpool", k, s, p)
 
 
+@_layer_args
 def avgpool(k: int = 2, s: int | None = None, p: int = 0) -> Layer:
     """Average pooling (count_include_pad=True, padding p <= k/2, like nn.AvgPool2d)."""
     return _pool("avgpool", k, s, p)
 
 
+@_layer_args
 def gap() -> Layer:
     """Global average pooling: (N, H, W, C) -> (N, C). Makes a model resolution-free."""
     return Layer("gap")
 
 
+@_layer_args
 def add2(shortcut: BluePrint, main: BluePrint) -> Add2:
     """Residual connection: shortcut(x) + main(x). Use identity() for a plain skip."""
     for name, v in (("shortcut", shortcut), ("main", main)):
@@ -334,6 +362,7 @@ def add2(shortcut: BluePrint, main: BluePrint) -> Add2:
     return Add2(shortcut, main)
 
 
+@_layer_args
 def cbr(out: int, k: int, s: int = 1, p: int = 0) -> Named:
     """The pre-fused conv (no bias) + bn + relu block."""
     body = seq(conv(out, k, s, p, bias=False), bn(), relu())
@@ -344,6 +373,7 @@ RESNET_3_3 = "RESNET_3_3"
 RESNET_3_3_DS = "RESNET_3_3_DS"
 
 
+@_layer_args
 def block(out: int, kind: str = RESNET_3_3) -> Named:
     """ResNet basic block: two 3x3 convs with a residual. RESNET_3_3_DS halves the
     resolution (stride 2) and projects the shortcut with a 1x1 conv + bn."""

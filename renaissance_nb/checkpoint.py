@@ -101,8 +101,8 @@ def spec(task: Any) -> dict[str, Any]:
     return {"blueprint": task._model.to_dict(), "loss": _setting_spec(task._loss),
             "optimizer": _setting_spec(task._optimizer), "scheduler": _setting_spec(task._scheduler),
             "total_epochs": task._epochs, "seed": task._seed, "batch_size": task._batch,
-            "val_batch_size": task._val_batch, "shuffle": task._shuffle, "name": task.name,
-            "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
+            "val_batch_size": task._val_batch, "shuffle": task._shuffle, "channels_last": task._channels_last,
+            "name": task.name, "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
                         "nan_policy": task._nan_policy, "zero_grad": task._zero_grad,
                         "pad_rows": task._pad_rows},
             **_training_extras(task)}

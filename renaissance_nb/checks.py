@@ -8,11 +8,15 @@ a value counts as a number.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from .errors import RenaissanceError, bad_argument
 
 
 def as_int(value: Any) -> int | None:
@@ -32,3 +36,38 @@ def as_float(value: Any) -> float | None:
     except (OverflowError, ValueError, TypeError):
         return None
     return v if math.isfinite(v) else None
+
+
+def arguments_checked(error: type[RenaissanceError], call: str = "",
+                      aliases: Mapping[str, str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a builder so that a misspelt keyword or too many positional arguments raise
+    ``error`` naming the valid names, not Python's bare TypeError (checked before the builder runs,
+    so nothing changes). ``aliases`` maps names users bring from PyTorch to this API's
+    (``padding`` -> ``p``); ``call`` prefixes the example (``task.``)."""
+    known = dict(aliases or {})
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn)
+        names = [n for n in sig.parameters if n != "self"]
+        where = fn.__name__
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as exc:
+                takes = ", ".join(names) if names else "no arguments"
+                unknown = [k for k in kwargs if k not in sig.parameters]
+                if unknown:
+                    k = unknown[0]
+                    fix = (known[k] if k in known and not known[k].isidentifier()
+                           else f"write {known[k]}= (PyTorch's {k}=)" if k in known
+                           else f"remove {k}= or use one of those names")
+                    expected = f"one of the names: {takes}" if names else f"no arguments ({where}() takes none)"
+                    raise bad_argument(error, where, k, kwargs[k], expected, fix) from None
+                example = f"{call}{where}({names[0]}=...)" if names else f"{call}{where}()"
+                raise error(f"{where}: {exc} (it takes {takes}). Fix: pass those arguments, settings by name, "
+                            f"e.g. {example}.") from None
+            return fn(*args, **kwargs)
+        return checked
+    return wrap

@@ -11,8 +11,6 @@ task for inspection: ``task.arch``, ``task.shapes``, ``task.plans``, ``task.grap
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import os
 import signal
@@ -25,8 +23,9 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .blueprint import BluePrint
-from .checks import as_float, as_int
-from .data.arrays import DataSplits, Dataset, checked_splits, make_splits, validate_arrays
+from .checks import arguments_checked, as_float, as_int
+from .data.arrays import (DataSplits, Dataset, channels_first, checked_splits, looks_channels_last, make_splits,
+                          validate_arrays)
 from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
                      bad_argument)
 from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
@@ -66,27 +65,8 @@ def _check_path_template(where: str, path: Any, example: str) -> None:
                            f"{example} (double braces for a literal brace)")
 
 
-def _arguments_checked(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A misspelt keyword or a setting passed by position gets a ConfigError that lists the names
-    the method takes, not Python's bare TypeError (checked before the method runs, so nothing changes)."""
-    sig = inspect.signature(method)
-    names = [n for n in sig.parameters if n != "self"]
-    where = method.__name__
-
-    @functools.wraps(method)
-    def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            sig.bind(self, *args, **kwargs)
-        except TypeError as exc:
-            unknown = [k for k in kwargs if k not in sig.parameters]
-            if unknown:
-                raise bad_argument(ConfigError, where, unknown[0], kwargs[unknown[0]],
-                                   f"one of the names {', '.join(names)}",
-                                   f"remove {unknown[0]}= or use one of those names") from None
-            raise ConfigError(f"{where}: {exc} (it takes {', '.join(names)}). Fix: pass those arguments, "
-                              f"settings by name, e.g. task.{where}({names[0]}=...).") from None
-        return method(self, *args, **kwargs)
-    return checked
+_arguments_checked = arguments_checked(ConfigError, call="task.")
+"""Task builders: a misspelt keyword or a setting passed by position is a ConfigError."""
 
 
 class DeepLearningTask(TaskBase):
@@ -96,6 +76,7 @@ class DeepLearningTask(TaskBase):
         super().__init__(name)
         self._model: BluePrint | None = None
         self._splits: DataSplits | None = None
+        self._channels_last: bool | None = None
         self._batch = 128
         self._val_batch: int | None = None
         self._shuffle = True
@@ -158,10 +139,17 @@ class DeepLearningTask(TaskBase):
     @_arguments_checked
     def data(self, splits: DataSplits | Dataset | tuple | None = None, *, train: tuple | None = None,
              val: tuple | None = None, batch_size: int = 128, val_batch_size: int | None = None,
-             shuffle: bool = True, num_classes: int | None = None) -> "DeepLearningTask":
+             shuffle: bool = True, num_classes: int | None = None,
+             channels_last: bool | None = None) -> "DeepLearningTask":
         """Data as DataSplits (datasets.mnist(...)) or arrays: train=(X, y), val=(Xv, yv);
-        ``num_classes`` for arrays whose highest class is missing from train."""
+        ``num_classes`` for arrays whose highest class is missing from train. Images are read as
+        (N, C, H, W), as in PyTorch: ``channels_last=True`` converts (N, H, W, C) images (and the
+        arrays later given to evaluate/predict); ``False`` says (N, C, H, W) data that plan() would
+        otherwise take for channels-last is not."""
         self._setting("data")
+        if channels_last is not None and not isinstance(channels_last, bool):
+            raise bad_argument(ConfigError, "data", "channels_last", channels_last, "True, False or None",
+                               "pass channels_last=True for (N, H, W, C) images")
         if splits is not None and train is not None:
             raise ConfigError("data: got both a data set and train=. Fix: pass one of them.")
         if isinstance(splits, (DataSplits, Dataset)) and val is not None:
@@ -184,7 +172,10 @@ class DeepLearningTask(TaskBase):
         vb = b if val_batch_size is None else _int_setting("data", "val_batch_size", val_batch_size)
         if not isinstance(shuffle, bool):
             raise bad_argument(ConfigError, "data", "shuffle", shuffle, "True or False", "pass shuffle=True")
+        if channels_last:
+            s = channels_first(s)
         self._splits, self._batch, self._val_batch, self._shuffle = s, b, vb, shuffle
+        self._channels_last = channels_last
         return self
 
     @_arguments_checked
@@ -363,7 +354,7 @@ class DeepLearningTask(TaskBase):
     def reset(self) -> "DeepLearningTask":
         """Discard the plan, arena and history; settings stay. Back to PLANNING."""
         self._not_running("reset")
-        settings = ("_model", "_splits", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer", "_scheduler",
+        settings = ("_model", "_splits", "_channels_last", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer", "_scheduler",
                     "_epochs", "_seed", "_fuse", "_liveness", "_pad_rows", "_nan_check", "_nan_policy", "_zero_grad",
                     "_save_every",
                     "_ema", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
@@ -457,6 +448,13 @@ class DeepLearningTask(TaskBase):
                                   "Fix: load images with layout='image', or drop train_resolution().")
             (h0, w0), (h1, w1), _ = self._resolution
             first, low = (sample[0], h0, w0), (sample[0], h1, w1)
+        reads_images = any(layer.inputs == ("input",) and layer.kind not in ("fc", "flatten") for layer in arch.layers)
+        if reads_images and self._channels_last is None and looks_channels_last(sample):
+            c, h, w = sample
+            raise ConfigError(f"plan: the training images are shaped {sample}, which looks like channels-last "
+                              f"(H, W, C) = ({c}, {h}, {w}); the model reads (N, C, H, W) as PyTorch does, so it "
+                              f"would see {c} channels of {h}x{w} images. Fix: task.data(..., channels_last=True) "
+                              "converts them; task.data(..., channels_last=False) says they are (N, C, H, W).")
         if (self._crop_pad or self._flip) and len(sample) != 3:
             raise ConfigError(f"plan: augment(crop_pad={self._crop_pad}, flip={self._flip}) needs image data "
                               f"(N, C, H, W); the samples are {sample}. Fix: load images with layout='image', or "
@@ -867,8 +865,8 @@ class DeepLearningTask(TaskBase):
     def evaluate(self, x: Any, y: Any) -> dict[str, float]:
         """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data."""
         self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
-        ds = validate_arrays(x, y, what="evaluate", num_classes=self._splits.train.num_classes, where="evaluate")
-        self._check_sample_shape("evaluate", ds.x)
+        ds = self._inputs_as_trained("evaluate", validate_arrays(
+            x, y, what="evaluate", num_classes=self._splits.train.num_classes, where="evaluate"))
         sums = np.zeros(3)
         res = np.zeros(3, np.float32)
         for start, n, logits in self._forward_batches(ds.x, ds.y):
@@ -881,13 +879,20 @@ class DeepLearningTask(TaskBase):
     def predict(self, x: Any) -> np.ndarray:
         """Predicted class of each row of x."""
         self._require("predict", Phase.COMPILED, hint="Call task.compile() first.")
-        ds = validate_arrays(x, np.zeros(len(x) if hasattr(x, "__len__") else 0, np.int64), what="predict",
-                             where="predict")
-        self._check_sample_shape("predict", ds.x)
+        ds = self._inputs_as_trained("predict", validate_arrays(
+            x, np.zeros(len(x) if hasattr(x, "__len__") else 0, np.int64), what="predict", where="predict"))
         out = np.empty(len(ds), np.int64)
         for start, n, logits in self._forward_batches(ds.x, None):
             out[start:start + n] = logits.argmax(axis=1)
         return out
+
+    def _inputs_as_trained(self, op: str, ds: Dataset) -> Dataset:
+        """``ds`` in the layout the model was trained on: channels-last images moved as data() moved
+        them; any other shape than training's is refused."""
+        if self._channels_last and ds.x.ndim == 4:
+            ds = channels_first(DataSplits(ds, None, ds.name), where=op).train
+        self._check_sample_shape(op, ds.x)
+        return ds
 
     def _check_sample_shape(self, op: str, x: np.ndarray) -> None:
         want = tuple(self._splits.train.sample_shape)
@@ -994,7 +999,8 @@ class DeepLearningTask(TaskBase):
             return cls_(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["settings"].items()})
 
         task = cls(sp.get("name", "task")).model(BluePrint.from_dict(sp["blueprint"]))
-        task.data(data, batch_size=sp["batch_size"], val_batch_size=sp["val_batch_size"], shuffle=sp["shuffle"])
+        task.data(data, batch_size=sp["batch_size"], val_batch_size=sp["val_batch_size"], shuffle=sp["shuffle"],
+                  channels_last=sp.get("channels_last"))
         task.loss(build(sp["loss"])).optimizer(build(sp["optimizer"])).total_epochs(sp["total_epochs"]).seed(sp["seed"])
         if sp["scheduler"]:
             task.scheduler(build(sp["scheduler"]))

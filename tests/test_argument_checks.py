@@ -17,7 +17,7 @@ import pytest
 
 from renaissance_nb import (SGD, Adam, AdamW, BluePrintError, ConfigError, ConstantLR, CosineAnnealingLR,
                             CrossEntropyLoss, DataError, DeepLearningTask, ExponentialLR, MultiStepLR, PolynomialLR,
-                            StepLR, avgpool, bn, conv, datasets, dropout, fc, leaky_relu, maxpool, repeat, seq)
+                            StepLR, avgpool, bn, conv, datasets, dropout, fc, leaky_relu, maxpool, relu, repeat, seq)
 
 HUGE = 10**400  # a valid Python int that no float can hold
 
@@ -239,8 +239,33 @@ def test_from_dict_rebuilds_through_the_builders() -> None:
     for bad, said in [({"layer": "fc", "params": {"out": 0}}, "fc: out=0"),
                       ({"layer": "maxpool", "params": {"k": 2, "p": 2, "s": 2}}, "maxpool: p=2"),
                       ({"layer": "evil", "params": {}}, "layer 'evil'"),
-                      ({"layer": "fc", "params": {"outt": 3}}, "unexpected keyword argument 'outt'"),
+                      ({"layer": "fc", "params": {"outt": 3}}, "fc: outt=3 is invalid; expected one of the names: out, bias"),
                       ({"repeat": {"layer": "relu", "params": {}}, "n": 0}, "n=0"),
                       (5, "5 is not a BluePrint description")]:
         with pytest.raises(BluePrintError, match=re.escape(said)):
             BluePrint.from_dict(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda: conv(8, 3, padding=1), "conv: padding=1 is invalid; expected one of the names: out, k, s, p, bias. "
+                                    "Fix: write p= (PyTorch's padding=)"),
+    (lambda: conv(8, kernel_size=3), "conv: kernel_size=3 is invalid; expected one of the names: out, k, s, p, bias. "
+                                     "Fix: write k= (PyTorch's kernel_size=)"),
+    (lambda: fc(out_features=10), "Fix: write out= (PyTorch's out_features=)"),
+    (lambda: relu(inplace=True), "relu: inplace=True is invalid; expected no arguments (relu() takes none). "
+                                 "Fix: drop inplace=: every layer writes its own region of the arena"),
+    (lambda: bn(num_features=16), "Fix: drop num_features=: channels are read from the input"),
+    (lambda: maxpool(2, stride=2), "Fix: write s= (PyTorch's stride=)"),
+    (lambda: fc(10, True, 3), "fc: too many positional arguments (it takes out, bias)"),
+    (lambda: dropout(q=0.1), "dropout: q=0.1 is invalid; expected one of the names: p. Fix: remove q="),
+])
+def test_layer_builders_name_their_arguments_and_pytorch_spellings(call, said) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(BluePrintError, match=re.escape(said)):
+        call()
+
+
+def test_checked_layer_builders_keep_their_signatures() -> None:
+    import inspect
+
+    assert list(inspect.signature(conv).parameters) == ["out", "k", "s", "p", "bias"]
+    assert conv(8, 3, p=1) == conv(out=8, k=3, s=1, p=1, bias=True)

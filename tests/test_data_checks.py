@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from renaissance_nb import ConfigError, DataError, DeepLearningTask, bn, datasets, fc, relu, seq
+from renaissance_nb import ConfigError, DataError, DeepLearningTask, bn, conv, datasets, fc, flatten, gap, relu, seq
 from renaissance_nb.data.arrays import from_arrays
 
 rng = np.random.default_rng(3)
@@ -79,3 +79,61 @@ def test_evaluate_errors_name_evaluate() -> None:
         t.evaluate(X, Y + 10)
     with pytest.raises(DataError, match=r"^predict: "):
         t.predict(X[:, :5][None])
+
+
+# ---- channels-last images ----------------------------------------------------------------------
+IMAGES = rng.standard_normal((48, 8, 8, 3)).astype(np.float32)  # (N, H, W, C), as Keras, JAX or PIL give them
+IMAGE_Y = rng.integers(0, 4, 48).astype(np.int32)
+
+
+def conv_task(**data_kw) -> DeepLearningTask:  # type: ignore[no-untyped-def]
+    x = data_kw.pop("x", IMAGES)
+    return task(model=seq(conv(4, 3, p=1), relu(), gap(), fc(4))).data(train=(x, IMAGE_Y), batch_size=16, **data_kw)
+
+
+def test_channels_last_images_are_refused_at_plan_with_the_fix() -> None:
+    t = conv_task()
+    with pytest.raises(ConfigError, match=r"plan: the training images are shaped \(8, 8, 3\).*channels-last.*"
+                                          r"8 channels of 8x3 images.*channels_last=True"):
+        t.plan()
+    assert t.arch is None  # nothing planned
+
+
+def test_channels_last_true_trains_exactly_like_channels_first_data() -> None:
+    nchw = np.ascontiguousarray(IMAGES.transpose(0, 3, 1, 2))
+    a, b = conv_task(channels_last=True), conv_task(x=nchw)
+    assert a.splits.sample_shape == b.splits.sample_shape == (3, 8, 8)
+    a.run(progress=False)
+    b.run(progress=False)
+    for name, w in a.state_dict().items():
+        assert np.array_equal(w, b.state_dict()[name]), name
+    # evaluate and predict take the layout the task was given
+    assert a.evaluate(IMAGES, IMAGE_Y) == b.evaluate(nchw, IMAGE_Y)
+    assert np.array_equal(a.predict(IMAGES), b.predict(nchw))
+
+
+def test_channels_last_is_kept_by_a_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    a = conv_task(channels_last=True)
+    a.run(progress=False)
+    a.save(tmp_path / "c.rnb")
+    b = DeepLearningTask.load(str(tmp_path / "c.rnb"), (IMAGES, IMAGE_Y))
+    assert b.splits.sample_shape == (3, 8, 8)
+    assert np.array_equal(a.predict(IMAGES), b.predict(IMAGES))
+
+
+def test_channels_last_false_accepts_channels_first_data_that_looks_channels_last() -> None:
+    t = conv_task(channels_last=False)
+    t.plan()
+    assert t.splits.sample_shape == (8, 8, 3)  # 8 channels of 8x3 images, as the user said
+
+
+def test_channels_last_needs_rank_4_images_and_a_bool() -> None:
+    with pytest.raises(DataError, match=r"data: channels_last=True is invalid; expected images shaped \(N, H, W, C\)"):
+        task().data(train=(X, Y), batch_size=16, channels_last=True)
+    with pytest.raises(ConfigError, match=r"data: channels_last=1 is invalid; expected True, False or None"):
+        conv_task(channels_last=1)
+
+
+def test_flat_models_do_not_care_about_the_channel_axis() -> None:
+    t = task(model=seq(flatten(), fc(4))).data(train=(IMAGES, IMAGE_Y), batch_size=16)
+    t.plan()  # an MLP reads the pixels in any order: no refusal

@@ -244,6 +244,25 @@ def make_splits(
     return DataSplits(train=tr, val=va, name=name)
 
 
+def looks_channels_last(sample_shape: tuple[int, ...]) -> bool:
+    """Whether image samples read as (C, H, W) look like (H, W, C) instead: a colour-sized last axis
+    (1, 3 or 4) after two image-sized ones, as (N, H, W, C) data from Keras, JAX or PIL arrives."""
+    return len(sample_shape) == 3 and sample_shape[2] in (1, 3, 4) and min(sample_shape[:2]) > 4
+
+
+def channels_first(s: DataSplits, where: str = "data") -> DataSplits:
+    """``s`` with its channels-last images (N, H, W, C) moved to (N, C, H, W), the layout the model
+    reads (as PyTorch's): one contiguous copy per set."""
+    def move(d: Dataset | None, arg: str) -> Dataset | None:
+        if d is None:
+            return None
+        if d.x.ndim != 4:
+            raise bad_argument(DataError, where, "channels_last", True, f"images shaped (N, H, W, C); {arg} X "
+                               f"has shape {d.x.shape}", "drop channels_last=True for flat or (N, C, H, W) data")
+        return Dataset(np.ascontiguousarray(d.x.transpose(0, 3, 1, 2)), d.y, d.num_classes, d.name)
+    return DataSplits(move(s.train, "train"), move(s.val, "val"), s.name)  # type: ignore[arg-type]
+
+
 def checked_splits(s: DataSplits, where: str = "data") -> DataSplits:
     """``s`` with the checks ``make_splits`` makes, for a DataSplits or Dataset built by hand: the batch
     kernels index rows and labels without bounds checks, so a label past num_classes or a val set of
