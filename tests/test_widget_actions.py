@@ -47,7 +47,7 @@ def test_the_monitor_reads_its_status_from_the_task_after_reset_and_resume() -> 
     t = mlp(epochs=2)
     d = dashboard(t)
     send(d.monitor, action="run", epochs=1)
-    assert d.monitor.status == "idle" and len(d.monitor.records) == 1  # one epoch of two: more to run
+    assert d.monitor.status == "paused" and len(d.monitor.records) == 1  # one epoch of two: more to run
     send(d.monitor, action="run")
     assert d.monitor.status == "done"
     send(d.phases, action="reset")

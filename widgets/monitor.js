@@ -117,7 +117,7 @@ function render({ model, el }) {
     el.dataset.epochs = String(recs.length);
     status.textContent = st;
     status.dataset.status = st;
-    status.style.background = { running: "#3b6fb6", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" }[st] || "#98a2b3";
+    status.style.background = { running: "#3b6fb6", paused: "#7a6fb0", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" }[st] || "#98a2b3";
     const done = recs.length ? recs[recs.length - 1].epoch : 0;
     bar.firstChild.style.width = `${Math.min(100, (100 * done) / Math.max(total, 1))}%`;
     count.textContent = `epoch ${done}/${total}`;

@@ -23,6 +23,17 @@ from ._assets import esm
 from ._base import ViewWidget
 
 
+def run_status(view: dict[str, Any]) -> str:
+    """What the task's training stands at: idle (no epoch yet), paused (epochs trained, more to
+    run), done, or interrupted."""
+    records = view["records"]
+    if view["interrupted"]:
+        return "interrupted"
+    if not records:
+        return "idle"
+    return "done" if records[-1]["epoch"] >= view["total_epochs"] else "paused"
+
+
 class TrainingMonitor(ViewWidget):
     """Curves of a task's training. Call it as ``monitor(event, payload)``, or use ``monitor.run()``."""
 
@@ -49,8 +60,7 @@ class TrainingMonitor(ViewWidget):
             if self.error and getattr(self, "_error_mark", None) != self.task_mark():
                 self.error = {}
             if not self.error:
-                finished = bool(v["records"]) and v["records"][-1]["epoch"] >= v["total_epochs"]
-                self.status = "interrupted" if v["interrupted"] else ("done" if finished else "idle")
+                self.status = run_status(v)
         return {"task": getattr(self.source, "name", "task")}
 
     def static_html(self) -> str:
@@ -133,8 +143,7 @@ class TrainingMonitor(ViewWidget):
         except Exception as exc:
             self.error, failed = {"type": type(exc).__name__, "message": str(exc)}, True
         finally:
-            interrupted = bool(getattr(getattr(self.source, "result", None), "interrupted", False))
-            self.status = "error" if failed else ("interrupted" if interrupted else "done")
+            self.status = "error" if failed else run_status(views.training_view(self.source))
             self._error_mark = self.task_mark()
             self._in_run = True
             try:
