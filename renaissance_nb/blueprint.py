@@ -181,10 +181,15 @@ class Named(BluePrint):
 
 
 # ---- validation helpers ---------------------------------------------------------------
+SIZE_MAX = 2**31 - 1
+"""The largest layer size, kernel, stride or padding a builder takes: shapes are indexed with
+32-bit ints on the GPU, and no arena holds a layer that wide anyway."""
+
+
 def _positive_int(where: str, name: str, v: Any) -> int:
     n = as_int(v)
-    if n is None or n <= 0:
-        raise bad_argument(BluePrintError, where, name, v, "a positive int",
+    if n is None or not 0 < n <= SIZE_MAX:
+        raise bad_argument(BluePrintError, where, name, v, f"a positive int up to {SIZE_MAX}",
                            f"pass a whole number >= 1, e.g. {where.split('(')[0]}(128)")
     return n
 
@@ -300,8 +305,9 @@ def repeat(body: BluePrint, n: int) -> Repeat:
 # ---- image layers (issue 4) -----------------------------------------------------------
 def _nonneg_int(where: str, name: str, v: Any) -> int:
     n = as_int(v)
-    if n is None or n < 0:
-        raise bad_argument(BluePrintError, where, name, v, "an int >= 0", f"pass a whole number, e.g. {name}=1")
+    if n is None or not 0 <= n <= SIZE_MAX:
+        raise bad_argument(BluePrintError, where, name, v, f"an int from 0 to {SIZE_MAX}",
+                           f"pass a whole number, e.g. {name}=1")
     return n
 
 

@@ -62,9 +62,17 @@ def test_pool_padding_up_to_half_the_kernel_is_accepted() -> None:
     (BluePrintError, lambda: bn(momentum=HUGE), "momentum"),
     (ConfigError, lambda: CosineAnnealingLR().base_lr(HUGE), "base_lr"),
     (ConfigError, lambda: StepLR().gamma(HUGE), "gamma"),
+    (BluePrintError, lambda: fc(HUGE), "out"),
+    (BluePrintError, lambda: conv(8, 3, p=HUGE), "p"),
 ])
 def test_huge_ints_are_out_of_range_not_overflow(exc, make, name) -> None:  # type: ignore[no-untyped-def]
     raises(exc, make, f"{name}={str(HUGE)[:20]}", "expected")
+
+
+def test_layer_sizes_stop_at_the_largest_32_bit_int() -> None:
+    assert fc(2**31 - 1).p["out"] == 2**31 - 1
+    raises(BluePrintError, lambda: fc(2**31), "fc: out=2147483648", "a positive int up to 2147483647")
+    raises(BluePrintError, lambda: maxpool(2**31), "maxpool: k=2147483648", "up to 2147483647")
 
 
 # ---- 3. NumPy scalars ------------------------------------------------------------------------------------
