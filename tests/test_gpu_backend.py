@@ -208,14 +208,20 @@ def test_standalone_activation_kernels(module, act: str) -> None:  # type: ignor
 def test_softmax_xent_kernel_matches_the_cpu_loss(module) -> None:  # type: ignore[no-untyped-def]
     logits = RNG.normal(size=(37, 11)).astype(np.float32) * 4
     logits[3, :] = logits[3, 0]  # ties: the lower index wins, as on the CPU
+    logits[5, :] = np.nan  # NaN comes before every number, as on the CPU (fused.ranks_ahead)
+    logits[6, 2] = logits[7, 9] = np.nan
     labels = RNG.integers(0, 11, 37).astype(np.int32)
+    labels[6] = 2
     rc, rg = np.zeros(3, np.float32), np.zeros(3, np.float32)
     dc, dg = np.zeros_like(logits), np.zeros_like(logits)
     fused.softmax_xent(logits, labels, 0.1, rc, dc, True)
     module.get_function("rnb_softmax_xent")((1,), (256,), (logits, labels, np.int32(37), np.int32(11),
                                                           np.float64(0.1), rg, dg, np.int32(1)))
-    assert np.allclose(rc, rg, rtol=1e-7) and rc[1] == rg[1] and rc[2] == rg[2]
-    assert np.allclose(dc, dg, rtol=1e-6, atol=1e-9)
+    assert np.allclose(rc[1:], rg[1:], rtol=1e-7) and rc[1] == rg[1] and rc[2] == rg[2]
+    assert np.isnan(rc[0]) and np.isnan(rg[0])  # NaN rows make the loss NaN on both
+    assert rc[1] == (logits.argmax(axis=1) == labels).sum()
+    ok = ~np.isnan(logits).any(axis=1)
+    assert np.allclose(dc[ok], dg[ok], rtol=1e-6, atol=1e-9)
 
 
 def test_dropout_kernel_draws_the_cpu_philox_masks(module) -> None:  # type: ignore[no-untyped-def]

@@ -234,6 +234,31 @@ def test_fused_and_standalone_activation_backward_agree_in_float32() -> None:
 
 
 # ---- loss -------------------------------------------------------------------------------------------
+def test_top_k_counts_rank_nan_logits_as_argmax_does() -> None:
+    """A diverged row is not a hit: NaN comes before every number (np.argmax returns the first NaN's
+    index, as torch.argmax does), equal values by lower index. It used to count as top-1 and top-5."""
+    from renaissance_nb.kernels import fused
+
+    nan = np.nan
+    logits = np.array([[nan] * 6,                       # all NaN, label 0: argmax is 0, a hit
+                       [nan] * 6,                       # all NaN, label 3: a miss for top-1, 4th for top-5
+                       [0.1, 5.0, nan, 0.3, 0.2, 0.0],  # the true class is the only NaN: argmax, a hit
+                       [0.1, 5.0, 1.0, nan, 0.2, 0.0],  # another class is NaN: it comes first
+                       [9.0, 1.0, 2.0, 3.0, 4.0, 5.0],  # finite: rank 5, a miss for both
+                       [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]], np.float32)  # ties by index
+    labels = np.array([0, 3, 2, 1, 1, 4], np.int32)
+    result = np.zeros(3, np.float32)
+    fused.softmax_xent(logits, labels, 0.0, result, np.zeros((0, 0), np.float32), False)
+
+    def rank(row: np.ndarray, y: int) -> int:  # sorted by (not NaN, -value, index): NaN first
+        order = sorted(range(len(row)), key=lambda j: (not np.isnan(row[j]), -np.nan_to_num(row[j], nan=0.0), j))
+        return order.index(y)
+    ranks = [rank(r, int(y)) for r, y in zip(logits, labels)]
+    assert ranks == [0, 3, 0, 1, 5, 4]
+    assert result[1] == sum(r == 0 for r in ranks) == (logits.argmax(axis=1) == labels).sum() == 2
+    assert result[2] == sum(r < 5 for r in ranks) == 5
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_softmax_xent_loss_and_gradient(smoothing: float) -> None:
     rng = np.random.default_rng(6)

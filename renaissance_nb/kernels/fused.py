@@ -224,6 +224,16 @@ def act_backward(dy, x, dx, act, slope):
 
 
 @jit
+def ranks_ahead(z, j, zy, y):
+    """Whether logit ``z`` of class ``j`` comes before the true class's ``zy`` (class ``y``) in the
+    order argmax and top-k use: NaN above every number (NumPy's and PyTorch's argmax return the
+    first NaN's index, so a diverged row is not a hit), equal values by lower index."""
+    if z != z:
+        return zy == zy or j < y
+    return z > zy or (z == zy and j < y)
+
+
+@jit
 def softmax_xent(logits, labels, smoothing, result, dlogits, want_grad):
     """Softmax cross-entropy with label smoothing, fused with top-1/top-5.
 
@@ -254,11 +264,11 @@ def softmax_xent(logits, labels, smoothing, result, dlogits, want_grad):
         for j in range(c):
             zsum += row[j]
         total += on * (lse - row[y]) + off * (c * lse - zsum)
-        # rank of the true class: how many logits beat it (ties count for the lower index)
+        # rank of the true class: how many logits come before it
         zy = row[y]
         better = 0
         for j in range(c):
-            if row[j] > zy or (row[j] == zy and j < y):
+            if ranks_ahead(row[j], j, zy, y):
                 better += 1
         if better == 0:
             top1 += 1.0

@@ -107,9 +107,18 @@ RNB_HD float rnb_act_backward(float d, float x, int act, double slope) {
     return (float)((double)d * g);
 }
 
+// Whether logit z of class j comes before the true class's zy (class y) in argmax/top-k order: NaN
+// above every number (argmax returns the first NaN's index), equal values by lower index. As the CPU's
+// fused.ranks_ahead.
+RNB_HD bool rnb_ranks_ahead(float z, int j, float zy, int y) {
+    if (z != z) return zy == zy || j < y;
+    return z > zy || (z == zy && j < y);
+}
+
 // ---- softmax cross-entropy of one row, with label smoothing and the rank of the true class ----
-// Returns the row's loss (double); *better = how many logits beat the true one (ties: lower index
-// wins). With dlogits != 0 writes (softmax - target) * inv_n. Same formulas and order as the CPU.
+// Returns the row's loss (double); *better = how many logits come before the true one
+// (rnb_ranks_ahead). With dlogits != 0 writes (softmax - target) * inv_n. Same formulas and order
+// as the CPU.
 RNB_HD double rnb_xent_row(const float* row, int c, int y, double smoothing, double inv_n, float* dlogits,
                            int* better) {
     float mx = row[0];
@@ -126,7 +135,7 @@ RNB_HD double rnb_xent_row(const float* row, int c, int y, double smoothing, dou
     float zy = row[y];
     int b = 0;
     for (int j = 0; j < c; ++j)
-        if (row[j] > zy || (row[j] == zy && j < y)) ++b;
+        if (rnb_ranks_ahead(row[j], j, zy, y)) ++b;
     *better = b;
     if (dlogits) {
         for (int j = 0; j < c; ++j) {
