@@ -459,20 +459,33 @@ class DeepLearningTask(TaskBase):
             raise ConfigError(f"plan: augment(crop_pad={self._crop_pad}, flip={self._flip}) needs image data "
                               f"(N, C, H, W); the samples are {sample}. Fix: load images with layout='image', or "
                               "drop augment().")
-        last = len(s.train) % self._batch
-        if last == 1 and any(layer.kind == "bn" for layer in arch.layers):
-            raise ConfigError(f"plan: batch_size={self._batch} leaves a last training batch of 1 sample "
-                              f"({len(s.train)} samples), and batch norm needs more than one value per channel "
-                              "(as in PyTorch). Fix: pick a batch size that does not divide len(train) - 1, or "
-                              "drop one training sample.")
         specs = variant_specs(len(s.train), n_val, self._batch, self._val_batch or self._batch, sample,
                               lowres_shape=low, train_shape=first)
         shapes = derive_all_shapes(arch, specs, s.train.num_classes, self._optimizer.state, self.total_steps,
                                    ema=self._ema is not None)
+        self._check_batch_norm_values(arch, shapes)
         max_slots = compute_max_slot_bytes(shapes)
         self.arch, self.shapes, self.max_slot_bytes = arch, shapes, max_slots
         self.transitions.append(_note("plan", started))
         return arch
+
+    def _check_batch_norm_values(self, arch: ArchPlan, shapes: AllShapes) -> None:
+        """Batch norm in training needs more than one value per channel in every batch, as in PyTorch
+        (one value normalises to 0 and passes no gradient): a training batch of one sample is
+        refused where a BN sees no spatial extent (after fc or gap, or at 1x1 maps)."""
+        bns = {layer.name for layer in arch.layers if layer.kind == "bn"}
+        for v in ("train_base", "train_last", "train_lowres", "train_lowres_last"):
+            spec = shapes.specs[v]
+            if not spec.used or spec.batch > 1:
+                continue
+            for name, x, _ in shapes.tables[v].layer_shapes:
+                if name in bns and math.prod(x[:-1]) == 1:
+                    where = (f"batch_size={self._batch}" if spec.batch == self._batch else
+                             f"batch_size={self._batch} leaves a last training batch of 1 sample "
+                             f"({len(self._splits.train)} samples), and")
+                    raise ConfigError(f"plan: {where} {name} would see one value per channel: batch norm needs "
+                                      "more than one in training (as in PyTorch). Fix: a batch size above 1 that "
+                                      "does not divide len(train) - 1, or drop one training sample.")
 
     def alloc(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         raise PlanError("alloc: a DeepLearningTask plans its memory from the model. "

@@ -65,6 +65,20 @@ def test_batch_norm_with_a_last_batch_of_one_sample_names_the_batch_size() -> No
     task(model=seq(fc(8), bn(), relu(), fc(4))).data(train=(X[:33], Y[:33]), batch_size=11).compile()
 
 
+def test_batch_norm_over_images_takes_a_batch_of_one_sample_as_pytorch_does() -> None:
+    """(1, C, H, W) gives a conv's BN H*W values per channel: PyTorch's BatchNorm2d trains on it, and so
+    does this (the check used to refuse any BN model); at 1x1 maps, or after fc, one sample is refused."""
+    x, y = IMAGES.transpose(0, 3, 1, 2)[:33].copy(), IMAGE_Y[:33]
+    t = task(model=seq(conv(4, 3, p=1), bn(), relu(), gap(), fc(4))).data(train=(x, y), batch_size=16)
+    t.run(progress=False)
+    assert np.isfinite(t.result.history[-1].train_loss)
+    with pytest.raises(ConfigError, match=r"batch_size=1 .* would see one value per channel"):
+        task(model=seq(fc(8), bn(), relu(), fc(4))).data(train=(X, Y), batch_size=1).compile()
+    one_by_one = seq(conv(4, 8), bn(), relu(), gap(), fc(4))  # an 8x8 kernel on 8x8 images: 1x1 maps
+    with pytest.raises(ConfigError, match=r"leaves a last training batch of 1 sample .* would see one value"):
+        task(model=one_by_one).data(train=(x, y), batch_size=16).compile()
+
+
 def test_num_classes_for_a_class_only_in_val() -> None:
     y_train = np.where(Y == 3, 0, Y)
     with pytest.raises(DataError, match="num_classes"):
