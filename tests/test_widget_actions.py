@@ -134,3 +134,45 @@ def test_region_map_and_blueprint_view_say_true_things_for_odd_sources() -> None
     hand.alloc((2, 2), "float32", Region.T_TEMP_FP32)
     hand.finalize_memory()
     assert "no model declared (a TaskBase is built by hand)" in repr(BluePrintView(hand))
+
+
+# ---- widget lifetimes ---------------------------------------------------------------------------------
+def open_widgets() -> int:
+    import ipywidgets
+
+    return len(ipywidgets.widgets.widget._instances)
+
+
+def test_displaying_a_task_again_reuses_its_dashboard() -> None:
+    """Each display used to make a new 32-widget dashboard that nothing closed, keeping the task (and
+    its arena) alive: ten displays, ten dashboards."""
+    import gc
+    import weakref
+
+    t = mlp()
+    t.compile()
+    first = t._repr_mimebundle_()["application/vnd.jupyter.widget-view+json"]["model_id"]
+    after_one = open_widgets()
+    for _ in range(5):
+        again = t._repr_mimebundle_()["application/vnd.jupyter.widget-view+json"]["model_id"]
+        assert again == first
+    assert open_widgets() == after_one  # the refresh closes what it replaces, layouts and styles too
+    from renaissance_nb.display.dashboard import _SHOWN
+
+    board = _SHOWN[t]
+    board.close()
+    assert t not in _SHOWN
+    ref = weakref.ref(t)
+    del t, board
+    gc.collect()
+    assert ref() is None  # nothing left open holds the task
+
+
+def test_closing_a_dashboard_closes_every_widget_it_made() -> None:
+    t = mlp()
+    before = open_widgets()
+    d = dashboard(t)
+    d.refresh()
+    assert open_widgets() > before
+    d.close()
+    assert open_widgets() == before

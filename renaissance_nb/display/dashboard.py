@@ -6,6 +6,7 @@ phase button or running from the Training tab re-reads the task into every tab.
 from __future__ import annotations
 
 import traceback
+import weakref
 from typing import Any
 
 import ipywidgets as w
@@ -89,6 +90,18 @@ class Dashboard(OneLine, w.VBox):
         except Exception as exc:  # a broken view shows its error, not a traceback
             return [("Phases", self.phases), ("Error", _error(exc))]
 
+    def close(self) -> None:
+        """Close every widget this dashboard made (ipywidgets closes only the one it is called on), so
+        nothing in ipywidgets' registry keeps the task alive."""
+        for c in self.children:
+            _close(c)
+        for c in (self.phases, self.monitor):
+            _close(c)
+        if _SHOWN.get(self.task) is self:
+            del _SHOWN[self.task]
+        self.layout.close()
+        super().close()
+
     def select(self, title: str) -> None:
         """Open a tab by its title."""
         self.tabs.selected_index = self._titles.index(title)
@@ -110,9 +123,30 @@ def _error(exc: BaseException) -> w.HTML:
 
 
 def _close(widget: w.Widget) -> None:
+    """Close a widget, its children, and its layout and style (ipywidgets leaves those open)."""
     for c in getattr(widget, "children", ()):
         _close(c)
+    for part in ("layout", "style"):
+        sub = getattr(widget, part, None)
+        if isinstance(sub, w.Widget):
+            sub.close()
     widget.close()
+
+
+_SHOWN: "weakref.WeakKeyDictionary[Any, Dashboard]" = weakref.WeakKeyDictionary()
+"""The dashboard each displayed task shows, reused (and refreshed) when the task is displayed again:
+a new one per display kept 32 widgets and the task alive each time, as ipywidgets keeps every
+open widget."""
+
+
+def shown_dashboard(task: Any) -> Dashboard:
+    """The task's display dashboard, made on first use, re-read from the task on every later one."""
+    board = _SHOWN.get(task)
+    if board is not None and board.comm is not None:  # closed widgets have no comm
+        board.refresh()
+        return board
+    board = _SHOWN[task] = Dashboard(task)
+    return board
 
 
 def bundle(task: Any) -> dict[str, Any]:
@@ -121,7 +155,7 @@ def bundle(task: Any) -> dict[str, Any]:
 
     out = static_bundle(task)
     try:
-        data = Dashboard(task)._repr_mimebundle_()
+        data = shown_dashboard(task)._repr_mimebundle_()
     except Exception:
         out["text/html"] += f"<!-- dashboard widget failed: {static.esc(traceback.format_exc(limit=2))} -->"
         return out
