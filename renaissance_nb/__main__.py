@@ -7,10 +7,11 @@ transition, a plan summary and per-epoch metrics.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
-from . import datasets
+from . import __version__, datasets
 from .blueprint import fc, relu, seq
 from .deep_task import DeepLearningTask
 from .errors import RenaissanceError
@@ -70,32 +71,58 @@ def train(args: argparse.Namespace) -> int:
         print("variants collapsed: " + ", ".join(f"{k} -> {v}" for k, v in a.collapsed.items()))
     print()
     result = task.run(progress="lines")
-    print(f"\nbest val top-1 {100 * result.best_top1:.2f}%  top-5 {100 * result.best_top5:.2f}%  "
-          f"at epoch {result.best_epoch}")
+    if result.best_epoch >= 1:
+        print(f"\nbest val top-1 {100 * result.best_top1:.2f}%  top-5 {100 * result.best_top5:.2f}%  "
+              f"at epoch {result.best_epoch}")
+    if result.interrupted:
+        done = len(result.history)
+        print(f"interrupted by Ctrl-C after {done} of {args.epochs} epochs; nothing more is run",
+              file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 
+INTERRUPTED = 130
+"""The exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it."""
+
+
+def _prog() -> str:
+    """How the user called us: ``renaissance-nb`` (the console script) or ``python -m renaissance_nb``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("renaissance-nb") else "python -m renaissance_nb"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m renaissance_nb", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=_prog(), description=__doc__.splitlines()[0].replace("``", ""))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command")
     tr = sub.add_parser("train", help="train the MNIST MLP, printing phases and metrics")
-    tr.add_argument("--epochs", type=int, default=5)
-    tr.add_argument("--batch-size", type=int, default=128)
-    tr.add_argument("--lr", type=float, default=1e-3)
-    tr.add_argument("--seed", type=int, default=123)
+    tr.add_argument("--epochs", type=int, default=5, help="training epochs (default %(default)s)")
+    tr.add_argument("--batch-size", type=int, default=128, help="samples per step (default %(default)s)")
+    tr.add_argument("--lr", type=float, default=1e-3,
+                    help="AdamW's learning rate, on a cosine schedule after one warmup epoch (default %(default)s)")
+    tr.add_argument("--seed", type=int, default=123,
+                    help="seed of every random stream: same seed, same weights (default %(default)s)")
     tr.add_argument("--mnist", metavar="DIR", help="folder with the four MNIST IDX files (default: embedded 5k)")
     tr.add_argument("--download", action="store_true", help="download MNIST into --mnist DIR if missing")
     tr.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                     help="where the step replays: cpu (default), cuda (CUDA graphs via CuPy), auto")
     args = parser.parse_args(argv)
     if args.command != "train":
-        parser.print_help()
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: name a command; 'train' is the main job ({parser.prog} train --help)",
+              file=sys.stderr)
         return 2
+    if args.download and not args.mnist:
+        tr.error("--download needs --mnist DIR, the folder to download MNIST into")
     try:
         return train(args)
     except RenaissanceError as exc:
         print(f"error: {_as_flags(str(exc))}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # before or after the run (the run itself stops at a step and returns)
+        print("interrupted by Ctrl-C", file=sys.stderr)
+        return INTERRUPTED
 
 
 def _as_flags(message: str) -> str:

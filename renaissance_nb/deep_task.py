@@ -69,6 +69,11 @@ _arguments_checked = arguments_checked(ConfigError, call="task.")
 """Task builders: a misspelt keyword or a setting passed by position is a ConfigError."""
 
 
+MAX_STEPS = 2**26
+"""The most training steps a task plans: its per-step learning-rate table (float32, in the arena) is
+then 256 MiB. 67 million steps is 140,000 epochs of full MNIST at batch 128."""
+
+
 class DeepLearningTask(TaskBase):
     """Model, data, loss, optimizer and schedule, compiled into one replayable step."""
 
@@ -410,6 +415,12 @@ class DeepLearningTask(TaskBase):
 
     def lr_table(self) -> np.ndarray:
         """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr)."""
+        spe = self.steps_per_epoch
+        if self.total_steps > MAX_STEPS:
+            raise bad_argument(ConfigError, "total_epochs", "epochs", self._epochs,
+                               f"at most {MAX_STEPS // spe} epochs of {spe} steps: the step reads its learning rate "
+                               f"from a float32 table of one value per step, and {self.total_steps} steps would "
+                               f"need {human_bytes(4 * self.total_steps)}", "train for fewer epochs")
         if self._scheduler is None:
             return np.full(self.total_steps, self._optimizer.lr_, np.float32)
         opt, base = self._optimizer, self._scheduler.base_lr_

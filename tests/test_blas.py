@@ -287,3 +287,18 @@ def test_a_batch_gather_past_the_data_order_is_an_error_not_a_stray_read() -> No
                                         r"\. Fix: reset the cursor"):
         transfer()
     assert cursor[0] == 48
+
+
+def test_a_bad_rnb_blas_warns_at_import_instead_of_breaking_it() -> None:
+    """Raised at import, the ConfigError made ``import renaissance_nb`` and the CLI's --help fail."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, RNB_BLAS="bogus")
+    run = subprocess.run([sys.executable, "-c", "from renaissance_nb.kernels import blas; print(blas.SGEMM.name)"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() in ("openblas", "mkl")
+    assert "RNB_BLAS='bogus': expected 'auto', 'openblas' or 'mkl'" in run.stderr
+    assert "using the automatic choice" in run.stderr and "Traceback" not in run.stderr

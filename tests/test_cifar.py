@@ -199,7 +199,7 @@ def test_default_checks_the_published_md5(served, tmp_path: Path) -> None:  # ty
         download_cifar10(root, base_url=url, progress=False)  # sha256=None: the fake is not the real archive
     msg = str(info.value)
     assert CIFAR10_MD5 in msg and hashlib.md5(blob).hexdigest() in msg and "Fix" in msg
-    assert list(root.iterdir()) == []
+    assert not root.exists()  # nothing left, not even the folder made for it
 
 
 def test_checksum_mismatch_leaves_nothing(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -210,7 +210,7 @@ def test_checksum_mismatch_leaves_nothing(served, tmp_path: Path) -> None:  # ty
     msg = str(info.value)
     assert "0" * 64 in msg and hashlib.sha256(blob).hexdigest() in msg and "Fix" in msg
     assert isinstance(info.value, OSError)
-    assert list(root.iterdir()) == []  # no archive, no .part file, no folder
+    assert not root.exists()  # no archive, no .part file, no folder, not even root
     with pytest.raises(DownloadError, match="hex digits"):
         download_cifar10(root, base_url=url, sha256="abc")
 
@@ -221,7 +221,7 @@ def test_http_error(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-
     with pytest.raises(DownloadError) as info:
         download_cifar10(root, base_url=url + "missing/", progress=False)
     assert ("404" in str(info.value) or "Not Found" in str(info.value)) and "Fix" in str(info.value)
-    assert list(root.iterdir()) == []
+    assert not root.exists()
 
 
 def test_archive_copied_by_hand_is_verified_and_used(tmp_path: Path) -> None:
@@ -233,6 +233,12 @@ def test_archive_copied_by_hand_is_verified_and_used(tmp_path: Path) -> None:
         download_cifar10(root, base_url=dead, sha256="1" * 64, progress=False)
     d = cifar10(root, download=True, base_url=dead, sha256=hashlib.sha256(blob).hexdigest())
     assert len(d.train) == 10
+
+
+def test_a_failed_download_leaves_no_folder_behind(tmp_path: Path) -> None:
+    with pytest.raises(DownloadError, match="could not download"):
+        download_cifar10(tmp_path / "new" / "cifar", base_url="http://127.0.0.1:9/", progress=False)
+    assert list(tmp_path.iterdir()) == []  # it used to leave the empty folders it made
 
 
 @pytest.mark.parametrize("bad_name", ["../evil.bin", "/tmp/abs_evil.bin", f"{CIFAR10_FOLDER}/../../evil.bin"])

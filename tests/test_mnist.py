@@ -209,7 +209,15 @@ def test_download_http_error_falls_through_mirrors(served, tmp_path: Path) -> No
     with pytest.raises(DownloadError) as info:
         download_mnist(tmp_path / "r2", base_url=dead, checksums=sums, progress=False)
     assert "404" in str(info.value) or "Not Found" in str(info.value)
-    assert list((tmp_path / "r2").iterdir()) == []
+    assert not (tmp_path / "r2").exists()  # the folder made for the download went with it
+
+
+def test_a_failed_download_removes_only_the_folders_it_made(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    url, _, sums, _ = served
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(DownloadError):
+        download_mnist(tmp_path / "kept" / "a" / "b", base_url=url + "missing/", checksums=sums, progress=False)
+    assert (tmp_path / "kept").is_dir() and list((tmp_path / "kept").iterdir()) == []
 
 
 # ---------------------------------------------------------------- real MNIST (only where the shared folder exists)

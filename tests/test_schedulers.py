@@ -290,3 +290,12 @@ def test_the_schedule_scales_the_optimizers_lr_unless_base_lr_is_set():
     with pytest.raises(ConfigError, match=r"two learning rates: AdamW\(lr=0.005\) and CosineAnnealingLR\(base_lr=0.002\)"):
         task(rnb.AdamW().lr(5e-3), cos.base_lr(2e-3)).plan()
     assert repr(cos) == "CosineAnnealingLR(eta_min=0.0, warmup=0 epochs)"  # no base_lr: the optimizer's
+
+
+def test_a_schedule_past_float32_is_refused_with_where() -> None:
+    with pytest.raises(ConfigError, match=r"ExponentialLR: the schedule reaches lr=.* at step 129 of 200, past "
+                                          r"float32.*Fix: a smaller base_lr or gamma"):
+        ExponentialLR(gamma=2.0).table(1, 200, lr=1.0)  # 2**128 > float32's largest
+    assert np.isfinite(ExponentialLR(gamma=2.0).table(1, 120, lr=1.0)).all()
+    with pytest.raises(ConfigError, match=r"base_lr=1e\+39 is invalid; expected a finite number in \[0, 3\.4"):
+        CosineAnnealingLR(base_lr=1e39)

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
-from .download import fetch
+from .download import download_folder, fetch
 
 #: Where the archive is published (the page https://www.cs.toronto.edu/~kriz/cifar.html links it).
 DEFAULT_CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/"
@@ -270,46 +270,40 @@ def download_cifar10(
     folder = find_cifar10(root)
     if folder is not None:
         return folder
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise bad_argument(
-            DownloadError, where, "root", str(root), "a writable folder",
-            f"choose another root ({exc.strerror or exc})",
-        ) from None
-    archive = root / CIFAR10_ARCHIVE
-    if archive.is_file():
-        why = _verify(archive, checks)
-        if why is not None:
-            raise DownloadError(
-                f"{where}: the archive {archive} already in root fails its check ({why}). "
-                f"Fix: delete {archive} and call again to download it, or pass the right sha256=."
-            )
-    else:
-        url = (base_url if base_url.endswith("/") else base_url + "/") + CIFAR10_ARCHIVE
-        if progress:
-            print(f"CIFAR-10: downloading {url} ...", file=sys.stderr, flush=True)
-        try:
-            tmp = _fetch(url, root, timeout)
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-            why_s = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
-            raise DownloadError(
-                f"{where}: could not download {url}: {why_s}. Fix: check the network or base_url, or download "
-                f"{CIFAR10_ARCHIVE} yourself and put it (or its unpacked {CIFAR10_FOLDER}/ folder) into {root}."
-            ) from None
-        why = _verify(tmp, checks)
-        if why is not None:
-            tmp.unlink(missing_ok=True)
-            raise DownloadError(
-                f"{where}: {url}: {why}; the download was deleted. Fix: retry (the transfer may have been "
-                "corrupted), check base_url, or pass the right sha256= for the archive you expect."
-            )
-        os.replace(tmp, archive)
-        if progress:
-            algos = " and ".join(a for a, _ in checks)
-            print(f"CIFAR-10: {CIFAR10_ARCHIVE} ok ({archive.stat().st_size:,} bytes, {algos} verified)",
-                  file=sys.stderr, flush=True)
-    return extract_cifar10(archive, root)
+    with download_folder(root, where):
+        archive = root / CIFAR10_ARCHIVE
+        if archive.is_file():
+            why = _verify(archive, checks)
+            if why is not None:
+                raise DownloadError(
+                    f"{where}: the archive {archive} already in root fails its check ({why}). "
+                    f"Fix: delete {archive} and call again to download it, or pass the right sha256=."
+                )
+        else:
+            url = (base_url if base_url.endswith("/") else base_url + "/") + CIFAR10_ARCHIVE
+            if progress:
+                print(f"CIFAR-10: downloading {url} ...", file=sys.stderr, flush=True)
+            try:
+                tmp = _fetch(url, root, timeout)
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+                why_s = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
+                raise DownloadError(
+                    f"{where}: could not download {url}: {why_s}. Fix: check the network or base_url, or download "
+                    f"{CIFAR10_ARCHIVE} yourself and put it (or its unpacked {CIFAR10_FOLDER}/ folder) into {root}."
+                ) from None
+            why = _verify(tmp, checks)
+            if why is not None:
+                tmp.unlink(missing_ok=True)
+                raise DownloadError(
+                    f"{where}: {url}: {why}; the download was deleted. Fix: retry (the transfer may have been "
+                    "corrupted), check base_url, or pass the right sha256= for the archive you expect."
+                )
+            os.replace(tmp, archive)
+            if progress:
+                algos = " and ".join(a for a, _ in checks)
+                print(f"CIFAR-10: {CIFAR10_ARCHIVE} ok ({archive.stat().st_size:,} bytes, {algos} verified)",
+                      file=sys.stderr, flush=True)
+        return extract_cifar10(archive, root)
 
 
 # --------------------------------------------------------------------------- loading

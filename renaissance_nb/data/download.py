@@ -1,10 +1,40 @@
-"""Downloading a file atomically: into a temp file beside its destination, renamed later."""
+"""Downloading a file atomically: into a temp file beside its destination, renamed later; the
+folder made for it removed again if the download fails."""
 from __future__ import annotations
 
 import os
 import tempfile
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+
+from ..errors import DownloadError, bad_argument
+
+
+@contextmanager
+def download_folder(root: Path, where: str) -> Iterator[Path]:
+    """Make ``root`` (and its missing parents) for a download; if the block fails, remove the folders
+    made here that are still empty, so a failed call leaves the disk as it found it."""
+    made = []
+    p = root
+    while not p.exists() and p != p.parent:
+        made.append(p)
+        p = p.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise bad_argument(DownloadError, where, "root", str(root), "a writable folder",
+                           f"choose another root ({exc.strerror or exc})") from None
+    try:
+        yield root
+    except BaseException:
+        for d in made:  # deepest first; stop at the first that holds something
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def fetch(url: str, dest_dir: Path, timeout: float) -> Path:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
-from .download import fetch
+from .download import download_folder, fetch
 
 MNIST_FILES: tuple[str, ...] = (
     "train-images-idx3-ubyte",
@@ -172,50 +172,44 @@ def download_mnist(
     """
     root = check_path(root, "download_mnist", "root", "~/data/mnist").expanduser()
     urls = _mirrors(base_url)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise bad_argument(
-            DownloadError, "download_mnist", "root", str(root), "a writable folder",
-            f"choose another root ({exc.strerror or exc})",
-        ) from None
-    found = find_mnist_files(root)
-    for name in MNIST_FILES:
-        if name in found:
-            continue
-        if name not in checksums:
-            raise bad_argument(
-                DownloadError, "download_mnist", "checksums", dict(checksums), f"a SHA-256 for every file, missing {name!r}",
-                "pass checksums=MNIST_SHA256 (or your own dict covering all four files)",
-            )
-        expected = checksums[name].lower()
-        failures: list[str] = []
-        for url_base in urls:
-            url = f"{url_base}{name}.gz"
-            if progress:
-                print(f"MNIST: downloading {url} ...", file=sys.stderr, flush=True)
-            try:
-                tmp = _fetch(url, root, timeout)
-            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-                why = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
-                failures.append(f"{url}: {why}")
+    with download_folder(root, "download_mnist"):
+        found = find_mnist_files(root)
+        for name in MNIST_FILES:
+            if name in found:
                 continue
-            actual = _sha256_uncompressed(tmp)
-            if actual != expected:
-                tmp.unlink(missing_ok=True)
-                failures.append(f"{url}: checksum mismatch for {name}, expected sha256 {expected}, got {actual}")
-                continue
-            dest = root / f"{name}.gz"
-            os.replace(tmp, dest)
-            found[name] = dest
-            if progress:
-                print(f"MNIST: {name}.gz ok ({dest.stat().st_size:,} bytes, sha256 verified)", file=sys.stderr, flush=True)
-            break
-        else:
-            raise DownloadError(
-                f"download_mnist: could not get {name}.gz into {root}. Tried: " + "; ".join(failures)
-                + f". Fix: check the network or base_url, or copy the four MNIST files into {root} yourself."
-            )
+            if name not in checksums:
+                raise bad_argument(
+                    DownloadError, "download_mnist", "checksums", dict(checksums), f"a SHA-256 for every file, missing {name!r}",
+                    "pass checksums=MNIST_SHA256 (or your own dict covering all four files)",
+                )
+            expected = checksums[name].lower()
+            failures: list[str] = []
+            for url_base in urls:
+                url = f"{url_base}{name}.gz"
+                if progress:
+                    print(f"MNIST: downloading {url} ...", file=sys.stderr, flush=True)
+                try:
+                    tmp = _fetch(url, root, timeout)
+                except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+                    why = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
+                    failures.append(f"{url}: {why}")
+                    continue
+                actual = _sha256_uncompressed(tmp)
+                if actual != expected:
+                    tmp.unlink(missing_ok=True)
+                    failures.append(f"{url}: checksum mismatch for {name}, expected sha256 {expected}, got {actual}")
+                    continue
+                dest = root / f"{name}.gz"
+                os.replace(tmp, dest)
+                found[name] = dest
+                if progress:
+                    print(f"MNIST: {name}.gz ok ({dest.stat().st_size:,} bytes, sha256 verified)", file=sys.stderr, flush=True)
+                break
+            else:
+                raise DownloadError(
+                    f"download_mnist: could not get {name}.gz into {root}. Tried: " + "; ".join(failures)
+                    + f". Fix: check the network or base_url, or copy the four MNIST files into {root} yourself."
+                )
     return found
 
 

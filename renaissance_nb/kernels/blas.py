@@ -179,8 +179,18 @@ def choose_sgemm(openblas: _OpenBLAS, want: str | None = None, vendor: str | Non
     return ob
 
 
+def _sgemm_at_import(openblas: _OpenBLAS) -> Sgemm:
+    """choose_sgemm for this process. A bad RNB_BLAS is a warning here, not an error: raised at
+    import it made ``import renaissance_nb`` (and the CLI's --help) fail with a traceback."""
+    try:
+        return choose_sgemm(openblas)
+    except ConfigError as exc:
+        warnings.warn(f"{exc}; using the automatic choice", stacklevel=2)
+        return choose_sgemm(openblas, "auto")
+
+
 OPENBLAS = _OpenBLAS()
-SGEMM = choose_sgemm(OPENBLAS)
+SGEMM = _sgemm_at_import(OPENBLAS)
 THREADED = bool(SGEMM.address)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, bad_argument
-from .settings import Settings, check_number
+from .settings import LR_MAX, Settings, check_number
 
 
 class Optimizer(Settings):
@@ -51,7 +51,7 @@ class Adam(Optimizer):
 
     def __post_init__(self) -> None:
         w = type(self).__name__
-        self._set("lr", check_number(w, "lr", self.lr_, fix="use a positive learning rate such as 1e-3"))
+        self._set("lr", check_number(w, "lr", self.lr_, high=LR_MAX, fix="use a positive learning rate such as 1e-3"))
         self._set("betas", _betas(w, self.betas_))
         self._set("eps", check_number(w, "eps", self.eps_, low=0.0, low_open=True,
                                       fix="use a small positive eps such as 1e-8"))
@@ -94,7 +94,7 @@ class SGD(Optimizer):
     kind = "sgd"
 
     def __post_init__(self) -> None:
-        self._set("lr", check_number("SGD", "lr", self.lr_, fix="use a positive learning rate such as 0.1"))
+        self._set("lr", check_number("SGD", "lr", self.lr_, high=LR_MAX, fix="use a positive learning rate such as 0.1"))
         self._set("momentum", check_number("SGD", "momentum", self.momentum_, fix="use a momentum >= 0, e.g. 0.9 (0 for none)"))
         self._set("dampening", check_number("SGD", "dampening", self.dampening_, high=1.0,
                                             fix="use a dampening in [0, 1]"))

@@ -28,7 +28,7 @@ import numpy as np
 
 from renaissance_nb.checks import as_float, as_int
 from renaissance_nb.errors import ConfigError, bad_argument
-from renaissance_nb.train.settings import Settings
+from renaissance_nb.train.settings import LR_MAX, Settings
 
 __all__ = [
     "Scheduler",
@@ -144,7 +144,12 @@ class Scheduler(Settings):
     def _check_base_lr(self, v: Any) -> float | None:
         if v is None:
             return None
-        return _nonneg(self._where("base_lr"), "base_lr", v, "pass a learning rate such as 1e-3")
+        lr = _nonneg(self._where("base_lr"), "base_lr", v, "pass a learning rate such as 1e-3")
+        if lr > LR_MAX:
+            raise bad_argument(ConfigError, self._where("base_lr"), "base_lr", v,
+                               f"a finite number in [0, {LR_MAX}] (the step reads a float32 table)",
+                               "pass a learning rate such as 1e-3")
+        return lr
 
     def _check_warmup(self, v: Any) -> float:
         return _nonneg(self._where("warmup"), "warmup", v, "pass the warmup length in epochs, e.g. 1, or 0 for none")
@@ -179,6 +184,12 @@ class Scheduler(Settings):
             f = self.warmup_start_factor_
             lr[:w] = self.base_lr_ * (f + (1.0 - f) * np.arange(w, dtype=np.float64) / w)
         lr[w:] = self._main(np.arange(total - w, dtype=np.int64), total - w, spe)
+        big = np.flatnonzero(~(np.abs(lr) <= LR_MAX))
+        if big.size:  # e.g. ExponentialLR(gamma=2) over 200 steps
+            k = int(big[0])
+            raise ConfigError(f"{type(self).__name__}: the schedule reaches lr={lr[k]:.3g} at step {k + 1} of {total}, "
+                              "past float32 (the step reads a float32 table). Fix: a smaller base_lr or gamma, or "
+                              "fewer epochs.")
         return lr.astype(np.float32)
 
     def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:

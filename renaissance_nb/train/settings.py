@@ -71,6 +71,10 @@ class Settings:
         return f"{type(self).__name__}({args})"
 
 
+LR_MAX = 3.4028234663852886e38
+"""The largest learning rate: the per-step table the step reads is float32 (np.finfo(np.float32).max)."""
+
+
 def check_number(where: str, name: str, v: Any, *, low: float | None = 0.0, high: float | None = None,
                  low_open: bool = False, high_open: bool = False, fix: str = "") -> float:
     """A finite real number (Python or NumPy, not bool) in [low, high] (or open at either end), as a float."""
