@@ -60,9 +60,11 @@ def arguments_checked(error: type[RenaissanceError], call: str = "",
                 unknown = [k for k in kwargs if k not in sig.parameters]
                 if unknown:
                     k = unknown[0]
-                    fix = (known[k] if k in known and not known[k].isidentifier()
-                           else f"write {known[k]}= (PyTorch's {k}=)" if k in known
-                           else f"remove {k}= or use one of those names")
+                    hint = known.get(k)  # our name for it, or a sentence saying why there is none
+                    if hint is None:
+                        fix = f"remove {k}= or use one of those names"
+                    else:
+                        fix = f"write {hint}= (PyTorch's {k}=)" if hint.isidentifier() else hint
                     expected = f"one of the names: {takes}" if names else f"no arguments ({where}() takes none)"
                     raise bad_argument(error, where, k, kwargs[k], expected, fix) from None
                 example = f"{call}{where}({names[0]}=...)" if names else f"{call}{where}()"

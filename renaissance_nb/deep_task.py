@@ -359,8 +359,8 @@ class DeepLearningTask(TaskBase):
     def reset(self) -> "DeepLearningTask":
         """Discard the plan, arena and history; settings stay. Back to PLANNING."""
         self._not_running("reset")
-        settings = ("_model", "_splits", "_channels_last", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer", "_scheduler",
-                    "_epochs", "_seed", "_fuse", "_liveness", "_pad_rows", "_nan_check", "_nan_policy", "_zero_grad",
+        settings = ("_model", "_splits", "_channels_last", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer",
+                    "_scheduler", "_epochs", "_seed", "_fuse", "_liveness", "_pad_rows", "_nan_check", "_nan_policy", "_zero_grad",
                     "_save_every",
                     "_ema", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
                     "_device_capture", "_save_best", "name")
@@ -491,9 +491,9 @@ class DeepLearningTask(TaskBase):
                 continue
             for name, x, _ in shapes.tables[v].layer_shapes:
                 if name in bns and math.prod(x[:-1]) == 1:
-                    where = (f"batch_size={self._batch}" if spec.batch == self._batch else
+                    where = (f"with batch_size={self._batch}," if spec.batch == self._batch else
                              f"batch_size={self._batch} leaves a last training batch of 1 sample "
-                             f"({len(self._splits.train)} samples), and")
+                             f"({len(self._splits.train)} samples), where")
                     raise ConfigError(f"plan: {where} {name} would see one value per channel: batch norm needs "
                                       "more than one in training (as in PyTorch). Fix: a batch size above 1 that "
                                       "does not divide len(train) - 1, or drop one training sample.")
