@@ -410,7 +410,6 @@ def test_bundle_survives_a_broken_widget(monkeypatch: pytest.MonkeyPatch, compil
         raise RuntimeError("simulated widget failure")
 
     monkeypatch.setattr(display._board.Dashboard, "__init__", boom)
-    monkeypatch.setattr(display._board.Dashboard, "refresh", boom)  # the path of a task displayed before
     b = compiled._repr_mimebundle_()
     assert WIDGET_MIME not in b and "rnb-dashboard-static" in b["text/html"]
 

@@ -6,7 +6,6 @@ phase button or running from the Training tab re-reads the task into every tab.
 from __future__ import annotations
 
 import traceback
-import weakref
 from typing import Any
 
 import ipywidgets as w
@@ -93,13 +92,11 @@ class Dashboard(OneLine, w.VBox):
     def close(self) -> None:
         """Close every widget this dashboard made (ipywidgets closes only the one it is called on), so
         nothing in ipywidgets' registry keeps the task alive."""
-        for c in self.children:
-            _close(c)
-        for c in (self.phases, self.monitor):
-            _close(c)
-        if _SHOWN.get(self.task) is self:
-            del _SHOWN[self.task]
-        self.layout.close()
+        made = [*getattr(self, "children", ()), getattr(self, "phases", None), getattr(self, "monitor", None),
+                getattr(self, "layout", None)]  # getattr: also called from __del__ of one that failed to build
+        for c in made:
+            if isinstance(c, w.Widget):
+                _close(c)
         super().close()
 
     def select(self, title: str) -> None:
@@ -133,29 +130,16 @@ def _close(widget: w.Widget) -> None:
     widget.close()
 
 
-_SHOWN: "weakref.WeakKeyDictionary[Any, Dashboard]" = weakref.WeakKeyDictionary()
-"""The dashboard each displayed task shows, reused (and refreshed) when the task is displayed again:
-a new one per display kept 32 widgets and the task alive each time, as ipywidgets keeps every
-open widget."""
-
-
-def shown_dashboard(task: Any) -> Dashboard:
-    """The task's display dashboard, made on first use, re-read from the task on every later one."""
-    board = _SHOWN.get(task)
-    if board is not None and board.comm is not None:  # closed widgets have no comm
-        board.refresh()
-        return board
-    board = _SHOWN[task] = Dashboard(task)
-    return board
-
-
 def bundle(task: Any) -> dict[str, Any]:
-    """The mimebundle of a displayed task: widget view + static HTML + text; never raises."""
+    """The mimebundle of a displayed task: widget view + static HTML + text; never raises. Each display
+    is a dashboard of its own, showing the task as it was then (as a DataFrame's table does): a
+    notebook that displays a task at each phase keeps each phase on screen. ``dashboard.close()``
+    releases one."""
     from . import static_bundle
 
     out = static_bundle(task)
     try:
-        data = shown_dashboard(task)._repr_mimebundle_()
+        data = Dashboard(task)._repr_mimebundle_()
     except Exception:
         out["text/html"] += f"<!-- dashboard widget failed: {static.esc(traceback.format_exc(limit=2))} -->"
         return out
