@@ -133,8 +133,8 @@ def _close(widget: w.Widget) -> None:
 def bundle(task: Any) -> dict[str, Any]:
     """The mimebundle of a displayed task: widget view + static HTML + text; never raises. Each display
     is a dashboard of its own, showing the task as it was then (as a DataFrame's table does): a
-    notebook that displays a task at each phase keeps each phase on screen. ``dashboard.close()``
-    releases one."""
+    notebook that displays a task at each phase keeps each phase on screen. One held in a variable
+    (``d = task.inspect()``) is released with ``d.close()``."""
     from . import static_bundle
 
     out = static_bundle(task)
