@@ -22,13 +22,15 @@ import argparse
 import ctypes
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import llvmlite.binding as ll
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mlp_cpu import _median_time as seconds  # noqa: E402
+
 from renaissance_nb.kernels import blas  # noqa: E402
 
 V = "<16 x float>"
@@ -142,16 +144,6 @@ def build() -> tuple[object, dict[tuple[int, int], object]]:
     return ee, {t: fn(ee.get_function_address(f"gemm_{t[0]}_{t[1]}")) for t in TILES}
 
 
-def seconds(f, reps: int = 20) -> float:  # type: ignore[no-untyped-def]
-    f()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -180,14 +172,14 @@ def main() -> None:
         for name, m, n, k, trans, ldb, a, b, ref, c in cases:
             ta, lda = (112, m) if trans else (111, k)
             t = seconds(lambda: sgemm(101, ta, 111, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, 0.0,
-                                      c.ctypes.data, n))
+                                      c.ctypes.data, n), 20)
             ratios.setdefault((name, "MKL"), []).append(2 * m * n * k / t / rate)
             ars, aks = (1, m) if trans else (k, 1)
             for (mr, nv), f in kernels.items():
                 mm, nn = m - m % mr, n - n % (16 * nv)  # whole tiles; the rate counts only what was computed
                 for kc in K_BLOCKS:
                     c[...] = np.nan
-                    t = seconds(lambda: f(mm, nn, k, a.ctypes.data, ars, aks, b.ctypes.data, ldb, c.ctypes.data, n, kc))
+                    t = seconds(lambda: f(mm, nn, k, a.ctypes.data, ars, aks, b.ctypes.data, ldb, c.ctypes.data, n, kc), 20)
                     err = float(np.abs(c[:mm, :nn] - ref[:mm, :nn]).max())
                     if not err < 1e-3:
                         sys.exit(f"{name} tile {mr}x{16 * nv} kc={kc}: wrong result (max error {err})")

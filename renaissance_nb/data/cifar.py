@@ -17,21 +17,18 @@ that is renamed into place at the end, so ``root`` never holds a partial data se
 from __future__ import annotations
 
 import hashlib
-import http.client
 import os
 import shutil
 import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
-from .download import download_folder, fetch
+from .download import download_folder, fetch, fetch_or_why
 
 #: Where the archive is published (the page https://www.cs.toronto.edu/~kriz/cifar.html links it).
 DEFAULT_CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/"
@@ -283,10 +280,8 @@ def download_cifar10(
             url = (base_url if base_url.endswith("/") else base_url + "/") + CIFAR10_ARCHIVE
             if progress:
                 print(f"CIFAR-10: downloading {url} ...", file=sys.stderr, flush=True)
-            try:
-                tmp = _fetch(url, root, timeout)
-            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-                why_s = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
+            tmp, why_s = fetch_or_why(url, root, timeout, _fetch)
+            if tmp is None:
                 raise DownloadError(
                     f"{where}: could not download {url}: {why_s}. Fix: check the network or base_url, or download "
                     f"{CIFAR10_ARCHIVE} yourself and put it (or its unpacked {CIFAR10_FOLDER}/ folder) into {root}."

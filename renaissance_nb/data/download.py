@@ -2,12 +2,14 @@
 folder made for it removed again if the download fails."""
 from __future__ import annotations
 
+import http.client
 import os
 import tempfile
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import DownloadError, bad_argument
 
@@ -48,3 +50,14 @@ def fetch(url: str, dest_dir: Path, timeout: float) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(tmp)
+
+
+def fetch_or_why(url: str, dest_dir: Path, timeout: float,
+                 fetch_with: Callable[[str, Path, float], Path] = fetch) -> tuple[Path | None, str]:
+    """(the temp file, "") or (None, why the download failed: "HTTP 404 Not Found", the network's
+    reason...), for a message that lists every mirror tried."""
+    try:
+        return fetch_with(url, dest_dir, timeout), ""
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+        why = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
+        return None, str(why)

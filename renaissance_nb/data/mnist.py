@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import http.client
 import os
 import sys
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
-from .download import download_folder, fetch
+from .download import download_folder, fetch, fetch_or_why
 
 MNIST_FILES: tuple[str, ...] = (
     "train-images-idx3-ubyte",
@@ -188,10 +185,8 @@ def download_mnist(
                 url = f"{url_base}{name}.gz"
                 if progress:
                     print(f"MNIST: downloading {url} ...", file=sys.stderr, flush=True)
-                try:
-                    tmp = _fetch(url, root, timeout)
-                except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-                    why = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
+                tmp, why = fetch_or_why(url, root, timeout, _fetch)
+                if tmp is None:
                     failures.append(f"{url}: {why}")
                     continue
                 actual = _sha256_uncompressed(tmp)
