@@ -209,18 +209,22 @@ def _bool(where: str, name: str, v: Any) -> bool:
 
 
 # ---- builders -------------------------------------------------------------------------
-PYTORCH_NAMES = {
-    "out_features": "out", "out_channels": "out", "kernel_size": "k", "stride": "s", "padding": "p",
+NOT_HERE = {
     "num_features": "drop num_features=: channels are read from the input",
     "in_features": "drop in_features=: sizes are read from the input at plan()",
     "in_channels": "drop in_channels=: sizes are read from the input at plan()",
     "inplace": "drop inplace=: every layer writes its own region of the arena",
 }
-"""Keywords PyTorch users bring to layer builders, and what this API calls them (or why none)."""
-_layer_args = arguments_checked(BluePrintError, aliases=PYTORCH_NAMES)
+"""Keywords PyTorch users bring to any layer builder that have no counterpart here, and why."""
+CONV_NAMES = {"out_channels": "out", "kernel_size": "k", "stride": "s", "padding": "p"}
+"""nn.Conv2d's and the pools' keywords, and their names here (only where the meaning is the same:
+dropout's p is a probability, not a padding)."""
+_layer_args = arguments_checked(BluePrintError, aliases=NOT_HERE)
+_conv_args = arguments_checked(BluePrintError, aliases={**NOT_HERE, **CONV_NAMES})
+_fc_args = arguments_checked(BluePrintError, aliases={**NOT_HERE, "out_features": "out"})
 
 
-@_layer_args
+@_fc_args
 def fc(out: int, bias: bool = True) -> Layer:
     """Fully connected layer y = x W^T + b, W shaped (out, in) as in PyTorch's nn.Linear."""
     return Layer("fc", (("out", _positive_int("fc", "out", out)), ("bias", _bool("fc", "bias", bias))))
@@ -278,6 +282,7 @@ def identity() -> Layer:
     return Layer("identity")
 
 
+@_layer_args
 def seq(*layers: BluePrint) -> Seq:
     """Layers applied in order. ``seq(fc(10))``; nested seqs are allowed."""
     if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
@@ -311,7 +316,7 @@ def _nonneg_int(where: str, name: str, v: Any) -> int:
     return n
 
 
-@_layer_args
+@_conv_args
 def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True) -> Layer:
     """2-D convolution (square kernel k, stride s, zero padding p), like nn.Conv2d(in, out, k, s, p)."""
     return Layer("conv", (("bias", _bool("conv", "bias", bias)), ("k", _positive_int("conv", "k", k)),
@@ -340,13 +345,13 @@ def _pool(kind: str, k: int, s: int | None, p: int) -> Layer:
     return Layer(kind, (("k", k), ("p", p), ("s", k if s is None else _positive_int(kind, "s", s))))
 
 
-@_layer_args
+@_conv_args
 def maxpool(k: int = 2, s: int | None = None, p: int = 0) -> Layer:
     """Max pooling, k x k windows, stride s (default k), padding p <= k/2 (like nn.MaxPool2d)."""
     return _pool("maxpool", k, s, p)
 
 
-@_layer_args
+@_conv_args
 def avgpool(k: int = 2, s: int | None = None, p: int = 0) -> Layer:
     """Average pooling (count_include_pad=True, padding p <= k/2, like nn.AvgPool2d)."""
     return _pool("avgpool", k, s, p)
@@ -368,7 +373,7 @@ def add2(shortcut: BluePrint, main: BluePrint) -> Add2:
     return Add2(shortcut, main)
 
 
-@_layer_args
+@_conv_args
 def cbr(out: int, k: int, s: int = 1, p: int = 0) -> Named:
     """The pre-fused conv (no bias) + bn + relu block."""
     body = seq(conv(out, k, s, p, bias=False), bn(), relu())
@@ -379,7 +384,7 @@ RESNET_3_3 = "RESNET_3_3"
 RESNET_3_3_DS = "RESNET_3_3_DS"
 
 
-@_layer_args
+@_conv_args
 def block(out: int, kind: str = RESNET_3_3) -> Named:
     """ResNet basic block: two 3x3 convs with a residual. RESNET_3_3_DS halves the
     resolution (stride 2) and projects the shortcut with a 1x1 conv + bn."""

@@ -61,6 +61,8 @@ def arguments_checked(error: type[RenaissanceError], call: str = "",
                 if unknown:
                     k = unknown[0]
                     hint = known.get(k)  # our name for it, or a sentence saying why there is none
+                    if hint is not None and hint.isidentifier() and hint not in names:
+                        hint = None  # PyTorch's name for something this builder does not take
                     if hint is None:
                         fix = f"remove {k}= or use one of those names"
                     else:

@@ -459,8 +459,7 @@ class DeepLearningTask(TaskBase):
                                   "Fix: load images with layout='image', or drop train_resolution().")
             (h0, w0), (h1, w1), _ = self._resolution
             first, low = (sample[0], h0, w0), (sample[0], h1, w1)
-        reads_images = any(layer.inputs == ("input",) and layer.kind not in ("fc", "flatten") for layer in arch.layers)
-        if reads_images and self._channels_last is None and looks_channels_last(sample):
+        if arch.reads_image_layout and self._channels_last is None and looks_channels_last(sample):
             c, h, w = sample
             raise ConfigError(f"plan: the training images are shaped {sample}, which looks like channels-last "
                               f"(H, W, C) = ({c}, {h}, {w}); the model reads (N, C, H, W) as PyTorch does, so it "
@@ -485,7 +484,11 @@ class DeepLearningTask(TaskBase):
         (one value normalises to 0 and passes no gradient): a training batch of one sample is
         refused where a BN sees no spatial extent (after fc or gap, or at 1x1 maps)."""
         bns = {layer.name for layer in arch.layers if layer.kind == "bn"}
-        for v in ("train_base", "train_last", "train_lowres", "train_lowres_last"):
+        trains = ("train_base", "train_last", "train_lowres", "train_lowres_last")
+        if self._resolution is not None:  # epochs before the boundary train at the first size, the rest at the second
+            boundary = self._resolution[2]
+            trains = trains[:2] * (boundary > 0) + trains[2:] * (boundary < self._epochs)
+        for v in trains:
             spec = shapes.specs[v]
             if not spec.used or spec.batch > 1:
                 continue
@@ -494,9 +497,10 @@ class DeepLearningTask(TaskBase):
                     where = (f"with batch_size={self._batch}," if spec.batch == self._batch else
                              f"batch_size={self._batch} leaves a last training batch of 1 sample "
                              f"({len(self._splits.train)} samples), where")
-                    raise ConfigError(f"plan: {where} {name} would see one value per channel: batch norm needs "
-                                      "more than one in training (as in PyTorch). Fix: a batch size above 1 that "
-                                      "does not divide len(train) - 1, or drop one training sample.")
+                    size = "" if self._resolution is None else f" at the training size {spec.input_shape[-2:]}"
+                    raise ConfigError(f"plan: {where} {name} would see one value per channel{size}: batch norm "
+                                      "needs more than one in training (as in PyTorch). Fix: a batch size above 1 "
+                                      "that does not divide len(train) - 1, or drop one training sample.")
 
     def alloc(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         raise PlanError("alloc: a DeepLearningTask plans its memory from the model. "
@@ -911,9 +915,11 @@ class DeepLearningTask(TaskBase):
         return out
 
     def _inputs_as_trained(self, op: str, ds: Dataset) -> Dataset:
-        """``ds`` in the layout the model was trained on: channels-last images moved as data() moved
-        them; any other shape than training's is refused."""
-        if self._channels_last and ds.x.ndim == 4:
+        """``ds`` in the layout the model was trained on: for a task given channels-last images, arrays
+        shaped (N, H, W, C) are moved as data() moved them (those already (N, C, H, W), such as
+        ``task.splits``' own, are taken as they are); any other shape than training's is refused."""
+        c, h, w = (self._splits.train.sample_shape + (0, 0, 0))[:3]
+        if self._channels_last and ds.x.shape[1:] == (h, w, c) != (c, h, w):
             ds = channels_first(DataSplits(ds, None, ds.name), where=op).train
         self._check_sample_shape(op, ds.x)
         return ds

@@ -17,7 +17,8 @@ import pytest
 
 from renaissance_nb import (SGD, Adam, AdamW, BluePrintError, ConfigError, ConstantLR, CosineAnnealingLR,
                             CrossEntropyLoss, DataError, DeepLearningTask, ExponentialLR, MultiStepLR, PolynomialLR,
-                            StepLR, avgpool, bn, conv, datasets, dropout, fc, leaky_relu, maxpool, relu, repeat, seq)
+                            StepLR, avgpool, block, bn, conv, datasets, dropout, fc, leaky_relu, maxpool, relu, repeat,
+                            seq)
 
 HUGE = 10**400  # a valid Python int that no float can hold
 
@@ -266,6 +267,11 @@ def test_from_dict_rebuilds_through_the_builders() -> None:
     (lambda: maxpool(2, stride=2), "Fix: write s= (PyTorch's stride=)"),
     (lambda: fc(10, True, 3), "fc: too many positional arguments (it takes out, bias)"),
     (lambda: dropout(q=0.1), "dropout: q=0.1 is invalid; expected one of the names: p. Fix: remove q="),
+    # a PyTorch name is translated only where this builder takes it with the same meaning
+    (lambda: dropout(padding=1), "dropout: padding=1 is invalid; expected one of the names: p. Fix: remove padding="),
+    (lambda: block(8, stride=2), "block: stride=2 is invalid; expected one of the names: out, kind. Fix: remove"),
+    (lambda: bn(out_channels=8), "bn: out_channels=8 is invalid; expected one of the names: momentum, eps. Fix: remove"),
+    (lambda: seq(relu(), name="x"), "seq: name='x' is invalid"),
 ])
 def test_layer_builders_name_their_arguments_and_pytorch_spellings(call, said) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(BluePrintError, match=re.escape(said)):

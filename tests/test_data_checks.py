@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from renaissance_nb import ConfigError, DataError, DeepLearningTask, bn, conv, datasets, fc, flatten, gap, relu, seq
+from renaissance_nb import (ConfigError, DataError, DeepLearningTask, bn, conv, datasets, dropout, fc, flatten, gap,
+                            relu, seq)
 from renaissance_nb.data.arrays import from_arrays
 
 rng = np.random.default_rng(3)
@@ -151,3 +152,41 @@ def test_channels_last_needs_rank_4_images_and_a_bool() -> None:
 def test_flat_models_do_not_care_about_the_channel_axis() -> None:
     t = task(model=seq(flatten(), fc(4))).data(train=(IMAGES, IMAGE_Y), batch_size=16)
     t.plan()  # an MLP reads the pixels in any order: no refusal
+
+
+def test_a_channels_last_task_takes_its_own_converted_arrays_back() -> None:
+    """``task.splits`` holds (N, C, H, W) arrays; evaluate() and DeepLearningTask.load used to move them
+    a second time and refuse them."""
+    t = conv_task(channels_last=True)
+    t.run(progress=False)
+    own = t.splits.train
+    assert own.x.shape[1:] == (3, 8, 8)
+    assert t.evaluate(own.x, own.y) == t.evaluate(IMAGES, IMAGE_Y)
+    assert np.array_equal(t.predict(own.x), t.predict(IMAGES))
+
+
+def test_channels_last_load_takes_a_tasks_own_splits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = conv_task(channels_last=True)
+    t.run(progress=False)
+    t.save(tmp_path / "c.rnb")
+    back = DeepLearningTask.load(str(tmp_path / "c.rnb"), t.splits)
+    assert back.splits.sample_shape == (3, 8, 8)
+    assert np.array_equal(back.predict(IMAGES), t.predict(IMAGES))
+
+
+@pytest.mark.parametrize("model", [seq(relu(), flatten(), fc(4)), seq(dropout(0.2), flatten(), fc(4))])
+def test_element_wise_layers_before_flatten_do_not_care_about_the_channel_axis(model) -> None:  # type: ignore[no-untyped-def]
+    task(model=model).data(train=(IMAGES, IMAGE_Y), batch_size=16).plan()  # no refusal
+
+
+def test_batch_norm_refusal_looks_only_at_the_sizes_that_train() -> None:
+    x = IMAGES.transpose(0, 3, 1, 2).copy()
+    one_by_one_at_4 = seq(conv(4, 4, s=4), bn(), relu(), gap(), fc(4))  # 8x8 -> 2x2 maps, 4x4 -> 1x1
+    t = task(model=one_by_one_at_4).data(train=(x, IMAGE_Y), batch_size=1)
+    t.train_resolution(8, 4, boundary_epoch=5)  # 1 epoch: the 4x4 size never trains
+    t.plan()
+    t = task(model=one_by_one_at_4).total_epochs(2).data(train=(x, IMAGE_Y), batch_size=1)
+    t.train_resolution(8, 4, boundary_epoch=1)
+    with pytest.raises(ConfigError, match=r"with batch_size=1, \S+ would see one value per channel at the "
+                                          r"training size \(4, 4\)"):
+        t.plan()

@@ -250,15 +250,23 @@ def looks_channels_last(sample_shape: tuple[int, ...]) -> bool:
     return len(sample_shape) == 3 and sample_shape[2] in (1, 3, 4) and min(sample_shape[:2]) > 4
 
 
+def looks_channels_first(sample_shape: tuple[int, ...]) -> bool:
+    """(C, H, W) with a colour-sized first axis before two image-sized ones: images already moved."""
+    return len(sample_shape) == 3 and sample_shape[0] in (1, 3, 4) and min(sample_shape[1:]) > 4
+
+
 def channels_first(s: DataSplits, where: str = "data") -> DataSplits:
     """``s`` with its channels-last images (N, H, W, C) moved to (N, C, H, W), the layout the model
-    reads (as PyTorch's): one contiguous copy per set."""
+    reads (as PyTorch's): one contiguous copy per set. A set that is plainly (N, C, H, W) already
+    (a task's own ``splits``, passed back to ``DeepLearningTask.load``) is kept as it is."""
     def move(d: Dataset | None, arg: str) -> Dataset | None:
         if d is None:
             return None
         if d.x.ndim != 4:
             raise bad_argument(DataError, where, "channels_last", True, f"images shaped (N, H, W, C); {arg} X "
                                f"has shape {d.x.shape}", "drop channels_last=True for flat or (N, C, H, W) data")
+        if looks_channels_first(d.sample_shape) and not looks_channels_last(d.sample_shape):
+            return d
         return Dataset(np.ascontiguousarray(d.x.transpose(0, 3, 1, 2)), d.y, d.num_classes, d.name)
     return DataSplits(move(s.train, "train"), move(s.val, "val"), s.name)  # type: ignore[arg-type]
 

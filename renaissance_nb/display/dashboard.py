@@ -95,7 +95,7 @@ class Dashboard(OneLine, w.VBox):
         made = [*getattr(self, "children", ()), getattr(self, "phases", None), getattr(self, "monitor", None),
                 getattr(self, "layout", None)]  # getattr: also called from __del__ of one that failed to build
         for c in made:
-            if isinstance(c, w.Widget):
+            if hasattr(c, "close"):  # not isinstance: at interpreter exit the module's names may be gone
                 _close(c)
         super().close()
 
@@ -125,7 +125,7 @@ def _close(widget: w.Widget) -> None:
         _close(c)
     for part in ("layout", "style"):
         sub = getattr(widget, part, None)
-        if isinstance(sub, w.Widget):
+        if hasattr(sub, "close"):
             sub.close()
     widget.close()
 

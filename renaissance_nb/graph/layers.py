@@ -80,6 +80,20 @@ class ArchPlan:
         return [l for l in self.layers if l.kind in PARAM_KINDS]
 
     @property
+    def reads_image_layout(self) -> bool:
+        """Whether which input axis holds the channels changes the result: some layer other than
+        flatten or fc reads the input through element-wise layers only (act, dropout, add)."""
+        agnostic = {"input"}
+        for layer in self.layers:
+            if not agnostic.intersection(layer.inputs):
+                continue
+            if layer.kind in ("act", "dropout", "add"):
+                agnostic.add(layer.name)
+            elif layer.kind not in ("flatten", "fc"):
+                return True
+        return False
+
+    @property
     def output(self) -> str:
         return self.layers[-1].output
 
