@@ -315,8 +315,14 @@ def _flush(x):
 
 @jit
 def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, maximize):
-    """Adam/AdamW over one contiguous chunk, for finished-step count t (1-based); the new m
-    and v are flushed to 0 below TINY32."""
+    """Adam/AdamW over one contiguous chunk, for finished-step count t (1-based).
+
+    The chunk is walked as two halves side by side: eight streams of loads instead of four keep
+    more cache lines in flight when W/G/M/V come from memory, as they do in a step (the MLP's pass
+    took 1.0 against 1.2 ms after evicting its ranges, and 1.0 against 1.2 ms in the step). Each
+    element gets the same operations in the same order, so the bytes are the same. LLVM inlines
+    _adam_at into this loop (a test checks it: called out of line, a pass is ten times slower);
+    writing the body in the loop with a bounds test instead gained half as much."""
     bc1 = 1.0 - beta1 ** t
     bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
     step_size = np.float32(lr / bc1)
@@ -327,21 +333,36 @@ def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, ma
     one_b1 = np.float32(1.0 - beta1)
     one_b2 = np.float32(1.0 - beta2)
     eps32 = np.float32(eps)
-    for k in range(w.shape[0]):
-        gk = g[k]
-        if maximize:
-            gk = -gk
-        wk = w[k]
-        if decoupled:
-            wk = wk * decay
-        elif weight_decay != 0.0:
-            gk = gk + wd32 * wk
-        mk = _flush(m[k] + (gk - m[k]) * one_b1)  # lerp, as torch's exp_avg.lerp_(grad, 1 - beta1)
-        vk = _flush(v[k] * b2 + one_b2 * gk * gk)
-        m[k] = mk
-        v[k] = vk
-        denom = np.float32(math.sqrt(vk)) / bc2_32 + eps32
-        w[k] = wk - step_size * (mk / denom)
+    n = w.shape[0]
+    half = n // 2
+    for k in range(half):
+        for j in (k, k + half):
+            _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay,
+                     decoupled, maximize)
+    if n % 2:
+        _adam_at(w, g, m, v, n - 1, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay,
+                 decoupled, maximize)
+
+
+@jit
+def _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay, decoupled,
+             maximize):
+    """Adam/AdamW at element j, PyTorch's order of operations; the new m and v are flushed to 0
+    below TINY32."""
+    gk = g[j]
+    if maximize:
+        gk = -gk
+    wk = w[j]
+    if decoupled:
+        wk = wk * decay
+    elif weight_decay != 0.0:
+        gk = gk + wd32 * wk
+    mk = _flush(m[j] + (gk - m[j]) * one_b1)  # lerp, as torch's exp_avg.lerp_(grad, 1 - beta1)
+    vk = _flush(v[j] * b2 + one_b2 * gk * gk)
+    m[j] = mk
+    v[j] = vk
+    denom = np.float32(math.sqrt(vk)) / bc2_32 + eps32
+    w[j] = wk - step_size * (mk / denom)
 
 
 @jit
@@ -559,8 +580,14 @@ def nonfinite_probe_par(x):
 
 @jit
 def ema_(e, w, decay):
-    """e = decay * e + (1 - decay) * w (timm's ModelEmaV2 update), element-wise."""
+    """e = decay * e + (1 - decay) * w (timm's ModelEmaV2 update), element-wise, as two halves side
+    by side (see _adam_core)."""
     d = np.float32(decay)
     one_d = np.float32(1.0 - decay)
-    for k in range(e.shape[0]):
-        e[k] = d * e[k] + one_d * w[k]
+    n = e.shape[0]
+    half = n // 2
+    for k in range(half):
+        for j in (k, k + half):
+            e[j] = d * e[j] + one_d * w[j]
+    if n % 2:
+        e[n - 1] = d * e[n - 1] + one_d * w[n - 1]
