@@ -102,7 +102,7 @@ def spec(task: Any) -> dict[str, Any]:
             "optimizer": _setting_spec(task._optimizer), "scheduler": _setting_spec(task._scheduler),
             "total_epochs": task._epochs, "seed": task._seed, "batch_size": task._batch,
             "val_batch_size": task._val_batch, "shuffle": task._shuffle, "channels_last": task._channels_last,
-            "name": task.name, "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
+            "sample_shape": list(task._splits.train.sample_shape), "name": task.name, "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
                         "nan_policy": task._nan_policy, "zero_grad": task._zero_grad,
                         "pad_rows": task._pad_rows},
             **_training_extras(task)}

@@ -48,30 +48,33 @@ def arguments_checked(error: type[RenaissanceError], call: str = "",
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
-        names = [n for n in sig.parameters if n != "self"]
+        params = [q for q in sig.parameters.values() if q.name != "self"]
+        names = [q.name for q in params if q.kind not in (q.VAR_POSITIONAL, q.VAR_KEYWORD)]
+        rest = next((q.name for q in params if q.kind == q.VAR_POSITIONAL), None)  # seq(*layers)
         where = fn.__name__
+        takes = ", ".join(names) or (f"only {rest}, by position" if rest else "no arguments")
 
         @functools.wraps(fn)
         def checked(*args: Any, **kwargs: Any) -> Any:
             try:
                 sig.bind(*args, **kwargs)
             except TypeError as exc:
-                takes = ", ".join(names) if names else "no arguments"
-                unknown = [k for k in kwargs if k not in sig.parameters]
+                unknown = [k for k in kwargs if k not in names]
                 if unknown:
                     k = unknown[0]
                     hint = known.get(k)  # our name for it, or a sentence saying why there is none
                     if hint is not None and hint.isidentifier() and hint not in names:
                         hint = None  # PyTorch's name for something this builder does not take
                     if hint is None:
-                        fix = f"remove {k}= or use one of those names"
+                        fix = (f"remove {k}= or use one of those names" if names else
+                               f"remove {k}= and pass {rest} by position" if rest else f"remove {k}=")
                     else:
                         fix = f"write {hint}= (PyTorch's {k}=)" if hint.isidentifier() else hint
-                    expected = f"one of the names: {takes}" if names else f"no arguments ({where}() takes none)"
+                    expected = f"one of the names: {takes}" if names else f"{takes} ({where}() takes no keywords)"
                     raise bad_argument(error, where, k, kwargs[k], expected, fix) from None
-                example = f"{call}{where}({names[0]}=...)" if names else f"{call}{where}()"
-                raise error(f"{where}: {exc} (it takes {takes}). Fix: pass those arguments, settings by name, "
-                            f"e.g. {example}.") from None
+                fix = (f"pass those arguments, settings by name, e.g. {call}{where}({names[0]}=...)" if names
+                       else f"call {call}{where}() with no arguments")
+                raise error(f"{where}: {exc} (it takes {takes}). Fix: {fix}.") from None
             return fn(*args, **kwargs)
         return checked
     return wrap

@@ -69,6 +69,16 @@ _arguments_checked = arguments_checked(ConfigError, call="task.")
 """Task builders: a misspelt keyword or a setting passed by position is a ConfigError."""
 
 
+def _sample_shape_of(data: Any) -> tuple[int, ...] | None:
+    """The sample shape of what ``DeepLearningTask.load`` was given, when it says (a DataSplits,
+    a Dataset, or an (X, y) pair of arrays)."""
+    if isinstance(data, (DataSplits, Dataset)):
+        return tuple(data.sample_shape)
+    if isinstance(data, tuple) and data and hasattr(data[0], "shape"):
+        return tuple(int(d) for d in data[0].shape[1:])
+    return None
+
+
 MAX_STEPS = 2**26
 """The most training steps a task plans: its per-step learning-rate table (float32, in the arena) is
 then 256 MiB. 67 million steps is 140,000 epochs of full MNIST at batch 128."""
@@ -395,7 +405,8 @@ class DeepLearningTask(TaskBase):
     @property
     def settings(self) -> dict[str, Any]:
         """Every setting, by name (what the BluePrint and Training views show)."""
-        return {"model": self._model, "data": self._splits, "batch_size": self._batch,
+        return {"model": self._model, "data": self._splits, "channels_last": self._channels_last,
+                "batch_size": self._batch,
                 "val_batch_size": self._val_batch or self._batch, "shuffle": self._shuffle, "loss": self._loss,
                 "optimizer": self._optimizer, "scheduler": self._scheduler, "total_epochs": self._epochs,
                 "seed": self._seed, "device": self._device, "ema": self._ema, "train_resolution": self._resolution,
@@ -420,7 +431,7 @@ class DeepLearningTask(TaskBase):
             raise bad_argument(ConfigError, "total_epochs", "epochs", self._epochs,
                                f"at most {MAX_STEPS // spe} epochs of {spe} steps: the step reads its learning rate "
                                f"from a float32 table of one value per step, and {self.total_steps} steps would "
-                               f"need {human_bytes(4 * self.total_steps)}", "train for fewer epochs")
+                               f"need {human_bytes(4 * self.total_steps)}", "train for fewer epochs, or with a larger batch size")
         if self._scheduler is None:
             return np.full(self.total_steps, self._optimizer.lr_, np.float32)
         opt, base = self._optimizer, self._scheduler.base_lr_
@@ -494,13 +505,15 @@ class DeepLearningTask(TaskBase):
                 continue
             for name, x, _ in shapes.tables[v].layer_shapes:
                 if name in bns and math.prod(x[:-1]) == 1:
-                    where = (f"with batch_size={self._batch}," if spec.batch == self._batch else
-                             f"batch_size={self._batch} leaves a last training batch of 1 sample "
-                             f"({len(self._splits.train)} samples), where")
+                    if spec.batch == self._batch:
+                        where, fix = f"with batch_size={self._batch},", "a batch size above 1"
+                    else:
+                        where = (f"batch_size={self._batch} leaves a last training batch of 1 sample "
+                                 f"({len(self._splits.train)} samples), where")
+                        fix = "a batch size that does not divide len(train) - 1, or drop one training sample"
                     size = "" if self._resolution is None else f" at the training size {spec.input_shape[-2:]}"
                     raise ConfigError(f"plan: {where} {name} would see one value per channel{size}: batch norm "
-                                      "needs more than one in training (as in PyTorch). Fix: a batch size above 1 "
-                                      "that does not divide len(train) - 1, or drop one training sample.")
+                                      f"needs more than one in training (as in PyTorch). Fix: {fix}.")
 
     def alloc(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         raise PlanError("alloc: a DeepLearningTask plans its memory from the model. "
@@ -917,10 +930,11 @@ class DeepLearningTask(TaskBase):
     def _inputs_as_trained(self, op: str, ds: Dataset) -> Dataset:
         """``ds`` in the layout the model was trained on: for a task given channels-last images, arrays
         shaped (N, H, W, C) are moved as data() moved them (those already (N, C, H, W), such as
-        ``task.splits``' own, are taken as they are); any other shape than training's is refused."""
+        ``task.splits``' own, are taken as they are, unless C == H == W says nothing); any other shape
+        than training's is refused."""
         c, h, w = (self._splits.train.sample_shape + (0, 0, 0))[:3]
-        if self._channels_last and ds.x.shape[1:] == (h, w, c) != (c, h, w):
-            ds = channels_first(DataSplits(ds, None, ds.name), where=op).train
+        if self._channels_last and ds.x.shape[1:] == (h, w, c):  # C == H == W: moved, as data() moved them
+            ds = Dataset(np.ascontiguousarray(ds.x.transpose(0, 3, 1, 2)), ds.y, ds.num_classes, ds.name)
         self._check_sample_shape(op, ds.x)
         return ds
 
@@ -929,6 +943,10 @@ class DeepLearningTask(TaskBase):
         got = tuple(x.shape[1:])
         if got == want:
             return
+        if len(want) == 3 and self._channels_last:
+            c, h, w = want
+            raise bad_argument(DataError, op, "X", x, f"images shaped (N, {h}, {w}, {c}) as given to data() with "
+                               f"channels_last=True, or (N, {c}, {h}, {w})", "pass images of the training size")
         if len(want) == 3:  # image models read (N, C, H, W) as such: a flat or channels-last batch is not it
             raise bad_argument(DataError, op, "X", x, f"images shaped (N, {', '.join(map(str, want))}) as in "
                                "training (N, C, H, W)", f"reshape it, e.g. X.reshape(-1, {', '.join(map(str, want))})"
@@ -1029,8 +1047,13 @@ class DeepLearningTask(TaskBase):
             return cls_(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["settings"].items()})
 
         task = cls(sp.get("name", "task")).model(BluePrint.from_dict(sp["blueprint"]))
+        # channels_last: a checkpoint from before it existed trained on its data as given (False); a task's
+        # own splits, already moved, are taken as they are (the trained sample shape is in the spec)
+        cl, trained = sp.get("channels_last", False), tuple(sp.get("sample_shape") or ())
+        moved = cl and _sample_shape_of(data) == trained and len(set(trained)) > 1  # C == H == W: follow the flag
         task.data(data, batch_size=sp["batch_size"], val_batch_size=sp["val_batch_size"], shuffle=sp["shuffle"],
-                  channels_last=sp.get("channels_last"))
+                  channels_last=False if moved else cl)
+        task._channels_last = cl
         task.loss(build(sp["loss"])).optimizer(build(sp["optimizer"])).total_epochs(sp["total_epochs"]).seed(sp["seed"])
         if sp["scheduler"]:
             task.scheduler(build(sp["scheduler"]))

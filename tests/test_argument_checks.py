@@ -261,8 +261,11 @@ def test_from_dict_rebuilds_through_the_builders() -> None:
     (lambda: conv(8, kernel_size=3), "conv: kernel_size=3 is invalid; expected one of the names: out, k, s, p, bias. "
                                      "Fix: write k= (PyTorch's kernel_size=)"),
     (lambda: fc(out_features=10), "Fix: write out= (PyTorch's out_features=)"),
-    (lambda: relu(inplace=True), "relu: inplace=True is invalid; expected no arguments (relu() takes none). "
+    (lambda: relu(inplace=True), "relu: inplace=True is invalid; expected no arguments (relu() takes no keywords). "
                                  "Fix: drop inplace=: every layer writes its own region of the arena"),
+    (lambda: relu(5), "relu: too many positional arguments (it takes no arguments). Fix: call relu() with no arguments"),
+    (lambda: seq(layers=[relu()]), "seq: layers=[relu()] is invalid; expected only layers, by position (seq() takes "
+                                   "no keywords). Fix: remove layers= and pass layers by position"),
     (lambda: bn(num_features=16), "Fix: drop num_features=: channels are read from the input"),
     (lambda: maxpool(2, stride=2), "Fix: write s= (PyTorch's stride=)"),
     (lambda: fc(10, True, 3), "fc: too many positional arguments (it takes out, bias)"),

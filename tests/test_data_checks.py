@@ -190,3 +190,51 @@ def test_batch_norm_refusal_looks_only_at_the_sizes_that_train() -> None:
     with pytest.raises(ConfigError, match=r"with batch_size=1, \S+ would see one value per channel at the "
                                           r"training size \(4, 4\)"):
         t.plan()
+
+
+def test_a_checkpoint_from_before_channels_last_loads_its_data_as_given(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Its spec has no channels_last: the task trained on the data as given, even data that looks
+    channels-last (8 channels of 8x3 images here), and load must not refuse it now."""
+    import json
+
+    from renaissance_nb import checkpoint
+
+    t = conv_task(channels_last=False)
+    t.run(progress=False)
+    path = tmp_path / "old.rnb"
+    t.save(path)
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(arrays[checkpoint.HEADER_KEY].tobytes())
+    for key in ("channels_last", "sample_shape"):
+        del header["spec"][key]
+    arrays[checkpoint.HEADER_KEY] = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    back = DeepLearningTask.load(str(path), (IMAGES, IMAGE_Y))
+    assert back.splits.sample_shape == (8, 8, 3)
+    assert np.array_equal(back.predict(IMAGES), t.predict(IMAGES))
+
+
+def test_channels_last_load_takes_own_splits_of_any_channel_count(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    x8 = rng.standard_normal((48, 8, 8, 8)).astype(np.float32)  # (N, H, W, C) with C = 8
+    t = task(model=seq(conv(4, 3, p=1), relu(), gap(), fc(4))).data(train=(x8, IMAGE_Y), batch_size=16,
+                                                                    channels_last=True)
+    t.run(progress=False)
+    t.save(tmp_path / "c8.rnb")
+    back = DeepLearningTask.load(str(tmp_path / "c8.rnb"), t.splits)  # already (N, C, H, W)
+    assert np.array_equal(back.predict(x8), t.predict(x8))
+
+
+def test_cubic_channels_last_images_are_moved_by_evaluate_as_by_data() -> None:
+    """(N, 6, 6, 6): the shape cannot say which axis is which, so evaluate follows the flag as data() did."""
+    cube = rng.standard_normal((48, 6, 6, 6)).astype(np.float32)
+    t = task(model=seq(conv(4, 3, p=1), relu(), gap(), fc(4))).data(train=(cube, IMAGE_Y), batch_size=16,
+                                                                    channels_last=True)
+    t.run(progress=False)
+    moved = np.ascontiguousarray(cube.transpose(0, 3, 1, 2))
+    assert np.array_equal(t.splits.train.x, moved)
+    twin = task(model=seq(conv(4, 3, p=1), relu(), gap(), fc(4))).data(train=(moved, IMAGE_Y), batch_size=16)
+    twin.run(progress=False)  # the same bytes as t (test_channels_last_true_trains_exactly_like...)
+    # evaluate(cube) is the moved arrays' result, as trained; it used to take the cube unmoved
+    assert t.evaluate(cube, IMAGE_Y) == twin.evaluate(moved, IMAGE_Y)

@@ -240,3 +240,11 @@ def test_real_mnist_if_available() -> None:
     norm = mnist(SHARED_MNIST, layout="image")
     assert norm.train.x.shape == (60000, 1, 28, 28)
     assert abs(float(norm.train.x.mean())) < 1e-3 and abs(float(norm.train.x.std()) - 1.0) < 1e-3
+
+
+def test_a_root_that_cannot_be_made_leaves_no_parent_behind(tmp_path: Path) -> None:
+    """mkdir(parents=True) makes the parents before the last folder fails ('File name too long')."""
+    root = tmp_path / "a" / ("x" * 300)
+    with pytest.raises(DownloadError, match="a writable folder"):
+        download_mnist(root, base_url="http://127.0.0.1:9/", progress=False)
+    assert not (tmp_path / "a").exists()

@@ -264,7 +264,7 @@ def channels_first(s: DataSplits, where: str = "data") -> DataSplits:
             return None
         if d.x.ndim != 4:
             raise bad_argument(DataError, where, "channels_last", True, f"images shaped (N, H, W, C); {arg} X "
-                               f"has shape {d.x.shape}", "drop channels_last=True for flat or (N, C, H, W) data")
+                               f"has shape {d.x.shape}", "drop channels_last=True for flat data")
         if looks_channels_first(d.sample_shape) and not looks_channels_last(d.sample_shape):
             return d
         return Dataset(np.ascontiguousarray(d.x.transpose(0, 3, 1, 2)), d.y, d.num_classes, d.name)

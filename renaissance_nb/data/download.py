@@ -20,18 +20,20 @@ def download_folder(root: Path, where: str) -> Iterator[Path]:
     made here that are still empty, so a failed call leaves the disk as it found it."""
     made = []
     p = root
-    while not p.exists() and p != p.parent:
+    while not os.path.lexists(p) and p != p.parent:  # os.path: False, not an error, for a name too long
         made.append(p)
         p = p.parent
     try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise bad_argument(DownloadError, where, "root", str(root), "a writable folder",
-                           f"choose another root ({exc.strerror or exc})") from None
-    try:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a parent may be made before the failure ("File name too long")
+            raise bad_argument(DownloadError, where, "root", str(root), "a writable folder",
+                               f"choose another root ({exc.strerror or exc})") from None
         yield root
     except BaseException:
-        for d in made:  # deepest first; stop at the first that holds something
+        for d in made:  # deepest first; skip those never made, stop at the first that holds something
+            if not os.path.isdir(d):
+                continue
             try:
                 d.rmdir()
             except OSError:

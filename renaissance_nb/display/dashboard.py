@@ -81,7 +81,7 @@ class Dashboard(OneLine, w.VBox):
         if keep is not None and keep < len(items):
             self.tabs.selected_index = keep
         for c in old:
-            _close(c)
+            self._close_tree(c)
 
     def _safe(self, build: Any) -> list[tuple[str, w.Widget]]:
         try:
@@ -95,9 +95,22 @@ class Dashboard(OneLine, w.VBox):
         made = [*getattr(self, "children", ()), getattr(self, "phases", None), getattr(self, "monitor", None),
                 getattr(self, "layout", None)]  # getattr: also called from __del__ of one that failed to build
         for c in made:
-            if hasattr(c, "close"):  # not isinstance: at interpreter exit the module's names may be gone
-                _close(c)
+            if c is not None:
+                self._close_tree(c)
         super().close()
+
+    @staticmethod
+    def _close_tree(widget: w.Widget) -> None:
+        """Close a widget, its children, and its layout and style (ipywidgets leaves those open). No
+        module names are used: close() also runs from __del__ at interpreter exit, when they may be gone."""
+        for c in getattr(widget, "children", ()):
+            Dashboard._close_tree(c)
+        for part in ("layout", "style"):
+            sub = getattr(widget, part, None)
+            if hasattr(sub, "close"):
+                sub.close()
+        if hasattr(widget, "close"):
+            widget.close()
 
     def select(self, title: str) -> None:
         """Open a tab by its title."""
@@ -119,22 +132,12 @@ def _error(exc: BaseException) -> w.HTML:
     return w.HTML(static.wrap(f"<div class='rnb-error'><b>{type(exc).__name__}</b>{static.esc(str(exc))}</div>"))
 
 
-def _close(widget: w.Widget) -> None:
-    """Close a widget, its children, and its layout and style (ipywidgets leaves those open)."""
-    for c in getattr(widget, "children", ()):
-        _close(c)
-    for part in ("layout", "style"):
-        sub = getattr(widget, part, None)
-        if hasattr(sub, "close"):
-            sub.close()
-    widget.close()
-
-
 def bundle(task: Any) -> dict[str, Any]:
     """The mimebundle of a displayed task: widget view + static HTML + text; never raises. Each display
-    is a dashboard of its own, showing the task as it was then (as a DataFrame's table does): a
-    notebook that displays a task at each phase keeps each phase on screen. One held in a variable
-    (``d = task.inspect()``) is released with ``d.close()``."""
+    is a dashboard of its own, built from the task as it is then, so a notebook that displays a task
+    at each phase keeps each phase on screen until that dashboard's buttons or refresh re-read the
+    task. ipywidgets keeps every displayed widget, and through it the task, until the kernel
+    restarts; ``d = task.inspect()`` gives a dashboard that ``d.close()`` releases."""
     from . import static_bundle
 
     out = static_bundle(task)

@@ -56,11 +56,12 @@ class TrainingMonitor(ViewWidget):
         v = views.training_view(self.source)
         self.records, self.step_losses, self.lr = v["records"], v["step_losses"], v["lr"]
         self.total_epochs, self.steps_per_epoch = v["total_epochs"], v["steps_per_epoch"]
+        self._run_status = run_status(v)
         if not getattr(self, "_in_run", False):  # read from the task: after reset(), a resume in code...
             if self.error and getattr(self, "_error_mark", None) != self.task_mark():
                 self.error = {}
             if not self.error:
-                self.status = run_status(v)
+                self.status = self._run_status
         return {"task": getattr(self.source, "name", "task")}
 
     def static_html(self) -> str:
@@ -143,13 +144,13 @@ class TrainingMonitor(ViewWidget):
         except Exception as exc:
             self.error, failed = {"type": type(exc).__name__, "message": str(exc)}, True
         finally:
-            self.status = "error" if failed else run_status(views.training_view(self.source))
             self._error_mark = self.task_mark()
             self._in_run = True
             try:
                 self.refresh()
             finally:
                 self._in_run = False
+            self.status = "error" if failed else self._run_status  # as the refresh just read the task
             if failed:  # a run that failed sent no "end"
                 self._update_shown()
             self._changed()

@@ -319,8 +319,9 @@ def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, ma
 
     The chunk is walked as two halves side by side: eight streams of loads instead of four keep
     more cache lines in flight when W/G/M/V come from memory, as they do in a step (the MLP's pass
-    took 1.0 against 1.2 ms after evicting its ranges, and 1.0 against 1.2 ms in the step). Each
-    element gets the same operations in the same order, so the bytes are the same. LLVM inlines
+    took 1.00-1.04 against 1.16-1.28 ms in the step, in alternating profiles). Each element gets the
+    same operations in the same order, so finite values give the same bytes (a NaN's sign bit may
+    differ, as vector and scalar code propagate NaNs differently). LLVM inlines
     _adam_at into this loop (a test checks it: called out of line, a pass is ten times slower);
     writing the body in the loop with a bounds test instead gained half as much."""
     bc1 = 1.0 - beta1 ** t

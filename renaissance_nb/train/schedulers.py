@@ -58,10 +58,11 @@ def _real(where: str, name: str, value: Any, expected: str, fix: str) -> float:
     return v
 
 
-def _nonneg(where: str, name: str, value: Any, fix: str) -> float:
-    v = _real(where, name, value, "a finite number >= 0", fix)
-    if v < 0:
-        raise bad_argument(ConfigError, where, name, value, "a finite number >= 0", fix)
+def _nonneg(where: str, name: str, value: Any, fix: str, high: float | None = None) -> float:
+    expected = "a finite number >= 0" if high is None else f"a finite number in [0, {high}]"
+    v = _real(where, name, value, expected, fix)
+    if v < 0 or (high is not None and v > high):
+        raise bad_argument(ConfigError, where, name, value, expected, fix)
     return v
 
 
@@ -144,12 +145,7 @@ class Scheduler(Settings):
     def _check_base_lr(self, v: Any) -> float | None:
         if v is None:
             return None
-        lr = _nonneg(self._where("base_lr"), "base_lr", v, "pass a learning rate such as 1e-3")
-        if lr > LR_MAX:
-            raise bad_argument(ConfigError, self._where("base_lr"), "base_lr", v,
-                               f"a finite number in [0, {LR_MAX}] (the step reads a float32 table)",
-                               "pass a learning rate such as 1e-3")
-        return lr
+        return _nonneg(self._where("base_lr"), "base_lr", v, "pass a learning rate such as 1e-3", high=LR_MAX)
 
     def _check_warmup(self, v: Any) -> float:
         return _nonneg(self._where("warmup"), "warmup", v, "pass the warmup length in epochs, e.g. 1, or 0 for none")
