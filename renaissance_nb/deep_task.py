@@ -25,7 +25,7 @@ import numpy as np
 from .blueprint import BluePrint
 from .checks import arguments_checked, as_float, as_int
 from .data.arrays import (DataSplits, Dataset, channels_first, checked_splits, looks_channels_last, make_splits,
-                          validate_arrays)
+                          moved_to_channels_first, validate_arrays)
 from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
                      bad_argument)
 from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
@@ -934,7 +934,7 @@ class DeepLearningTask(TaskBase):
         than training's is refused."""
         c, h, w = (self._splits.train.sample_shape + (0, 0, 0))[:3]
         if self._channels_last and ds.x.shape[1:] == (h, w, c):  # C == H == W: moved, as data() moved them
-            ds = Dataset(np.ascontiguousarray(ds.x.transpose(0, 3, 1, 2)), ds.y, ds.num_classes, ds.name)
+            ds = moved_to_channels_first(ds)
         self._check_sample_shape(op, ds.x)
         return ds
 

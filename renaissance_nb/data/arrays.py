@@ -255,6 +255,11 @@ def looks_channels_first(sample_shape: tuple[int, ...]) -> bool:
     return len(sample_shape) == 3 and sample_shape[0] in (1, 3, 4) and min(sample_shape[1:]) > 4
 
 
+def moved_to_channels_first(d: Dataset) -> Dataset:
+    """``d`` with its (N, H, W, C) images as (N, C, H, W): one contiguous copy."""
+    return Dataset(np.ascontiguousarray(d.x.transpose(0, 3, 1, 2)), d.y, d.num_classes, d.name)
+
+
 def channels_first(s: DataSplits, where: str = "data") -> DataSplits:
     """``s`` with its channels-last images (N, H, W, C) moved to (N, C, H, W), the layout the model
     reads (as PyTorch's): one contiguous copy per set. A set that is plainly (N, C, H, W) already
@@ -267,7 +272,7 @@ def channels_first(s: DataSplits, where: str = "data") -> DataSplits:
                                f"has shape {d.x.shape}", "drop channels_last=True for flat data")
         if looks_channels_first(d.sample_shape) and not looks_channels_last(d.sample_shape):
             return d
-        return Dataset(np.ascontiguousarray(d.x.transpose(0, 3, 1, 2)), d.y, d.num_classes, d.name)
+        return moved_to_channels_first(d)
     return DataSplits(move(s.train, "train"), move(s.val, "val"), s.name)  # type: ignore[arg-type]
 
 

@@ -285,7 +285,7 @@ def download_cifar10(
                 raise DownloadError(
                     f"{where}: could not download {url}: {why_s}. Fix: check the network or base_url, or download "
                     f"{CIFAR10_ARCHIVE} yourself and put it (or its unpacked {CIFAR10_FOLDER}/ folder) into {root}."
-                ) from None
+                )
             why = _verify(tmp, checks)
             if why is not None:
                 tmp.unlink(missing_ok=True)
