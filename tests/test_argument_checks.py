@@ -139,9 +139,9 @@ def test_task_built_from_numpy_scalars_trains_like_python_numbers() -> None:
 
 # ---- 4. unknown keywords of optimizers and losses -------------------------------------------------------
 @pytest.mark.parametrize("cls,bad,names", [
-    (Adam, "learning_rate", "lr, betas, eps, weight_decay"),
-    (AdamW, "momentum", "lr, betas, eps, weight_decay"),
-    (SGD, "mom", "lr, momentum, dampening, weight_decay, nesterov"),
+    (Adam, "learning_rate", "lr, betas, eps, weight_decay, maximize"),
+    (AdamW, "momentum", "lr, betas, eps, weight_decay, maximize"),
+    (SGD, "mom", "lr, momentum, dampening, weight_decay, nesterov, maximize"),
     (CrossEntropyLoss, "smoothing", "label_smoothing"),
     (CosineAnnealingLR, "foo", "base_lr, eta_min, warmup, warmup_start_factor"),
 ])
@@ -174,6 +174,9 @@ def test_optimizers_and_losses_take_their_setting_names_like_schedulers() -> Non
     # every setting is checked the same way whichever path sets it
     raises(ConfigError, lambda: Adam(lr=-1), "Adam: lr=-1")
     raises(ConfigError, lambda: SGD(nesterov=True), "nesterov=True", "momentum")
+    assert AdamW(maximize=True) == AdamW().maximize() and SGD(maximize=np.True_).maximize_ is True
+    raises(ConfigError, lambda: Adam().maximize(1), "Adam: maximize=1", "True or False")
+    raises(ConfigError, lambda: SGD(nesterov="yes"), "SGD: nesterov='yes'", "True or False")
     # dataclasses.replace (the field names) still works, with the same checks
     assert dataclasses.replace(AdamW(), lr_=0.5) == AdamW(lr=0.5)
     raises(ConfigError, lambda: dataclasses.replace(AdamW(), lr_=-0.5), "lr=-0.5")

@@ -175,6 +175,13 @@ OPT_KERNEL_CONFIGS = {
     "adam_l2": (Adam().betas(0.8, 0.99).eps(1e-6).weight_decay(1e-2),
                 lambda p: torch.optim.Adam(p, lr=0.1, betas=(0.8, 0.99), eps=1e-6, weight_decay=1e-2)),
     "adamw": (AdamW().weight_decay(0.05), lambda p: torch.optim.AdamW(p, lr=0.1, weight_decay=0.05)),
+    "adamw_maximize": (AdamW().weight_decay(0.05).maximize(),
+                       lambda p: torch.optim.AdamW(p, lr=0.1, weight_decay=0.05, maximize=True)),
+    "adam_l2_maximize": (Adam().weight_decay(1e-2).maximize(),
+                         lambda p: torch.optim.Adam(p, lr=0.1, weight_decay=1e-2, maximize=True)),
+    "sgd_nesterov_wd_maximize": (SGD().momentum(0.9).nesterov(True).weight_decay(1e-3).maximize(),
+                                 lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True,
+                                                           weight_decay=1e-3, maximize=True)),
 }
 
 

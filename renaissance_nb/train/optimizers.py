@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConfigError, bad_argument
 from .settings import LR_MAX, Settings, check_number
 
@@ -32,6 +34,12 @@ class Optimizer(Settings):
         return self._with("weight_decay", value)
 
 
+def _flag(where: str, name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise bad_argument(ConfigError, where, name, value, "True or False", f"pass a bool, e.g. .{name}(True)")
+    return bool(value)
+
+
 def _betas(where: str, betas: Any) -> tuple[float, float]:
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise bad_argument(ConfigError, where, "betas", betas, "a pair (beta1, beta2)", "e.g. betas=(0.9, 0.999)")
@@ -41,12 +49,13 @@ def _betas(where: str, betas: Any) -> tuple[float, float]:
 
 @dataclass(frozen=True, init=False, repr=False)
 class Adam(Optimizer):
-    """torch.optim.Adam: L2 weight decay added to the gradient."""
+    """torch.optim.Adam: L2 weight decay added to the gradient; ``maximize`` ascends, as in PyTorch."""
 
     lr_: float = 1e-3
     betas_: tuple[float, float] = (0.9, 0.999)
     eps_: float = 1e-8
     weight_decay_: float = 0.0
+    maximize_: bool = False
     kind = "adam"
 
     def __post_init__(self) -> None:
@@ -57,6 +66,7 @@ class Adam(Optimizer):
                                       fix="use a small positive eps such as 1e-8"))
         self._set("weight_decay", check_number(w, "weight_decay", self.weight_decay_,
                                                fix="use 0 or a small positive value such as 1e-4"))
+        self._set("maximize", _flag(w, "maximize", self.maximize_))
 
     def betas(self, beta1: float, beta2: float | None = None):  # type: ignore[no-untyped-def]
         pair = beta1 if beta2 is None else (beta1, beta2)
@@ -65,13 +75,17 @@ class Adam(Optimizer):
     def eps(self, value: float):  # type: ignore[no-untyped-def]
         return self._with("eps", value)
 
+    def maximize(self, value: bool = True):  # type: ignore[no-untyped-def]
+        """Ascend the loss instead of descending it (torch's ``maximize=True``: the gradient's sign flips)."""
+        return self._with("maximize", value)
+
     @property
     def state(self) -> tuple[str, ...]:
         return ("M", "V")
 
     def graph_params(self) -> dict[str, Any]:
         return {"kind": self.kind, "beta1": self.betas_[0], "beta2": self.betas_[1], "eps": self.eps_,
-                "weight_decay": self.weight_decay_}
+                "weight_decay": self.weight_decay_, "maximize": self.maximize_}
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -84,13 +98,14 @@ class AdamW(Adam):
 
 @dataclass(frozen=True, init=False, repr=False)
 class SGD(Optimizer):
-    """torch.optim.SGD with momentum, dampening, Nesterov and L2 weight decay."""
+    """torch.optim.SGD with momentum, dampening, Nesterov, L2 weight decay and ``maximize``."""
 
     lr_: float = 1e-3
     momentum_: float = 0.0
     dampening_: float = 0.0
     weight_decay_: float = 0.0
     nesterov_: bool = False
+    maximize_: bool = False
     kind = "sgd"
 
     def __post_init__(self) -> None:
@@ -100,8 +115,8 @@ class SGD(Optimizer):
                                             fix="use a dampening in [0, 1]"))
         self._set("weight_decay", check_number("SGD", "weight_decay", self.weight_decay_,
                                                fix="use 0 or a small positive value"))
-        if not isinstance(self.nesterov_, bool):
-            raise bad_argument(ConfigError, "SGD", "nesterov", self.nesterov_, "True or False", "pass a bool")
+        self._set("nesterov", _flag("SGD", "nesterov", self.nesterov_))
+        self._set("maximize", _flag("SGD", "maximize", self.maximize_))
         if self.nesterov_ and (self.momentum_ <= 0 or self.dampening_ != 0):
             raise ConfigError("SGD: nesterov=True needs momentum > 0 and dampening = 0 (as in PyTorch). "
                               f"Got momentum={self.momentum_}, dampening={self.dampening_}. Fix: set .momentum(0.9).")
@@ -115,10 +130,14 @@ class SGD(Optimizer):
     def nesterov(self, value: bool = True) -> "SGD":
         return self._with("nesterov", value)
 
+    def maximize(self, value: bool = True) -> "SGD":
+        """Ascend the loss instead of descending it (torch's ``maximize=True``)."""
+        return self._with("maximize", value)
+
     @property
     def state(self) -> tuple[str, ...]:
         return ("M",) if self.momentum_ != 0 else ()
 
     def graph_params(self) -> dict[str, Any]:
         return {"kind": "sgd", "momentum": self.momentum_, "dampening": self.dampening_,
-                "weight_decay": self.weight_decay_, "nesterov": self.nesterov_}
+                "weight_decay": self.weight_decay_, "nesterov": self.nesterov_, "maximize": self.maximize_}
