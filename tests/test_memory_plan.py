@@ -237,6 +237,15 @@ def test_plan_rejects_bad_allocations_and_use_before_finalize() -> None:
     with pytest.raises(PlanError):
         plan.with_shapes({0: (5,)}, "too_big")  # 20 bytes do not fit the 16-byte slot
     assert plan.with_shapes({0: (2,)}, "small")[0].shape == (2,)
+    assert plan.with_shapes({"x": (3,)}, "by_name")["x"].shape == (3,)
+    # keys and shapes are checked like alloc's, with the library's error naming the entry
+    for bad, words in [({5: (2,)}, ["tensor id=5", "[0, 1)"]), ({"y": (2,)}, ["name='y'"]),
+                       ({0: (2, 0)}, ["with_shapes[0]", "shape=(2, 0)", ">= 1"]),
+                       ({0: (1.5,)}, ["with_shapes[0]", "positive ints"]),
+                       ([(0, (2,))], ["shapes=", "a dict"])]:
+        with pytest.raises(PlanError) as e:
+            plan.with_shapes(bad, "v")
+        assert all(w in str(e.value) for w in words), (bad, str(e.value))
 
 
 # ---- atlas -----------------------------------------------------------------------------------------------

@@ -62,17 +62,17 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
-def _check_shape(shape: object) -> tuple[int, ...]:
+def _check_shape(shape: object, where: str = "alloc") -> tuple[int, ...]:
     one = as_int(shape)  # a bare int is a 1-D shape; a bool is not a size
     if one is not None:
         dims = [one]
     else:
         dims = [as_int(d) for d in shape] if isinstance(shape, (tuple, list)) else [None]
     if None in dims:
-        raise bad_argument(PlanError, "alloc", "shape", shape, "a tuple of positive ints like (128, 784)",
+        raise bad_argument(PlanError, where, "shape", shape, "a tuple of positive ints like (128, 784)",
                            "pass the tensor's dimensions as ints")
     if any(d <= 0 for d in dims):  # type: ignore[operator]
-        raise bad_argument(PlanError, "alloc", "shape", shape, "every dimension >= 1",
+        raise bad_argument(PlanError, where, "shape", shape, "every dimension >= 1",
                            "a tensor with a zero or negative dimension cannot hold data; fix the size")
     return tuple(dims)  # type: ignore[arg-type]
 
@@ -257,9 +257,14 @@ class MemoryPlan:
         self._require_final("live_overlaps")
         return live_overlaps(self._tensors, self.lifetimes if self.reuse else {})
 
-    def with_shapes(self, shapes: Mapping[int, tuple[int, ...]], name: str) -> "MemoryPlan":
-        """A variant plan: same tensors, same offsets, other shapes (each must fit its slot)."""
+    def with_shapes(self, shapes: Mapping[int | str, tuple[int, ...]], name: str) -> "MemoryPlan":
+        """A variant plan: same tensors, same offsets, other shapes (each must fit its slot).
+        ``shapes`` maps tensor ids or names to new shapes; tensors not named keep theirs."""
         self._require_final("with_shapes")
+        if not isinstance(shapes, Mapping):
+            raise bad_argument(PlanError, "with_shapes", "shapes", shapes, "a dict {tensor id or name: shape}",
+                               "pass e.g. {0: (32, 784)}")
+        shapes = {self[k].id: _check_shape(s, f"with_shapes[{k!r}]") for k, s in shapes.items()}
         other = MemoryPlan(name)
         other.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_tensors"})
         other.name = name
