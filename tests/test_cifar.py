@@ -241,6 +241,16 @@ def test_a_failed_download_leaves_no_folder_behind(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # it used to leave the empty folders it made
 
 
+def test_a_failed_extraction_into_a_new_root_leaves_no_folder_behind(tmp_path: Path) -> None:
+    (tmp_path / "junk.tar.gz").write_bytes(b"not an archive")
+    with pytest.raises(DownloadError, match="readable"):
+        extract_cifar10(tmp_path / "junk.tar.gz", tmp_path / "new" / "cifar")
+    assert [p.name for p in tmp_path.iterdir()] == ["junk.tar.gz"]  # it used to leave new/cifar/
+    archive = tmp_path / CIFAR10_ARCHIVE
+    make_archive(archive, fake_cifar())
+    assert extract_cifar10(archive, tmp_path / "new" / "cifar") == tmp_path / "new" / "cifar" / CIFAR10_FOLDER
+
+
 @pytest.mark.parametrize("bad_name", ["../evil.bin", "/tmp/abs_evil.bin", f"{CIFAR10_FOLDER}/../../evil.bin"])
 def test_unsafe_archive_members_are_refused(tmp_path: Path, bad_name: str) -> None:
     root = tmp_path / "root"

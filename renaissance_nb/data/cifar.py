@@ -167,74 +167,74 @@ def extract_cifar10(archive: str | os.PathLike[str], root: str | os.PathLike[str
     archive = check_path(archive, where, "archive", f"~/data/cifar10/{CIFAR10_ARCHIVE}")
     root = check_path(root, where, "root", "~/data/cifar10").expanduser()
     dest = root / CIFAR10_FOLDER
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        tmp_dir = Path(tempfile.mkdtemp(prefix=".extract-", dir=root))
-    except OSError as exc:
-        raise bad_argument(
-            DownloadError, where, "root", str(root), "a writable folder",
-            f"choose another root ({exc.strerror or exc})",
-        ) from None
-    try:
+    with download_folder(root, where):  # a root made here and left empty by a failure is removed
         try:
-            tar = tarfile.open(archive, "r:*")
-        except (tarfile.TarError, OSError, EOFError) as exc:
+            tmp_dir = Path(tempfile.mkdtemp(prefix=".extract-", dir=root))
+        except OSError as exc:
             raise bad_argument(
-                DownloadError, where, "archive", str(archive), f"a readable .tar.gz archive ({exc})",
-                f"delete {archive} and download it again",
+                DownloadError, where, "root", str(root), "a writable folder",
+                f"choose another root ({exc.strerror or exc})",
             ) from None
-        with tar:
+        try:
             try:
-                members = tar.getmembers()
+                tar = tarfile.open(archive, "r:*")
             except (tarfile.TarError, OSError, EOFError) as exc:
                 raise bad_argument(
-                    DownloadError, where, "archive", str(archive), f"a complete .tar.gz archive ({exc})",
-                    f"the archive is truncated or corrupted: delete {archive} and download it again",
+                    DownloadError, where, "archive", str(archive), f"a readable .tar.gz archive ({exc})",
+                    f"delete {archive} and download it again",
                 ) from None
-            for m in members:
-                rel = _safe_member_path(m.name)
-                if rel is None:
+            with tar:
+                try:
+                    members = tar.getmembers()
+                except (tarfile.TarError, OSError, EOFError) as exc:
                     raise bad_argument(
-                        DownloadError, where, "archive", str(archive),
-                        f"members with relative paths inside the archive; {m.name!r} is absolute or contains '..'",
-                        "do not use this archive: get cifar-10-binary.tar.gz from the official page",
-                    )
-                if not (m.isfile() or m.isdir()):
-                    raise bad_argument(
-                        DownloadError, where, "archive", str(archive),
-                        f"only regular files and folders; {m.name!r} is a link or special file",
-                        "do not use this archive: get cifar-10-binary.tar.gz from the official page",
-                    )
-            found: set[str] = set()
-            for m in members:
-                rel = _safe_member_path(m.name)
-                assert rel is not None
-                parts = [p for p in rel.parts if p not in ("", ".")]
-                if not m.isfile() or len(parts) != 2 or parts[0] != CIFAR10_FOLDER:
-                    continue  # only the batch folder's own files (skips readme/meta in subfolders)
-                src = tar.extractfile(m)
-                if src is None:  # pragma: no cover - isfile() members always have data
-                    continue
-                with src, open(tmp_dir / parts[1], "wb") as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-                found.add(parts[1])
-        missing = [n for n in CIFAR10_FILES if n not in found]
-        if missing:
-            raise bad_argument(
-                DownloadError, where, "archive", str(archive),
-                f"a {CIFAR10_FOLDER}/ folder with the six batch files; missing {', '.join(missing)}",
-                "this is not the CIFAR-10 binary archive: use cifar-10-binary.tar.gz (not the python or matlab version)",
-            )
-        if dest.is_dir():  # an incomplete earlier folder: replace its batch files, keep anything else
-            for name in CIFAR10_FILES:
-                os.replace(tmp_dir / name, dest / name)
+                        DownloadError, where, "archive", str(archive), f"a complete .tar.gz archive ({exc})",
+                        f"the archive is truncated or corrupted: delete {archive} and download it again",
+                    ) from None
+                for m in members:
+                    rel = _safe_member_path(m.name)
+                    if rel is None:
+                        raise bad_argument(
+                            DownloadError, where, "archive", str(archive),
+                            f"members with relative paths inside the archive; {m.name!r} is absolute or contains '..'",
+                            "do not use this archive: get cifar-10-binary.tar.gz from the official page",
+                        )
+                    if not (m.isfile() or m.isdir()):
+                        raise bad_argument(
+                            DownloadError, where, "archive", str(archive),
+                            f"only regular files and folders; {m.name!r} is a link or special file",
+                            "do not use this archive: get cifar-10-binary.tar.gz from the official page",
+                        )
+                found: set[str] = set()
+                for m in members:
+                    rel = _safe_member_path(m.name)
+                    assert rel is not None
+                    parts = [p for p in rel.parts if p not in ("", ".")]
+                    if not m.isfile() or len(parts) != 2 or parts[0] != CIFAR10_FOLDER:
+                        continue  # only the batch folder's own files (skips readme/meta in subfolders)
+                    src = tar.extractfile(m)
+                    if src is None:  # pragma: no cover - isfile() members always have data
+                        continue
+                    with src, open(tmp_dir / parts[1], "wb") as out:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                    found.add(parts[1])
+            missing = [n for n in CIFAR10_FILES if n not in found]
+            if missing:
+                raise bad_argument(
+                    DownloadError, where, "archive", str(archive),
+                    f"a {CIFAR10_FOLDER}/ folder with the six batch files; missing {', '.join(missing)}",
+                    "this is not the CIFAR-10 binary archive: use cifar-10-binary.tar.gz (not the python or matlab version)",
+                )
+            if dest.is_dir():  # an incomplete earlier folder: replace its batch files, keep anything else
+                for name in CIFAR10_FILES:
+                    os.replace(tmp_dir / name, dest / name)
+                shutil.rmtree(tmp_dir, ignore_errors=True)
+            else:
+                os.replace(tmp_dir, dest)
+        except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
-        else:
-            os.replace(tmp_dir, dest)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
-    return dest
+            raise
+        return dest
 
 
 def download_cifar10(
