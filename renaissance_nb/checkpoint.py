@@ -109,14 +109,15 @@ def spec(task: Any) -> dict[str, Any]:
 
 
 def _training_extras(task: Any) -> dict[str, Any]:
-    """EMA, progressive resizing and augmentation: settings that change what training does (JSON-ready;
-    a checkpoint saved before they were recorded holds none of them, which means they were off)."""
+    """EMA, gradient clipping, progressive resizing and augmentation: settings that change what training
+    does (JSON-ready; a checkpoint saved before they were recorded holds none of them: they were off)."""
     r = task._resolution
-    return {"ema": task._ema, "train_resolution": None if r is None else [list(r[0]), list(r[1]), r[2]],
+    return {"ema": task._ema, "clip_grad_norm": task._clip_norm,
+            "train_resolution": None if r is None else [list(r[0]), list(r[1]), r[2]],
             "augment": {"crop_pad": task._crop_pad, "flip": task._flip}}
 
 
-EXTRAS_OFF = {"ema": None, "train_resolution": None, "augment": {"crop_pad": 0, "flip": False}}
+EXTRAS_OFF = {"ema": None, "clip_grad_norm": None, "train_resolution": None, "augment": {"crop_pad": 0, "flip": False}}
 
 
 def _settings(task: Any) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
 from .train.rng import Philox, StreamId
 from .train.schedulers import Scheduler
+from .train.settings import LR_MAX
 
 
 def _int_setting(where: str, name: str, v: Any, low: int = 1) -> int:
@@ -107,6 +108,7 @@ class DeepLearningTask(TaskBase):
         self._nan_policy = "raise"
         self._zero_grad = False
         self._ema: float | None = None
+        self._clip_norm: float | None = None
         self._resolution: tuple[tuple[int, int], tuple[int, int], int] | None = None
         self._crop_pad = 0
         self._flip = False
@@ -246,6 +248,21 @@ class DeepLearningTask(TaskBase):
         return self
 
     @_arguments_checked
+    def clip_grad_norm(self, max_norm: float | None) -> "DeepLearningTask":
+        """Clip the gradients' total 2-norm to ``max_norm`` before every update, as
+        ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`` between ``backward()`` and
+        ``step()``: one pass over the G range, compiled into the step; None turns it off."""
+        self._setting("clip_grad_norm")
+        if max_norm is not None:
+            v = as_float(max_norm)
+            if v is None or not 0.0 < v <= LR_MAX:
+                raise bad_argument(ConfigError, "clip_grad_norm", "max_norm", max_norm,
+                                   "a finite number > 0 (or None for no clipping)", "use e.g. clip_grad_norm(1.0)")
+            max_norm = v
+        self._clip_norm = max_norm
+        return self
+
+    @_arguments_checked
     def train_resolution(self, begin: int | tuple[int, int], end: int | tuple[int, int],
                          boundary_epoch: int) -> "DeepLearningTask":
         """Progressive resizing: train at ``begin`` (H, W) before ``boundary_epoch``, at ``end`` after.
@@ -372,7 +389,7 @@ class DeepLearningTask(TaskBase):
         settings = ("_model", "_splits", "_channels_last", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer",
                     "_scheduler", "_epochs", "_seed", "_fuse", "_liveness", "_pad_rows", "_nan_check", "_nan_policy", "_zero_grad",
                     "_save_every",
-                    "_ema", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
+                    "_ema", "_clip_norm", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
                     "_device_capture", "_save_best", "name")
         keep = {k: getattr(self, k) for k in settings}
         self.__init__(self.name)  # type: ignore[misc]
@@ -409,7 +426,8 @@ class DeepLearningTask(TaskBase):
                 "batch_size": self._batch,
                 "val_batch_size": self._val_batch or self._batch, "shuffle": self._shuffle, "loss": self._loss,
                 "optimizer": self._optimizer, "scheduler": self._scheduler, "total_epochs": self._epochs,
-                "seed": self._seed, "device": self._device, "ema": self._ema, "train_resolution": self._resolution,
+                "seed": self._seed, "device": self._device, "ema": self._ema, "clip_grad_norm": self._clip_norm,
+                "train_resolution": self._resolution,
                 "augment": {"crop_pad": self._crop_pad, "flip": self._flip},
                 "options": {"fuse": self._fuse, "liveness": self._liveness, "pad_rows": self._pad_rows,
                             "nan_check": self._nan_check,
@@ -483,7 +501,7 @@ class DeepLearningTask(TaskBase):
         specs = variant_specs(len(s.train), n_val, self._batch, self._val_batch or self._batch, sample,
                               lowres_shape=low, train_shape=first)
         shapes = derive_all_shapes(arch, specs, s.train.num_classes, self._optimizer.state, self.total_steps,
-                                   ema=self._ema is not None)
+                                   ema=self._ema is not None, clip=self._clip_norm is not None)
         self._check_batch_norm_values(arch, shapes)
         max_slots = compute_max_slot_bytes(shapes)
         self.arch, self.shapes, self.max_slot_bytes = arch, shapes, max_slots
@@ -537,7 +555,7 @@ class DeepLearningTask(TaskBase):
         ids = shapes.tables["train_base"].ids
         opts = StepOptions(self._loss.label_smoothing_, tuple(sorted(self._optimizer.graph_params().items())),
                            zero_grad=self._zero_grad, nan_check=self._nan_check, nan_policy=self._nan_policy,
-                           ema_decay=self._ema, image=len(self._splits.train.sample_shape) == 3,
+                           ema_decay=self._ema, clip_norm=self._clip_norm, image=len(self._splits.train.sample_shape) == 3,
                            crop_pad=self._crop_pad, flip=self._flip, prefetch=self._prefetch)
         graphs = build_computation_graph(self.arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
         lifetimes = graph_lifetimes(graphs) if self._liveness else None
@@ -1062,6 +1080,7 @@ class DeepLearningTask(TaskBase):
         extras = {**checkpoint.EXTRAS_OFF, **{k: sp[k] for k in checkpoint.EXTRAS_OFF if k in sp}}
         if extras["ema"] is not None:
             task.ema(extras["ema"])
+        task.clip_grad_norm(extras["clip_grad_norm"])
         if extras["train_resolution"] is not None:
             begin, end, boundary = extras["train_resolution"]
             task.train_resolution(tuple(begin), tuple(end), boundary)

@@ -50,7 +50,7 @@ static void rnb_emulate(void (*k)(P...), unsigned int grid, unsigned int block, 
 
 CTYPES = {"int": ctypes.c_int, "float": ctypes.c_float, "double": ctypes.c_double, "rnb_i64": ctypes.c_longlong,
           "unsignedlonglong": ctypes.c_ulonglong, "unsignedint": ctypes.c_uint}
-ONE_BLOCK = {"rnb_softmax_xent"}  # kernels whose threads cooperate: emulated with one thread
+ONE_BLOCK = {"rnb_softmax_xent", "rnb_grad_norm"}  # kernels whose threads cooperate: emulated with one thread
 
 
 def kernel_signatures(source: str) -> dict[str, list[tuple[str, str]]]:

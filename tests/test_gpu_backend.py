@@ -165,6 +165,28 @@ def test_sgd_kernel_is_the_cpu_update_bit_for_bit(module, nesterov: bool, wd: fl
     assert np.array_equal(cpu[0], gpu[0]) and np.array_equal(cpu[2], gpu[2])
 
 
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipped, and a norm below max_norm: left alone
+def test_clip_grad_norm_kernels_match_the_cpu(module, max_norm: float) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb.kernels.cpu import KERNELS, BindEnv
+    n = 1003
+    g = (RNG.normal(size=n) * 10.0 ** RNG.uniform(-6, 0, n)).astype(np.float32)
+    cpu, gpu = g.copy(), g.copy()
+    clip_c, clip_g, flag = np.zeros(2, np.float32), np.zeros(2, np.float32), np.zeros(1, np.int64)
+    env = BindEnv(range_view=lambda first, last, dtype: cpu)
+    KERNELS["clip_grad_norm"]([clip_c], [flag], {"max_norm": max_norm, "first": "G_A", "last": "G_B"}, env)()
+    module.get_function("rnb_grad_norm")((1,), (256,), (gpu, np.int64(n), flag, np.float32(max_norm), clip_g))
+    _run(module, "rnb_grad_scale", n, gpu, np.int64(n), flag, clip_g)
+    # the float64 sums differ in order only: the float32 norms agree to an ulp; each side scales by its own factor
+    assert abs(clip_c[0] - clip_g[0]) <= np.spacing(clip_c[0])
+    assert np.array_equal(gpu, g * clip_g[1]) and np.array_equal(cpu, g * clip_c[1])
+    assert (clip_c[1] < 1) == (max_norm < 1)
+    flag[0] = 1  # a step the NaN check skips is not clipped
+    before = gpu.copy()
+    module.get_function("rnb_grad_norm")((1,), (256,), (gpu, np.int64(n), flag, np.float32(1e-3), clip_g))
+    _run(module, "rnb_grad_scale", n, gpu, np.int64(n), flag, clip_g)
+    assert np.array_equal(gpu, before)
+
+
 def test_ema_kernel_matches_the_cpu_warmup_and_decay(module) -> None:  # type: ignore[no-untyped-def]
     n = 300
     e, w = RNG.normal(size=n).astype(np.float32), RNG.normal(size=n).astype(np.float32)
@@ -464,12 +486,17 @@ def test_emulated_gpu_nan_policy_raise_stops_with_the_weights_of_before(module) 
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_emulated_gpu_nan_policy_skip_counts_like_the_cpu(module) -> None:  # type: ignore[no-untyped-def]
-    cpu = _poisoned("skip")
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_emulated_gpu_nan_policy_skip_counts_like_the_cpu(module, clip) -> None:  # type: ignore[no-untyped-def]
+    cpu = _poisoned("skip").clip_grad_norm(clip)
     cpu.run(progress=False)
-    gpu = emulated(_poisoned("skip"), module)
+    gpu = emulated(_poisoned("skip").clip_grad_norm(clip), module)
     gpu.run(progress=False)
     assert cpu.skipped_updates == gpu.skipped_updates == 2  # one poisoned batch per epoch
+    if clip:  # the last step was clipped on both
+        norms = [t.executor.view("train_base", "clip.norm").copy() for t in (cpu, gpu)]
+        assert norms[0][1] < 1 and np.allclose(norms[0], norms[1], rtol=1e-5)
+        assert module.launches.get("rnb_grad_norm", 0) and module.launches.get("rnb_grad_scale", 0)
     sc, sg = cpu.state_dict(), gpu.state_dict()
     assert all(np.allclose(sc[k], sg[k], rtol=1e-5, atol=1e-6) for k in sc)
 

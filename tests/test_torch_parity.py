@@ -64,10 +64,17 @@ CONFIGS = {
              lambda p, lr: torch.optim.Adam(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)),
     "adamw": (lambda: AdamW().weight_decay(0.1), 1e-4,
               lambda p, lr: torch.optim.AdamW(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)),
+    # with clip_grad_norm(0.5) between backward and step: the MLP's gradient norm starts near 1.5-2
+    # here, so most steps are clipped (counted below)
+    "sgd_clip": (lambda: SGD().momentum(0.9), 0.02,
+                 lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9), 0.5),
+    "adamw_clip": (lambda: AdamW().weight_decay(0.1), 1e-4,
+                   lambda p, lr: torch.optim.AdamW(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1), 0.5),
 }
+CLIPPED: dict[str, int] = {}
 
 
-def engine_run(x, y, make_opt, lr):
+def engine_run(x, y, make_opt, lr, clip=None):
     task = (DeepLearningTask("parity")
             .model(seq(fc(SIZES[1]), relu(), fc(SIZES[2]), relu(), fc(SIZES[3]), relu(), fc(SIZES[4])))
             .data(train=(x, y), batch_size=BATCH, shuffle=False)
@@ -75,7 +82,8 @@ def engine_run(x, y, make_opt, lr):
             .optimizer(make_opt())
             .scheduler(CosineAnnealingLR().base_lr(lr).warmup(WARMUP_EPOCHS))
             .total_epochs(1)
-            .seed(1))
+            .seed(1)
+            .clip_grad_norm(clip))
     task.compile()
     assert task.steps_per_epoch == STEPS
     init = task.state_dict()
@@ -91,7 +99,7 @@ def engine_run(x, y, make_opt, lr):
     return task, init, grads, res.step_losses.astype(np.float64)
 
 
-def torch_run(x, y, init, make_opt, lr):
+def torch_run(x, y, init, make_opt, lr, clip=None):
     torch.set_num_threads(2)
     torch.manual_seed(0)
     layers = []
@@ -120,6 +128,9 @@ def torch_run(x, y, init, make_opt, lr):
                 lin = layers[2 * j]
                 grads[f"fc{j + 1}.weight"] = lin.weight.grad.detach().numpy().copy()
                 grads[f"fc{j + 1}.bias"] = lin.bias.grad.detach().numpy().copy()
+        if clip is not None:
+            norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+            CLIPPED[str(clip)] = CLIPPED.get(str(clip), 0) + (norm > clip)
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
@@ -133,11 +144,16 @@ def torch_run(x, y, init, make_opt, lr):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_matches_pytorch(name: str, data) -> None:
     x, y = data
-    make_opt, lr, make_torch_opt = CONFIGS[name]
-    task, init, grads, losses = engine_run(x, y, make_opt, lr)
+    make_opt, lr, make_torch_opt, *clip = CONFIGS[name]
+    task, init, grads, losses = engine_run(x, y, make_opt, lr, *clip)
+    CLIPPED.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t_losses, t_lrs, t_grads, t_final = torch_run(x, y, init, make_torch_opt, lr)
+        t_losses, t_lrs, t_grads, t_final = torch_run(x, y, init, make_torch_opt, lr, *clip)
+    if clip:  # clipping mattered: most steps were clipped, and the last step's norm is the one torch saw
+        assert CLIPPED[str(clip[0])] >= STEPS // 2, CLIPPED
+        norm, factor = task.executor.view("train_base", "clip.norm")
+        assert factor == pytest.approx(min(1.0, clip[0] / (norm + 1e-6)), rel=1e-6)
 
     # the same learning rate at every step
     np.testing.assert_allclose(task.lr_table(), t_lrs, rtol=1e-6)

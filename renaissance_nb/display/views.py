@@ -397,6 +397,8 @@ def blueprint_view(task: Any) -> dict[str, Any]:
                      ("seed", str(cfg["seed"]))]
         if cfg["ema"] is not None:
             settings.append(("EMA decay", str(cfg["ema"])))
+        if cfg.get("clip_grad_norm") is not None:
+            settings.append(("gradient clipping", f"total 2-norm at most {cfg['clip_grad_norm']:g}"))
         if cfg["train_resolution"] is not None:
             (h0, w0), (h1, w1), b = cfg["train_resolution"]
             settings.append(("progressive resizing", f"{h0}x{w0} then {h1}x{w1} from epoch {b + 1}"))

@@ -358,6 +358,22 @@ def nan_check(outs, ins, p, env):
                 _single(env, "rnb_nonfinite_tally", result, flag, skipped, np.int32(policy)))
 
 
+@gpu_kernel("clip_grad_norm")
+def clip_grad_norm(outs, ins, p, env):
+    """The total norm by one block (fixed order), then the scaling grid-stride; both skip a flagged step."""
+    (flag,) = ins
+    (clip,) = outs
+    grads = env.range_view(p["first"], p["last"], "float32")
+    n = _i64(grads.size)
+    fn = env.module.get_function("rnb_grad_norm")
+    args = (grads, n, flag, np.float32(p["max_norm"]), clip)
+
+    def norm(stream: Any) -> None:
+        with stream:
+            fn((1,), (THREADS,), args)
+    return _seq(norm, _launch(env, "rnb_grad_scale", grads.size, grads, n, flag, clip))
+
+
 @gpu_kernel("optimizer")
 def optimizer_k(outs, ins, p, env):
     """The whole update as one kernel over the W/G/M/V ranges, then the step counter."""

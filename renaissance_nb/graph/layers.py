@@ -257,11 +257,12 @@ def _pool_out(where: str, n: int, k: int, s: int, p: int) -> int:
 
 
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,
-                 opt_state: tuple[str, ...], total_steps: int, ema: bool = False) -> TensorTable:
+                 opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False) -> TensorTable:
     """Every tensor of a task for one variant, in a fixed order.
 
     ``opt_state`` lists the optimizer families needed besides W and G ("M", "V");
-    ``ema`` adds E_ copies of the parameters (and EMA-folded BN parameters).
+    ``ema`` adds E_ copies of the parameters (and EMA-folded BN parameters); ``clip`` the
+    gradient-norm scalars of clip_grad_norm.
     """
     t = TensorTable()
     f32, i32 = "float32", "int32"
@@ -375,6 +376,8 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     t.add("ones", (batch,), f32, Region.S_SCALAR_FP32)
     for name in ("step", "cursor", "rng.offset", "aug.offset", "nan.flag", "nan.skipped"):
         t.add(name, (1,), "int64", Region.S_SCALAR_INT32)
+    if clip:  # [total norm before clipping, the factor applied] of the last step
+        t.add("clip.norm", (2,), f32, Region.S_SCALAR_FP32)
     return t
 
 
@@ -389,6 +392,7 @@ class StepOptions:
     nan_check: bool = True
     nan_policy: str = "raise"  # or "skip": skip the update and count it (what loss scaling needs)
     ema_decay: float | None = None
+    clip_norm: float | None = None  # clip_grad_norm's max_norm: scale the gradients to this total 2-norm
     image: bool = False  # NCHW data gathered into channels-last buffers (with augmentation, prefetch)
     crop_pad: int = 0
     flip: bool = False
@@ -579,6 +583,9 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
         g.append(GraphId.CAST_AND_CHECK, node("nan_check", [ids["result"], ids["step"]],
                                               [ids["nan.flag"], ids["nan.skipped"]], "grads", policy=opts.nan_policy,
                                               first=g_range[0], last=g_range[1]))
+    if opts.clip_norm is not None:
+        g.append(GraphId.CAST_AND_CHECK, node("clip_grad_norm", [ids["nan.flag"]], [ids["clip.norm"]], "grads",
+                                              max_norm=opts.clip_norm, first=g_range[0], last=g_range[1]))
     acc_in = [ids["result"], ids["step"]]
     acc_out = [ids["metrics.sum"], ids["loss_log"]]
     for gid in (GraphId.ACCUM_METRICS, GraphId.ACCUM_METRICS_TRAIN_LAST):

@@ -9,6 +9,7 @@ everything else is a fused numba pass.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -341,6 +342,30 @@ def ema_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, An
             raise PlanError(f"ema_update: the {name} range holds {a.size} values but its source holds {b.size}; "
                             "they must list the same tensors with the same slot sizes.")
     return e, w, be, bw
+
+
+@kernel("clip_grad_norm")
+def clip_grad_norm(outs, ins, p, env):
+    """torch.nn.utils.clip_grad_norm_ over the whole G range, after the NaN check: the total
+    2-norm of every gradient (float64 sums, rounded to float32 as torch's norm is), then every
+    gradient times max_norm / (norm + 1e-6) in float32 when that factor is below 1. A step the
+    NaN check skips is left alone. clip.norm keeps [norm, factor applied] of the last step."""
+    (flag,) = ins
+    (out,) = outs
+    grads = env.range_view(p["first"], p["last"], "float32")
+    max_norm, tiny, one = np.float32(p["max_norm"]), np.float32(1e-6), np.float32(1.0)
+    total = fused.sq_sum_par if blas.THREADED else fused.sq_sum_chunked
+    scale = fused.scale_par if blas.THREADED else fused.scale_
+
+    def run() -> None:
+        if flag[0]:
+            return
+        norm = np.float32(math.sqrt(total(grads)))
+        factor = max_norm / (norm + tiny)
+        out[0], out[1] = norm, min(factor, one)
+        if factor < one:
+            scale(grads, factor)
+    return run
 
 
 @kernel("optimizer")

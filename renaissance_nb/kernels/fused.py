@@ -580,6 +580,67 @@ def nonfinite_probe_par(x):
 
 
 @jit
+def sq_sum(x):
+    """Sum of squares of a float32 range in float64, as eight running sums combined in a fixed order:
+    independent sums keep the adds in flight and let LLVM vectorise without reassociating (fastmath
+    stays off), and the order is the same on every machine."""
+    n = x.shape[0]
+    acc = np.zeros(8, np.float64)
+    for i in range(0, n - n % 8, 8):
+        for j in range(8):
+            v = np.float64(x[i + j])
+            acc[j] += v * v
+    for i in range(n - n % 8, n):
+        v = np.float64(x[i])
+        acc[i % 8] += v * v
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+
+
+@par
+def sq_sum_par(x):
+    """sq_sum over PAR_CHUNKS chunks on numba's threads, the chunk sums added in chunk order
+    (the same float64 on every thread count; sq_sum_chunked is its serial twin)."""
+    n = x.shape[0]
+    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    part = np.zeros(PAR_CHUNKS, np.float64)
+    for c in numba.prange(PAR_CHUNKS):
+        lo = min(n, c * ch)
+        part[c] = sq_sum(x[lo:min(n, lo + ch)])
+    total = 0.0
+    for c in range(PAR_CHUNKS):
+        total += part[c]
+    return total
+
+
+@jit
+def sq_sum_chunked(x):
+    """sq_sum_par's chunks and order on one thread (the same float64)."""
+    n = x.shape[0]
+    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    total = 0.0
+    for c in range(PAR_CHUNKS):
+        lo = min(n, c * ch)
+        total += sq_sum(x[lo:min(n, lo + ch)])
+    return total
+
+
+@jit
+def scale_(x, factor):
+    """x *= factor in float32, element by element (torch's grad.mul_(clip_coef))."""
+    for i in range(x.shape[0]):
+        x[i] = x[i] * factor
+
+
+@par
+def scale_par(x, factor):
+    n = x.shape[0]
+    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    for c in numba.prange(PAR_CHUNKS):
+        lo = min(n, c * ch)
+        scale_(x[lo:min(n, lo + ch)], factor)
+
+
+@jit
 def ema_(e, w, decay):
     """e = decay * e + (1 - decay) * w (timm's ModelEmaV2 update), element-wise, as two halves side
     by side (see _adam_core)."""

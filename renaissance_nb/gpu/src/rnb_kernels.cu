@@ -140,6 +140,42 @@ extern "C" __global__ void rnb_nonfinite_tally(const float* result, rnb_i64* fla
     }
 }
 
+// clip_grad_norm, part 1 (one block): the gradients' total 2-norm in double, strided per-thread sums
+// then a fixed-order tree, rounded to float as torch's norm is; clip = [norm, factor applied]. A step
+// the NaN check skips (flag set) is left alone; the flag is the same for every thread of the block.
+extern "C" __global__ void rnb_grad_norm(const float* g, rnb_i64 n, const rnb_i64* flag, float max_norm,
+                                         float* clip) {
+    __shared__ double s_sq[RNB_THREADS];
+    int t = threadIdx.x;
+    if (flag[0]) return;
+    double acc = 0.0;
+    for (rnb_i64 k = t; k < n; k += RNB_THREADS) {
+        double x = (double)g[k];
+        acc += x * x;
+    }
+    s_sq[t] = acc;
+    __syncthreads();
+    for (int h = RNB_THREADS / 2; h > 0; h >>= 1) {
+        if (t < h) s_sq[t] += s_sq[t + h];
+        __syncthreads();
+    }
+    if (t == 0) {
+        float norm = (float)sqrt(s_sq[0]);
+        float factor = max_norm / (norm + 1e-6f);
+        clip[0] = norm;
+        clip[1] = factor < 1.0f ? factor : 1.0f;
+    }
+}
+
+// clip_grad_norm, part 2: every gradient times the factor when it is below 1 (float32, as torch's mul_).
+extern "C" __global__ void rnb_grad_scale(float* g, rnb_i64 n, const rnb_i64* flag, const float* clip) {
+    if (flag[0]) return;
+    float f = clip[1];
+    if (!(f < 1.0f)) return;
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
+        g[k] = g[k] * f;
+}
+
 extern "C" __global__ void rnb_adam(float* w, const float* g, float* m, float* v, rnb_i64 n, const float* lr_table,
                                     rnb_i64 lr_len, const rnb_i64* step, const rnb_i64* flag, double beta1,
                                     double beta2, double eps, double weight_decay, int decoupled, int maximize) {
