@@ -64,8 +64,11 @@ CONFIGS = {
              lambda p, lr: torch.optim.Adam(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)),
     "adamw": (lambda: AdamW().weight_decay(0.1), 1e-4,
               lambda p, lr: torch.optim.AdamW(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)),
-    # with clip_grad_norm(0.5) between backward and step: the MLP's gradient norm starts near 1.5-2
-    # here, so most steps are clipped (counted below)
+    # with clip_grad_norm(0.5) between backward and step: most steps are clipped (counted below).
+    # These agree less tightly (AdamW: 2e-5 in the loss, 3e-4 in the weights after 50 steps): torch
+    # sums each tensor's squares in float32 (its norm of the first step's gradients is 9e-6 below
+    # the float64 one, which ours rounds from), and Adam's first steps divide gradients of 1e-9 by
+    # |g| + eps, where either side's rounding moves an update by percents.
     "sgd_clip": (lambda: SGD().momentum(0.9), 0.02,
                  lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9), 0.5),
     "adamw_clip": (lambda: AdamW().weight_decay(0.1), 1e-4,
