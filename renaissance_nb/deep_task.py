@@ -35,7 +35,7 @@ from .graph.ids import GraphId
 from .graph.layers import ArchPlan, StepOptions, plan_architecture
 from .kernels import blas, fused
 from .kernels.cpu import BindEnv
-from .memory.plan import bytes_versus, human_bytes
+from .memory.plan import bytes_versus, human_bytes, plural
 from .progress import make_progress
 from .result import EpochRecord, TrainingResult
 from .runtime.arena import Arena
@@ -1122,7 +1122,7 @@ class DeepLearningTask(TaskBase):
         if self.memory.finalized:
             bits.append(f"arena {human_bytes(self.memory.total_bytes)}")
         if self.result.history:
-            bits.append(f"{len(self.result.history)} epochs trained")
+            bits.append(f"{plural(len(self.result.history), 'epoch')} trained")
         return f"<DeepLearningTask {self.name!r}: " + ", ".join(bits) + ">"
 
 

@@ -191,7 +191,12 @@ def test_phase_view_actions() -> None:
     v = views.phase_view(t)
     assert v["current"] == "PLANNING" and [p["state"] for p in v["phases"]] == ["current", "todo", "todo"]
     acts = {a["name"]: a for a in v["actions"]}
-    assert acts["plan"]["next"] and not acts["compile"]["enabled"], "compile waits for MEMORY_LOCKED"
+    # compile() runs the stages not done yet, as DeepLearningTask.compile() does; plan() is the next one
+    assert acts["plan"]["next"] and acts["compile"]["enabled"] and not acts["compile"]["next"]
+    assert v["phases"][0]["allows"] == ["change any setting", "plan()", "lock_memory()", "compile()"]
+    t.plan()
+    v = views.phase_view(t)  # every setter refuses after plan(): the box says so
+    assert v["phases"][0]["allows"][0] == "settings fixed by plan(): reset() to change them"
     t.lock_memory()
     v = views.phase_view(t)
     assert [p["state"] for p in v["phases"]] == ["done", "current", "todo"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 pytest.importorskip("ipywidgets")
@@ -255,3 +256,62 @@ def test_graph_as_text_names_tensors(compiled: DeepLearningTask) -> None:
     g = views.graphs_of(t)["forward"]
     assert "matmul(0, 1) -> 2" in g.as_text() and "matmul(x, w) -> y" in g.as_text(t.memory)
     assert GraphId.DEEP_FWD_BWD.name in compiled.graphs.train.as_text()
+
+
+# ---- what a view shows follows the task (found by an audit of the displayed figures) -------------------
+def test_parameter_counts_leave_out_batch_norm_running_statistics() -> None:
+    from renaissance_nb import bn, conv, flatten
+    x = np.random.default_rng(0).standard_normal((64, 3, 8, 8)).astype(np.float32)
+    t = DeepLearningTask("p").model(seq(conv(8, 3, 1, 1), bn(), relu(), flatten(), fc(10))).data(
+        train=(x, np.arange(64) % 10), batch_size=32)
+    t.plan()
+    bv = views.blueprint_view(t)
+    # torch's sum(p.numel() for p in model.parameters()): conv w+b, bn gamma+beta, fc w+b; the 16
+    # running statistics are buffers
+    assert bv["total_params"] == (8 * 3 * 9 + 8) + (8 + 8) + (8 * 8 * 8 * 10 + 10) == 5370
+    assert {layer["name"]: layer["params"] for layer in bv["layers"]}["bn1"] == 16
+    assert "5,370 parameters" in repr(BluePrintView(t))
+
+
+def test_graph_view_refresh_redraws_after_a_reset_with_other_settings() -> None:
+    t = small_task()
+    t._batch = 96  # noqa: SLF001 (a batch of its own so the shapes below are unambiguous)
+    t.lock_memory()
+    gv = GraphView(t)
+    assert "(96, 32) float32" in (gv.svg or gv.table)
+    t.reset()
+    t.data(datasets.default_mnist(), batch_size=50)
+    gv.refresh()
+    assert gv.view["ready"] is False and not gv.svg and not gv.table  # no graphs in PLANNING: nothing stale
+    t.lock_memory()
+    gv.refresh()
+    text = gv.svg or gv.table
+    assert "(50, 32) float32" in text and "(96, 32)" not in text
+    fresh = GraphView(small_task().lock_memory())  # a view made before lock_memory() opens the graphs later
+    empty = GraphView(small_task())
+    empty.source = fresh.source
+    empty.refresh()
+    assert empty.graph == "train" and empty.gid == "DEEP_FWD_BWD" and (empty.svg or empty.table)
+
+
+def test_a_phase_button_error_clears_once_the_setting_is_fixed_in_code() -> None:
+    from renaissance_nb import CosineAnnealingLR
+    t = small_task(epochs=2).scheduler(CosineAnnealingLR().warmup(5))
+    from renaissance_nb.display import Dashboard
+    d = Dashboard(t)
+    d.phases.act("plan")
+    assert d.phases.error.get("type") == "ConfigError" and "warmup" in d.phases.error["message"]
+    d.refresh()
+    assert d.phases.error.get("type") == "ConfigError", "nothing changed: the error stays"
+    t.total_epochs(10)
+    d.refresh()
+    assert not d.phases.error.get("type")
+    d.close()
+
+
+def test_task_repr_counts_epochs_in_words() -> None:
+    t = small_task(epochs=2)
+    t.run(1, progress=False)
+    assert repr(t).endswith(", 1 epoch trained>")
+    t.run(1, progress=False)
+    assert repr(t).endswith(", 2 epochs trained>")

@@ -51,11 +51,13 @@ class ViewWidget(OneLine, anywidget.AnyWidget):
         self.view = self.make_view()
 
     def task_mark(self) -> tuple:
-        """What changes when the task moves on (its phase, phase calls, epochs trained): an error
-        shown since then is stale."""
+        """What changes when the task moves on (its phase, phase calls, epochs trained, settings): an
+        error shown since then is stale (a setting fixed in code clears the error it caused)."""
         s = self.source
         history = getattr(getattr(s, "result", None), "history", None) or ()
-        return (str(getattr(s, "phase", "")), len(getattr(s, "transitions", ()) or ()), len(history))
+        settings = getattr(s, "settings", None)
+        return (str(getattr(s, "phase", "")), len(getattr(s, "transitions", ()) or ()), len(history),
+                repr(settings) if isinstance(settings, dict) else "")
 
     def static_html(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError

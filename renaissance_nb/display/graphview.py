@@ -35,6 +35,13 @@ class GraphView(ViewWidget):
         self._drawing = False
         super().__init__(source, **kwargs)
         self._drawing = True
+        self._pick(graph, gid)
+        self._drawing = False
+        self._ready = True
+        self.draw(reset_layers=True)
+
+    def _pick(self, graph: str, gid: str | None) -> None:
+        """Open ``graph`` (else the first one) at ``gid`` (None: the default of __init__'s docstring)."""
         graphs = self.view.get("graphs", [])
         names = [g["name"] for g in graphs]
         if names:
@@ -44,8 +51,24 @@ class GraphView(ViewWidget):
             if self.view.get("hand"):  # a hand-built graph has one bucket: its stream, no GraphId
                 gid = graphs[names.index(self.graph)]["gids"][0]
             self.gid = gid or ""
-        self._drawing = False
-        self.draw(reset_layers=True)
+
+    def refresh(self) -> None:
+        """Read the task again and redraw it: after a reset() and lock_memory() with other settings the
+        drawing shows the new graphs and shapes; a view made before the graphs existed opens them now.
+        The collapsed layers are kept while the graph's layers stay the same."""
+        super().refresh()
+        if not getattr(self, "_ready", False):  # __init__ draws once it has picked a graph
+            return
+        names = [g["name"] for g in self.view.get("graphs", [])]
+        if names and self.graph not in names:
+            self._drawing = True
+            try:
+                self._pick(self.graph, None)
+            finally:
+                self._drawing = False
+        g = views.graphs_of(self.source).get(self.graph)
+        gid = GraphId[self.gid] if self.gid in GraphId.__members__ else None
+        self.draw(reset_layers=g is None or layers_of(g, gid) != list(self.layers))
 
     def make_view(self) -> dict[str, Any]:
         graphs = views.graphs_of(self.source)

@@ -84,15 +84,16 @@ def phase_view(task: Any) -> dict[str, Any]:
     ci = PHASES.index(current)
     deep = is_deep(task)
     allows = {p.value: [f"{op}()" for op in ops] for p, ops in PHASE_ALLOWS.items()}
-    if deep:  # what the fluent builder offers on top of TaskBase's calls
-        allows = {"PLANNING": ["change any setting", "plan()", "lock_memory()"],
+    planned = getattr(task, "arch", None) is not None
+    if deep:  # what the fluent builder offers on top of TaskBase's calls; plan() fixes the settings
+        allows = {"PLANNING": (["settings fixed by plan(): reset() to change them", "lock_memory()", "compile()"]
+                               if planned else ["change any setting", "plan()", "lock_memory()", "compile()"]),
                   "MEMORY_LOCKED": ["inspect plans and graphs", "compile()"],
                   "COMPILED": ["run()", "evaluate()", "predict()", "state_dict()"]}
     phases = [{"name": p, "state": "done" if i < ci else ("current" if i == ci else "todo"),
                "allows": allows.get(p, [])} for i, p in enumerate(PHASES)]
     history = [{"source": str(t.source), "target": str(t.target), "operation": t.operation,
                 "at": clock(t.at), "seconds": float(t.seconds)} for t in getattr(task, "transitions", [])]
-    planned = getattr(task, "arch", None) is not None
     if deep:
         actions = [
             {"name": "plan", "label": "plan()", "next": current == "PLANNING" and not planned,
@@ -100,7 +101,8 @@ def phase_view(task: Any) -> dict[str, Any]:
             {"name": "lock_memory", "label": "lock_memory()", "next": current == "PLANNING" and planned,
              "enabled": True, "doc": "stages 3-4: graphs built, six MemoryPlans finalized"},
             {"name": "compile", "label": "compile()", "next": current == "MEMORY_LOCKED",
-             "enabled": current != "PLANNING", "doc": "stage 5: atlas filled, graphs bound, arena created"},
+             "enabled": current != "COMPILED", "doc": "stage 5 (and any stage before it not done yet): atlas "
+                                                       "filled, graphs bound, arena created"},
             {"name": "reset", "label": "reset()", "next": False, "enabled": current != "PLANNING" or planned,
              "doc": "discard the plan and go back to PLANNING (settings stay)"},
         ]
@@ -376,8 +378,9 @@ def blueprint_view(task: Any) -> dict[str, Any]:
             io = {name: (i, o) for name, i, o in shapes.tables["train_base"].layer_shapes}
         params = {}
         if shapes is not None:
-            for p in shapes.tables["train_base"].params:
-                params[p.layer] = params.get(p.layer, 0) + _param_count(p.shape)
+            for p in shapes.tables["train_base"].params:  # parameters, as torch counts them: BN's
+                if p.trainable:                              # running statistics are buffers
+                    params[p.layer] = params.get(p.layer, 0) + _param_count(p.shape)
         for layer in arch.layers:
             i, o = io.get(layer.name, (None, None))
             what = layer.describe().split(": ", 1)[-1].split("  <- ", 1)[0]
