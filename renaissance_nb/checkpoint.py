@@ -38,6 +38,7 @@ import io
 import json
 import os
 import tempfile
+import time
 import zipfile
 from typing import Any
 
@@ -168,6 +169,9 @@ def save(task: Any, path: str | os.PathLike) -> str:
         "spec": spec(task),
         "epoch": int(task._epoch),
         "resume_at": None if at is None else [int(v) for v in at],
+        # wall seconds the epoch resume_at points into has run, so a resumed epoch reports its whole time
+        "resume_seconds": (task._partial_seconds if task._resume_at else
+                           time.perf_counter() - task._epoch_t0 if task._live_at else 0.0),
         "history": [dict(r.__dict__) for r in task.result.history],
         "interrupted": bool(task.result.interrupted),
         "sha256": _digest(arrays),
@@ -341,6 +345,7 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
         epoch = int(header["epoch"])
         resume = header.get("resume_at")
         resume_at = None if resume is None else (int(resume[0]), int(resume[1]))
+        resume_seconds = float(header.get("resume_seconds", 0.0)) if resume_at else 0.0
         history = [EpochRecord(**r) for r in header.get("history", [])]
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{op}: the header of {p!r} is incomplete ({exc}). "
@@ -353,6 +358,7 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
         dst[...] = src
     task._epoch = epoch
     task._resume_at = resume_at
+    task._partial_seconds = resume_seconds
     task.result.history = history
     task.result.interrupted = bool(header.get("interrupted", False))
     steps = int(task.executor.view("train_base", "step")[0])

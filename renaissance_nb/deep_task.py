@@ -133,6 +133,8 @@ class DeepLearningTask(TaskBase):
         self._epoch = 0          # epochs finished
         self._resume_at: tuple[int, int] | None = None  # (epoch, next step) after an interrupt
         self._live_at: tuple[int, int] | None = None  # (epoch, next step) while run() calls a step callback
+        self._epoch_t0 = 0.0  # perf_counter() when the running epoch started, less the seconds carried into it
+        self._partial_seconds = 0.0  # the seconds the epoch _resume_at points into ran before it stopped
         self._torn_at: tuple[int, int] | None = None  # (epoch, step) a run stopped inside of: not resumable
         self._running = False  # run() is on the stack: no second run() or reset() from a callback
 
@@ -749,10 +751,11 @@ class DeepLearningTask(TaskBase):
                 while self._epoch < end:
                     epoch = self._epoch
                     sched = sched_low if epoch >= boundary else sched_base
-                    t0 = time.perf_counter()
+                    self._epoch_t0 = time.perf_counter()
                     start = 0
                     if self._resume_at is not None and self._resume_at[0] == epoch:
                         start = self._resume_at[1]
+                        self._epoch_t0 -= self._partial_seconds  # the epoch's time includes its steps before the stop
                     else:
                         self._shuffle_into(self._env.perms["train"], epoch)
                         rx.set_perm("train", self._env.perms["train"])
@@ -761,7 +764,7 @@ class DeepLearningTask(TaskBase):
                         rx.push(cursor, aug_offset)
                         for k in sched.prologue:
                             k()
-                    self._resume_at = None
+                    self._resume_at, self._partial_seconds = None, 0.0
                     pos = start
                     steps = sched.steps
                     for i in range(start, sched.batches):
@@ -774,6 +777,7 @@ class DeepLearningTask(TaskBase):
                             first = False
                         if stop.requested:
                             self._resume_at = (epoch, i + 1)
+                            self._partial_seconds = time.perf_counter() - self._epoch_t0
                             break
                         if (i & 15) == 15:
                             rx.pull(*watched)
@@ -802,7 +806,7 @@ class DeepLearningTask(TaskBase):
                     lr = float(lr_table[min(int(step_counter[0]), len(lr_table)) - 1]) if step_counter[0] else 0.0
                     rec = EpochRecord(epoch + 1, train[0] / train[3], train[1] / train[3], train[2] / train[3],
                                       None if val is None else val[0] / val[3], None if val is None else val[1] / val[3],
-                                      None if val is None else val[2] / val[3], lr, time.perf_counter() - t0,
+                                      None if val is None else val[2] / val[3], lr, time.perf_counter() - self._epoch_t0,
                                       int(step_counter[0]),
                                       *((None, None, None) if emav is None else (emav[0] / emav[3], emav[1] / emav[3],
                                                                                  emav[2] / emav[3])))
@@ -826,6 +830,7 @@ class DeepLearningTask(TaskBase):
                         pos = None
                 if pos is not None:
                     self._resume_at = (epoch, pos)
+                    self._partial_seconds = time.perf_counter() - self._epoch_t0
                     self.result.interrupted = True
                 prog.close()
                 raise

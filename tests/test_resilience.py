@@ -116,3 +116,29 @@ def test_gradient_probe_finds_a_non_finite_value_anywhere(n: int) -> None:
             a = np.full(n, 3.0, np.float32)
             a[pos] = bad
             assert np.isnan(nonfinite_probe(a)), (pos, bad)
+
+
+@pytest.mark.parametrize("how", ["resume", "checkpoint"])
+def test_a_resumed_epoch_reports_its_whole_time(tmp_path, how: str) -> None:  # type: ignore[no-untyped-def]
+    """500 samples at batch 32: 16 steps an epoch, one step callback at its end. A callback that
+    takes 0.4 s and then fails stops epoch 2; the resumed epoch's seconds count that 0.4 s, in the
+    same process or from a checkpoint the callback saved (they used to count only the remainder)."""
+    import time
+    t = make()
+    path = str(tmp_path / "mid.npz")
+
+    class Stop(Exception):
+        pass
+
+    def slow_then_fail(kind: str, info: dict) -> None:
+        if kind == "step" and info["epoch"] == 2:
+            time.sleep(0.4)
+            t.save(path)
+            raise Stop
+    with pytest.raises(Stop):
+        t.run(epochs=2, progress=False, callbacks=[slow_then_fail])
+    assert len(t.result.history) == 1 and t._resume_at == (1, 16)
+    if how == "checkpoint":
+        t = DeepLearningTask.load(path, t.splits)
+    r = t.run(epochs=1, progress=False)
+    assert len(r.history) == 2 and r.history[1].seconds >= 0.4
