@@ -557,7 +557,8 @@ class DeepLearningTask(TaskBase):
         ids = shapes.tables["train_base"].ids
         opts = StepOptions(self._loss.label_smoothing_, tuple(sorted(self._optimizer.graph_params().items())),
                            zero_grad=self._zero_grad, nan_check=self._nan_check, nan_policy=self._nan_policy,
-                           ema_decay=self._ema, clip_norm=self._clip_norm, image=len(self._splits.train.sample_shape) == 3,
+                           ema_decay=self._ema, clip_norm=self._clip_norm,
+                           image=len(self._splits.train.sample_shape) == 3,
                            crop_pad=self._crop_pad, flip=self._flip, prefetch=self._prefetch)
         graphs = build_computation_graph(self.arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
         lifetimes = graph_lifetimes(graphs) if self._liveness else None

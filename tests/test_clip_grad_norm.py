@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from renaissance_nb import SGD, CheckpointError, ConfigError, DeepLearningTask, GraphId, PhaseError, PlanError, fc, relu, seq
+from renaissance_nb import (SGD, CheckpointError, ConfigError, DeepLearningTask, GraphId, PhaseError, PlanError, fc,
+                            relu, seq)
 from renaissance_nb.kernels import fused
 from renaissance_nb.kernels.cpu import KERNELS, BindEnv
 
