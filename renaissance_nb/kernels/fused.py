@@ -579,21 +579,17 @@ def nonfinite_probe_par(x):
     return s
 
 
-@jit
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 def sq_sum(x):
-    """Sum of squares of a float32 range in float64, as eight running sums combined in a fixed order:
-    independent sums keep the adds in flight and let LLVM vectorise without reassociating (fastmath
-    stays off), and the order is the same on every machine."""
-    n = x.shape[0]
-    acc = np.zeros(8, np.float64)
-    for i in range(0, n - n % 8, 8):
-        for j in range(8):
-            v = np.float64(x[i + j])
-            acc[j] += v * v
-    for i in range(n - n % 8, n):
+    """Sum of squares of a float32 range, accumulated in float64. Reassociation lets LLVM vectorise
+    the sum (0.25 ms for the MLP's 1.47M gradients against 0.8-1.3 ms in strict order), in an order
+    fixed by this compiled code, so a machine gives the same bytes every run; any order's float64
+    error is some 1e-16 of the sum, far below the float32 the norm is rounded to."""
+    s = 0.0
+    for i in range(x.shape[0]):
         v = np.float64(x[i])
-        acc[i % 8] += v * v
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+        s += v * v
+    return s
 
 
 @par
