@@ -445,7 +445,19 @@ class DeepLearningTask(TaskBase):
         return self.steps_per_epoch * self._epochs
 
     def lr_table(self) -> np.ndarray:
-        """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr)."""
+        """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr).
+        Read-only, and computed once per settings (plan(), compile() and the views all read it; at
+        2**26 steps one computation takes seconds)."""
+        key = (self._scheduler, type(self._optimizer), self._optimizer.lr_, self.steps_per_epoch, self._epochs)
+        cached = getattr(self, "_lr_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        table = self._lr_table()
+        table.flags.writeable = False
+        self._lr_cache = (key, table)
+        return table
+
+    def _lr_table(self) -> np.ndarray:
         spe = self.steps_per_epoch
         if self.total_steps > MAX_STEPS:
             raise bad_argument(ConfigError, "total_epochs", "epochs", self._epochs,

@@ -14,6 +14,7 @@ import tomllib
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("ipywidgets")
@@ -21,6 +22,7 @@ pytest.importorskip("anywidget")
 
 from renaissance_nb import (DeepLearningTask, PhaseError, Region, StreamKind, TaskBase, datasets, fc,  # noqa: E402
                             node, relu, seq)
+import renaissance_nb as rnb  # noqa: E402
 from renaissance_nb import display  # noqa: E402
 from renaissance_nb.display import (AtlasView, GraphView, LifetimeView, PhaseView, RegionMap,  # noqa: E402
                                     TrainingMonitor, dashboard, dashboard_bundle, graphdraw, static, views)
@@ -482,3 +484,28 @@ def test_phase_error_is_not_swallowed_by_the_api() -> None:
     t = small_task().lock_memory()
     with pytest.raises(PhaseError):
         t.lock_memory()
+
+
+def test_per_step_curves_keep_a_fixed_resolution_on_long_runs() -> None:
+    """A run planned for 6,400 steps sends one loss point per 4 steps (block means, at each block's
+    last step) and one lr point per 4 steps; a million-step run sent a million floats per update."""
+    x = np.random.default_rng(0).standard_normal((64, 5)).astype(np.float32)
+    t = (DeepLearningTask("long").model(seq(fc(8), relu(), fc(2))).data(train=(x, np.arange(64) % 2), batch_size=1)
+         .scheduler(rnb.StepLR().step_size(10)).total_epochs(100))
+    mon = TrainingMonitor(t)
+    assert views.curve_every(t.total_steps) == 4 and len(mon.lr) == 1600 <= views.CURVE_POINTS
+    assert mon.lr == pytest.approx([float(v) for v in t.lr_table()[3::4]])  # each block's last step
+    t.run(2, callbacks=[mon], progress=False)
+    logged = t.result.step_losses.astype(np.float64)
+    assert len(logged) == 128 and mon.loss_steps == 128 and mon.loss_every == 4
+    assert mon.step_losses == pytest.approx(list(logged.reshape(32, 4).mean(1)))
+    v = views.training_view(t)
+    assert v["step_losses"] == mon.step_losses and v["lr"] == mon.lr
+
+
+def test_step_curve_blocks_gaps_and_the_short_last_block() -> None:
+    assert views.curve_every(2000) == 1 and views.curve_every(2001) == 2 and views.curve_every(2**26) == 2**16
+    assert views.step_curve(np.array([1.0, 3.0, 5.0, 7.0, 9.0]), 2) == [2.0, 6.0, 9.0]
+    assert views.step_curve(np.array([1.0, np.nan, 5.0, 7.0]), 2) == [None, 6.0]  # a diverged block is a gap
+    assert views.step_curve(np.array([1.0, 2.0, 3.0, 4.0, 5.0]), 2, mean=False) == [2.0, 4.0, 5.0]
+    assert views.step_curve(np.array([np.inf, 1.0], np.float32), 1) == [None, 1.0]

@@ -39,8 +39,11 @@ class TrainingMonitor(ViewWidget):
 
     _esm = esm("monitor.js")
     records = traitlets.List().tag(sync=True)
-    step_losses = traitlets.List().tag(sync=True)
+    step_losses = traitlets.List().tag(sync=True)  # one point per loss_every steps (views.step_curve)
+    loss_every = traitlets.Int(1).tag(sync=True)
+    loss_steps = traitlets.Int(0).tag(sync=True)  # the steps step_losses covers
     lr = traitlets.List().tag(sync=True)
+    lr_every = traitlets.Int(1).tag(sync=True)
     total_epochs = traitlets.Int(0).tag(sync=True)
     steps_per_epoch = traitlets.Int(0).tag(sync=True)
     status = traitlets.Unicode("idle").tag(sync=True)
@@ -54,7 +57,8 @@ class TrainingMonitor(ViewWidget):
 
     def make_view(self) -> dict[str, Any]:
         v = views.training_view(self.source)
-        self.records, self.step_losses, self.lr = v["records"], v["step_losses"], v["lr"]
+        self.records, self.lr, self.lr_every = v["records"], v["lr"], v["lr_every"]
+        self._set_losses(v["step_losses"], v["loss_every"], v["loss_steps"])
         self.total_epochs, self.steps_per_epoch = v["total_epochs"], v["steps_per_epoch"]
         self._run_status = run_status(v)
         if not getattr(self, "_in_run", False):  # read from the task: after reset(), a resume in code...
@@ -102,30 +106,33 @@ class TrainingMonitor(ViewWidget):
             rec = views.record_dict(payload)
             self.status = "done" if self.total_epochs and rec["epoch"] >= self.total_epochs else "running"
             self.records = [*self.records, rec]
-            losses = self._losses_so_far(int(getattr(payload, "steps", 0)))
-            if losses is not None:
-                self.step_losses = losses
+            self._losses_so_far(int(getattr(payload, "steps", 0)))
         elif event == "step" and isinstance(payload, dict) and "step" in payload:
             now = time.monotonic()
             if now - self._last_push >= 0.5:  # at most two updates a second: no flicker, little traffic
                 self._last_push = now
-                losses = self._losses_so_far(int(payload["step"]))
-                if losses is not None:
-                    self.step_losses = losses
+                self._losses_so_far(int(payload["step"]))
         elif event == "start" and isinstance(payload, dict):
             self.status = "running"
         elif event == "end":
             self._update_shown()
 
-    def _losses_so_far(self, steps: int) -> list[float] | None:
-        """The per-step losses the compiled step has logged into its arena so far (read-only)."""
+    def _losses_so_far(self, steps: int) -> None:
+        """Show the per-step losses the compiled step has logged into its arena so far (read-only),
+        at the curve's fixed resolution (views.curve_every of the planned steps)."""
         ex = getattr(self.source, "executor", None)
         if ex is None or steps <= 0:
-            return None
+            return
         try:
-            return [views.finite_or_none(x) for x in ex.view("train_base", "loss_log")[:steps]]
+            log = ex.view("train_base", "loss_log")[:steps]
         except Exception:  # the log is an engine detail: without it the curve shows epochs only
-            return None
+            return
+        every = views.curve_every(max(getattr(self.source, "total_steps", 0) or 0, steps))
+        self._set_losses(views.step_curve(log, every), every, int(log.size))
+
+    def _set_losses(self, points: list[float | None], every: int, steps: int) -> None:
+        with self.hold_sync():  # one message: the front end never sees points with the old spacing
+            self.step_losses, self.loss_every, self.loss_steps = points, every, steps
 
     # ---- running from the widget ---------------------------------------------------------------------
     def run(self, epochs: int | None = None, **kwargs: Any) -> Any:

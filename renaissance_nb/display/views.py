@@ -10,6 +10,8 @@ import math
 from types import SimpleNamespace
 from typing import Any, Mapping
 
+import numpy as np
+
 from ..graph.ids import GraphId
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan, bytes_versus, human_bytes, plural
@@ -454,18 +456,57 @@ def record_dict(rec: Any) -> dict[str, Any]:
     return {k: (finite_or_none(v) if isinstance(v, float) else v) for k, v in rec.__dict__.items()}
 
 
+CURVE_POINTS = 2000
+"""The most points a per-step curve has in a view: a run of a million steps would otherwise send
+megabytes to the widget on every update and take seconds to draw; at this resolution the
+curves keep their shape."""
+
+
+def curve_every(total_steps: int) -> int:
+    """Steps per point of a per-step curve: the smallest power of two that keeps ``total_steps``
+    (the planned steps, fixed for a run, so points do not move as it grows) under CURVE_POINTS."""
+    every = 1
+    while -(-max(int(total_steps), 0) // every) > CURVE_POINTS:
+        every *= 2
+    return every
+
+
+def _json_floats(a: np.ndarray) -> list[float | None]:
+    """float64 values as JSON numbers, the non-finite ones as None (finite_or_none, vectorised)."""
+    out: list[float | None] = a.tolist()
+    for i in np.flatnonzero(~np.isfinite(a)):
+        out[i] = None
+    return out
+
+
+def step_curve(values: np.ndarray, every: int, mean: bool = True) -> list[float | None]:
+    """A per-step series at one point per ``every`` steps, each at its block's last step: the
+    block's mean (losses; a block holding a non-finite value is a gap) or its last value (rates)."""
+    v = np.asarray(values, np.float64)
+    if every <= 1 or not v.size:
+        return _json_floats(v)
+    starts = np.arange(0, v.size, every)
+    if mean:
+        return _json_floats(np.add.reduceat(v, starts) / np.diff(np.append(starts, v.size)))
+    return _json_floats(v[np.minimum(starts + every, v.size) - 1])
+
+
 def training_view(task: Any) -> dict[str, Any]:
-    """History so far, per-step losses and the learning-rate schedule."""
+    """History so far, per-step losses and the learning-rate schedule (curves of at most
+    CURVE_POINTS points: ``loss_every``/``lr_every`` steps a point, see step_curve)."""
     res = getattr(task, "result", None)
     records = [record_dict(r) for r in getattr(res, "history", [])]
     losses = getattr(res, "step_losses", None)
-    lr = []
+    lr = np.zeros(0)
     try:
         if getattr(task, "splits", None) is not None:
-            lr = [float(x) for x in task.lr_table()]
+            lr = task.lr_table()
     except Exception:  # a schedule that does not fit the data yet: no curve, no traceback
-        lr = []
-    return {"records": records, "step_losses": [finite_or_none(x) for x in losses] if losses is not None else [],
-            "lr": lr, "total_epochs": int(getattr(task, "settings", {}).get("total_epochs", 0) or 0),
-            "steps_per_epoch": int(getattr(task, "steps_per_epoch", 0) or 0),
-            "interrupted": bool(getattr(res, "interrupted", False))}
+        lr = np.zeros(0)
+    spe = int(getattr(task, "steps_per_epoch", 0) or 0)
+    total = int(getattr(task, "settings", {}).get("total_epochs", 0) or 0)
+    every = curve_every(max(spe * total, len(lr), 0 if losses is None else len(losses)))
+    n = 0 if losses is None else len(losses)
+    return {"records": records, "step_losses": step_curve(losses, every) if n else [], "loss_every": every,
+            "loss_steps": n, "lr": step_curve(lr, every, mean=False), "lr_every": every, "lr_steps": len(lr),
+            "total_epochs": total, "steps_per_epoch": spe, "interrupted": bool(getattr(res, "interrupted", False))}
