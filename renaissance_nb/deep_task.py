@@ -690,6 +690,9 @@ class DeepLearningTask(TaskBase):
         run. ``resume=False`` starts the interrupted epoch over instead. An exception from a
         callback stops the same way (and is raised); ``callbacks`` are called as
         ``cb(kind, info)`` with kind "start", "step" (every 16 steps), "epoch" and "end".
+        ``progress``: "auto" (a tqdm bar in a notebook, lines in a terminal: one per epoch, and
+        inside a long epoch one every 20 s with the step, loss and time per step), "bar",
+        "lines", or False.
         """
         self._not_running("run")
         self._running = True
@@ -749,7 +752,9 @@ class DeepLearningTask(TaskBase):
         watched = (result_view, nan_flag) + ((step_counter, ex.view("train_base", "loss_log")) if callbacks else ())
         rx.upload_all()
         stop = _StopFlag()
-        prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name)
+        done = self._resume_at[1] if self._resume_at is not None and self._resume_at[0] == self._epoch else 0
+        prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name,
+                             steps_per_epoch=sched.batches, epoch=self._epoch + 1, step=done)
         for cb in callbacks:
             cb("start", {"epoch": self._epoch, "total_epochs": self._epochs, "steps_per_epoch": sched.batches})
         self.result.interrupted = False

@@ -88,3 +88,25 @@ def test_only_a_slow_first_step_is_noted(capsys, monkeypatch) -> None:
     t.run(epochs=1, progress="lines")
     out = capsys.readouterr().out
     assert out.startswith(f"... {progress.SLOW_START_NOTE}\nepoch   3")
+
+
+def test_a_terminal_gets_lines_inside_a_long_epoch(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An epoch longer than LINE_EVERY_S prints where it is; set to 0 here, every 16-step update does."""
+    import re
+
+    import numpy as np
+
+    from renaissance_nb import DeepLearningTask, fc, seq
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+    x = np.random.default_rng(0).standard_normal((256, 4)).astype(np.float32)
+    t = DeepLearningTask("p").model(seq(fc(3))).data(train=(x, np.arange(256) % 3), batch_size=8).total_epochs(2)
+    t.run(progress="lines")
+    lines = capsys.readouterr().out.splitlines()
+    mid = [line for line in lines if line.startswith("  epoch ")]
+    assert [re.search(r"step ([\d,]+)/32", line).group(1) for line in mid] == ["16", "32"] * 2
+    assert all(re.search(r"loss \d+\.\d{4}, \d+\.\d\d ms/step", line) for line in mid)
+    assert "epoch ends in about" in mid[0] and "epoch ends" not in mid[1]  # nothing left to say at the end
+    assert mid[2].startswith("  epoch 2:") and sum(line.startswith("epoch ") for line in lines) == 2
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 3600.0)
+    t.reset().total_epochs(1).run(progress="lines")  # an hour between lines: one line per epoch, as before
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("  epoch ")]
