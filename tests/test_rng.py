@@ -114,6 +114,20 @@ def test_permutation():
     bits = g.random_bits(2000, StreamId.SHUFFLE, 0).astype(np.uint64).reshape(1000, 2)
     keys = (bits[:, 0] << np.uint64(32)) | bits[:, 1]
     assert np.array_equal(p, np.argsort(keys, kind="stable"))
+    for n, offset in [(1, 0), (2, 3), (3, 0), (777, 2**40 + 1)]:  # odd counts end on half a block
+        bits = g.random_bits(2 * n, StreamId.SHUFFLE, offset).astype(np.uint64).reshape(n, 2)
+        want = np.argsort((bits[:, 0] << np.uint64(32)) | bits[:, 1], kind="stable")
+        assert np.array_equal(g.permutation(n, StreamId.SHUFFLE, offset), want)
+
+
+def test_permutation_orders_equal_keys_as_a_stable_sort(monkeypatch) -> None:
+    """Equal 64-bit keys (one pair in 2**64) keep index order, as the stable argsort did: runs of
+    two and more, at the start, the middle and the end."""
+    keys = np.random.default_rng(0).integers(0, 20, 500).astype(np.uint64)
+    keys[-3:] = 25  # a run at the end
+    assert not np.array_equal(np.argsort(keys), np.argsort(keys, kind="stable"))  # the fix-up has work to do
+    monkeypatch.setattr(Philox, "_keys", lambda self, n, stream, offset: keys.copy())
+    assert np.array_equal(Philox(0).permutation(len(keys), 0, 0), np.argsort(keys, kind="stable"))
 
 
 def test_same_inputs_identical_bytes():
