@@ -238,3 +238,15 @@ def test_cubic_channels_last_images_are_moved_by_evaluate_as_by_data() -> None:
     twin.run(progress=False)  # the same bytes as t (test_channels_last_true_trains_exactly_like...)
     # evaluate(cube) is the moved arrays' result, as trained; it used to take the cube unmoved
     assert t.evaluate(cube, IMAGE_Y) == twin.evaluate(moved, IMAGE_Y)
+
+
+def test_the_finite_check_reads_chunks_and_skips_integers() -> None:
+    from renaissance_nb.data.arrays import _all_finite, _check_x
+    x = np.zeros((10, 7), np.float32)
+    assert _all_finite(x, chunk=8)
+    x[9, 6] = np.nan  # in the last, short chunk
+    assert not _all_finite(x, chunk=8) and not _all_finite(x)
+    x[9, 6], x[1, 2] = 0.0, -np.inf  # in the second
+    assert not _all_finite(x, chunk=8)
+    big = np.full((3, 4), 255, np.uint8)
+    assert _check_x(big, "data", "train x").dtype == np.float32  # no mask at all for integer inputs
