@@ -81,8 +81,9 @@ def _sample_shape_of(data: Any) -> tuple[int, ...] | None:
 
 
 MAX_STEPS = 2**26
-"""The most training steps a task plans: its per-step learning-rate table (float32, in the arena) is
-then 256 MiB. 67 million steps is 140,000 epochs of full MNIST at batch 128."""
+"""The most training steps a task plans: its per-step learning-rate table and its per-step loss log
+(float32 each, in the arena, and in a checkpoint) are then 256 MiB each. 67 million steps is
+140,000 epochs of full MNIST at batch 128."""
 
 
 class DeepLearningTask(TaskBase):
@@ -462,8 +463,9 @@ class DeepLearningTask(TaskBase):
         if self.total_steps > MAX_STEPS:
             raise bad_argument(ConfigError, "total_epochs", "epochs", self._epochs,
                                f"at most {MAX_STEPS // spe} epochs of {spe} steps: the step reads its learning rate "
-                               f"from a float32 table of one value per step, and {self.total_steps} steps would "
-                               f"need {human_bytes(4 * self.total_steps)}", "train for fewer epochs, or with a larger batch size")
+                               f"from a float32 table of one value per step and logs its loss in another, and "
+                               f"{self.total_steps} steps would need {human_bytes(8 * self.total_steps)}",
+                               "train for fewer epochs, or with a larger batch size")
         if self._scheduler is None:
             return np.full(self.total_steps, self._optimizer.lr_, np.float32)
         opt, base = self._optimizer, self._scheduler.base_lr_
