@@ -4,7 +4,8 @@ The CUDA source (renaissance_nb/gpu/src) is compiled by g++ with a small shim th
 ``__global__`` functions into plain functions and emulates a launch by calling the kernel
 once per (block, thread), in order. That is exact for every kernel that does not talk
 between threads; the one-block reduction of rnb_softmax_xent is built with a block of one
-thread (RNB_THREADS=1), so its rows are summed in order. Wrappers and ctypes signatures
+thread (RNB_THREADS=1), so its rows are summed in order, and rnb_grad_sq_partials, whose blocks
+reduce within themselves, runs its grid with one thread a block. Wrappers and ctypes signatures
 are generated from the kernels' own parameter lists, so a call from the GPU kernel table
 with a wrong argument count fails here as it would on a GPU.
 
@@ -50,7 +51,8 @@ static void rnb_emulate(void (*k)(P...), unsigned int grid, unsigned int block, 
 
 CTYPES = {"int": ctypes.c_int, "float": ctypes.c_float, "double": ctypes.c_double, "rnb_i64": ctypes.c_longlong,
           "unsignedlonglong": ctypes.c_ulonglong, "unsignedint": ctypes.c_uint}
-ONE_BLOCK = {"rnb_softmax_xent", "rnb_grad_norm"}  # kernels whose threads cooperate: emulated with one thread
+ONE_BLOCK = {"rnb_softmax_xent"}  # kernels whose threads cooperate: emulated with one thread
+ONE_THREAD_BLOCKS = {"rnb_grad_sq_partials"}  # each block's threads cooperate: its grid, a thread a block
 
 
 def kernel_signatures(source: str) -> dict[str, list[tuple[str, str]]]:
@@ -252,7 +254,7 @@ class EmulatedModule:
                     if isinstance(a, np.ndarray):
                         raise TypeError(f"{name}: {pname} must be a scalar, got an array")
                     conv.append(a.item() if isinstance(a, np.generic) else a)  # by value, as a launch copies
-            g, b = (1, 1) if name in ONE_BLOCK else (int(grid[0]), int(block[0]))
+            g, b = (1, 1) if name in ONE_BLOCK else (int(grid[0]), 1 if name in ONE_THREAD_BLOCKS else int(block[0]))
 
             def run() -> None:
                 fn(g, b, *conv)

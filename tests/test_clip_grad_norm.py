@@ -34,7 +34,7 @@ def test_the_kernel_scales_every_gradient_as_torch_does(max_norm: float) -> None
     g = (RNG.standard_normal(5000) * 0.01).astype(np.float32)
     work, clip, flag = g.copy(), np.zeros(2, np.float32), np.zeros(1, np.int64)
     env = BindEnv(range_view=lambda first, last, dtype: work)
-    run = KERNELS["clip_grad_norm"]([clip], [flag], {"max_norm": max_norm, "first": "G", "last": "G"}, env)
+    run = KERNELS["clip_grad_norm"]([clip, np.zeros(4)], [flag], {"max_norm": max_norm, "first": "G", "last": "G"}, env)
     run()
     norm = np.float32(np.sqrt(np.sum(g.astype(np.float64) ** 2)))
     factor = np.float32(max_norm) / (norm + np.float32(1e-6))  # torch: max_norm / (total_norm + 1e-6), in float32

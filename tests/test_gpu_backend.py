@@ -167,23 +167,32 @@ def test_sgd_kernel_is_the_cpu_update_bit_for_bit(module, nesterov: bool, wd: fl
 
 @pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipped, and a norm below max_norm: left alone
 def test_clip_grad_norm_kernels_match_the_cpu(module, max_norm: float) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb.graph.layers import CLIP_BLOCKS
     from renaissance_nb.kernels.cpu import KERNELS, BindEnv
     n = 1003
     g = (RNG.normal(size=n) * 10.0 ** RNG.uniform(-6, 0, n)).astype(np.float32)
     cpu, gpu = g.copy(), g.copy()
     clip_c, clip_g, flag = np.zeros(2, np.float32), np.zeros(2, np.float32), np.zeros(1, np.int64)
     env = BindEnv(range_view=lambda first, last, dtype: cpu)
-    KERNELS["clip_grad_norm"]([clip_c], [flag], {"max_norm": max_norm, "first": "G_A", "last": "G_B"}, env)()
-    module.get_function("rnb_grad_norm")((1,), (256,), (gpu, np.int64(n), flag, np.float32(max_norm), clip_g))
+    KERNELS["clip_grad_norm"]([clip_c, np.zeros(CLIP_BLOCKS)], [flag], {"max_norm": max_norm, "first": "G_A", "last": "G_B"}, env)()
+    partial = np.full(CLIP_BLOCKS, np.nan)  # every block writes its own
+
+    def norm(bound: float) -> None:
+        module.get_function("rnb_grad_sq_partials")((CLIP_BLOCKS,), (256,), (gpu, np.int64(n), flag, partial))
+        module.get_function("rnb_grad_norm")((1,), (1,), (partial, np.int32(CLIP_BLOCKS), flag, np.float32(bound),
+                                                          clip_g))
+    norm(max_norm)
+    assert np.isfinite(partial).all() and partial.sum() == pytest.approx(np.sum(g.astype(np.float64) ** 2), rel=1e-14)
     _run(module, "rnb_grad_scale", n, gpu, np.int64(n), flag, clip_g)
     # the float64 sums differ in order only: the float32 norms agree to an ulp; each side scales by its own factor
     assert abs(clip_c[0] - clip_g[0]) <= np.spacing(clip_c[0])
     assert np.array_equal(gpu, g * clip_g[1]) and np.array_equal(cpu, g * clip_c[1])
     assert (clip_c[1] < 1) == (max_norm < 1)
     flag[0] = 1  # a step the NaN check skips is not clipped
-    before = gpu.copy()
-    module.get_function("rnb_grad_norm")((1,), (256,), (gpu, np.int64(n), flag, np.float32(1e-3), clip_g))
+    before, clip_before = gpu.copy(), clip_g.copy()
+    norm(1e-3)
     _run(module, "rnb_grad_scale", n, gpu, np.int64(n), flag, clip_g)
+    assert np.array_equal(clip_g, clip_before)
     assert np.array_equal(gpu, before)
 
 

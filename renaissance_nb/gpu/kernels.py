@@ -360,17 +360,19 @@ def nan_check(outs, ins, p, env):
 
 @gpu_kernel("clip_grad_norm")
 def clip_grad_norm(outs, ins, p, env):
-    """The total norm by one block (fixed order), then the scaling grid-stride; both skip a flagged step."""
+    """Squares summed by CLIP_BLOCKS blocks, their partial sums added in block order by one thread (the
+    same order on every GPU), then the scaling grid-stride; all three skip a flagged step."""
     (flag,) = ins
-    (clip,) = outs
+    clip, partial = outs
     grads = env.range_view(p["first"], p["last"], "float32")
     n = _i64(grads.size)
-    fn = env.module.get_function("rnb_grad_norm")
-    args = (grads, n, flag, np.float32(p["max_norm"]), clip)
+    sums, total = env.module.get_function("rnb_grad_sq_partials"), env.module.get_function("rnb_grad_norm")
+    blocks = int(partial.size)
 
     def norm(stream: Any) -> None:
         with stream:
-            fn((1,), (THREADS,), args)
+            sums((blocks,), (THREADS,), (grads, n, flag, partial))
+            total((1,), (1,), (partial, np.int32(blocks), flag, np.float32(p["max_norm"]), clip))
     return _seq(norm, _launch(env, "rnb_grad_scale", grads.size, grads, n, flag, clip))
 
 

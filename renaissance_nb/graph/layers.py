@@ -256,6 +256,11 @@ def _pool_out(where: str, n: int, k: int, s: int, p: int) -> int:
     return o
 
 
+CLIP_BLOCKS = 264
+"""Blocks of the CUDA backend's gradient-norm sum (two per SM of an H100/H200): a fixed count, so
+its partial sums, added in block order, give the same norm on every GPU."""
+
+
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,
                  opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False) -> TensorTable:
     """Every tensor of a task for one variant, in a fixed order.
@@ -376,8 +381,9 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     t.add("ones", (batch,), f32, Region.S_SCALAR_FP32)
     for name in ("step", "cursor", "rng.offset", "aug.offset", "nan.flag", "nan.skipped"):
         t.add(name, (1,), "int64", Region.S_SCALAR_INT32)
-    if clip:  # [total norm before clipping, the factor applied] of the last step
+    if clip:  # [total norm before clipping, the factor applied] of the last step; the GPU's partial sums
         t.add("clip.norm", (2,), f32, Region.S_SCALAR_FP32)
+        t.add("clip.partials", (CLIP_BLOCKS,), "float64", Region.R_RESULT_ACCUMULATED)
     return t
 
 
@@ -584,7 +590,8 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
                                               [ids["nan.flag"], ids["nan.skipped"]], "grads", policy=opts.nan_policy,
                                               first=g_range[0], last=g_range[1]))
     if opts.clip_norm is not None:
-        g.append(GraphId.CAST_AND_CHECK, node("clip_grad_norm", [ids["nan.flag"]], [ids["clip.norm"]], "grads",
+        g.append(GraphId.CAST_AND_CHECK, node("clip_grad_norm", [ids["nan.flag"]],
+                                              [ids["clip.norm"], ids["clip.partials"]], "grads",
                                               max_norm=opts.clip_norm, first=g_range[0], last=g_range[1]))
     acc_in = [ids["result"], ids["step"]]
     acc_out = [ids["metrics.sum"], ids["loss_log"]]

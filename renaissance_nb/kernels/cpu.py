@@ -351,7 +351,7 @@ def clip_grad_norm(outs, ins, p, env):
     gradient times max_norm / (norm + 1e-6) in float32 when that factor is below 1. A step the
     NaN check skips is left alone. clip.norm keeps [norm, factor applied] of the last step."""
     (flag,) = ins
-    (out,) = outs
+    out = outs[0]  # outs[1], the partial sums of the CUDA kernels, is not used here
     grads = env.range_view(p["first"], p["last"], "float32")
     max_norm, tiny, one = np.float32(p["max_norm"]), np.float32(1e-6), np.float32(1.0)
     total = fused.sq_sum_par if blas.THREADED else fused.sq_sum_chunked

@@ -140,16 +140,16 @@ extern "C" __global__ void rnb_nonfinite_tally(const float* result, rnb_i64* fla
     }
 }
 
-// clip_grad_norm, part 1 (one block): the gradients' total 2-norm in double, strided per-thread sums
-// then a fixed-order tree, rounded to float as torch's norm is; clip = [norm, factor applied]. A step
-// the NaN check skips (flag set) is left alone; the flag is the same for every thread of the block.
-extern "C" __global__ void rnb_grad_norm(const float* g, rnb_i64 n, const rnb_i64* flag, float max_norm,
-                                         float* clip) {
+// clip_grad_norm, part 1: RNB_CLIP_BLOCKS blocks (a fixed count, so the order of the sums is the same on
+// every GPU) each sum the squares of a strided share of the gradients in double, threads then a fixed
+// tree, into partial[block]. The step the NaN check skips (flag set) is left alone; the flag is the
+// same for every thread, so a block returns whole, before its barriers.
+extern "C" __global__ void rnb_grad_sq_partials(const float* g, rnb_i64 n, const rnb_i64* flag, double* partial) {
     __shared__ double s_sq[RNB_THREADS];
     int t = threadIdx.x;
     if (flag[0]) return;
     double acc = 0.0;
-    for (rnb_i64 k = t; k < n; k += RNB_THREADS) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + t; k < n; k += (rnb_i64)gridDim.x * blockDim.x) {
         double x = (double)g[k];
         acc += x * x;
     }
@@ -159,12 +159,20 @@ extern "C" __global__ void rnb_grad_norm(const float* g, rnb_i64 n, const rnb_i6
         if (t < h) s_sq[t] += s_sq[t + h];
         __syncthreads();
     }
-    if (t == 0) {
-        float norm = (float)sqrt(s_sq[0]);
-        float factor = max_norm / (norm + 1e-6f);
-        clip[0] = norm;
-        clip[1] = factor < 1.0f ? factor : 1.0f;
-    }
+    if (t == 0) partial[blockIdx.x] = s_sq[0];
+}
+
+// clip_grad_norm, part 2 (one thread): the partial sums in block order, the norm rounded to float as
+// torch's is, and clip = [norm, factor applied].
+extern "C" __global__ void rnb_grad_norm(const double* partial, int blocks, const rnb_i64* flag, float max_norm,
+                                         float* clip) {
+    if (flag[0]) return;
+    double s = 0.0;
+    for (int b = 0; b < blocks; ++b) s += partial[b];
+    float norm = (float)sqrt(s);
+    float factor = max_norm / (norm + 1e-6f);
+    clip[0] = norm;
+    clip[1] = factor < 1.0f ? factor : 1.0f;
 }
 
 // clip_grad_norm, part 2: every gradient times the factor when it is below 1 (float32, as torch's mul_).
