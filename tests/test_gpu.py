@@ -80,6 +80,21 @@ def test_gpu_losses_match_the_cpu_from_the_same_weights() -> None:
     assert [r.val_top1 for r in rc.history] == pytest.approx([r.val_top1 for r in rg.history], abs=0.011)
 
 
+@pytest.mark.parametrize("capture", ["entry", "step"])
+def test_clip_grad_norm_on_the_gpu_matches_the_cpu(capture: str) -> None:
+    """Every step clipped (max_norm 0.05): the 264-block norm, the scaling, and their place in a
+    captured step; the last step's [norm, factor] and the losses as on the CPU."""
+    cpu, gpu = task("cpu").clip_grad_norm(0.05), task("cuda", capture=capture).clip_grad_norm(0.05)
+    rc, rg = cpu.run(progress=False), gpu.run(progress=False)
+    rel = np.abs(rc.step_losses - rg.step_losses) / np.abs(rc.step_losses)
+    assert rel.max() < 1e-4, rel
+    nc, ng = (t.executor.view("train_base", "clip.norm") for t in (cpu, gpu))
+    assert nc[1] < 1 and np.allclose(nc, ng, rtol=1e-4)
+    sc, sg = cpu.state_dict(), gpu.state_dict()
+    for k in sc:
+        assert np.allclose(sc[k], sg[k], rtol=1e-3, atol=1e-5), k
+
+
 def test_padded_weight_rows_train_as_on_the_cpu() -> None:
     """fc2.weight (10, 1024) has rows of 4 KiB: the plan pads them to 1040 floats, so cuBLAS gets
     a leading dimension longer than the rows for W (forward, dx) and for dW (a padded result)."""
