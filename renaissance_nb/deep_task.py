@@ -785,7 +785,7 @@ class DeepLearningTask(TaskBase):
                         for k in sched.prologue:
                             k()
                     self._resume_at, self._partial_seconds = None, 0.0
-                    pos = start
+                    pos = shown = start  # shown: the steps of this epoch the progress has counted
                     steps = sched.steps
                     for i in range(start, sched.batches):
                         inside = True
@@ -804,7 +804,8 @@ class DeepLearningTask(TaskBase):
                             if nan_flag[0] == 2:
                                 self._raise_halted()
                             loss = float(result_view[0])
-                            prog.update(16, loss)
+                            prog.update(pos - shown, loss)
+                            shown = pos
                             self._live_at = (epoch, pos)  # a save() from a callback records where to resume
                             for cb in callbacks:
                                 cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
@@ -815,7 +816,7 @@ class DeepLearningTask(TaskBase):
                     rx.pull(result_view, acc, step_counter, nan_flag)
                     if nan_flag[0] == 2:
                         self._raise_halted()
-                    prog.update(sched.batches % 16, float(result_view[0]))
+                    prog.update(sched.batches - shown, float(result_view[0]))
                     train = acc.copy()
                     try:
                         val = self._run_eval(val_sched) if val_sched else None

@@ -87,6 +87,12 @@ class LineProgress(NoProgress):
     def slow_start(self) -> None:
         print(f"... {SLOW_START_NOTE}", flush=True)
 
+    def disarm(self) -> None:
+        """After the run's first step: the time per step is timed from here, without the kernels'
+        loading or compiling that the first step may have done."""
+        super().disarm()
+        self._since, self._steps_since = time.monotonic(), 0
+
     def update(self, steps: int, loss: float) -> None:
         self.step += steps
         self._steps_since += steps

@@ -110,3 +110,42 @@ def test_a_terminal_gets_lines_inside_a_long_epoch(capsys, monkeypatch) -> None:
     monkeypatch.setattr(progress, "LINE_EVERY_S", 3600.0)
     t.reset().total_epochs(1).run(progress="lines")  # an hour between lines: one line per epoch, as before
     assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("  epoch ")]
+
+
+def test_lines_after_a_resume_inside_an_epoch_count_the_steps_that_ran(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A stop after step 10 of 40 (Ctrl-C, simulated): the resumed run's lines say 16, 32, 40 of 40
+    (they used to say 26, 42, 50); and the first line's time per step leaves out a slow first step."""
+    import re
+
+    import numpy as np
+
+    import renaissance_nb.deep_task as dt
+    from renaissance_nb import DeepLearningTask, fc, seq
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
+
+    class StopAfter(dt._StopFlag):
+        reads, after = 0, 10
+
+        @property
+        def requested(self) -> bool:  # type: ignore[override]
+            StopAfter.reads += 1
+            return StopAfter.after is not None and StopAfter.reads >= StopAfter.after
+
+        @requested.setter
+        def requested(self, value: bool) -> None:
+            pass
+    monkeypatch.setattr(dt, "_StopFlag", StopAfter)
+    x = np.random.default_rng(0).standard_normal((400, 4)).astype(np.float32)
+    t = DeepLearningTask("t").model(seq(fc(3))).data(train=(x, np.arange(400) % 3), batch_size=10).total_epochs(1)
+    t.run(progress="lines")
+    assert t._resume_at == (0, 10)
+    StopAfter.after = None
+    capsys.readouterr()
+    t.run(progress="lines")
+    steps = re.findall(r"step (\d+)/40", capsys.readouterr().out)
+    assert steps == ["16", "32", "40"], steps
+    p = progress.LineProgress(steps_per_epoch=1000)
+    time.sleep(0.5)  # a slow first step, then run() disarms the slow-start timer
+    p.disarm()
+    p.update(16, 0.5)
+    assert float(re.search(r"([\d.]+) ms/step", capsys.readouterr().out).group(1)) < 10.0
