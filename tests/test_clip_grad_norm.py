@@ -48,6 +48,16 @@ def test_the_kernel_scales_every_gradient_as_torch_does(max_norm: float) -> None
     assert np.array_equal(work, before)
 
 
+def test_a_non_finite_norm_makes_every_gradient_nan_as_torch_does() -> None:
+    """With nan_check off nothing stops a NaN gradient before the clip: torch's factor is then NaN
+    and so is every gradient after it."""
+    g = np.array([3.0, 4.0, np.nan, 1.0], np.float32)
+    clip, flag = np.zeros(2, np.float32), np.zeros(1, np.int64)
+    env = BindEnv(range_view=lambda first, last, dtype: g)
+    KERNELS["clip_grad_norm"]([clip, np.zeros(4)], [flag], {"max_norm": 1.0, "first": "G", "last": "G"}, env)()
+    assert np.isnan(g).all() and np.isnan(clip).all()
+
+
 def test_clipping_bounds_every_update_and_changes_training() -> None:
     plain, clipped = task(None), task(0.01)
     plain.compile()
@@ -110,6 +120,19 @@ def test_the_setting_is_fixed_once_planned() -> None:
     assert t.settings["clip_grad_norm"] == 2.0  # reset keeps settings
     t.clip_grad_norm(None).compile()
     assert [n.op for n in t.graphs.train.nodes(GraphId.CAST_AND_CHECK)] == ["nan_check"]
+
+
+def test_maximize_shows_only_when_set_so_older_checkpoints_compare_equal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a checkpoint compares the optimizer's text; those saved before maximize existed say nothing of it
+    assert repr(SGD().lr(0.5)) == "SGD(lr=0.5, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)"
+    assert repr(SGD().maximize()).endswith("nesterov=False, maximize=True)")
+    t = task(None, epochs=1)
+    t.compile()
+    path = t.save(str(tmp_path / "m.npz"))
+    other = (DeepLearningTask("clip").model(seq(fc(16), relu(), fc(3))).data(train=(X, Y), batch_size=64)
+             .optimizer(SGD().lr(0.5).maximize()).total_epochs(1).seed(5).compile())
+    with pytest.raises(CheckpointError, match="maximize=True"):
+        other.load_state(path)
 
 
 def test_checkpoints_keep_the_clip(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -362,9 +362,11 @@ def clip_grad_norm(outs, ins, p, env):
             return
         norm = np.float32(math.sqrt(total(grads)))
         factor = max_norm / (norm + tiny)
-        out[0], out[1] = norm, min(factor, one)
-        if factor < one:
-            scale(grads, factor)
+        if factor >= one:  # a NaN norm (nan_check off) scales every gradient to NaN, as torch's does
+            out[0], out[1] = norm, one
+            return
+        out[0], out[1] = norm, factor
+        scale(grads, factor)
     return run
 
 

@@ -33,6 +33,12 @@ class Optimizer(Settings):
     def weight_decay(self, value: float):  # type: ignore[no-untyped-def]
         return self._with("weight_decay", value)
 
+    def __repr__(self) -> str:
+        """The settings, ``maximize`` only when set: a checkpoint compares this text, and those saved
+        before ``maximize`` existed say nothing of it."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.settings().items() if k != "maximize" or v)
+        return f"{type(self).__name__}({args})"
+
 
 def _flag(where: str, name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):

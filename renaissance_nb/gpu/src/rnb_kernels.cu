@@ -140,8 +140,8 @@ extern "C" __global__ void rnb_nonfinite_tally(const float* result, rnb_i64* fla
     }
 }
 
-// clip_grad_norm, part 1: RNB_CLIP_BLOCKS blocks (a fixed count, so the order of the sums is the same on
-// every GPU) each sum the squares of a strided share of the gradients in double, threads then a fixed
+// clip_grad_norm, part 1: CLIP_BLOCKS blocks (graph/layers.py; a fixed count, so the order of the sums is
+// the same on every GPU) each sum the squares of a strided share of the gradients in double, threads then a fixed
 // tree, into partial[block]. The step the NaN check skips (flag set) is left alone; the flag is the
 // same for every thread, so a block returns whole, before its barriers.
 extern "C" __global__ void rnb_grad_sq_partials(const float* g, rnb_i64 n, const rnb_i64* flag, double* partial) {
@@ -172,14 +172,14 @@ extern "C" __global__ void rnb_grad_norm(const double* partial, int blocks, cons
     float norm = (float)sqrt(s);
     float factor = max_norm / (norm + 1e-6f);
     clip[0] = norm;
-    clip[1] = factor < 1.0f ? factor : 1.0f;
+    clip[1] = factor >= 1.0f ? 1.0f : factor;  // a NaN norm (nan_check off) makes every gradient NaN, as in torch
 }
 
 // clip_grad_norm, part 2: every gradient times the factor when it is below 1 (float32, as torch's mul_).
 extern "C" __global__ void rnb_grad_scale(float* g, rnb_i64 n, const rnb_i64* flag, const float* clip) {
     if (flag[0]) return;
     float f = clip[1];
-    if (!(f < 1.0f)) return;
+    if (f >= 1.0f) return;
     for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x)
         g[k] = g[k] * f;
 }
