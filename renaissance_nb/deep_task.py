@@ -951,7 +951,7 @@ class DeepLearningTask(TaskBase):
         """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data."""
         self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
         ds = self._inputs_as_trained("evaluate", validate_arrays(
-            x, y, what="evaluate", num_classes=self._splits.train.num_classes, where="evaluate"))
+            x, y, what="evaluate", num_classes=self._splits.train.num_classes, where="evaluate", names=("x", "y")))
         sums = np.zeros(3)
         res = np.zeros(3, np.float32)
         for start, n, logits in self._forward_batches(ds.x, ds.y):
@@ -962,14 +962,42 @@ class DeepLearningTask(TaskBase):
         return {"loss": sums[0] / n, "top1": sums[1] / n, "top5": sums[2] / n, "n": n}
 
     def predict(self, x: Any) -> np.ndarray:
-        """Predicted class of each row of x."""
-        self._require("predict", Phase.COMPILED, hint="Call task.compile() first.")
-        ds = self._inputs_as_trained("predict", validate_arrays(
-            x, np.zeros(len(x) if hasattr(x, "__len__") else 0, np.int64), what="predict", where="predict"))
-        out = np.empty(len(ds), np.int64)
-        for start, n, logits in self._forward_batches(ds.x, None):
+        """Predicted class of each row of x (int64, shape (N,))."""
+        count, batches = self._inference("predict", x)
+        out = np.empty(count, np.int64)
+        for start, n, logits in batches:
             out[start:start + n] = logits.argmax(axis=1)
         return out
+
+    def predict_logits(self, x: Any) -> np.ndarray:
+        """The model's outputs for each row of x, before softmax (float32, shape (N, classes)):
+        what ``model(x)`` returns in PyTorch, in eval mode (dropout off, batch norm's running statistics)."""
+        return self._gathered("predict_logits", x, lambda logits: logits)
+
+    def predict_proba(self, x: Any) -> np.ndarray:
+        """Class probabilities for each row of x (float32, shape (N, classes), rows summing to 1):
+        ``softmax(predict_logits(x))``, computed in float64."""
+        def softmax(logits: np.ndarray) -> np.ndarray:
+            z = logits.astype(np.float64)
+            z -= z.max(axis=1, keepdims=True)
+            np.exp(z, out=z)
+            z /= z.sum(axis=1, keepdims=True)
+            return z
+        return self._gathered("predict_proba", x, softmax)
+
+    def _gathered(self, op: str, x: Any, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        count, batches = self._inference(op, x)
+        out = np.empty((count, self._splits.train.num_classes), np.float32)
+        for start, n, logits in batches:
+            out[start:start + n] = f(logits)
+        return out
+
+    def _inference(self, op: str, x: Any) -> tuple[int, Iterator[tuple[int, int, np.ndarray]]]:
+        """The rows of x, checked and moved as evaluate() does, and (start, n, logits) per batch."""
+        self._require(op, Phase.COMPILED, hint="Call task.compile() first.")
+        ds = self._inputs_as_trained(op, validate_arrays(
+            x, np.zeros(len(x) if hasattr(x, "__len__") else 0, np.int64), what=op, where=op, names=("x", "y")))
+        return len(ds), self._forward_batches(ds.x, None)
 
     def _inputs_as_trained(self, op: str, ds: Dataset) -> Dataset:
         """``ds`` in the layout the model was trained on: for a task given channels-last images, arrays
@@ -989,14 +1017,14 @@ class DeepLearningTask(TaskBase):
             return
         if len(want) == 3 and self._channels_last:
             c, h, w = want
-            raise bad_argument(DataError, op, "X", x, f"images shaped (N, {h}, {w}, {c}) as given to data() with "
+            raise bad_argument(DataError, op, "x", x, f"images shaped (N, {h}, {w}, {c}) as given to data() with "
                                f"channels_last=True, or (N, {c}, {h}, {w})", "pass images of the training size")
         if len(want) == 3:  # image models read (N, C, H, W) as such: a flat or channels-last batch is not it
-            raise bad_argument(DataError, op, "X", x, f"images shaped (N, {', '.join(map(str, want))}) as in "
+            raise bad_argument(DataError, op, "x", x, f"images shaped (N, {', '.join(map(str, want))}) as in "
                                "training (N, C, H, W)", f"reshape it, e.g. X.reshape(-1, {', '.join(map(str, want))})"
                                " for flat rows, or X.transpose(0, 3, 1, 2) for channels-last images")
         if int(np.prod(got)) != int(np.prod(want)):
-            raise bad_argument(DataError, op, "X", x, f"samples shaped {want}", "pass data shaped like the training data")
+            raise bad_argument(DataError, op, "x", x, f"samples shaped {want}", "pass data shaped like the training data")
 
     # ---- parameters ---------------------------------------------------------------------------------
     def _param_names(self) -> dict[str, tuple[int, ...]]:

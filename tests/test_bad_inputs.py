@@ -223,9 +223,9 @@ CASES = [
     P(tb_compiled, lambda t: t.read("nope"), PlanError, ["nope"], id="read-unknown-name"),
     P(tb_compiled, lambda t: t.read(17), PlanError, ["17"], id="read-unknown-id"),
     # ---- compiled DeepLearningTask ---------------------------------------------------------------------------
-    P(compiled, lambda t: t.evaluate(XV[:, :4], YV), DataError, ["evaluate", "X"], id="evaluate-sample-shape"),
+    P(compiled, lambda t: t.evaluate(XV[:, :4], YV), DataError, ["evaluate: x=array"], id="evaluate-sample-shape"),
     P(compiled, lambda t: t.evaluate(XV, YV + 3), DataError, ["y"], id="evaluate-labels-out-of-range"),
-    P(compiled, lambda t: t.predict(XV[:, :5]), DataError, ["predict", "X"], id="predict-sample-shape"),
+    P(compiled, lambda t: t.predict(XV[:, :5]), DataError, ["predict: x=array"], id="predict-sample-shape"),
     P(compiled, lambda t: t.load_state_dict({"fc1.weight": np.zeros((8, 6))}), CheckpointError,
       ["load_state_dict", "missing"], id="load_state_dict-missing-key"),
     P(compiled, lambda t: t.load_state_dict({**t.state_dict(), "fc1.weight": np.zeros((6, 8))}), CheckpointError,

@@ -214,6 +214,28 @@ def test_predict_is_argmax_and_matches_evaluate_top1() -> None:
     assert t.evaluate(xt, yt)["top1"] > 0.5
 
 
+def test_logits_and_probabilities_are_the_eval_mode_forward() -> None:
+    """predict_logits is PyTorch's model(x) in eval mode (dropout off), predict_proba its softmax;
+    neither changes the task."""
+    t = build(seq(fc(32), relu(), dropout(0.5), fc(5)), n=300, batch=64, epochs=3).optimizer(AdamW().lr(1e-2))
+    t.run(progress=False)
+    before = {k: v.tobytes() for k, v in t.state_dict().items()}
+    x, y = random_data(130, seed=3)
+    logits, proba = t.predict_logits(x), t.predict_proba(x)
+    assert logits.shape == proba.shape == (130, 5) and logits.dtype == proba.dtype == np.float32
+    sd = {k: v.astype(np.float64) for k, v in t.state_dict().items()}
+    want = np.maximum(x @ sd["fc1.weight"].T + sd["fc1.bias"], 0) @ sd["fc2.weight"].T + sd["fc2.bias"]
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+    e = np.exp(want - want.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(proba, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(logits.argmax(axis=1), t.predict(x))
+    # the loss evaluate() reports is the cross-entropy of these probabilities (no label smoothing here)
+    assert t.evaluate(x, y)["loss"] == pytest.approx(-np.log(proba[np.arange(130), y].astype(np.float64)).mean(),
+                                                     rel=1e-5)
+    assert {k: v.tobytes() for k, v in t.state_dict().items()} == before
+
+
 # ---- (g) checkpoints ----------------------------------------------------------------------------------------------------
 def test_state_dict_round_trip_and_rejected_loads() -> None:
     a = build(seq(fc(16), relu(), fc(5)), seed=1, epochs=1)

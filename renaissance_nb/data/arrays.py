@@ -206,15 +206,17 @@ def _check_num_classes(num_classes: Any, where: str) -> int | None:
 
 
 def validate_arrays(
-    x: Any, y: Any, *, what: str = "train", num_classes: int | None = None, where: str = "validate_arrays"
+    x: Any, y: Any, *, what: str = "train", num_classes: int | None = None, where: str = "validate_arrays",
+    names: tuple[str, str] | None = None,
 ) -> Dataset:
     """Check and convert ``(x, y)`` into a :class:`Dataset` (float32 x, int32 y), or raise DataError.
 
     ``num_classes`` defaults to ``max(y) + 1`` (at least 2). ``what`` names the set in
-    messages ("train X", "val y") and becomes the Dataset's name.
+    messages ("train X", "val y") and becomes the Dataset's name; ``names`` replaces those
+    two names where x and y are a method's own arguments (``evaluate(x, y)``).
     """
     nc = _check_num_classes(num_classes, where)
-    x_arg, y_arg = f"{what} X", f"{what} y"
+    x_arg, y_arg = names or (f"{what} X", f"{what} y")
     x32 = _check_x(x, where, x_arg)
     y32, nc = _check_y(y, int(x32.shape[0]), where, y_arg, x_arg, nc)
     return Dataset(x=x32, y=y32, num_classes=nc, name=what)
