@@ -186,11 +186,11 @@ SIZE_MAX = 2**31 - 1
 32-bit ints on the GPU, and no arena holds a layer that wide anyway."""
 
 
-def _positive_int(where: str, name: str, v: Any) -> int:
+def _positive_int(where: str, name: str, v: Any, example: str) -> int:
     n = as_int(v)
     if n is None or not 0 < n <= SIZE_MAX:
         raise bad_argument(BluePrintError, where, name, v, f"a positive int up to {SIZE_MAX}",
-                           f"pass a whole number >= 1, e.g. {where.split('(')[0]}(128)")
+                           f"pass a whole number >= 1, e.g. {example}")
     return n
 
 
@@ -227,7 +227,11 @@ _fc_args = arguments_checked(BluePrintError, aliases={**NOT_HERE, "out_features"
 @_fc_args
 def fc(out: int, bias: bool = True) -> Layer:
     """Fully connected layer y = x W^T + b, W shaped (out, in) as in PyTorch's nn.Linear."""
-    return Layer("fc", (("out", _positive_int("fc", "out", out)), ("bias", _bool("fc", "bias", bias))))
+    if as_int(bias) is not None:  # nn.Linear(784, 10) (as_int takes no bools)
+        raise bad_argument(BluePrintError, "fc", "bias", bias, "True or False (fc takes the output size only)",
+                           f"write fc({bias}) for PyTorch's nn.Linear({out}, {bias}): the input size comes from "
+                           "the layer before")
+    return Layer("fc", (("out", _positive_int("fc", "out", out, "fc(128)")), ("bias", _bool("fc", "bias", bias))))
 
 
 @_layer_args
@@ -304,7 +308,7 @@ def repeat(body: BluePrint, n: int) -> Repeat:
     if not isinstance(body, BluePrint):
         raise bad_argument(BluePrintError, "repeat", "body", body, "a layer or seq",
                            "pass a BluePrint, e.g. repeat(seq(fc(64), relu()), 3)")
-    return Repeat(body, _positive_int("repeat", "n", n))
+    return Repeat(body, _positive_int("repeat", "n", n, "repeat(seq(fc(64), relu()), 3)"))
 
 
 # ---- image layers (issue 4) -----------------------------------------------------------
@@ -319,9 +323,9 @@ def _nonneg_int(where: str, name: str, v: Any) -> int:
 @_conv_args
 def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True) -> Layer:
     """2-D convolution (square kernel k, stride s, zero padding p), like nn.Conv2d(in, out, k, s, p)."""
-    return Layer("conv", (("bias", _bool("conv", "bias", bias)), ("k", _positive_int("conv", "k", k)),
-                          ("out", _positive_int("conv", "out", out)), ("p", _nonneg_int("conv", "p", p)),
-                          ("s", _positive_int("conv", "s", s))))
+    return Layer("conv", (("bias", _bool("conv", "bias", bias)), ("k", _positive_int("conv", "k", k, "conv(64, 3)")),
+                          ("out", _positive_int("conv", "out", out, "conv(64, 3)")), ("p", _nonneg_int("conv", "p", p)),
+                          ("s", _positive_int("conv", "s", s, "conv(64, 3, s=2)"))))
 
 
 @_layer_args
@@ -337,12 +341,12 @@ def bn(momentum: float = 0.1, eps: float = 1e-5) -> Layer:
 
 def _pool(kind: str, k: int, s: int | None, p: int) -> Layer:
     """maxpool/avgpool: checks p <= k/2 here, as PyTorch does, instead of failing later at compile."""
-    k, p = _positive_int(kind, "k", k), _nonneg_int(kind, "p", p)
+    k, p = _positive_int(kind, "k", k, f"{kind}(2)"), _nonneg_int(kind, "p", p)
     if 2 * p > k:
         raise bad_argument(BluePrintError, kind, "p", p,
                            f"at most half the kernel size k (as in PyTorch), here p <= {k // 2} for k={k}",
                            f"use {kind}({k}, p={k // 2}) or less padding, or a larger kernel size k")
-    return Layer(kind, (("k", k), ("p", p), ("s", k if s is None else _positive_int(kind, "s", s))))
+    return Layer(kind, (("k", k), ("p", p), ("s", k if s is None else _positive_int(kind, "s", s, f"{kind}(2, s=2)"))))
 
 
 @_conv_args
@@ -388,7 +392,7 @@ RESNET_3_3_DS = "RESNET_3_3_DS"
 def block(out: int, kind: str = RESNET_3_3) -> Named:
     """ResNet basic block: two 3x3 convs with a residual. RESNET_3_3_DS halves the
     resolution (stride 2) and projects the shortcut with a 1x1 conv + bn."""
-    out = _positive_int("block", "out", out)
+    out = _positive_int("block", "out", out, "block(64, RESNET_3_3)")
     if kind == RESNET_3_3:
         main = seq(cbr(out, 3, 1, 1), conv(out, 3, 1, 1, bias=False), bn())
         body = seq(add2(identity(), main), relu())

@@ -48,6 +48,26 @@ from .train.schedulers import Scheduler
 from .train.settings import LR_MAX
 
 
+def _progress_kind(progress: Any) -> str:
+    """run()'s progress argument as one of "auto", "bar", "lines", "none"."""
+    if progress is None or (isinstance(progress, (bool, int)) and progress in (0, 1)):
+        return "auto" if progress else "none"
+    if isinstance(progress, str) and progress in ("auto", "bar", "lines", "none"):
+        return progress
+    raise bad_argument(ConfigError, "run", "progress", progress, "'auto' (or True), 'bar', 'lines', or False/None",
+                       "e.g. run(progress=False) for no output, run(progress='lines') for plain lines")
+
+
+def _foreign(obj: Any) -> str:
+    """What a same-named object from another library is, for the errors of loss()/optimizer()/scheduler()."""
+    module = str(getattr(obj, "__module__", "") or "")  # an instance's class's module, or a class's own
+    if not module or module.startswith("renaissance_nb") or module == "builtins":
+        return ""
+    name = getattr(obj, "__name__", type(obj).__name__)
+    return (f" (this is {module}.{name}: the task compiles its own, with PyTorch's names and formulas, "
+            "from renaissance_nb)")
+
+
 def _int_setting(where: str, name: str, v: Any, low: int = 1) -> int:
     n = as_int(v)
     if n is None or n < low:
@@ -202,7 +222,7 @@ class DeepLearningTask(TaskBase):
     def loss(self, loss: CrossEntropyLoss) -> "DeepLearningTask":
         self._setting("loss")
         if not isinstance(loss, CrossEntropyLoss):
-            raise bad_argument(ConfigError, "loss", "loss", loss, "CrossEntropyLoss()",
+            raise bad_argument(ConfigError, "loss", "loss", loss, "renaissance_nb's CrossEntropyLoss()" + _foreign(loss),
                                "pass a loss object, e.g. CrossEntropyLoss().label_smoothing(0.1)")
         self._loss = loss
         return self
@@ -211,16 +231,19 @@ class DeepLearningTask(TaskBase):
     def optimizer(self, optimizer: Optimizer) -> "DeepLearningTask":
         self._setting("optimizer")
         if not isinstance(optimizer, Optimizer):
-            raise bad_argument(ConfigError, "optimizer", "optimizer", optimizer, "SGD(), Adam() or AdamW()",
+            raise bad_argument(ConfigError, "optimizer", "optimizer", optimizer,
+                               "renaissance_nb's SGD(), Adam() or AdamW()" + _foreign(optimizer),
                                "pass an optimizer object, e.g. AdamW().weight_decay(1e-4)")
         self._optimizer = optimizer
         return self
 
     @_arguments_checked
-    def scheduler(self, scheduler: Scheduler) -> "DeepLearningTask":
+    def scheduler(self, scheduler: Scheduler | None) -> "DeepLearningTask":
+        """The learning-rate schedule over the optimizer's lr; None for a constant lr (the default)."""
         self._setting("scheduler")
-        if not isinstance(scheduler, Scheduler):
-            raise bad_argument(ConfigError, "scheduler", "scheduler", scheduler, "a Scheduler such as CosineAnnealingLR()",
+        if scheduler is not None and not isinstance(scheduler, Scheduler):
+            raise bad_argument(ConfigError, "scheduler", "scheduler", scheduler,
+                               "a Scheduler such as CosineAnnealingLR(), or None" + _foreign(scheduler),
                                "pass a scheduler object, e.g. CosineAnnealingLR().base_lr(1e-3)")
         self._scheduler = scheduler
         return self
@@ -692,10 +715,11 @@ class DeepLearningTask(TaskBase):
         run. ``resume=False`` starts the interrupted epoch over instead. An exception from a
         callback stops the same way (and is raised); ``callbacks`` are called as
         ``cb(kind, info)`` with kind "start", "step" (every 16 steps), "epoch" and "end".
-        ``progress``: "auto" (a tqdm bar in a notebook, lines in a terminal: one per epoch, and
-        inside a long epoch one every 20 s with the step, loss and time per step), "bar",
-        "lines", or False.
+        ``progress``: "auto" or True (a tqdm bar in a notebook, lines in a terminal: one per epoch,
+        and inside a long epoch one every 20 s with the step, loss and time per step), "bar",
+        "lines", or False/None/0 for none.
         """
+        progress = _progress_kind(progress)
         self._not_running("run")
         self._running = True
         try:
@@ -812,6 +836,7 @@ class DeepLearningTask(TaskBase):
                             self._live_at = None
                     if self._resume_at is not None:
                         self.result.interrupted = True
+                        prog.stopped(epoch + 1, pos, sched.batches)
                         break
                     rx.pull(result_view, acc, step_counter, nan_flag)
                     if nan_flag[0] == 2:

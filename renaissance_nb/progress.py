@@ -72,8 +72,15 @@ class NoProgress:
     def epoch(self, record: Any) -> None:
         pass
 
+    def stopped(self, epoch: int, step: int, steps: int) -> None:
+        """The run was asked to stop (Ctrl-C, the notebook's stop button) and did, after ``step``."""
+
     def close(self) -> None:
         self.disarm()
+
+
+def stopped_line(epoch: int, step: int, steps: int) -> str:
+    return f"stopped after step {step:,} of {steps:,} in epoch {epoch} (Ctrl-C); run() again goes on from the next step"
 
 
 class LineProgress(NoProgress):
@@ -105,6 +112,9 @@ class LineProgress(NoProgress):
         print(f"  epoch {self.epoch_no}: step {self.step:,}{of}, loss {loss:.4f}, {1e3 * per:.2f} ms/step{rest}",
               flush=True)
         self._since, self._steps_since = now, 0
+
+    def stopped(self, epoch: int, step: int, steps: int) -> None:
+        print(stopped_line(epoch, step, steps), flush=True)
 
     def epoch(self, record: Any) -> None:
         print(record.line(), flush=True)
@@ -147,6 +157,9 @@ class BarProgress(NoProgress):
 
     def epoch(self, record: Any) -> None:
         self.bar.write(record.line())
+
+    def stopped(self, epoch: int, step: int, steps: int) -> None:
+        self.bar.write(stopped_line(epoch, step, steps))
 
     def close(self) -> None:
         self.disarm()

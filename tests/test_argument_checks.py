@@ -289,3 +289,19 @@ def test_checked_layer_builders_keep_their_signatures() -> None:
 
     assert list(inspect.signature(conv).parameters) == ["out", "k", "s", "p", "bias"]
     assert conv(8, 3, p=1) == conv(out=8, k=3, s=1, p=1, bias=True)
+
+
+def test_pytorch_habits_get_errors_that_say_what_to_write() -> None:
+    from renaissance_nb import DeepLearningTask, conv, fc, maxpool
+    raises(BluePrintError, lambda: fc(784, 10), "bias=10", "write fc(10) for PyTorch's nn.Linear(784, 10)")
+    raises(BluePrintError, lambda: conv(16, 0), "k=0", "e.g. conv(64, 3)")  # a hint that itself works
+    raises(BluePrintError, lambda: conv(16, 3, -1), "s=-1", "e.g. conv(64, 3, s=2)")
+    raises(BluePrintError, lambda: maxpool(0), "k=0", "e.g. maxpool(2)")
+    conv(64, 3), conv(64, 3, s=2), maxpool(2), fc(10)  # noqa: B018 - the hints are valid calls
+
+    class CrossEntropyLoss:  # what torch.nn.CrossEntropyLoss() looks like to the task: same name, other module
+        __module__ = "torch.nn.modules.loss"
+    raises(ConfigError, lambda: DeepLearningTask().loss(CrossEntropyLoss()), "renaissance_nb's CrossEntropyLoss()",
+           "this is torch.nn.modules.loss.CrossEntropyLoss")
+    t = DeepLearningTask().scheduler(CosineAnnealingLR()).scheduler(None)  # None: a constant lr, as by default
+    assert t.settings["scheduler"] is None

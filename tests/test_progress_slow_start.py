@@ -139,6 +139,7 @@ def test_lines_after_a_resume_inside_an_epoch_count_the_steps_that_ran(capsys, m
     t = DeepLearningTask("t").model(seq(fc(3))).data(train=(x, np.arange(400) % 3), batch_size=10).total_epochs(1)
     t.run(progress="lines")
     assert t._resume_at == (0, 10)
+    assert "stopped after step 10 of 40 in epoch 1 (Ctrl-C); run() again goes on" in capsys.readouterr().out
     StopAfter.after = None
     capsys.readouterr()
     t.run(progress="lines")
@@ -149,3 +150,18 @@ def test_lines_after_a_resume_inside_an_epoch_count_the_steps_that_ran(capsys, m
     p.disarm()
     p.update(16, 0.5)
     assert float(re.search(r"([\d.]+) ms/step", capsys.readouterr().out).group(1)) < 10.0
+
+
+@pytest.mark.parametrize("off", [False, None, 0, "none"])
+def test_progress_off_in_every_spelling_and_bad_values_refused(capsys, off) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from renaissance_nb import ConfigError, DeepLearningTask, fc, seq
+    x = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    t = DeepLearningTask("p").model(seq(fc(3))).data(train=(x, np.arange(64) % 3), batch_size=16).total_epochs(2)
+    t.run(1, progress=off)
+    assert capsys.readouterr().out == ""
+    for bad in ("verbose", "tqdm", 2, 0.5):
+        with pytest.raises(ConfigError, match=r"run: progress=.*'auto' \(or True\), 'bar', 'lines', or False/None"):
+            t.run(progress=bad)
+    assert len(t.result.history) == 1  # a refused call trains nothing
