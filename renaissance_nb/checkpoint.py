@@ -66,7 +66,7 @@ STATE_RANGES: tuple[tuple[str, Region, Region], ...] = (
     ("R_RESULT_ACCUMULATED", Region.R_RESULT_ACCUMULATED, Region.R_RESULT_ACCUMULATED),
 )
 
-__all__ = ["save", "load_state", "read_header", "fingerprint", "FORMAT", "VERSION"]
+__all__ = ["save", "load_state", "read_header", "read_state_dict", "fingerprint", "FORMAT", "VERSION"]
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def _read(path: str | os.PathLike, op: str) -> tuple[dict[str, Any], dict[str, n
                               "Fix: pass the path given to checkpoint.save().") from None
     if not os.path.isfile(p):
         raise CheckpointError(f"{op}: no checkpoint file at {p!r}. "
-                              "Fix: check the path; save one with checkpoint.save(task, path).")
+                              "Fix: check the path; save one with task.save(path).")
     try:
         with open(p, "rb") as f:
             raw = f.read()
@@ -257,6 +257,36 @@ def _read(path: str | os.PathLike, op: str) -> tuple[dict[str, Any], dict[str, n
 def read_header(path: str | os.PathLike) -> dict[str, Any]:
     """The validated JSON header of a checkpoint (for inspection)."""
     return _read(path, "read_header")[0]
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The parameters and batch-norm statistics a checkpoint holds, as ``task.state_dict()`` gives
+    them (PyTorch names and layouts), read through the saved plan: no task, no data needed. For a
+    task built on other data (inference, fine-tuning): ``task.load_state_dict(read_state_dict(path))``."""
+    header, arrays = _read(path, "read_state_dict")
+    fp = header.get("fingerprint", {})
+    out = {}
+    try:
+        for t in fp["tensors"]:
+            name, region = t["name"], t["region"]
+            if "@" in name or not (region.startswith("W_") and not region.startswith("W_EQ_")
+                                   or region in ("B_PREV_MEAN", "B_PREV_VAR")):
+                continue  # gradients, moments, EMA copies, folded BN and everything not a parameter
+            key = "W" if region.startswith("W_") else "B"
+            base = int(fp["ranges"][key][0])
+            shape = tuple(int(d) for d in t["shape"])
+            src = arrays[f"region_{key}"].view(np.uint8)
+            count = shape[0] * int(t["pitch"]) if t.get("pitch") else int(np.prod(shape))
+            flat = src[int(t["offset"]) - base:][:4 * count].view(np.float32)
+            if t.get("pitch"):
+                a = flat.reshape(shape[0], int(t["pitch"]))[:, :shape[1]]
+            else:
+                a = flat.reshape(shape)
+            out[name] = (a.transpose(0, 3, 1, 2) if a.ndim == 4 else a).copy()
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise CheckpointError(f"read_state_dict: {os.fspath(path)!r} has an incomplete plan record ({exc}). "
+                              "Fix: restore from another checkpoint.") from None
+    return out
 
 
 def _rows(tensor: dict[str, Any]) -> str:

@@ -162,10 +162,12 @@ class DeepLearningTask(TaskBase):
     # ---- settings (PLANNING, before plan()) ----------------------------------------------
     def _setting(self, name: str) -> None:
         if self._phase is not Phase.PLANNING or self.arch is not None:
-            state = "planned" if self._phase is Phase.PLANNING else str(self._phase)
-            raise PhaseError(name, f"{self._phase} ({state})", "PLANNING (before plan())",
+            state = f"{self._phase} (planned)" if self._phase is Phase.PLANNING else str(self._phase)
+            keep = (" and the trained weights (keep them: sd = task.state_dict(), then task.load_state_dict(sd) "
+                    "after compile(); the optimizer's moments start over)" if self.result.history else "")
+            raise PhaseError(name, state, "PLANNING (before plan())",
                              f"The setting {name} can no longer change: the task's plan is made from it. "
-                             "Fix: create a new DeepLearningTask, or call task.reset() to discard the plan.")
+                             f"Fix: create a new DeepLearningTask, or call task.reset() to discard the plan{keep}.")
 
     @_arguments_checked
     def model(self, blueprint: BluePrint) -> "DeepLearningTask":
@@ -1104,6 +1106,15 @@ class DeepLearningTask(TaskBase):
         for k, a in arrays.items():
             self.executor.view("train_base", k)[...] = a
 
+    def load_weights(self, path: str) -> "DeepLearningTask":
+        """The parameters and batch-norm statistics of a checkpoint, into this compiled task, which may
+        be built on other data or another optimizer (inference, fine-tuning): the model must match.
+        Training state (moments, history, data order) is not loaded: ``load_state`` resumes a run."""
+        from .checkpoint import read_state_dict
+        self._require("load_weights", Phase.COMPILED, hint="Call task.compile() first.")
+        self.load_state_dict(read_state_dict(path))
+        return self
+
     @property
     def skipped_updates(self) -> int:
         """Updates skipped by nan_policy='skip' so far."""
@@ -1151,6 +1162,14 @@ class DeepLearningTask(TaskBase):
         task.data(data, batch_size=sp["batch_size"], val_batch_size=sp["val_batch_size"], shuffle=sp["shuffle"],
                   channels_last=False if moved else cl)
         task._channels_last = cl
+        saved = header.get("settings", {})
+        sizes = (saved.get("n_train"), saved.get("n_val"))
+        now = (len(task._splits.train), 0 if task._splits.val is None else len(task._splits.val))
+        if None not in sizes and sizes != now:  # the plan's shapes (the loss log, the last batches) follow them
+            raise CheckpointError(f"load: {path!r} was trained on {sizes[0]} training and {sizes[1]} validation "
+                                  f"samples; data has {now[0]} and {now[1]}, and the plan's shapes follow the data. "
+                                  "Fix: pass the data it was trained on to resume; for the weights alone (inference, "
+                                  "fine-tuning), build a task on this data and call task.load_weights(path).")
         task.loss(build(sp["loss"])).optimizer(build(sp["optimizer"])).total_epochs(sp["total_epochs"]).seed(sp["seed"])
         if sp["scheduler"]:
             task.scheduler(build(sp["scheduler"]))

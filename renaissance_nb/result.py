@@ -8,7 +8,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class EpochRecord:
-    """Metrics of one epoch (top-k as fractions in [0, 1])."""
+    """Metrics of one epoch (top-k as fractions in [0, 1]). ``lr`` is the rate of the epoch's last
+    step, ``seconds`` its wall time (validation included), ``steps`` the optimizer steps taken since
+    training began (a running total: the epoch's own are ``steps`` less the previous record's)."""
 
     epoch: int
     train_loss: float

@@ -235,3 +235,30 @@ def test_save_overwrites_atomically(tmp_path) -> None:
     checkpoint.save(t, p)
     assert checkpoint.read_header(p)["epoch"] == 1
     assert sorted(os.listdir(tmp_path)) == ["x.npz"]
+
+
+def test_weights_alone_load_into_a_task_on_other_data(tmp_path) -> None:
+    """read_state_dict reads the parameters through the saved plan (padded rows, conv layouts, BN
+    statistics), with no task; load_weights puts them into a task built on other data and another
+    optimizer; load() with data of another size says so and points there."""
+    from renaissance_nb import SGD, bn, conv, flatten, maxpool
+    ximg = RNG.standard_normal((90, 3, 6, 6)).astype(np.float32)
+    net = seq(conv(4, 3, 1, 1), bn(), relu(), maxpool(2), flatten(), fc(1024), relu(), fc(4))  # fc2: padded rows
+    a = DeepLearningTask("w").model(net).data(train=(ximg, Y[:90]), batch_size=32).total_epochs(1).seed(1)
+    a.run(progress=False)
+    path = a.save(str(tmp_path / "w.npz"))
+    sd, want = checkpoint.read_state_dict(path), a.state_dict()
+    assert sorted(sd) == sorted(want) and all(sd[k].tobytes() == want[k].tobytes() for k in want)
+    assert sd["conv1.weight"].shape == (4, 3, 3, 3) and "bn1.running_var" in sd
+    other = ximg[:40]
+    b = DeepLearningTask("w").model(net).data(train=(other, Y[:40]), batch_size=8).optimizer(SGD()).compile()
+    b.load_weights(path)
+    assert all(b.state_dict()[k].tobytes() == want[k].tobytes() for k in want)
+    np.testing.assert_array_equal(b.predict(other), a.predict(other))
+    with pytest.raises(CheckpointError, match=r"trained on 90 training and 0 validation samples; data has 40 and 0.*"
+                                              r"task.load_weights\(path\)"):
+        DeepLearningTask.load(path, (other, Y[:40]))
+    wide = DeepLearningTask("w").model(seq(conv(8, 3, 1, 1), flatten(), fc(4))).data(train=(other, Y[:40]),
+                                                                                    batch_size=8).compile()
+    with pytest.raises(CheckpointError, match="keys differ"):
+        wide.load_weights(path)
