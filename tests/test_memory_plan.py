@@ -242,7 +242,8 @@ def test_plan_rejects_bad_allocations_and_use_before_finalize() -> None:
     for bad, words in [({5: (2,)}, ["tensor id=5", "[0, 1)"]), ({"y": (2,)}, ["name='y'"]),
                        ({0: (2, 0)}, ["with_shapes[0]", "shape=(2, 0)", ">= 1"]),
                        ({0: (1.5,)}, ["with_shapes[0]", "positive ints"]),
-                       ([(0, (2,))], ["shapes=", "a dict"])]:
+                       ([(0, (2,))], ["shapes=", "a dict"]),
+                       ({0: (2,), "x": (3,)}, ["'x' (#0) is given twice"])]:
         with pytest.raises(PlanError) as e:
             plan.with_shapes(bad, "v")
         assert all(w in str(e.value) for w in words), (bad, str(e.value))

@@ -264,7 +264,14 @@ class MemoryPlan:
         if not isinstance(shapes, Mapping):
             raise bad_argument(PlanError, "with_shapes", "shapes", shapes, "a dict {tensor id or name: shape}",
                                "pass e.g. {0: (32, 784)}")
-        shapes = {self[k].id: _check_shape(s, f"with_shapes[{k!r}]") for k, s in shapes.items()}
+        by_id: dict[int, tuple[int, ...]] = {}
+        for k, s in shapes.items():
+            tid = self[k].id
+            if tid in by_id:  # one tensor by its id and its name
+                raise bad_argument(PlanError, "with_shapes", "shapes", dict(shapes), "each tensor once",
+                                   f"tensor {self[k].name!r} (#{tid}) is given twice: keep one entry")
+            by_id[tid] = _check_shape(s, f"with_shapes[{k!r}]")
+        shapes = by_id
         other = MemoryPlan(name)
         other.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_tensors"})
         other.name = name

@@ -180,11 +180,11 @@ class Philox:
         keys = self._keys(n, stream, offset)
         order = np.argsort(keys)
         sk = keys[order]
-        for i in np.flatnonzero(sk[1:] == sk[:-1]):  # ties: ascending index, as a stable sort leaves them
-            j = i + 1
-            while j + 1 < n and sk[j + 1] == sk[i]:
-                j += 1
-            order[i:j + 1].sort()
+        tied = np.flatnonzero(sk[1:] == sk[:-1])  # position i ties with i + 1
+        if tied.size:  # each run of equal keys in ascending index, as a stable sort leaves them
+            breaks = np.flatnonzero(np.diff(tied) > 1)
+            for first, last in zip(tied[np.r_[0, breaks + 1]], tied[np.r_[breaks, tied.size - 1]] + 1):
+                order[first:last + 1].sort()
         return order
 
     def _keys(self, n: int, stream: int, offset: int) -> np.ndarray:
