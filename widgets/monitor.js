@@ -122,10 +122,10 @@ function render({ model, el }) {
     bar.firstChild.style.width = `${Math.min(100, (100 * done) / Math.max(total, 1))}%`;
     count.textContent = `epoch ${done}/${total}`;
     const xmax = Math.max(total, done, 1);
-    // one point per `every` steps, at its block's last step (views.step_curve)
+    // one point per `every` steps, at its block's last step (views.step_curve, static.curve_x)
+    const curve = (values, every, steps) => values.map((y, i) => [Math.min((i + 1) * every, steps) / spe, y]);
     const lossEvery = model.get("loss_every") || 1;
-    const lossSteps = model.get("loss_steps") || losses.length * lossEvery;
-    const stepPts = losses.map((y, i) => [Math.min((i + 1) * lossEvery, lossSteps) / spe, y]);
+    const stepPts = curve(losses, lossEvery, model.get("loss_steps") || losses.length * lossEvery);
     loss.update({ step: stepPts, train: recs.map((r) => [r.epoch, r.train_loss]),
       val: recs.filter((r) => r.val_loss != null).map((r) => [r.epoch, r.val_loss]) }, xmax);
     const last = recs[recs.length - 1];
@@ -136,8 +136,8 @@ function render({ model, el }) {
     top1.value.textContent = last ? `${num(100 * last.train_top1, (v) => v.toFixed(2))}%${last.val_top1 != null ? " · val " + num(100 * last.val_top1, (v) => v.toFixed(2)) + "%" : ""}` : "";
     const stepsDone = last ? last.steps : 0;
     const lrEvery = model.get("lr_every") || 1;
-    const lrPts = sched.map((y, i) => [Math.min((i + 1) * lrEvery, total * spe) / spe, y]);
-    lr.update({ future: lrPts, done: lrPts.slice(0, Math.ceil(stepsDone / lrEvery)) }, xmax, { ymin: 0, marker: stepsDone ? stepsDone / spe : null });
+    const lrPts = curve(sched, lrEvery, model.get("lr_steps") || sched.length * lrEvery);
+    lr.update({ future: lrPts, done: lrPts.filter((p) => p[0] * spe <= stepsDone) }, xmax, { ymin: 0, marker: stepsDone ? stepsDone / spe : null });
     lr.value.textContent = last ? num(last.lr, (v) => v.toExponential(2)) : (sched.length ? num(sched[0], (v) => v.toExponential(2)) : "");
     let prev = 0;
     const times = recs.map((r) => { const t = (1e3 * r.seconds) / Math.max(r.steps - prev, 1); prev = r.steps; return [r.epoch, t]; });
@@ -157,7 +157,7 @@ function render({ model, el }) {
     error.replaceChildren(...(err.message ? [h("div", { class: "rnb-error" }, h("b", {}, err.type), err.message)] : []));
   }
   draw();
-  const events = ["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);
+  const events = ["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);
   for (const e of events) model.on(e, draw);
   return () => { for (const e of events) model.off(e, draw); };
 }

@@ -44,6 +44,7 @@ class TrainingMonitor(ViewWidget):
     loss_steps = traitlets.Int(0).tag(sync=True)  # the steps step_losses covers
     lr = traitlets.List().tag(sync=True)
     lr_every = traitlets.Int(1).tag(sync=True)
+    lr_steps = traitlets.Int(0).tag(sync=True)  # the steps lr covers: all the planned ones
     total_epochs = traitlets.Int(0).tag(sync=True)
     steps_per_epoch = traitlets.Int(0).tag(sync=True)
     status = traitlets.Unicode("idle").tag(sync=True)
@@ -57,7 +58,8 @@ class TrainingMonitor(ViewWidget):
 
     def make_view(self) -> dict[str, Any]:
         v = views.training_view(self.source)
-        self.records, self.lr, self.lr_every = v["records"], v["lr"], v["lr_every"]
+        with self.hold_sync():  # one message: the front end never draws points with another's spacing
+            self.records, self.lr, self.lr_every, self.lr_steps = v["records"], v["lr"], v["lr_every"], v["lr_steps"]
         self._set_losses(v["step_losses"], v["loss_every"], v["loss_steps"])
         self.total_epochs, self.steps_per_epoch = v["total_epochs"], v["steps_per_epoch"]
         self._run_status = run_status(v)

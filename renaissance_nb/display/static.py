@@ -307,6 +307,16 @@ def _nan(values: list[float | None]) -> list[float]:
     return [float("nan") if v is None else v for v in values]
 
 
+def curve_x(view: dict[str, Any], kind: str) -> list[float]:
+    """Epochs at the points of a per-step curve ("loss" or "lr"): one point per ``every`` steps, at
+    its block's last step (views.step_curve; widgets/monitor.js places them the same way)."""
+    values = view["step_losses"] if kind == "loss" else view["lr"]
+    every = view.get(f"{kind}_every", 1)
+    steps = view.get(f"{kind}_steps", len(values) * every)
+    spe = max(view["steps_per_epoch"], 1)
+    return [min((i + 1) * every, steps) / spe for i in range(len(values))]
+
+
 def training_svg(view: dict[str, Any]) -> str:
     """The four monitor curves as one matplotlib SVG (a table if matplotlib is missing)."""
     recs = view["records"]
@@ -329,10 +339,10 @@ def training_svg(view: dict[str, Any]) -> str:
     spe = max(view["steps_per_epoch"], 1)
     style = dict(color="#3b6fb6", linewidth=1.4)
     ax = axes[0][0]
-    if view["step_losses"]:  # one point per loss_every steps, at its block's last step (views.step_curve)
-        every, n = view.get("loss_every", 1), view.get("loss_steps", len(view["step_losses"]))
-        ax.plot([min((i + 1) * every, n) / spe for i in range(len(view["step_losses"]))], _nan(view["step_losses"]),
-                color="#9db7df", linewidth=0.9, label="per step" if every == 1 else f"per {every} steps")
+    if view["step_losses"]:
+        every = view.get("loss_every", 1)
+        ax.plot(curve_x(view, "loss"), _nan(view["step_losses"]), color="#9db7df", linewidth=0.9,
+                label="per step" if every == 1 else f"per {every} steps")
     ax.plot([r["epoch"] for r in recs], _nan([r["train_loss"] for r in recs]), "o-", label="train", **style)
     if recs and recs[-1]["val_loss"] is not None:
         ax.plot([r["epoch"] for r in recs], _nan([r["val_loss"] for r in recs]), "s--", color="#e07b39", label="val")
@@ -344,9 +354,7 @@ def training_svg(view: dict[str, Any]) -> str:
     ax.set_title("top-1 (%)")
     ax = axes[1][0]
     if view["lr"]:
-        every, n = view.get("lr_every", 1), view.get("lr_steps", len(view["lr"]))
-        ax.plot([min((i + 1) * every, n) / spe for i in range(len(view["lr"]))], _nan(view["lr"]), color="#4f9d4a",
-                linewidth=1.4)
+        ax.plot(curve_x(view, "lr"), _nan(view["lr"]), color="#4f9d4a", linewidth=1.4)
         ax.set_ylim(0, max((v for v in view["lr"] if v is not None), default=0) * 1.15 or 1)
     ax.set_title("learning rate")
     ax = axes[1][1]
