@@ -26,6 +26,15 @@ GEMMs run on the same pool (kernels/blas.py): beside OpenBLAS's own threads they
 than they gain."""
 
 
+@numba.njit(cache=True, nogil=True)
+def chunk(n, c):
+    """The bounds (lo, hi) of chunk ``c`` of ``range(n)`` cut into PAR_CHUNKS (the last ones may be short
+    or empty): every threaded pass and its serial twin cut a range the same way."""
+    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
+    lo = min(n, c * ch)
+    return lo, min(n, lo + ch)
+
+
 # activation codes used by the kernels (the graph stores names)
 ACT_CODES = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "leaky_relu": 4, "silu": 5, "gelu": 6}
 INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -370,11 +379,8 @@ def _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, 
 def _adam_chunks(w, g, m, v, lr_table, step, beta1, beta2, eps, weight_decay, decoupled, maximize, c0, c1):
     t = step[0]
     lr = np.float64(lr_table[min(t, lr_table.shape[0] - 1)])
-    n = w.shape[0]
-    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
     for c in range(c0, c1):
-        lo = min(n, c * ch)
-        hi = min(n, lo + ch)
+        lo, hi = chunk(w.shape[0], c)
         _adam_core(w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], lr, t + 1, beta1, beta2, eps, weight_decay,
                    decoupled, maximize)
 
@@ -431,12 +437,9 @@ def _sgd_core(w, g, m, lr, first, momentum, dampening, weight_decay, nesterov, m
 def _sgd_chunks(w, g, m, lr_table, step, momentum, dampening, weight_decay, nesterov, maximize, c0, c1):
     t = step[0]
     lr = lr_table[min(t, lr_table.shape[0] - 1)]
-    n = w.shape[0]
-    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
     use_m = m.shape[0] > 0
     for c in range(c0, c1):
-        lo = min(n, c * ch)
-        hi = min(n, lo + ch)
+        lo, hi = chunk(w.shape[0], c)
         mm = m[lo:hi] if use_m else m[0:0]
         _sgd_core(w[lo:hi], g[lo:hi], mm, lr, t == 0, momentum, dampening, weight_decay, nesterov, maximize)
 
@@ -570,12 +573,10 @@ def nonfinite_probe(x):
 @par
 def nonfinite_probe_par(x):
     """nonfinite_probe over PAR_CHUNKS chunks on numba's threads (the same answer: 0 or NaN)."""
-    n = x.shape[0]
-    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
     s = np.float32(0.0)
     for c in numba.prange(PAR_CHUNKS):
-        lo = min(n, c * ch)
-        s += nonfinite_probe(x[lo:min(n, lo + ch)])
+        lo, hi = chunk(x.shape[0], c)
+        s += nonfinite_probe(x[lo:hi])
     return s
 
 
@@ -596,12 +597,10 @@ def sq_sum(x):
 def sq_sum_par(x):
     """sq_sum over PAR_CHUNKS chunks on numba's threads, the chunk sums added in chunk order
     (the same float64 on every thread count; sq_sum_chunked is its serial twin)."""
-    n = x.shape[0]
-    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
     part = np.zeros(PAR_CHUNKS, np.float64)
     for c in numba.prange(PAR_CHUNKS):
-        lo = min(n, c * ch)
-        part[c] = sq_sum(x[lo:min(n, lo + ch)])
+        lo, hi = chunk(x.shape[0], c)
+        part[c] = sq_sum(x[lo:hi])
     total = 0.0
     for c in range(PAR_CHUNKS):
         total += part[c]
@@ -611,12 +610,10 @@ def sq_sum_par(x):
 @jit
 def sq_sum_chunked(x):
     """sq_sum_par's chunks and order on one thread (the same float64)."""
-    n = x.shape[0]
-    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
     total = 0.0
     for c in range(PAR_CHUNKS):
-        lo = min(n, c * ch)
-        total += sq_sum(x[lo:min(n, lo + ch)])
+        lo, hi = chunk(x.shape[0], c)
+        total += sq_sum(x[lo:hi])
     return total
 
 
@@ -629,11 +626,9 @@ def scale_(x, factor):
 
 @par
 def scale_par(x, factor):
-    n = x.shape[0]
-    ch = (n + PAR_CHUNKS - 1) // PAR_CHUNKS
     for c in numba.prange(PAR_CHUNKS):
-        lo = min(n, c * ch)
-        scale_(x[lo:min(n, lo + ch)], factor)
+        lo, hi = chunk(x.shape[0], c)
+        scale_(x[lo:hi], factor)
 
 
 @jit
