@@ -38,7 +38,6 @@ import io
 import json
 import os
 import tempfile
-import time
 import zipfile
 from typing import Any
 
@@ -169,9 +168,7 @@ def save(task: Any, path: str | os.PathLike) -> str:
         "spec": spec(task),
         "epoch": int(task._epoch),
         "resume_at": None if at is None else [int(v) for v in at],
-        # wall seconds the epoch resume_at points into has run, so a resumed epoch reports its whole time
-        "resume_seconds": (task._partial_seconds if task._resume_at else
-                           time.perf_counter() - task._epoch_t0 if task._live_at else 0.0),
+        "resume_seconds": task._seconds_into_epoch(),
         "history": [dict(r.__dict__) for r in task.result.history],
         "interrupted": bool(task.result.interrupted),
         "sha256": _digest(arrays),

@@ -1106,6 +1106,13 @@ class DeepLearningTask(TaskBase):
         for k, a in arrays.items():
             self.executor.view("train_base", k)[...] = a
 
+    def _seconds_into_epoch(self) -> float:
+        """Wall seconds the epoch a resume would continue has run: after a stop, or from a step
+        callback inside run() (what a checkpoint keeps, so a resumed epoch reports its whole time)."""
+        if self._resume_at is not None:
+            return self._partial_seconds
+        return time.perf_counter() - self._epoch_t0 if self._live_at is not None else 0.0
+
     def load_weights(self, path: str) -> "DeepLearningTask":
         """The parameters and batch-norm statistics of a checkpoint, into this compiled task, which may
         be built on other data or another optimizer (inference, fine-tuning): the model must match.
