@@ -24,8 +24,8 @@ import numpy as np
 
 from .blueprint import BluePrint
 from .checks import arguments_checked, as_float, as_int
-from .data.arrays import (DataSplits, Dataset, channels_first, checked_splits, looks_channels_last, make_splits,
-                          moved_to_channels_first, validate_arrays)
+from .data.arrays import (DataSplits, Dataset, channels_first, checked_splits, held_out, looks_channels_last,
+                          make_splits, moved_to_channels_first, validate_arrays)
 from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
                      bad_argument)
 from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
@@ -182,8 +182,10 @@ class DeepLearningTask(TaskBase):
     def data(self, splits: DataSplits | Dataset | tuple | None = None, *, train: tuple | None = None,
              val: tuple | None = None, batch_size: int = 128, val_batch_size: int | None = None,
              shuffle: bool = True, num_classes: int | None = None,
-             channels_last: bool | None = None) -> "DeepLearningTask":
+             channels_last: bool | None = None, val_fraction: float | None = None) -> "DeepLearningTask":
         """Data as DataSplits (datasets.mnist(...)) or arrays: train=(X, y), val=(Xv, yv);
+        ``val_fraction`` holds out that share of each class of the training arrays as the validation
+        set instead (the same split every time);
         ``num_classes`` for arrays whose highest class is missing from train. Images are read as
         (N, C, H, W), as in PyTorch: ``channels_last=True`` converts (N, H, W, C) images (and the
         arrays later given to evaluate/predict); ``False`` says (N, C, H, W) data that plan() would
@@ -198,6 +200,18 @@ class DeepLearningTask(TaskBase):
             raise ConfigError("data: got a data set and val=; val= goes with train=(X, y) or a tuple (X, y). "
                               "Fix: task.data(train=(X, y), val=(Xv, yv)), or one DataSplits holding both, "
                               "datasets.from_arrays((X, y), (Xv, yv)).")
+        if (isinstance(splits, tuple) and len(splits) == 2
+                and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in splits)):
+            raise bad_argument(DataError, "data", "data", "((X, y), (Xv, yv))", "one (X, y) pair, or DataSplits",
+                               "pass task.data(train=(X, y), val=(Xv, yv))")
+        fraction = None
+        if val_fraction is not None:
+            fraction = as_float(val_fraction)
+            if fraction is None or not 0.0 < fraction < 1.0:
+                raise bad_argument(DataError, "data", "val_fraction", val_fraction, "a number in (0, 1)",
+                                   "pass e.g. val_fraction=0.1, or None for no held-out set")
+            if val is not None or isinstance(splits, DataSplits):
+                raise ConfigError("data: got val_fraction= and a validation set. Fix: pass one of them.")
         if isinstance(splits, DataSplits):
             s = checked_splits(splits)
         elif isinstance(splits, Dataset):
@@ -207,6 +221,8 @@ class DeepLearningTask(TaskBase):
         else:
             raise bad_argument(DataError, "data", "data", splits, "DataSplits, a Dataset, or train=(X, y)",
                                "e.g. task.data(datasets.default_mnist()) or task.data(train=(X, y))")
+        if fraction is not None:
+            s = held_out(s.train, fraction, s.name)
         b = _int_setting("data", "batch_size", batch_size)
         if b > len(s.train):
             raise bad_argument(DataError, "data", "batch_size", batch_size,

@@ -250,3 +250,22 @@ def test_the_finite_check_reads_chunks_and_skips_integers() -> None:
     assert not _all_finite(x, chunk=8)
     big = np.full((3, 4), 255, np.uint8)
     assert _check_x(big, "data", "train x").dtype == np.float32  # no mask at all for integer inputs
+
+
+def test_val_fraction_holds_out_a_share_of_each_class() -> None:
+    from renaissance_nb import ConfigError, DataError, DeepLearningTask, datasets
+    d = datasets.default_mnist(val_fraction=0)
+    t = DeepLearningTask().data(train=(d.train.x, d.train.y), val_fraction=0.2, batch_size=100)
+    s, same = t.splits, datasets.default_mnist(val_fraction=0.2)  # the split default_mnist makes, by class
+    assert (len(s.train), len(s.val)) == (4000, 1000) and (np.bincount(s.val.y) == 100).all()
+    assert np.array_equal(np.sort(s.val.y), np.sort(same.val.y)) and s.name == "arrays"
+    rows = {r.tobytes() for r in s.train.x}
+    assert not any(r.tobytes() in rows for r in s.val.x)  # nothing in both
+    again = DeepLearningTask().data(train=(d.train.x, d.train.y), val_fraction=0.2)
+    assert np.array_equal(again.splits.val.x, s.val.x)  # the same split every time
+    with pytest.raises(DataError, match=r"val_fraction=1.5 is invalid; expected a number in \(0, 1\)"):
+        DeepLearningTask().data(train=(d.train.x, d.train.y), val_fraction=1.5)
+    with pytest.raises(ConfigError, match="val_fraction= and a validation set"):
+        DeepLearningTask().data(train=(d.train.x, d.train.y), val=(d.train.x, d.train.y), val_fraction=0.1)
+    with pytest.raises(DataError, match=r"train=\(X, y\), val=\(Xv, yv\)"):  # a PyTorch-style pair of pairs
+        DeepLearningTask().data(((d.train.x, d.train.y), (d.train.x, d.train.y)))

@@ -300,6 +300,32 @@ def checked_splits(s: DataSplits, where: str = "data") -> DataSplits:
     return DataSplits(Dataset(tr.x, tr.y, tr.num_classes, s.train.name), va, s.name)
 
 
+def stratified_split(y: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded per-class split: every class keeps the same share in train and val."""
+    rng = np.random.default_rng(0)
+    train_idx: list[np.ndarray] = []
+    val_idx: list[np.ndarray] = []
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        n_val = int(round(len(idx) * val_fraction))
+        val_idx.append(idx[len(idx) - n_val:])
+        train_idx.append(idx[: len(idx) - n_val])
+    # Shuffle across classes so minibatches taken in order are mixed.
+    return rng.permutation(np.concatenate(train_idx)), rng.permutation(np.concatenate(val_idx))
+
+
+def held_out(ds: Dataset, fraction: float, name: str, where: str = "data") -> DataSplits:
+    """``ds`` split into train and a validation set of ``fraction`` of each class (stratified_split:
+    the same split every time, whatever the task's seed)."""
+    tr, va = stratified_split(ds.y, fraction)
+    if not len(tr) or not len(va):
+        raise bad_argument(DataError, where, "val_fraction", fraction,
+                           f"a fraction that leaves samples on both sides of {len(ds)} samples",
+                           "hold out more (each class rounds its share), or give more samples")
+    return DataSplits(Dataset(ds.x[tr], ds.y[tr], ds.num_classes, f"{name}/train"),
+                      Dataset(ds.x[va], ds.y[va], ds.num_classes, f"{name}/val"), name)
+
+
 def from_arrays(
     train: Sequence[Any], val: Sequence[Any] | None = None, num_classes: int | None = None, *, name: str = "arrays"
 ) -> DataSplits:

