@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
-from .download import download_folder, fetch, fetch_or_why
+from .download import download_folder, fetch, fetch_or_why, unwritable
 
 #: Where the archive is published (the page https://www.cs.toronto.edu/~kriz/cifar.html links it).
 DEFAULT_CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/"
@@ -171,10 +171,7 @@ def extract_cifar10(archive: str | os.PathLike[str], root: str | os.PathLike[str
         try:
             tmp_dir = Path(tempfile.mkdtemp(prefix=".extract-", dir=root))
         except OSError as exc:
-            raise bad_argument(
-                DownloadError, where, "root", str(root), "a writable folder",
-                f"choose another root ({exc.strerror or exc})",
-            ) from None
+            raise unwritable(where, root, exc) from None
         try:
             try:
                 tar = tarfile.open(archive, "r:*")

@@ -14,6 +14,12 @@ from typing import Callable, Iterator
 from ..errors import DownloadError, bad_argument
 
 
+def unwritable(where: str, root: Path, exc: OSError) -> DownloadError:
+    """The error for a root the call cannot write into."""
+    return bad_argument(DownloadError, where, "root", str(root), "a writable folder",
+                        f"choose another root ({exc.strerror or exc})")
+
+
 @contextmanager
 def download_folder(root: Path, where: str) -> Iterator[Path]:
     """Make ``root`` (and its missing parents) for a download; if the block fails, remove the folders
@@ -27,8 +33,7 @@ def download_folder(root: Path, where: str) -> Iterator[Path]:
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # a parent may be made before the failure ("File name too long")
-            raise bad_argument(DownloadError, where, "root", str(root), "a writable folder",
-                               f"choose another root ({exc.strerror or exc})") from None
+            raise unwritable(where, root, exc) from None
         yield root
     except BaseException:
         for d in made:  # deepest first; skip those never made, stop at the first that holds something
