@@ -229,3 +229,17 @@ def test_dropout_mask_statistics():
 def test_bad_arguments_raise_config_error(call):
     with pytest.raises(ConfigError, match="Fix:"):
         call()
+
+
+def test_the_numpy_fallback_gives_the_numba_bits(monkeypatch) -> None:
+    """Without numba, uniform_into, dropout_mask_into and permutation take NumPy paths: the same bits."""
+    import renaissance_nb.train.rng as rng_mod
+    g = Philox(77)
+    want = [np.empty(1001, np.float32), np.empty(1001, np.float32), g.permutation(999, StreamId.SHUFFLE, 2**33 + 1)]
+    uniform_into(want[0], 77, StreamId.DROPOUT, 5)
+    dropout_mask_into(want[1], 77, StreamId.DROPOUT, 5, 0.7)
+    monkeypatch.setattr(rng_mod, "_HAVE_NUMBA", False)
+    got = [np.empty(1001, np.float32), np.empty(1001, np.float32), g.permutation(999, StreamId.SHUFFLE, 2**33 + 1)]
+    uniform_into(got[0], 77, StreamId.DROPOUT, 5)
+    dropout_mask_into(got[1], 77, StreamId.DROPOUT, 5, 0.7)
+    assert all(np.array_equal(a, b) for a, b in zip(want, got))

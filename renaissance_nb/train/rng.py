@@ -196,8 +196,8 @@ class Philox:
             keys = np.empty(n, np.uint64)
             _keys_kernel(keys, *self.key, stream, offset & _MASK32, offset >> 32)
             return keys
-        bits = self._words(2 * n, stream, offset).astype(np.uint64).reshape(n, 2)  # pragma: no cover
-        return (bits[:, 0] << np.uint64(32)) | bits[:, 1]  # pragma: no cover
+        bits = self._words(2 * n, stream, offset).astype(np.uint64).reshape(n, 2)  # NumPy fallback
+        return (bits[:, 0] << np.uint64(32)) | bits[:, 1]
 
 
 # --------------------------------------------------------------------------- numba hot path
@@ -323,7 +323,7 @@ def uniform_into(out: np.ndarray, seed: int, stream: int, offset: int) -> None:
     args = _split("uniform_into", out.shape[0], seed, stream, offset)
     if _HAVE_NUMBA:
         _uniform_kernel(out, *args)
-    else:  # pragma: no cover - NumPy fallback allocates but gives identical bits
+    else:  # NumPy fallback: allocates, same bits (tests/test_rng.py)
         out[:] = Philox(int(seed)).uniform(out.shape[0], stream, offset)
 
 
@@ -343,6 +343,6 @@ def dropout_mask_into(out: np.ndarray, seed: int, stream: int, offset: int, keep
     threshold, scale = np.float32(kp), np.float32(1.0 / kp)
     if _HAVE_NUMBA:
         _dropout_kernel(out, *args, threshold, scale)
-    else:  # pragma: no cover
+    else:  # NumPy fallback (tests/test_rng.py)
         u = Philox(int(seed)).uniform(out.shape[0], stream, offset)
         out[:] = np.where(u < threshold, scale, np.float32(0.0))
