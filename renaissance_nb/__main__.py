@@ -42,7 +42,7 @@ def build_task(args: argparse.Namespace) -> DeepLearningTask:
 
 def train(args: argparse.Namespace) -> int:
     task = build_task(args)
-    s = task._splits
+    s = task._data
     print(f"data: {s.name}: {len(s.train)} train, {len(s.val) if s.val else 0} val, "
           f"sample shape {s.train.sample_shape}, {s.train.num_classes} classes")
     print(f"model:\n{task._model!r}")
@@ -58,10 +58,11 @@ def train(args: argparse.Namespace) -> int:
           f"{bytes_versus(m.total_bytes, m.bytes_without_reuse, 'without liveness reuse')}")
     t = time.perf_counter()
     task.compile()
-    a = task.compiled.atlas
+    compiled = task._compiled_parts("compile")[0]
+    a = compiled.atlas
     print(f"compile()      COMPILED       {1e3 * (time.perf_counter() - t):7.1f} ms  {len(a.entries)} atlas entries "
           f"-> {len(a.captures)} distinct bound graphs, device {task.device_kind}")
-    for note in task.compiled.notes:
+    for note in compiled.notes:
         if note.startswith(("device", "padded rows")):
             print(f"               {note}")
     print("\narena by region family:")

@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import numpy as np
 
@@ -98,6 +98,9 @@ def _sample_shape_of(data: Any) -> tuple[int, ...] | None:
     if isinstance(data, tuple) and data and hasattr(data[0], "shape"):
         return tuple(int(d) for d in data[0].shape[1:])
     return None
+
+
+_NO_DATA = "plan: no data was set. Fix: task.data(datasets.default_mnist()) or task.data(train=(X, y))."
 
 
 MAX_STEPS = 2**26
@@ -318,10 +321,11 @@ class DeepLearningTask(TaskBase):
         def hw(name: str, v: Any) -> tuple[int, int]:
             pair = (v, v) if as_int(v) is not None else v
             dims = [as_int(d) for d in pair] if isinstance(pair, (tuple, list)) and len(pair) == 2 else []
-            if len(dims) != 2 or any(d is None or d < 1 for d in dims):
+            good = [d for d in dims if d is not None and d >= 1]
+            if len(good) != 2:  # dims is empty or a pair
                 raise bad_argument(ConfigError, "train_resolution", name, v, "an int or (H, W) of ints >= 1",
                                    "e.g. train_resolution(24, 28, boundary_epoch=3)")
-            return (dims[0], dims[1])
+            return (good[0], good[1])
         b = _int_setting("train_resolution", "boundary_epoch", boundary_epoch, low=0)
         self._resolution = (hw("begin", begin), hw("end", end), b)
         return self
@@ -477,6 +481,34 @@ class DeepLearningTask(TaskBase):
                             "nan_check": self._nan_check,
                             "nan_policy": self._nan_policy, "zero_grad": self._zero_grad, "prefetch": self._prefetch}}
 
+    # ---- the stages' values: None before their stage, typed here for the code that runs after it --------
+    @property
+    def _data(self) -> DataSplits:
+        """The data; every stage from plan() on has it (plan() refuses a task without)."""
+        if self._splits is None:
+            raise ConfigError(_NO_DATA)
+        return self._splits
+
+    def _planned(self, operation: str) -> tuple[ArchPlan, AllShapes, list[int]]:
+        """What plan() made (it sets all three together), for the stages after it (the error is not
+        reached: each caller has planned or checked a later phase first)."""
+        arch, shapes, slots = self.arch, self.shapes, self.max_slot_bytes
+        if arch is None or shapes is None or slots is None:
+            raise PhaseError(operation, f"{self._phase} (not planned)", "PLANNING (planned)",
+                             "Fix: call task.plan() first.")
+        return arch, shapes, slots
+
+    def _compiled_parts(self, operation: str, hint: str = "Call task.compile() first."
+                        ) -> tuple[CompiledPlan, Executor, StepPrograms]:
+        """What compile() made: the plan, the host executor (views) and who replays the steps; before
+        compile(), the PhaseError of ``operation``'s phase check."""
+        compiled, ex, rx = self.compiled, self.executor, self._runner
+        if compiled is None or ex is None or rx is None:
+            self._require(operation, Phase.COMPILED, hint=hint)
+            # not reached: compile() sets all three as it enters COMPILED
+            raise PhaseError(operation, f"{self._phase} (not compiled)", str(Phase.COMPILED), hint)
+        return compiled, ex, rx
+
     # ---- derived quantities ------------------------------------------------------------------
     @property
     def steps_per_epoch(self) -> int:
@@ -531,8 +563,7 @@ class DeepLearningTask(TaskBase):
         if self._model is None:
             raise ConfigError("plan: no model was set. Fix: task.model(seq(fc(128), relu(), fc(10))).")
         if self._splits is None:
-            raise ConfigError("plan: no data was set. Fix: task.data(datasets.default_mnist()) or "
-                              "task.data(train=(X, y)).")
+            raise ConfigError(_NO_DATA)
         self.lr_table()  # validates the schedule against the data (e.g. warmup longer than training)
         s = self._splits
         arch = plan_architecture(self._model, self._fuse)
@@ -570,7 +601,7 @@ class DeepLearningTask(TaskBase):
         (one value normalises to 0 and passes no gradient): a training batch of one sample is
         refused where a BN sees no spatial extent (after fc or gap, or at 1x1 maps)."""
         bns = {layer.name for layer in arch.layers if layer.kind == "bn"}
-        trains = ("train_base", "train_last", "train_lowres", "train_lowres_last")
+        trains: tuple[str, ...] = ("train_base", "train_last", "train_lowres", "train_lowres_last")
         if self._resolution is not None:  # epochs before the boundary train at the first size, the rest at the second
             boundary = self._resolution[2]
             trains = trains[:2] * (boundary > 0) + trains[2:] * (boundary < self._epochs)
@@ -584,7 +615,7 @@ class DeepLearningTask(TaskBase):
                         where, fix = f"with batch_size={self._batch},", "a batch size above 1"
                     else:
                         where = (f"batch_size={self._batch} leaves a last training batch of 1 sample "
-                                 f"({len(self._splits.train)} samples), where")
+                                 f"({len(self._data.train)} samples), where")
                         fix = "a batch size that does not divide len(train) - 1, or drop one training sample"
                     size = "" if self._resolution is None else f" at the training size {spec.input_shape[-2:]}"
                     raise ConfigError(f"plan: {where} {name} would see one value per channel{size}: batch norm "
@@ -608,16 +639,16 @@ class DeepLearningTask(TaskBase):
     def _lock_memory(self) -> "DeepLearningTask":
         started = time.time()
         self.plan()
-        shapes = self.shapes
+        arch, shapes, max_slots = self._planned("lock_memory")
         ids = shapes.tables["train_base"].ids
         opts = StepOptions(self._loss.label_smoothing_, tuple(sorted(self._optimizer.graph_params().items())),
                            zero_grad=self._zero_grad, nan_check=self._nan_check, nan_policy=self._nan_policy,
                            ema_decay=self._ema, clip_norm=self._clip_norm,
-                           image=len(self._splits.train.sample_shape) == 3,
+                           image=len(self._data.train.sample_shape) == 3,
                            crop_pad=self._crop_pad, flip=self._flip, prefetch=self._prefetch)
-        graphs = build_computation_graph(self.arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
+        graphs = build_computation_graph(arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
         lifetimes = graph_lifetimes(graphs) if self._liveness else None
-        plans = create_memory_plans(shapes, self.max_slot_bytes, lifetimes, self._pad_rows)
+        plans = create_memory_plans(shapes, max_slots, lifetimes, self._pad_rows)
         self.graphs, self.plans = graphs, plans
         self.memory = plans["train_base"]
         self._graphs = {f"train/{g.name}": (graphs.train.nodes(g), g.stream) for g in graphs.train.ids()}
@@ -640,13 +671,17 @@ class DeepLearningTask(TaskBase):
         started = time.time()
         from .gpu.device import resolve_device
         kind = resolve_device(self._device)
-        specs = self.shapes.specs
-        atlas = share_or_clone(specs, self.graphs, self.plans, self._zero_grad, self._nan_check)
-        ids = self.shapes.tables["train_base"].ids
-        compiled = CompiledPlan(self.arch, self.shapes, self.max_slot_bytes, self.memory.lifetimes, self.plans,
-                                self.graphs, atlas, ids, self.shapes.tables["train_base"].params)
+        arch, shapes, max_slots = self._planned("compile")
+        graphs = self.graphs
+        if graphs is None:  # lock_memory() built them on its way to MEMORY_LOCKED
+            raise PhaseError("compile", self._phase, str(Phase.MEMORY_LOCKED), "Fix: call task.lock_memory() first.")
+        specs = shapes.specs
+        atlas = share_or_clone(specs, graphs, self.plans, self._zero_grad, self._nan_check)
+        ids = shapes.tables["train_base"].ids
+        compiled = CompiledPlan(arch, shapes, max_slots, self.memory.lifetimes, self.plans,
+                                graphs, atlas, ids, shapes.tables["train_base"].params)
         arena = Arena(self.memory)
-        s = self._splits
+        s = self._data
         sources = {"train": (s.train.x, s.train.y)}
         perms = {"train": np.arange(len(s.train), dtype=np.int64)}
         if s.val is not None:
@@ -690,8 +725,9 @@ class DeepLearningTask(TaskBase):
         if kind == "cpu":
             compiled.notes.append(f"device: CPU, {blas.describe()}.")
         else:
-            compiled.notes.append(f"device: CUDA, {len(runner.atlas.captures)} atlas entries captured as CUDA "
-                                  f"graphs on one device arena, data={runner.data}, capture={runner.capture}; "
+            gpu = cast(GpuExecutor, runner)  # kind is still "cuda": the GpuExecutor started
+            compiled.notes.append(f"device: CUDA, {len(gpu.atlas.captures)} atlas entries captured as CUDA "
+                                  f"graphs on one device arena, data={gpu.data}, capture={gpu.capture}; "
                                   "the host arena mirrors the device's at epoch ends.")
         self.compiled, self.executor, self._arena = compiled, executor, arena
         self._runner, self.device_kind = runner, kind
@@ -767,9 +803,10 @@ class DeepLearningTask(TaskBase):
                           "learning-rate schedule and the plan are compiled for that many. Fix: to train longer, build "
                           "a task with a larger total_epochs and copy the weights in with "
                           "new_task.load_state_dict(task.state_dict()).", stacklevel=4)
-        ex = self.executor  # host views: what the loop reads and writes
-        rx = self._runner   # who replays: ex itself on the CPU, the captured graphs on a GPU
-        s = self._splits
+        # ex: host views, what the loop reads and writes; rx: who replays, ex itself on the CPU, the
+        # captured graphs on a GPU
+        _, ex, rx = self._compiled_parts("run")
+        s = self._data
         sched_base = rx.train_schedule(batch_variants(len(s.train), self._batch, "train_base", "train_last"))
         sched_low = sched_base
         boundary = self._epochs + 1
@@ -914,12 +951,12 @@ class DeepLearningTask(TaskBase):
         for name in ("I_A.data", "I_B.data"):
             buffer_slot(self.executor.view("train_base", name)).wait()
 
-    def _fold_bn(self, runner: StepPrograms | None = None) -> None:
-        for k in (runner or self.executor).kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS):
+    def _fold_bn(self, runner: StepPrograms) -> None:
+        for k in runner.kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS):
             k()
 
     def _run_eval(self, sched) -> np.ndarray:  # type: ignore[no-untyped-def]
-        ex, rx = self.executor, self._runner
+        _, ex, rx = self._compiled_parts("run")
         self._fold_bn(rx)
         cursor, aug = ex.view("val_base", "cursor"), ex.view("val_base", "aug.offset")
         sums = ex.view("val_base", "metrics.sum")
@@ -933,11 +970,12 @@ class DeepLearningTask(TaskBase):
     def _raise_halted(self) -> None:
         """A device backend stopped updating at a non-finite value (its NaN flag is 2): report it, and
         clear the flag so that the task can train again (the epoch starts over, as after a CPU halt)."""
-        self._runner.download_all()
-        flag = self.executor.view("train_base", "nan.flag")
+        _, ex, rx = self._compiled_parts("run")
+        rx.download_all()
+        flag = ex.view("train_base", "nan.flag")
         flag[0] = 0
-        self._runner.push(flag)
-        step = int(self.executor.view("train_base", "step")[0])
+        rx.push(flag)
+        step = int(ex.view("train_base", "step")[0])
         raise NumericalError(f"step {step + 1}: a non-finite gradient or loss (found on the GPU, which stopped "
                              "updating there; the host checks every 16 steps, and the steps run since then replaced "
                              "that step's gradients and loss, so they are not named). The weights are those before "
@@ -956,23 +994,24 @@ class DeepLearningTask(TaskBase):
     def _forward_batches(self, x: np.ndarray, y: np.ndarray | None):  # type: ignore[no-untyped-def]
         """Run INF_MAIN_A over x in batches of the val batch size (a partial batch is padded)."""
         self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
-        ex = self.executor
+        _, ex, rx = self._compiled_parts("evaluate")
+        arch = self._planned("evaluate")[0]
         variant = "val_base"
         data, labels = ex.view(variant, "I_A.data"), ex.view(variant, "I_A.label")
-        n_layers = len(self.arch.layers)
-        logits_name = f"{self.arch.layers[n_layers - 1].name}.out"
+        n_layers = len(arch.layers)
+        logits_name = f"{arch.layers[n_layers - 1].name}.out"
         logits = ex.view(variant, logits_name)
         prog = [k for k in ex.kernels(variant, GraphId.INF_MAIN_A)]
         if self._prefetch and data.ndim == 4:
             prog = prog[1:]  # no transfer was submitted: skip the transfer_wait that heads INF_MAIN_A
-        self._fold_bn()
+        self._fold_bn(ex)
         bsz = data.shape[0]
         image = data.ndim == 4
         # Between two steps the input buffer holds the next training batch (prefetched) and R_RESULT
         # the last step's loss: both are training state, put back afterwards.
         self._drain_transfers()
         if self._live_at is not None:
-            self._runner.download_all()  # called from a step callback on a device: its weights are current
+            rx.download_all()  # called from a step callback on a device: its weights are current
         keep = [(v, v.copy()) for v in (data, labels, ex.view(variant, "result"))]
         try:
             for start in range(0, len(x), bsz):
@@ -994,7 +1033,7 @@ class DeepLearningTask(TaskBase):
         """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data."""
         self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
         ds = self._inputs_as_trained("evaluate", validate_arrays(
-            x, y, what="evaluate", num_classes=self._splits.train.num_classes, where="evaluate", names=("x", "y")))
+            x, y, what="evaluate", num_classes=self._data.train.num_classes, where="evaluate", names=("x", "y")))
         sums = np.zeros(3)
         res = np.zeros(3, np.float32)
         for start, n, logits in self._forward_batches(ds.x, ds.y):
@@ -1030,7 +1069,7 @@ class DeepLearningTask(TaskBase):
 
     def _gathered(self, op: str, x: Any, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         count, batches = self._inference(op, x)
-        out = np.empty((count, self._splits.train.num_classes), np.float32)
+        out = np.empty((count, self._data.train.num_classes), np.float32)
         for start, n, logits in batches:
             out[start:start + n] = f(logits)
         return out
@@ -1047,14 +1086,14 @@ class DeepLearningTask(TaskBase):
         shaped (N, H, W, C) are moved as data() moved them (those already (N, C, H, W), such as
         ``task.splits``' own, are taken as they are, unless C == H == W says nothing); any other shape
         than training's is refused."""
-        c, h, w = (self._splits.train.sample_shape + (0, 0, 0))[:3]
+        c, h, w = (self._data.train.sample_shape + (0, 0, 0))[:3]
         if self._channels_last and ds.x.shape[1:] == (h, w, c):  # C == H == W: moved, as data() moved them
             ds = moved_to_channels_first(ds)
         self._check_sample_shape(op, ds.x)
         return ds
 
     def _check_sample_shape(self, op: str, x: np.ndarray) -> None:
-        want = tuple(self._splits.train.sample_shape)
+        want = tuple(self._data.train.sample_shape)
         got = tuple(x.shape[1:])
         if got == want:
             return
@@ -1073,7 +1112,7 @@ class DeepLearningTask(TaskBase):
     def _param_names(self) -> dict[str, tuple[int, ...]]:
         """State-dict names and PyTorch shapes (conv weights (out, in, k, k))."""
         out = {}
-        for p in self.compiled.params:
+        for p in self._compiled_parts("load_state_dict")[0].params:
             shape = p.shape
             if len(shape) == 4:
                 shape = (shape[0], shape[3], shape[1], shape[2])
@@ -1084,9 +1123,10 @@ class DeepLearningTask(TaskBase):
         """Parameters and BN buffers by layer name, in PyTorch's layouts: 'fc1.weight' is
         (out, in), 'conv1.weight' is (out, in, k, k), 'bn1.running_mean' ..."""
         self._require("state_dict", Phase.COMPILED, hint="Parameters exist once the task is compiled.")
+        compiled, ex, _ = self._compiled_parts("state_dict", hint="Parameters exist once the task is compiled.")
         out = {}
-        for p in self.compiled.params:
-            v = self.executor.view("train_base", p.name)
+        for p in compiled.params:
+            v = ex.view("train_base", p.name)
             out[p.name] = (v.transpose(0, 3, 1, 2) if v.ndim == 4 else v).copy()
         return out
 
@@ -1119,8 +1159,9 @@ class DeepLearningTask(TaskBase):
             if not np.isfinite(a).all():
                 raise CheckpointError(f"load_state_dict: {k} holds non-finite values. Fix: check the source.")
             arrays[k] = a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+        ex = self._compiled_parts("load_state_dict")[1]
         for k, a in arrays.items():
-            self.executor.view("train_base", k)[...] = a
+            ex.view("train_base", k)[...] = a
 
     def _seconds_into_epoch(self) -> float:
         """Wall seconds the epoch a resume would continue has run: after a stop, or from a step
@@ -1149,8 +1190,8 @@ class DeepLearningTask(TaskBase):
         history) atomically to one .npz file with a JSON header and a checksum."""
         from .checkpoint import save
         self._drain_transfers()
-        if self._live_at is not None:
-            self._runner.download_all()  # called from a step callback on a device: its state is current
+        if self._live_at is not None:  # called from a step callback on a device: its state is current
+            self._compiled_parts("save")[2].download_all()
         return save(self, path)
 
     def load_state(self, path: str, *, strict: bool = True) -> "DeepLearningTask":
@@ -1187,7 +1228,7 @@ class DeepLearningTask(TaskBase):
         task._channels_last = cl
         saved = header.get("settings", {})
         sizes = (saved.get("n_train"), saved.get("n_val"))
-        now = (len(task._splits.train), 0 if task._splits.val is None else len(task._splits.val))
+        now = (len(task._data.train), 0 if task._data.val is None else len(task._data.val))
         if None not in sizes and sizes != now:  # the plan's shapes (the loss log, the last batches) follow them
             raise CheckpointError(f"load: {path!r} was trained on {sizes[0]} training and {sizes[1]} validation "
                                   f"samples; data has {now[0]} and {now[1]}, and the plan's shapes follow the data. "

@@ -64,6 +64,7 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 def _check_shape(shape: object, where: str = "alloc") -> tuple[int, ...]:
     one = as_int(shape)  # a bare int is a 1-D shape; a bool is not a size
+    dims: list[int | None]
     if one is not None:
         dims = [one]
     else:
@@ -79,7 +80,7 @@ def _check_shape(shape: object, where: str = "alloc") -> tuple[int, ...]:
 
 def _check_dtype(dtype: object) -> str:
     try:  # None is refused: np.dtype(None) would quietly mean float64
-        name = None if dtype is None else np.dtype(dtype).name  # type: ignore[arg-type]
+        name = None if dtype is None else np.dtype(dtype).name  # type: ignore[arg-type, call-overload]
     except TypeError:
         name = None
     if name not in SUPPORTED_DTYPES:
@@ -271,13 +272,12 @@ class MemoryPlan:
                 raise bad_argument(PlanError, "with_shapes", "shapes", dict(shapes), "each tensor once",
                                    f"tensor {self[k].name!r} (#{tid}) is given twice: keep one entry")
             by_id[tid] = _check_shape(s, f"with_shapes[{k!r}]")
-        shapes = by_id
         other = MemoryPlan(name)
         other.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_tensors"})
         other.name = name
         tensors = []
         for t in self._tensors:
-            s = tuple(shapes.get(t.id, t.shape))
+            s = tuple(by_id.get(t.id, t.shape))
             v = t.with_shape(s)
             if v.storage_bytes > t.slot_bytes:
                 raise PlanError(f"with_shapes: {t.name} needs {v.storage_bytes} bytes in variant {name!r} "

@@ -19,6 +19,7 @@ class Optimizer(Settings):
     """Base: lr (used when no scheduler is set), weight decay, state families."""
 
     kind = "base"
+    lr_: float  # each optimizer's dataclass field (a bare annotation here is no field)
 
     @property
     def state(self) -> tuple[str, ...]:

@@ -164,6 +164,7 @@ class Scheduler(Settings):
         ``lr`` is the optimizer's, the base when ``base_lr`` is not set."""
         if self.base_lr_ is None:
             return self._with("base_lr", lr).table(steps_per_epoch, total_epochs)
+        base = self.base_lr_
         spe = _count(f"{type(self).__name__}.table", "steps_per_epoch", steps_per_epoch,
                      "pass the number of batches per epoch (>= 1)")
         epochs = _count(f"{type(self).__name__}.table", "total_epochs", total_epochs,
@@ -175,21 +176,22 @@ class Scheduler(Settings):
                                f"fewer than {total} steps ({epochs} epochs of {spe} steps); "
                                f"it is {w} steps: warmup longer than training",
                                "shorten the warmup or train for more epochs")
-        lr = np.empty(total, dtype=np.float64)
+        lrs = np.empty(total, dtype=np.float64)
         if w:
             f = self.warmup_start_factor_
-            lr[:w] = self.base_lr_ * (f + (1.0 - f) * np.arange(w, dtype=np.float64) / w)
-        lr[w:] = self._main(np.arange(total - w, dtype=np.int64), total - w, spe)
-        big = np.flatnonzero(~(np.abs(lr) <= LR_MAX))
+            lrs[:w] = base * (f + (1.0 - f) * np.arange(w, dtype=np.float64) / w)
+        lrs[w:] = self._main(np.arange(total - w, dtype=np.int64), total - w, spe, base)
+        big = np.flatnonzero(~(np.abs(lrs) <= LR_MAX))
         if big.size:  # e.g. ExponentialLR(gamma=2) over 200 steps
             k = int(big[0])
-            raise ConfigError(f"{type(self).__name__}: the schedule reaches lr={lr[k]:.3g} at step {k + 1} of {total}, "
-                              "past float32 (the step reads a float32 table). Fix: a smaller base_lr or gamma, or "
-                              "fewer epochs.")
-        return lr.astype(np.float32)
+            raise ConfigError(f"{type(self).__name__}: the schedule reaches lr={lrs[k]:.3g} at step {k + 1} "
+                              f"of {total}, past float32 (the step reads a float32 table). Fix: a smaller base_lr or "
+                              "gamma, or fewer epochs.")
+        return lrs.astype(np.float32)
 
-    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
-        """float64 lr at main-schedule steps ``k`` (0 = end of warmup); ``horizon`` steps in all."""
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
+        """float64 lr at main-schedule steps ``k`` (0 = end of warmup); ``horizon`` steps in all;
+        ``base`` is base_lr_, which table() has set."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -228,8 +230,8 @@ class CosineAnnealingLR(Scheduler):
     def _check_eta_min(self, v: Any) -> float:
         return _nonneg(self._where("eta_min"), "eta_min", v, "pass a minimum learning rate such as 0.0")
 
-    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
-        return self.eta_min_ + (self.base_lr_ - self.eta_min_) * (1.0 + np.cos(np.pi * k / horizon)) / 2.0
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
+        return self.eta_min_ + (base - self.eta_min_) * (1.0 + np.cos(np.pi * k / horizon)) / 2.0
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -254,12 +256,12 @@ class StepLR(Scheduler):
     def _check_gamma(self, v: Any) -> float:
         return _positive(self._where("gamma"), "gamma", v, "pass a decay factor such as 0.1")
 
-    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         size = _steps(self.step_size_, spe)
         if size < 1:
             raise bad_argument(ConfigError, self._where("step_size"), "step_size", self.step_size_,
                                f"at least one step ({spe} steps per epoch)", "use a longer step_size")
-        return self.base_lr_ * self.gamma_ ** (k // size).astype(np.float64)
+        return base * self.gamma_ ** (k // size).astype(np.float64)
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -293,13 +295,13 @@ class MultiStepLR(Scheduler):
     def _check_gamma(self, v: Any) -> float:
         return _positive(self._where("gamma"), "gamma", v, "pass a decay factor such as 0.1")
 
-    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         if not self.milestones_:
             raise bad_argument(ConfigError, self._where("milestones"), "milestones", self.milestones_,
                                "at least one milestone", "call .milestones([30, 60]) or use ConstantLR")
         steps = [_steps(m, spe) for m in self.milestones_]
         passed = np.searchsorted(steps, k, side="right").astype(np.float64)  # = bisect_right
-        return self.base_lr_ * self.gamma_**passed
+        return base * self.gamma_**passed
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -316,8 +318,8 @@ class ExponentialLR(Scheduler):
     def _check_gamma(self, v: Any) -> float:
         return _positive(self._where("gamma"), "gamma", v, "pass a per-epoch decay factor such as 0.95")
 
-    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
-        return self.base_lr_ * (self.gamma_ ** (1.0 / spe)) ** k.astype(np.float64)
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
+        return base * (self.gamma_ ** (1.0 / spe)) ** k.astype(np.float64)
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -344,12 +346,12 @@ class ConstantLR(Scheduler):
         # but not in its closed form, so 0 has no single PyTorch meaning.
         return _positive(self._where("total_iters"), "total_iters", v, "pass a duration in epochs such as 5")
 
-    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         n = _steps(self.total_iters_, spe)
         if n < 1:
             raise bad_argument(ConfigError, self._where("total_iters"), "total_iters", self.total_iters_,
                                f"at least one step ({spe} steps per epoch)", "use a longer total_iters")
-        return self.base_lr_ * np.where(k < n, self.factor_, 1.0)
+        return base * np.where(k < n, self.factor_, 1.0)
 
 
 @dataclass(frozen=True, init=False, repr=False)
@@ -376,9 +378,9 @@ class PolynomialLR(Scheduler):
     def _check_power(self, v: Any) -> float:
         return _nonneg(self._where("power"), "power", v, "pass an exponent such as 1.0")
 
-    def _main(self, k: np.ndarray, horizon: int, spe: int) -> np.ndarray:
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         n = horizon if self.total_iters_ is None else _steps(self.total_iters_, spe)
         if n < 1:
             raise bad_argument(ConfigError, self._where("total_iters"), "total_iters", self.total_iters_,
                                f"at least one step ({spe} steps per epoch)", "use a longer total_iters")
-        return self.base_lr_ * (1.0 - np.minimum(k, n) / n) ** self.power_
+        return base * (1.0 - np.minimum(k, n) / n) ** self.power_
