@@ -336,7 +336,6 @@ def training_svg(view: dict[str, Any]) -> str:
     del matplotlib
     fig = Figure(figsize=(9.2, 4.6), dpi=96)
     axes = fig.subplots(2, 2)
-    spe = max(view["steps_per_epoch"], 1)
     style = dict(color="#3b6fb6", linewidth=1.4)
     ax = axes[0][0]
     if view["step_losses"]:
