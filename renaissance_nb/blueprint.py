@@ -227,10 +227,11 @@ _fc_args = arguments_checked(BluePrintError, aliases={**NOT_HERE, "out_features"
 @_fc_args
 def fc(out: int, bias: bool = True) -> Layer:
     """Fully connected layer y = x W^T + b, W shaped (out, in) as in PyTorch's nn.Linear."""
-    if as_int(bias) is not None:  # nn.Linear(784, 10) (as_int takes no bools)
-        raise bad_argument(BluePrintError, "fc", "bias", bias, "True or False (fc takes the output size only)",
-                           f"write fc({bias}) for PyTorch's nn.Linear({out}, {bias}): the input size comes from "
-                           "the layer before")
+    size = as_int(bias)  # nn.Linear(784, 10) (as_int takes no bools)
+    if size is not None:
+        fix = (f"write fc({size}) for PyTorch's nn.Linear({out}, {size})" if size >= 1 else
+               "write fc(out) with the output size only") + ": the input size comes from the layer before"
+        raise bad_argument(BluePrintError, "fc", "bias", bias, "True or False (fc takes the output size only)", fix)
     return Layer("fc", (("out", _positive_int("fc", "out", out, "fc(128)")), ("bias", _bool("fc", "bias", bias))))
 
 

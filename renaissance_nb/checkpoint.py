@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CheckpointError
+from .memory.dtensor import DTensor, tensor_view, torch_layout
 from .memory.region import Region
 from .result import EpochRecord
 from .task import Phase
@@ -102,7 +103,8 @@ def spec(task: Any) -> dict[str, Any]:
             "optimizer": _setting_spec(task._optimizer), "scheduler": _setting_spec(task._scheduler),
             "total_epochs": task._epochs, "seed": task._seed, "batch_size": task._batch,
             "val_batch_size": task._val_batch, "shuffle": task._shuffle, "channels_last": task._channels_last,
-            "sample_shape": list(task._splits.train.sample_shape), "name": task.name, "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
+            "sample_shape": list(task._splits.train.sample_shape), "val_fraction": task._val_fraction,
+            "name": task.name, "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
                         "nan_policy": task._nan_policy, "zero_grad": task._zero_grad,
                         "pad_rows": task._pad_rows},
             **_training_extras(task)}
@@ -270,16 +272,9 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
                                    or region in ("B_PREV_MEAN", "B_PREV_VAR")):
                 continue  # gradients, moments, EMA copies, folded BN and everything not a parameter
             key = "W" if region.startswith("W_") else "B"
-            base = int(fp["ranges"][key][0])
-            shape = tuple(int(d) for d in t["shape"])
-            src = arrays[f"region_{key}"].view(np.uint8)
-            count = shape[0] * int(t["pitch"]) if t.get("pitch") else int(np.prod(shape))
-            flat = src[int(t["offset"]) - base:][:4 * count].view(np.float32)
-            if t.get("pitch"):
-                a = flat.reshape(shape[0], int(t["pitch"]))[:, :shape[1]]
-            else:
-                a = flat.reshape(shape)
-            out[name] = (a.transpose(0, 3, 1, 2) if a.ndim == 4 else a).copy()
+            where = DTensor(0, name, tuple(int(d) for d in t["shape"]), t["dtype"], Region[region], 0,
+                            int(t["offset"]) - int(fp["ranges"][key][0]), t.get("pitch"))
+            out[name] = torch_layout(tensor_view(arrays[f"region_{key}"].view(np.uint8), where)).copy()
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise CheckpointError(f"read_state_dict: {os.fspath(path)!r} has an incomplete plan record ({exc}). "
                               "Fix: restore from another checkpoint.") from None
@@ -339,7 +334,9 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     p = os.fspath(path)
     _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(task))
     if strict:
-        saved, now = header.get("settings", {}), _settings(task)
+        saved, now = dict(header.get("settings", {})), _settings(task)
+        if isinstance(saved.get("optimizer"), str):  # saved for a few commits with the default spelt out
+            saved["optimizer"] = saved["optimizer"].replace(", maximize=False)", ")")
         for k in now:
             if saved.get(k, EXTRAS_OFF.get(k)) != now[k]:
                 raise CheckpointError(f"{op}: setting {k} differs: {saved.get(k)!r} in {p!r} vs {now[k]!r} in this "

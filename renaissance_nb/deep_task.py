@@ -35,6 +35,7 @@ from .graph.ids import GraphId
 from .graph.layers import ArchPlan, StepOptions, plan_architecture
 from .kernels import blas, fused
 from .kernels.cpu import BindEnv
+from .memory.dtensor import arena_layout, torch_layout
 from .memory.plan import bytes_versus, human_bytes, plural
 from .progress import make_progress
 from .result import EpochRecord, TrainingResult
@@ -50,7 +51,7 @@ from .train.settings import LR_MAX
 
 def _progress_kind(progress: Any) -> str:
     """run()'s progress argument as one of "auto", "bar", "lines", "none"."""
-    if progress is None or (isinstance(progress, (bool, int)) and progress in (0, 1)):
+    if progress is None or (isinstance(progress, (bool, np.bool_, int)) and progress in (0, 1)):
         return "auto" if progress else "none"
     if isinstance(progress, str) and progress in ("auto", "bar", "lines", "none"):
         return progress
@@ -61,7 +62,7 @@ def _progress_kind(progress: Any) -> str:
 def _foreign(obj: Any) -> str:
     """What a same-named object from another library is, for the errors of loss()/optimizer()/scheduler()."""
     module = str(getattr(obj, "__module__", "") or "")  # an instance's class's module, or a class's own
-    if not module or module.startswith("renaissance_nb") or module == "builtins":
+    if module.split(".")[0] not in ("torch", "tensorflow", "keras", "jax", "optax", "flax"):
         return ""
     name = getattr(obj, "__name__", type(obj).__name__)
     return (f" (this is {module}.{name}: the task compiles its own, with PyTorch's names and formulas, "
@@ -133,6 +134,7 @@ class DeepLearningTask(TaskBase):
         self._zero_grad = False
         self._ema: float | None = None
         self._clip_norm: float | None = None
+        self._val_fraction: float | None = None  # data(val_fraction=): the share held out of the arrays given
         self._resolution: tuple[tuple[int, int], tuple[int, int], int] | None = None
         self._crop_pad = 0
         self._flip = False
@@ -167,7 +169,8 @@ class DeepLearningTask(TaskBase):
         if self._phase is not Phase.PLANNING or self.arch is not None:
             state = f"{self._phase} (planned)" if self._phase is Phase.PLANNING else str(self._phase)
             keep = (" and the trained weights (keep them: sd = task.state_dict(), then task.load_state_dict(sd) "
-                    "after compile(); the optimizer's moments start over)" if self.result.history else "")
+                    "after compile(); the optimizer's moments start over)"
+                    if self.result.history and name != "model" else "")
             raise PhaseError(name, state, "PLANNING (before plan())",
                              f"The setting {name} can no longer change: the task's plan is made from it. "
                              f"Fix: create a new DeepLearningTask, or call task.reset() to discard the plan{keep}.")
@@ -203,8 +206,8 @@ class DeepLearningTask(TaskBase):
             raise ConfigError("data: got a data set and val=; val= goes with train=(X, y) or a tuple (X, y). "
                               "Fix: task.data(train=(X, y), val=(Xv, yv)), or one DataSplits holding both, "
                               "datasets.from_arrays((X, y), (Xv, yv)).")
-        if (isinstance(splits, tuple) and len(splits) == 2
-                and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in splits)):
+        if (isinstance(splits, tuple) and len(splits) == 2  # ((X, y), (Xv, yv)), not (X, y) of two samples
+                and all(isinstance(p, (tuple, list)) and len(p) == 2 and np.ndim(p[1]) >= 1 for p in splits)):
             raise bad_argument(DataError, "data", "data", "((X, y), (Xv, yv))", "one (X, y) pair, or DataSplits",
                                "pass task.data(train=(X, y), val=(Xv, yv))")
         fraction = None
@@ -213,7 +216,7 @@ class DeepLearningTask(TaskBase):
             if fraction is None or not 0.0 < fraction < 1.0:
                 raise bad_argument(DataError, "data", "val_fraction", val_fraction, "a number in (0, 1)",
                                    "pass e.g. val_fraction=0.1, or None for no held-out set")
-            if val is not None or isinstance(splits, DataSplits):
+            if val is not None or (isinstance(splits, DataSplits) and splits.val is not None):
                 raise ConfigError("data: got val_fraction= and a validation set. Fix: pass one of them.")
         if isinstance(splits, DataSplits):
             s = checked_splits(splits)
@@ -236,7 +239,7 @@ class DeepLearningTask(TaskBase):
         if channels_last:
             s = channels_first(s)
         self._splits, self._batch, self._val_batch, self._shuffle = s, b, vb, shuffle
-        self._channels_last = channels_last
+        self._channels_last, self._val_fraction = channels_last, fraction
         return self
 
     @_arguments_checked
@@ -437,7 +440,7 @@ class DeepLearningTask(TaskBase):
         settings = ("_model", "_splits", "_channels_last", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer",
                     "_scheduler", "_epochs", "_seed", "_fuse", "_liveness", "_pad_rows", "_nan_check", "_nan_policy", "_zero_grad",
                     "_save_every",
-                    "_ema", "_clip_norm", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
+                    "_ema", "_clip_norm", "_val_fraction", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
                     "_device_capture", "_save_best", "name")
         keep = {k: getattr(self, k) for k in settings}
         self.__init__(self.name)  # type: ignore[misc]
@@ -1077,8 +1080,9 @@ class DeepLearningTask(TaskBase):
     def _inference(self, op: str, x: Any) -> tuple[int, Iterator[tuple[int, int, np.ndarray]]]:
         """The rows of x, checked and moved as evaluate() does, and (start, n, logits) per batch."""
         self._require(op, Phase.COMPILED, hint="Call task.compile() first.")
-        ds = self._inputs_as_trained(op, validate_arrays(
-            x, np.zeros(len(x) if hasattr(x, "__len__") else 0, np.int64), what=op, where=op, names=("x", "y")))
+        rows = np.shape(x)[0] if np.ndim(x) >= 1 else 0  # validate_arrays refuses what has no rows, by name
+        ds = self._inputs_as_trained(op, validate_arrays(x, np.zeros(rows, np.int64), what=op, where=op,
+                                                         names=("x", "y")))
         return len(ds), self._forward_batches(ds.x, None)
 
     def _inputs_as_trained(self, op: str, ds: Dataset) -> Dataset:
@@ -1127,11 +1131,12 @@ class DeepLearningTask(TaskBase):
         out = {}
         for p in compiled.params:
             v = ex.view("train_base", p.name)
-            out[p.name] = (v.transpose(0, 3, 1, 2) if v.ndim == 4 else v).copy()
+            out[p.name] = torch_layout(v).copy()
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Set parameters; every key and shape is checked before anything is written."""
+        """Set parameters; every key and shape is checked before anything is written. With ema() on,
+        the EMA copies start from them too, as they start from the initial weights."""
         self._require("load_state_dict", Phase.COMPILED, hint="Call task.compile() first.")
         expected = self._param_names()
         if not isinstance(state, dict):
@@ -1158,10 +1163,12 @@ class DeepLearningTask(TaskBase):
                                       "Fix: load a state dict made for this model.")
             if not np.isfinite(a).all():
                 raise CheckpointError(f"load_state_dict: {k} holds non-finite values. Fix: check the source.")
-            arrays[k] = a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+            arrays[k] = arena_layout(a)
         ex = self._compiled_parts("load_state_dict")[1]
         for k, a in arrays.items():
             ex.view("train_base", k)[...] = a
+            if self._ema is not None:
+                ex.view("train_base", f"{k}@ema")[...] = a
 
     def _seconds_into_epoch(self) -> float:
         """Wall seconds the epoch a resume would continue has run: after a stop, or from a step
@@ -1223,8 +1230,10 @@ class DeepLearningTask(TaskBase):
         # own splits, already moved, are taken as they are (the trained sample shape is in the spec)
         cl, trained = sp.get("channels_last", False), tuple(sp.get("sample_shape") or ())
         moved = cl and _sample_shape_of(data) == trained and len(set(trained)) > 1  # C == H == W: follow the flag
+        # a validation set held out by val_fraction= is held out again, unless data brings one (task.splits)
+        fraction = sp.get("val_fraction") if not (isinstance(data, DataSplits) and data.val is not None) else None
         task.data(data, batch_size=sp["batch_size"], val_batch_size=sp["val_batch_size"], shuffle=sp["shuffle"],
-                  channels_last=False if moved else cl)
+                  channels_last=False if moved else cl, val_fraction=fraction)
         task._channels_last = cl
         saved = header.get("settings", {})
         sizes = (saved.get("n_train"), saved.get("n_val"))

@@ -80,7 +80,7 @@ class NoProgress:
 
 
 def stopped_line(epoch: int, step: int, steps: int) -> str:
-    return f"stopped after step {step:,} of {steps:,} in epoch {epoch} (Ctrl-C); run() again goes on from the next step"
+    return f"stopped after step {step:,} of {steps:,} in epoch {epoch} (Ctrl-C)"
 
 
 class LineProgress(NoProgress):
@@ -129,12 +129,13 @@ def _duration(seconds: float) -> str:
 class BarProgress(NoProgress):
     """A tqdm.auto bar over steps, the loss in its postfix, a line per epoch."""
 
-    def __init__(self, total: int, desc: str) -> None:
+    def __init__(self, total: int, desc: str, done: int = 0) -> None:
+        """``total`` steps in the run, ``done`` of them already (a resume inside an epoch)."""
         from tqdm.auto import tqdm
         self.desc = desc
         self.noted = False
         self._lock = threading.Lock()  # the timer thread's note and the run thread's disarm, one at a time
-        self.bar = tqdm(total=total, desc=desc, unit="step")
+        self.bar = tqdm(total=total, initial=done, desc=desc, unit="step")
 
     def slow_start(self) -> None:
         with self._lock:
@@ -173,5 +174,5 @@ def make_progress(kind: str | bool, total: int, desc: str, steps_per_epoch: int 
     if kind is False or kind == "none":
         return NoProgress()
     if kind == "bar" or (kind in ("auto", True) and in_notebook()):
-        return BarProgress(total, desc)
+        return BarProgress(total, desc, step)
     return LineProgress(steps_per_epoch, epoch, step)

@@ -1,6 +1,7 @@
 """Checkpoints: round trip, exact resume (epoch boundary and mid-epoch), and refusal of bad files."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import zipfile
@@ -262,3 +263,41 @@ def test_weights_alone_load_into_a_task_on_other_data(tmp_path) -> None:
                                                                                     batch_size=8).compile()
     with pytest.raises(CheckpointError, match="keys differ"):
         wide.load_weights(path)
+
+
+def test_a_val_fraction_split_is_held_out_again_on_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = DeepLearningTask("vf").model(seq(fc(8), relu(), fc(4))).data(train=(X, Y), val_fraction=0.2, batch_size=16)
+    t.total_epochs(2).seed(2).run(1, progress=False)
+    path = t.save(str(tmp_path / "vf.npz"))
+    given, own = DeepLearningTask.load(path, (X, Y)), DeepLearningTask.load(path, t.splits)
+    assert len(given.splits.val) == len(own.splits.val) == len(t.splits.val) > 0
+    for u in (t, given, own):
+        u.run(progress=False)
+    assert state_bytes(given) == state_bytes(t) == state_bytes(own)
+
+
+def test_checkpoints_that_spelt_out_maximize_false_load_strictly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A few commits saved the optimizer as '...weight_decay=0.01, maximize=False)'."""
+    t = make(epochs=1).compile()
+    path = t.save(str(tmp_path / "m.npz"))
+    with zipfile.ZipFile(path) as z:
+        parts = {n: z.read(n) for n in z.namelist()}
+    key = next(n for n in parts if n.startswith("header"))
+    header = json.loads(np.load(io.BytesIO(parts[key])).tobytes().decode())
+    header["settings"]["optimizer"] = header["settings"]["optimizer"][:-1] + ", maximize=False)"
+    buf = io.BytesIO()
+    np.save(buf, np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8))
+    parts[key] = buf.getvalue()
+    with zipfile.ZipFile(path, "w") as z:
+        for n, b in parts.items():
+            z.writestr(n, b)
+    make(epochs=1).compile().load_state(path)  # strict
+
+
+def test_load_weights_starts_the_ema_from_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    a = make(epochs=1)
+    a.run(progress=False)
+    path = a.save(str(tmp_path / "e.npz"))
+    b = make(epochs=1).ema(0.9).compile().load_weights(path)
+    for k, v in a.state_dict().items():
+        assert b.read(f"{k}@ema").tobytes() == v.tobytes()

@@ -269,3 +269,7 @@ def test_val_fraction_holds_out_a_share_of_each_class() -> None:
         DeepLearningTask().data(train=(d.train.x, d.train.y), val=(d.train.x, d.train.y), val_fraction=0.1)
     with pytest.raises(DataError, match=r"train=\(X, y\), val=\(Xv, yv\)"):  # a PyTorch-style pair of pairs
         DeepLearningTask().data(((d.train.x, d.train.y), (d.train.x, d.train.y)))
+    two = DeepLearningTask().data(([[1.0, 2.0], [3.0, 4.0]], [0, 1]), batch_size=1)  # (X, y) of two samples
+    assert len(two.splits.train) == 2
+    whole = datasets.from_arrays((d.train.x, d.train.y))  # DataSplits without a validation set
+    assert len(DeepLearningTask().data(whole, val_fraction=0.2).splits.val) == 1000

@@ -139,7 +139,7 @@ def test_lines_after_a_resume_inside_an_epoch_count_the_steps_that_ran(capsys, m
     t = DeepLearningTask("t").model(seq(fc(3))).data(train=(x, np.arange(400) % 3), batch_size=10).total_epochs(1)
     t.run(progress="lines")
     assert t._resume_at == (0, 10)
-    assert "stopped after step 10 of 40 in epoch 1 (Ctrl-C); run() again goes on" in capsys.readouterr().out
+    assert "stopped after step 10 of 40 in epoch 1 (Ctrl-C)" in capsys.readouterr().out
     StopAfter.after = None
     capsys.readouterr()
     t.run(progress="lines")
@@ -165,3 +165,14 @@ def test_progress_off_in_every_spelling_and_bad_values_refused(capsys, off) -> N
         with pytest.raises(ConfigError, match=r"run: progress=.*'auto' \(or True\), 'bar', 'lines', or False/None"):
             t.run(progress=bad)
     assert len(t.result.history) == 1  # a refused call trains nothing
+
+
+def test_the_bar_after_a_resume_starts_at_the_steps_done() -> None:
+    pytest.importorskip("tqdm")
+    p = progress.make_progress("bar", total=160, desc="t", steps_per_epoch=40, epoch=1, step=10)
+    try:
+        assert p.bar.n == 10
+        p.update(150, 0.5)
+        assert p.bar.n == p.bar.total == 160
+    finally:
+        p.close()

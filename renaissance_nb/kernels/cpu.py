@@ -348,8 +348,9 @@ def ema_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, An
 def clip_grad_norm(outs, ins, p, env):
     """torch.nn.utils.clip_grad_norm_ over the whole G range, after the NaN check: the total
     2-norm of every gradient (float64 sums, rounded to float32 as torch's norm is), then every
-    gradient times max_norm / (norm + 1e-6) in float32 when that factor is below 1. A step the
-    NaN check skips is left alone. clip.norm keeps [norm, factor applied] of the last step."""
+    gradient times max_norm / (norm + 1e-6) in float32 when that factor is below 1 or NaN (a
+    non-finite norm, which only nan_check=False lets through: every gradient NaN, as in torch).
+    A step the NaN check skips is left alone. clip.norm keeps [norm, factor applied] of the last step."""
     (flag,) = ins
     out = outs[0]  # outs[1], the partial sums of the CUDA kernels, is not used here
     grads = env.range_view(p["first"], p["last"], "float32")

@@ -156,6 +156,17 @@ def span_bytes(x: Any) -> int:
                      "padded rows of a row-major matrix")
 
 
+def torch_layout(a: Any) -> Any:
+    """A parameter as PyTorch lays it out: conv weights live channels-last in the arena,
+    (out, kh, kw, in), and PyTorch's are (out, in, kh, kw); others are the same."""
+    return a.transpose(0, 3, 1, 2) if a.ndim == 4 else a
+
+
+def arena_layout(a: Any) -> Any:
+    """torch_layout's inverse."""
+    return a.transpose(0, 2, 3, 1) if a.ndim == 4 else a
+
+
 def tensor_view(buffer: Any, t: DTensor) -> Any:
     """The typed, shaped view of ``t`` in an arena's byte buffer (NumPy or CuPy): a strided view
     of its padded rows when it has a pitch."""

@@ -175,7 +175,7 @@ extern "C" __global__ void rnb_grad_norm(const double* partial, int blocks, cons
     clip[1] = factor >= 1.0f ? 1.0f : factor;  // a NaN norm (nan_check off) makes every gradient NaN, as in torch
 }
 
-// clip_grad_norm, part 2: every gradient times the factor when it is below 1 (float32, as torch's mul_).
+// clip_grad_norm, part 3: every gradient times the factor when it is below 1 or NaN (float32, as torch's mul_).
 extern "C" __global__ void rnb_grad_scale(float* g, rnb_i64 n, const rnb_i64* flag, const float* clip) {
     if (flag[0]) return;
     float f = clip[1];
