@@ -832,8 +832,12 @@ class DeepLearningTask(TaskBase):
         result_view = ex.view("train_base", "result")
         nan_flag = ex.view("train_base", "nan.flag")  # 2: a device backend stopped updating at a non-finite value
         # what a device backend copies back every 16 steps, in one hand-over: the loss and the NaN
-        # flag, and for callbacks the step counter and the loss log (the live monitor reads the log)
-        watched = (result_view, nan_flag) + ((step_counter, ex.view("train_base", "loss_log")) if callbacks else ())
+        # flag, and for callbacks the step counter, the loss log (the live monitor reads it) and the
+        # clip's last norm
+        seen = [step_counter, ex.view("train_base", "loss_log")]
+        if self._clip_norm is not None:
+            seen.append(ex.view("train_base", "clip.norm"))
+        watched = (result_view, nan_flag) + (tuple(seen) if callbacks else ())
         rx.upload_all()
         stop = _StopFlag()
         done = self._resume_at[1] if self._resume_at is not None and self._resume_at[0] == self._epoch else 0

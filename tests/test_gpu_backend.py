@@ -723,3 +723,38 @@ def test_the_cublas_handle_is_released_when_its_executor_goes(monkeypatch) -> No
     import gc
     gc.collect()
     assert [n for n, _ in lib.calls].count("cublasDestroy_v2") == 1
+
+
+def test_a_validation_set_smaller_than_a_batch_gathers_no_row_past_the_order(module) -> None:  # type: ignore[no-untyped-def]
+    """The executor's warm-up runs val_base's transfer (a full batch) even when the validation set is
+    smaller: rows past the order are zeros, not perm's neighbours used as row indices (a real GPU
+    could fault there and lose its context). Training then matches the CPU."""
+    xv, yv = XV[:10].copy(), YV[:10].copy()
+
+    def small_val() -> DeepLearningTask:
+        return (DeepLearningTask().model(seq(fc(16, bias=True), relu(), fc(5, bias=True)))
+                .data(train=(X, Y), val=(xv, yv), batch_size=64).optimizer(AdamW().lr(1e-2)).total_epochs(2).seed(3))
+    source = kernel_source()
+    assert "perm_n" in source and "start + i >= perm_n" in source
+    cpu, gpu = small_val(), emulated(small_val(), module, data="device")
+    rc, rg = cpu.run(progress=False), gpu.run(progress=False)
+    assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-5)
+    assert [r.val_top1 for r in rc.history] == [r.val_top1 for r in rg.history]
+
+
+def test_step_callbacks_see_the_clip_norm_of_the_device(module) -> None:  # type: ignore[no-untyped-def]
+    seen = {}
+
+    def run(t: DeepLearningTask) -> list:
+        got = []
+        t.run(progress=False, callbacks=[lambda kind, info: got.append(t.executor.view("train_base", "clip.norm").copy())
+                                         if kind == "step" else None])
+        return got
+    def small_batches() -> DeepLearningTask:  # 17 steps an epoch: a callback at step 16
+        return (DeepLearningTask().model(seq(fc(16, bias=True), relu(), fc(5, bias=True)))
+                .data(train=(X[:136], Y[:136]), batch_size=8).optimizer(AdamW().lr(1e-2)).total_epochs(2).seed(3)
+                .clip_grad_norm(0.05))
+    seen["cpu"] = run(small_batches())
+    seen["gpu"] = run(emulated(small_batches(), module))
+    assert len(seen["cpu"]) == len(seen["gpu"]) > 0
+    assert all(np.allclose(a, b, rtol=1e-5) and a[1] < 1 for a, b in zip(seen["cpu"], seen["gpu"]))

@@ -24,9 +24,11 @@ from ..train.rng import StreamId
 Launch = Callable[[Any], None]
 THREADS = 256
 MAX_BLOCKS = 8192
-NVRTC_OPTIONS = ("--fmad=false", "-std=c++17")
+NVRTC_OPTIONS = ("--fmad=false", "-std=c++17", f"-DRNB_THREADS={THREADS}")
 """--fmad=false: no contraction of a*b+c into one rounding, so the float32 element-wise results
-are those of the CPU kernels bit for bit (the CPU kernels are compiled without fastmath)."""
+are those of the CPU kernels bit for bit (the CPU kernels are compiled without fastmath).
+RNB_THREADS sizes the shared arrays of the block reductions (rnb_softmax_xent, rnb_grad_sq_partials),
+which are launched with THREADS threads: one number, set here."""
 
 
 def kernel_source() -> str:
@@ -322,7 +324,8 @@ def transfer(outs, ins, p, env):
     xs, ys = env.sources[source]
     x2 = _flat2d(x_out)
     n, d = x2.shape
-    gather = _launch(env, "rnb_gather", n * d, xs, ys, env.perms[source], cursor, x2, y_out, np.int32(n), _i64(d))
+    perm = env.perms[source]
+    gather = _launch(env, "rnb_gather", n * d, xs, ys, perm, _i64(perm.size), cursor, x2, y_out, np.int32(n), _i64(d))
     return _seq(gather, _single(env, "rnb_advance", cursor, _i64(n)))
 
 

@@ -60,13 +60,20 @@ extern "C" __global__ void rnb_dropout(const float* x, float* y, float* mask, rn
 // Advance an arena counter after the kernels that read it (a separate launch orders them).
 extern "C" __global__ void rnb_advance(rnb_i64* counter, rnb_i64 by) { counter[0] += by; }
 
-// The next batch: rows perm[cursor .. cursor + n) of the device copy of the data set.
-extern "C" __global__ void rnb_gather(const float* xs, const int* ys, const rnb_i64* perm, const rnb_i64* cursor,
-                                      float* x, int* y, int n, rnb_i64 d) {
+// The next batch: rows perm[cursor .. cursor + n) of the device copy of the data set. Rows past the
+// order's end are zeros: only the executor's warm-up asks for them (a full batch of a set smaller
+// than a batch), and a read past perm would index the data with whatever follows it.
+extern "C" __global__ void rnb_gather(const float* xs, const int* ys, const rnb_i64* perm, rnb_i64 perm_n,
+                                      const rnb_i64* cursor, float* x, int* y, int n, rnb_i64 d) {
     rnb_i64 start = cursor[0];
     for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < (rnb_i64)n * d;
          k += (rnb_i64)gridDim.x * blockDim.x) {
         rnb_i64 i = k / d;
+        if (start + i >= perm_n) {
+            x[k] = 0.0f;
+            if (k - i * d == 0) y[i] = 0;
+            continue;
+        }
         rnb_i64 r = perm[start + i];
         x[k] = xs[r * d + (k - i * d)];
         if (k - i * d == 0) y[i] = ys[r];
