@@ -758,3 +758,52 @@ def test_step_callbacks_see_the_clip_norm_of_the_device(module) -> None:  # type
     seen["gpu"] = run(emulated(small_batches(), module))
     assert len(seen["cpu"]) == len(seen["gpu"]) > 0
     assert all(np.allclose(a, b, rtol=1e-5) and a[1] < 1 for a, b in zip(seen["cpu"], seen["gpu"]))
+
+
+# ---- the block reductions with all 256 threads of a block (tests/cuda_block_emulator.py) -----------------
+@pytest.fixture(scope="module")
+def blocks(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is needed to build the CPU harness")
+    import cuda_block_emulator
+    return cuda_block_emulator.BlockModule(tmp_path_factory.mktemp("blocks"))
+
+
+def test_the_gradient_norm_blocks_meet_at_every_barrier_in_any_thread_order(blocks) -> None:  # type: ignore[no-untyped-def]
+    """rnb_grad_sq_partials with 256 threads a block, run forward, reversed and shuffled at every
+    barrier: the same partial sums each time (the tree's order is fixed), their total the float64
+    sum, every barrier reached by the whole block; a flagged step writes nothing and meets none."""
+    from renaissance_nb.gpu.kernels import THREADS
+    grid, n = 6, 6 * 256 * 3 + 77  # a short grid: a block strides over several rows of the range
+    g = (RNG.normal(size=n) * 10.0 ** RNG.uniform(-6, 0, n)).astype(np.float32)
+    runs = []
+    for order in ("forward", "reverse", "random"):
+        partial, flag = np.full(grid, np.nan), np.zeros(1, np.int64)
+        blocks.call("rnb_grad_sq_partials", grid, THREADS, g, np.int64(n), flag, partial, order=order, seed=n)
+        assert blocks.divergent == 0 and blocks.barriers == grid * 9  # 1 + log2(256) barriers a block
+        runs.append(partial)
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
+    assert runs[0].sum() == pytest.approx(np.sum(g.astype(np.float64) ** 2), rel=1e-13)
+    clip = np.zeros(2, np.float32)
+    blocks.call("rnb_grad_norm", 1, 1, runs[0], np.int32(grid), np.zeros(1, np.int64), np.float32(0.5), clip)
+    assert clip[0] == np.float32(np.sqrt(runs[0].sum())) and clip[1] == np.float32(0.5) / (clip[0] + np.float32(1e-6))
+    untouched = np.full(grid, 7.0)
+    blocks.call("rnb_grad_sq_partials", grid, THREADS, g, np.int64(n), np.ones(1, np.int64), untouched)
+    assert blocks.divergent == 0 and blocks.barriers == 0 and (untouched == 7.0).all()
+
+
+def test_the_loss_block_meets_at_every_barrier_in_any_thread_order(blocks) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb.gpu.kernels import THREADS
+    logits = RNG.normal(size=(300, 11)).astype(np.float32)  # more rows than threads
+    labels = RNG.integers(0, 11, 300).astype(np.int32)
+    rc = np.zeros(3, np.float32)
+    fused.softmax_xent(logits, labels, 0.1, rc, np.zeros_like(logits), True)
+    runs = []
+    for order in ("forward", "reverse", "random"):
+        rg, dg = np.zeros(3, np.float32), np.zeros_like(logits)
+        blocks.call("rnb_softmax_xent", 1, THREADS, logits, labels, np.int32(300), np.int32(11), np.float64(0.1), rg, dg,
+                    np.int32(1), order=order)
+        assert blocks.divergent == 0 and blocks.barriers > 0
+        runs.append(rg)
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
+    assert runs[0][0] == pytest.approx(rc[0], rel=1e-6) and (runs[0][1:] == rc[1:]).all()
