@@ -51,7 +51,7 @@ from .train.settings import LR_MAX
 
 def _progress_kind(progress: Any) -> str:
     """run()'s progress argument as one of "auto", "bar", "lines", "none"."""
-    if progress is None or (isinstance(progress, (bool, np.bool_, int)) and progress in (0, 1)):
+    if progress is None or (isinstance(progress, (bool, np.bool_, int, np.integer)) and progress in (0, 1)):
         return "auto" if progress else "none"
     if isinstance(progress, str) and progress in ("auto", "bar", "lines", "none"):
         return progress
@@ -62,7 +62,7 @@ def _progress_kind(progress: Any) -> str:
 def _foreign(obj: Any) -> str:
     """What a same-named object from another library is, for the errors of loss()/optimizer()/scheduler()."""
     module = str(getattr(obj, "__module__", "") or "")  # an instance's class's module, or a class's own
-    if module.split(".")[0] not in ("torch", "tensorflow", "keras", "jax", "optax", "flax"):
+    if module.split(".")[0] not in ("torch", "tensorflow", "keras", "tf_keras", "jax", "optax", "flax"):
         return ""
     name = getattr(obj, "__name__", type(obj).__name__)
     return (f" (this is {module}.{name}: the task compiles its own, with PyTorch's names and formulas, "
@@ -1084,7 +1084,10 @@ class DeepLearningTask(TaskBase):
     def _inference(self, op: str, x: Any) -> tuple[int, Iterator[tuple[int, int, np.ndarray]]]:
         """The rows of x, checked and moved as evaluate() does, and (start, n, logits) per batch."""
         self._require(op, Phase.COMPILED, hint="Call task.compile() first.")
-        rows = np.shape(x)[0] if np.ndim(x) >= 1 else 0  # validate_arrays refuses what has no rows, by name
+        try:  # without converting x: validate_arrays turns a ragged or odd input into the library's error
+            rows = len(x)
+        except TypeError:  # a 0-d array or a scalar: validate_arrays refuses it by name
+            rows = 0
         ds = self._inputs_as_trained(op, validate_arrays(x, np.zeros(rows, np.int64), what=op, where=op,
                                                          names=("x", "y")))
         return len(ds), self._forward_batches(ds.x, None)

@@ -273,3 +273,24 @@ def test_state_dict_round_trip_and_rejected_loads() -> None:
             assert v.tobytes() == before[k].tobytes(), k  # nothing was written, not even the valid keys
     c.load_state_dict(sd)  # and a good load still works afterwards
     np.testing.assert_array_equal(c.predict(x), a.predict(x))
+
+
+def test_odd_inputs_to_predict_get_the_librarys_error() -> None:
+    """Ragged rows, a map-style dataset, 0-d arrays and scalars: a DataError naming x, never NumPy's own."""
+    from renaissance_nb import DataError
+    t = build(seq(fc(8), relu(), fc(5)), n=100, batch=50, epochs=1)
+    t.compile()
+
+    class MapStyle:  # torch.utils.data.Dataset's protocol
+        def __len__(self) -> int:
+            return 3
+
+        def __getitem__(self, i: int):  # type: ignore[no-untyped-def]
+            if i >= 3:
+                raise IndexError(i)
+            return np.zeros(6, np.float32), 0
+    for bad in ([np.zeros(6), np.zeros(4)], MapStyle(), np.array(1.0), np.float32(1.0), 3):
+        for f in (t.predict, t.predict_proba, t.predict_logits):
+            with pytest.raises(DataError, match=r": x="):
+                f(bad)
+    assert t.predict([[0.0] * 20, [1.0] * 20]).shape == (2,)  # a list of rows is fine
