@@ -1248,9 +1248,9 @@ class DeepLearningTask(TaskBase):
         if None not in sizes and sizes != now:  # the plan's shapes (the loss log, the last batches) follow them
             raise CheckpointError(f"load: {path!r} was trained on {sizes[0]} training and {sizes[1]} validation "
                                   f"samples; data has {now[0]} and {now[1]}, and the plan's shapes follow the data. "
-                                  "Fix: pass the data it was trained on to resume (the saved task's splits, validation set "
-                                  "included); for the weights alone (inference, "
-                                  "fine-tuning), build a task on this data and call task.load_weights(path).")
+                                  "Fix: pass the data it was trained on to resume (the saved task's splits, "
+                                  "validation set included); for the weights alone (inference, fine-tuning), build a "
+                                  "task on this data and call task.load_weights(path).")
         task.loss(build(sp["loss"])).optimizer(build(sp["optimizer"])).total_epochs(sp["total_epochs"]).seed(sp["seed"])
         if sp["scheduler"]:
             task.scheduler(build(sp["scheduler"]))
