@@ -246,7 +246,8 @@ class DeepLearningTask(TaskBase):
     def loss(self, loss: CrossEntropyLoss) -> "DeepLearningTask":
         self._setting("loss")
         if not isinstance(loss, CrossEntropyLoss):
-            raise bad_argument(ConfigError, "loss", "loss", loss, "renaissance_nb's CrossEntropyLoss()" + _foreign(loss),
+            raise bad_argument(ConfigError, "loss", "loss", loss,
+                               "renaissance_nb's CrossEntropyLoss()" + _foreign(loss),
                                "pass a loss object, e.g. CrossEntropyLoss().label_smoothing(0.1)")
         self._loss = loss
         return self
@@ -440,7 +441,8 @@ class DeepLearningTask(TaskBase):
         settings = ("_model", "_splits", "_channels_last", "_batch", "_val_batch", "_shuffle", "_loss", "_optimizer",
                     "_scheduler", "_epochs", "_seed", "_fuse", "_liveness", "_pad_rows", "_nan_check", "_nan_policy", "_zero_grad",
                     "_save_every",
-                    "_ema", "_clip_norm", "_val_fraction", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device", "_device_data",
+                    "_ema", "_clip_norm", "_val_fraction", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device",
+                    "_device_data",
                     "_device_capture", "_save_best", "name")
         keep = {k: getattr(self, k) for k in settings}
         self.__init__(self.name)  # type: ignore[misc]
@@ -914,7 +916,8 @@ class DeepLearningTask(TaskBase):
                     lr = float(lr_table[min(int(step_counter[0]), len(lr_table)) - 1]) if step_counter[0] else 0.0
                     rec = EpochRecord(epoch + 1, train[0] / train[3], train[1] / train[3], train[2] / train[3],
                                       None if val is None else val[0] / val[3], None if val is None else val[1] / val[3],
-                                      None if val is None else val[2] / val[3], lr, time.perf_counter() - self._epoch_t0,
+                                      None if val is None else val[2] / val[3], lr,
+                                      time.perf_counter() - self._epoch_t0,
                                       int(step_counter[0]),
                                       *((None, None, None) if emav is None else (emav[0] / emav[3], emav[1] / emav[3],
                                                                                  emav[2] / emav[3])))
@@ -1117,7 +1120,8 @@ class DeepLearningTask(TaskBase):
                                "training (N, C, H, W)", f"reshape it, e.g. X.reshape(-1, {', '.join(map(str, want))})"
                                " for flat rows, or X.transpose(0, 3, 1, 2) for channels-last images")
         if int(np.prod(got)) != int(np.prod(want)):
-            raise bad_argument(DataError, op, "x", x, f"samples shaped {want}", "pass data shaped like the training data")
+            raise bad_argument(DataError, op, "x", x, f"samples shaped {want}",
+                               "pass data shaped like the training data")
 
     # ---- parameters ---------------------------------------------------------------------------------
     def _param_names(self) -> dict[str, tuple[int, ...]]:

@@ -217,7 +217,8 @@ class MemoryPlan:
         if isinstance(key, str):
             if key not in self._by_name:
                 raise bad_argument(PlanError, "MemoryPlan", "name", key, "the name of an allocated tensor",
-                                   "list the names with [t.name for t in plan] (a task's plan: task.plans['train_base'])")
+                                   "list the names with [t.name for t in plan] "
+                                   "(a task's plan: task.plans['train_base'])")
             key = self._by_name[key]
         tid = as_int(key)  # not a bool: plan[True] would quietly mean tensor #1
         if tid is None or not 0 <= tid < len(self._tensors):
