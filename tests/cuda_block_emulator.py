@@ -13,15 +13,12 @@ RNB_THREADS keeps the source's value (256, as NVRTC compiles it).
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cuda_emulator import _ctype, kernel_signatures
-from renaissance_nb.gpu.kernels import kernel_source
+from cuda_emulator import build
 
 SHIM = r"""
 #include <math.h>
@@ -107,27 +104,7 @@ class BlockModule:
     every thread of each block, in ``order``; ``divergent``/``barriers`` count what it saw."""
 
     def __init__(self, build_dir: Path) -> None:
-        source = kernel_source()
-        self.signatures = kernel_signatures(source)
-        wrappers = []
-        for name, params in self.signatures.items():
-            plist = ", ".join(f"{t} {n}" for t, n in params)
-            names = ", ".join(n for _, n in params)
-            wrappers.append(f'extern "C" void emu_{name}(unsigned int emu_grid, unsigned int emu_block, {plist}) '
-                            f"{{ rnb_emulate({name}, emu_grid, emu_block, {names}); }}")
-        text = SHIM + source + "\n" + "\n".join(wrappers) + "\n"
-        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-        lib = build_dir / f"rnb_blocks_{digest}.so"
-        if not lib.exists():
-            src = build_dir / f"rnb_blocks_{digest}.cpp"
-            src.write_text(text)
-            subprocess.run(["g++", "-O1", "-std=c++20", "-pthread", "-ffp-contract=off", "-fno-fast-math", "-shared",
-                            "-fPIC", "-o", str(lib), str(src)], check=True, capture_output=True)
-        self.lib = ctypes.CDLL(str(lib))
-        for name, params in self.signatures.items():
-            fn = getattr(self.lib, f"emu_{name}")
-            fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [_ctype(t) for t, _ in params]
-            fn.restype = None
+        self.lib, self.signatures = build(build_dir, SHIM, ("-std=c++20", "-pthread"), "rnb_blocks")
 
     def _int(self, name: str) -> ctypes.c_int:
         return ctypes.c_int.in_dll(self.lib, name)

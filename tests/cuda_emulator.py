@@ -74,8 +74,10 @@ def _ctype(ctype: str) -> Any:
     return CTYPES[ctype.replace("const", "").replace(" ", "")]
 
 
-def build(workdir: Path) -> tuple[ctypes.CDLL, dict[str, list[tuple[str, str]]]]:
-    """Compile the CPU harness (cached by the source's hash) and load it."""
+def build(workdir: Path, shim: str = SHIM, flags: tuple[str, ...] = ("-std=c++17",), stem: str = "rnb_emulator"
+          ) -> tuple[ctypes.CDLL, dict[str, list[tuple[str, str]]]]:
+    """Compile the package's CUDA source under ``shim`` into a CPU library (cached by the text's hash),
+    with an ``emu_<kernel>(grid, block, args...)`` wrapper per kernel, and load it."""
     gxx = shutil.which("g++")
     if gxx is None:
         raise RuntimeError("g++ is not installed")
@@ -87,14 +89,14 @@ def build(workdir: Path) -> tuple[ctypes.CDLL, dict[str, list[tuple[str, str]]]]
         names = ", ".join(n for _, n in params)
         wrappers.append(f'extern "C" void emu_{name}(unsigned int emu_grid, unsigned int emu_block, {plist}) '
                         f"{{ rnb_emulate({name}, emu_grid, emu_block, {names}); }}")
-    text = SHIM + source + "\n" + "\n".join(wrappers) + "\n"
+    text = shim + source + "\n" + "\n".join(wrappers) + "\n"
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    lib_path = workdir / f"rnb_emulator_{digest}.so"
+    lib_path = workdir / f"{stem}_{digest}.so"
     if not lib_path.exists():
-        src = workdir / f"rnb_emulator_{digest}.cpp"
+        src = workdir / f"{stem}_{digest}.cpp"
         src.write_text(text)
-        tmp = workdir / f"rnb_emulator_{digest}.{np.random.randint(1 << 30)}.so"
-        subprocess.run([gxx, "-O1", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
+        tmp = workdir / f"{stem}_{digest}.{np.random.randint(1 << 30)}.so"
+        subprocess.run([gxx, "-O1", *flags, "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
                         "-o", str(tmp), str(src)], check=True, capture_output=True, text=True)
         tmp.replace(lib_path)
     lib = ctypes.CDLL(str(lib_path))
