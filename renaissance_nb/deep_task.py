@@ -807,7 +807,8 @@ class DeepLearningTask(TaskBase):
             warnings.warn(f"run: all total_epochs={self._epochs} epochs are trained, so there is nothing to run: the "
                           "learning-rate schedule and the plan are compiled for that many. Fix: to train longer, build "
                           "a task with a larger total_epochs and copy the weights in with "
-                          "new_task.load_state_dict(task.state_dict()).", stacklevel=4)
+                          "new_task.load_state_dict(task.state_dict()) (the optimizer's moments and any EMA start "
+                          "over from them).", stacklevel=4)
         # ex: host views, what the loop reads and writes; rx: who replays, ex itself on the CPU, the
         # captured graphs on a GPU
         _, ex, rx = self._compiled_parts("run")
