@@ -104,9 +104,9 @@ def spec(task: Any) -> dict[str, Any]:
             "total_epochs": task._epochs, "seed": task._seed, "batch_size": task._batch,
             "val_batch_size": task._val_batch, "shuffle": task._shuffle, "channels_last": task._channels_last,
             "sample_shape": list(task._splits.train.sample_shape), "val_fraction": task._val_fraction,
-            "name": task.name, "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
-                        "nan_policy": task._nan_policy, "zero_grad": task._zero_grad,
-                        "pad_rows": task._pad_rows},
+            "name": task.name,
+            "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
+                        "nan_policy": task._nan_policy, "zero_grad": task._zero_grad, "pad_rows": task._pad_rows},
             **_training_extras(task)}
 
 
@@ -119,7 +119,8 @@ def _training_extras(task: Any) -> dict[str, Any]:
             "augment": {"crop_pad": task._crop_pad, "flip": task._flip}}
 
 
-EXTRAS_OFF = {"ema": None, "clip_grad_norm": None, "train_resolution": None, "augment": {"crop_pad": 0, "flip": False}}
+EXTRAS_OFF = {"ema": None, "clip_grad_norm": None, "train_resolution": None,
+              "augment": {"crop_pad": 0, "flip": False}}
 
 
 def _settings(task: Any) -> dict[str, Any]:
