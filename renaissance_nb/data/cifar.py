@@ -220,7 +220,8 @@ def extract_cifar10(archive: str | os.PathLike[str], root: str | os.PathLike[str
                 raise bad_argument(
                     DownloadError, where, "archive", str(archive),
                     f"a {CIFAR10_FOLDER}/ folder with the six batch files; missing {', '.join(missing)}",
-                    "this is not the CIFAR-10 binary archive: use cifar-10-binary.tar.gz (not the python or matlab version)",
+                    "this is not the CIFAR-10 binary archive: use cifar-10-binary.tar.gz "
+                    "(not the python or matlab version)",
                 )
             if dest.is_dir():  # an incomplete earlier folder: replace its batch files, keep anything else
                 for name in CIFAR10_FILES:
