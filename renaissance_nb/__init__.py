@@ -20,8 +20,8 @@ from .result import EpochRecord, TrainingResult
 from .task import Phase, TaskBase
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import SGD, Adam, AdamW
-from .train.schedulers import (ConstantLR, CosineAnnealingLR, ExponentialLR, MultiStepLR, PolynomialLR,
-                               Scheduler, StepLR)
+from .train.schedulers import (ConstantLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, ExponentialLR,
+                               LinearLR, MultiStepLR, OneCycleLR, PolynomialLR, Scheduler, StepLR)
 
 __version__ = "0.1.0"
 
@@ -33,4 +33,5 @@ __all__ = [
     "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
     "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
     "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
+    "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR",
 ]

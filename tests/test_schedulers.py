@@ -12,6 +12,9 @@ from renaissance_nb.train.schedulers import (
     ConstantLR,
     DEFAULT_LR,
     CosineAnnealingLR,
+    CosineAnnealingWarmRestarts,
+    LinearLR,
+    OneCycleLR,
     ExponentialLR,
     MultiStepLR,
     PolynomialLR,
@@ -131,6 +134,80 @@ def test_polynomial_matches_torch(warmup, spe, epochs, total_iters, power):
     horizon = spe * epochs - ours.warmup_steps(spe)
     n = horizon if total_iters is None else round(total_iters * spe)
     _compare(ours, lambda o: L.PolynomialLR(o, total_iters=n, power=power), spe, epochs)
+
+
+@pytest.mark.parametrize("warmup", WARMUPS)
+@pytest.mark.parametrize("spe,epochs", SHAPES)
+@pytest.mark.parametrize("start,end,total_iters", [(1 / 3, 1.0, 1), (1.0, 0.0, 2.5), (0.5, 0.1, 9)])
+def test_linear_matches_torch(warmup, spe, epochs, start, end, total_iters):
+    from torch.optim import lr_scheduler as L
+
+    ours = LinearLR(base_lr=BASE, start_factor=start, end_factor=end, total_iters=total_iters, warmup=warmup)
+    n = round(total_iters * spe)
+    _compare(ours, lambda o: L.LinearLR(o, start_factor=start, end_factor=end, total_iters=n), spe, epochs)
+
+
+@pytest.mark.parametrize("warmup", WARMUPS)
+@pytest.mark.parametrize("spe,epochs", SHAPES)
+@pytest.mark.parametrize("t0,t_mult", [(1, 1), (0.5, 2), (1.5, 3), (20, 2)])
+def test_warm_restarts_match_torch(warmup, spe, epochs, t0, t_mult):
+    from torch.optim import lr_scheduler as L
+
+    ours = CosineAnnealingWarmRestarts(base_lr=BASE, T_0=t0, T_mult=t_mult, eta_min=1e-3, warmup=warmup)
+    n = round(t0 * spe)
+    _compare(ours, lambda o: L.CosineAnnealingWarmRestarts(o, T_0=n, T_mult=t_mult, eta_min=1e-3), spe, epochs)
+
+
+@pytest.mark.parametrize("spe,epochs", SHAPES + [(3, 1), (1, 2)])
+@pytest.mark.parametrize("pct,anneal,three", [(0.3, "cos", False), (0.25, "linear", False), (0.3, "cos", True),
+                                              (0.45, "linear", True), (0.9, "cos", False)])
+def test_one_cycle_matches_torch_without_momentum_cycling(spe, epochs, pct, anneal, three):
+    from torch.optim import lr_scheduler as L
+
+    ours = OneCycleLR(base_lr=BASE, pct_start=pct, anneal_strategy=anneal, three_phase=three, div_factor=10,
+                      final_div_factor=100)
+    _compare(ours, lambda o: L.OneCycleLR(o, max_lr=BASE, total_steps=spe * epochs, pct_start=pct, anneal_strategy=anneal,
+                                          three_phase=three, div_factor=10, final_div_factor=100,
+                                          cycle_momentum=False), spe, epochs)
+
+
+def test_one_cycle_defaults_and_shape():
+    t = OneCycleLR().table(100, 10, lr=0.01).astype(np.float64)  # max_lr is the optimizer's lr
+    assert t[0] == pytest.approx(0.01 / 25) and t.max() == pytest.approx(0.01, rel=1e-6)
+    assert int(np.argmax(t)) == 299 and t[-1] == pytest.approx(0.01 / 25 / 1e4, rel=1e-5)
+    assert repr(OneCycleLR()) == ("OneCycleLR(pct_start=0.3, anneal_strategy='cos', div_factor=25.0, "
+                                  "final_div_factor=10000.0, three_phase=False)")
+    assert OneCycleLR(cycle_momentum=False) == OneCycleLR()
+
+
+def test_one_cycle_refuses_momentum_cycling_and_degenerate_phases():
+    with pytest.raises(ConfigError, match=r"cycle_momentum=True is invalid; expected False: the optimizer's "
+                                          r"betas/momentum are constants of the compiled step\. Fix: drop"):
+        OneCycleLR(cycle_momentum=True)
+    with pytest.raises(ConfigError, match=r"anneal_strategy='cosine' is invalid; expected 'cos' or 'linear'"):
+        OneCycleLR().anneal_strategy("cosine")
+    for bad in (0, 1, 1.5, float("nan")):
+        with pytest.raises(ConfigError, match="pct_start"):
+            OneCycleLR(pct_start=bad)
+    with pytest.raises(ConfigError, match=r"no phase of zero length over the 10 steps after warmup\. Fix:"):
+        OneCycleLR(pct_start=0.1).table(5, 2)  # torch: ZeroDivisionError
+    with pytest.raises(ConfigError, match=r"OneCycleLR.warmup: warmup=1 is invalid; expected 0: OneCycleLR rises "
+                                          r"from max_lr / div_factor itself\. Fix: drop warmup and set pct_start"):
+        OneCycleLR().warmup(1)
+
+
+def test_new_schedules_validate_and_show_epochs():
+    assert repr(CosineAnnealingWarmRestarts(T_0=10, T_mult=2)) == \
+        "CosineAnnealingWarmRestarts(T_0=10 epochs, T_mult=2, eta_min=0.0, warmup=0 epochs)"
+    assert repr(LinearLR(start_factor=0.5, total_iters=1)) == \
+        "LinearLR(start_factor=0.5, end_factor=1.0, total_iters=1 epoch, warmup=0 epochs)"
+    for make in (lambda: CosineAnnealingWarmRestarts(T_mult=0), lambda: CosineAnnealingWarmRestarts(T_mult=1.5),
+                 lambda: CosineAnnealingWarmRestarts(T_0=0), lambda: LinearLR(start_factor=0),
+                 lambda: LinearLR(end_factor=1.5), lambda: LinearLR(total_iters=-1)):
+        with pytest.raises(ConfigError, match="Fix:"):
+            make()
+    with pytest.raises(ConfigError, match=r"T_0=0.1 is invalid; expected at least one step \(2 steps per epoch\)"):
+        CosineAnnealingWarmRestarts(T_0=0.1).table(2, 3)
 
 
 def test_constant_factor_zero_freezes_then_restores():
@@ -299,3 +376,30 @@ def test_a_schedule_past_float32_is_refused_with_where() -> None:
     assert np.isfinite(ExponentialLR(gamma=2.0).table(1, 120, lr=1.0)).all()
     with pytest.raises(ConfigError, match=r"base_lr=1e\+39 is invalid; expected a finite number in \[0, 3\.4"):
         CosineAnnealingLR(base_lr=1e39)
+
+
+@pytest.mark.parametrize("sched", [OneCycleLR(pct_start=0.25, anneal_strategy="linear", three_phase=True),
+                                   CosineAnnealingWarmRestarts(T_0=0.5, T_mult=2, eta_min=1e-5),
+                                   LinearLR(start_factor=1.0, end_factor=0.0, total_iters=3)])
+def test_new_schedules_train_save_and_load_with_their_settings(tmp_path, sched):  # type: ignore[no-untyped-def]
+    """A checkpoint rebuilds the schedule by name and settings, and the resumed run is byte-identical."""
+    import renaissance_nb as rnb
+
+    x = np.random.default_rng(1).standard_normal((48, 5)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+
+    def task():  # type: ignore[no-untyped-def]
+        return (rnb.DeepLearningTask("s").model(rnb.seq(rnb.fc(3), rnb.relu(), rnb.fc(2))).data(train=(x, y), batch_size=16)
+                .optimizer(rnb.SGD().lr(0.05)).scheduler(sched).total_epochs(3).seed(4))
+
+    whole, part = task(), task()
+    np.testing.assert_array_equal(whole.lr_table(), sched.table(3, 3, lr=0.05))
+    whole.run(progress=False)
+    part.run(1, progress=False)
+    path = part.save(str(tmp_path / "s.npz"))
+    back = rnb.DeepLearningTask.load(path, (x, y))
+    assert repr(back._scheduler) == repr(sched)
+    back.run(progress=False)
+    assert all(back.state_dict()[k].tobytes() == v.tobytes() for k, v in whole.state_dict().items())
+    lrs = [r.lr for r in whole.result.history]
+    assert [r.lr for r in back.result.history] == lrs and len(set(lrs)) == 3

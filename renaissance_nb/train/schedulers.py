@@ -15,6 +15,8 @@ Conventions (all documented choices, each PyTorch-expressible):
   step sizes count from the end of warmup. ``warmup_start_factor`` defaults to 0.1.
 * ``ExponentialLR(gamma)`` decays by ``gamma`` per epoch, applied per step as
   ``gamma ** (1 / steps_per_epoch)`` (equal to torch ExponentialLR with that per-step gamma).
+* ``OneCycleLR`` cycles the learning rate only: the optimizer's betas/momentum are compiled
+  constants, so it is torch's ``OneCycleLR(..., cycle_momentum=False)``, with ``max_lr`` = base_lr.
 * Every table is computed in float64 and cast to float32 once.
 * ``base_lr`` defaults to the optimizer's ``lr``, as in PyTorch, where a scheduler scales
   the rate the optimizer was built with; ``base_lr(v)`` sets another one explicitly.
@@ -38,10 +40,13 @@ __all__ = [
     "ExponentialLR",
     "ConstantLR",
     "PolynomialLR",
+    "LinearLR",
+    "CosineAnnealingWarmRestarts",
+    "OneCycleLR",
 ]
 
 _S = TypeVar("_S", bound="Scheduler")
-_EPOCH_PARAMS = frozenset({"warmup", "step_size", "milestones", "total_iters"})
+_EPOCH_PARAMS = frozenset({"warmup", "step_size", "milestones", "total_iters", "T_0"})
 
 
 # --------------------------------------------------------------------------- validation helpers
@@ -384,3 +389,200 @@ class PolynomialLR(Scheduler):
             raise bad_argument(ConfigError, self._where("total_iters"), "total_iters", self.total_iters_,
                                f"at least one step ({spe} steps per epoch)", "use a longer total_iters")
         return base * (1.0 - np.minimum(k, n) / n) ** self.power_
+
+
+def _whole_steps(where: str, name: str, epochs: float, spe: int, fix: str) -> int:
+    """``round(epochs * spe)``, refused when it rounds to no step at all."""
+    n = _steps(epochs, spe)
+    if n < 1:
+        raise bad_argument(ConfigError, where, name, epochs, f"at least one step ({spe} steps per epoch)", fix)
+    return n
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class LinearLR(Scheduler):
+    """torch LinearLR: the factor moves linearly from ``start_factor`` to ``end_factor`` over
+    ``total_iters`` epochs (after warmup), then stays at ``end_factor``."""
+
+    start_factor_: float = 1.0 / 3.0
+    end_factor_: float = 1.0
+    total_iters_: float = 5.0
+    _OWN: ClassVar[tuple[str, ...]] = ("start_factor", "end_factor", "total_iters")
+
+    def start_factor(self: _S, v: float) -> _S:
+        """The first step's multiplier, in (0, 1] (torch's bounds)."""
+        return self._with("start_factor", v)
+
+    def end_factor(self: _S, v: float) -> _S:
+        """The multiplier after ``total_iters`` epochs, in [0, 1]; 0 decays linearly to zero."""
+        return self._with("end_factor", v)
+
+    def total_iters(self: _S, epochs: float) -> _S:
+        """How many epochs the factor takes to move (> 0)."""
+        return self._with("total_iters", epochs)
+
+    def _check_start_factor(self, v: Any) -> float:
+        return _unit_interval(self._where("start_factor"), "start_factor", v, True, "pass a multiplier such as 1/3")
+
+    def _check_end_factor(self, v: Any) -> float:
+        return _unit_interval(self._where("end_factor"), "end_factor", v, False, "pass a multiplier such as 1.0 or 0")
+
+    def _check_total_iters(self, v: Any) -> float:
+        return _positive(self._where("total_iters"), "total_iters", v, "pass a duration in epochs such as 5")
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
+        n = _whole_steps(self._where("total_iters"), "total_iters", self.total_iters_, spe, "use a longer total_iters")
+        s, e = self.start_factor_, self.end_factor_
+        return base * (s + (e - s) * np.minimum(k, n) / n)
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class CosineAnnealingWarmRestarts(Scheduler):
+    """torch CosineAnnealingWarmRestarts (SGDR): a cosine from base_lr down to ``eta_min`` over ``T_0``
+    epochs, restarted at base_lr, each cycle ``T_mult`` times longer than the last."""
+
+    T_0_: float = 1.0
+    T_mult_: int = 1
+    eta_min_: float = 0.0
+    _OWN: ClassVar[tuple[str, ...]] = ("T_0", "T_mult", "eta_min")
+
+    def T_0(self: _S, epochs: float) -> _S:  # noqa: N802 (torch's name)
+        """The first cycle's length in epochs (> 0)."""
+        return self._with("T_0", epochs)
+
+    def T_mult(self: _S, v: int) -> _S:  # noqa: N802 (torch's name)
+        """Each cycle is ``T_mult`` times the one before (an integer >= 1, as in torch)."""
+        return self._with("T_mult", v)
+
+    def eta_min(self: _S, v: float) -> _S:
+        """The floor each cosine reaches (>= 0)."""
+        return self._with("eta_min", v)
+
+    def _check_T_0(self, v: Any) -> float:  # noqa: N802
+        return _positive(self._where("T_0"), "T_0", v, "pass the first cycle's length in epochs, e.g. 10")
+
+    def _check_T_mult(self, v: Any) -> int:  # noqa: N802
+        return _count(self._where("T_mult"), "T_mult", v, "pass an integer factor such as 1 or 2")
+
+    def _check_eta_min(self, v: Any) -> float:
+        return _nonneg(self._where("eta_min"), "eta_min", v, "pass a minimum learning rate such as 0.0")
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
+        t0 = _whole_steps(self._where("T_0"), "T_0", self.T_0_, spe, "use a longer T_0")
+        starts, length = [0], [t0]  # cycle i starts at starts[i] and lasts length[i] steps
+        while starts[-1] + length[-1] < horizon:
+            starts.append(starts[-1] + length[-1])
+            length.append(length[-1] * self.T_mult_)
+        i = np.searchsorted(starts, k, side="right") - 1
+        t_cur = (k - np.asarray(starts)[i]).astype(np.float64)
+        t_i = np.asarray(length, dtype=np.float64)[i]
+        return self.eta_min_ + (base - self.eta_min_) * (1.0 + np.cos(np.pi * t_cur / t_i)) / 2.0
+
+
+_ANNEAL = ("cos", "linear")
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class OneCycleLR(Scheduler):
+    """torch OneCycleLR with ``max_lr`` = base_lr and ``total_steps`` = all training steps: up from
+    ``max_lr / div_factor`` for ``pct_start`` of the steps, then down to that over ``final_div_factor``
+    (``three_phase``: back to the start first, then down). The learning rate only: the optimizer's
+    betas/momentum are compiled constants, so it is torch's ``cycle_momentum=False``."""
+
+    pct_start_: float = 0.3
+    anneal_strategy_: str = "cos"
+    div_factor_: float = 25.0
+    final_div_factor_: float = 1e4
+    three_phase_: bool = False
+    cycle_momentum_: bool = False
+    _OWN: ClassVar[tuple[str, ...]] = ("pct_start", "anneal_strategy", "div_factor", "final_div_factor",
+                                       "three_phase", "cycle_momentum")
+
+    def pct_start(self: _S, v: float) -> _S:
+        """The share of the steps spent rising to max_lr, in (0, 1)."""
+        return self._with("pct_start", v)
+
+    def anneal_strategy(self: _S, v: str) -> _S:
+        """'cos' (default) or 'linear'."""
+        return self._with("anneal_strategy", v)
+
+    def div_factor(self: _S, v: float) -> _S:
+        """The first lr is max_lr / div_factor (> 0)."""
+        return self._with("div_factor", v)
+
+    def final_div_factor(self: _S, v: float) -> _S:
+        """The last lr is the first lr / final_div_factor (> 0)."""
+        return self._with("final_div_factor", v)
+
+    def three_phase(self: _S, v: bool = True) -> _S:
+        """Fall back to the first lr before the final decay, as torch's ``three_phase=True``."""
+        return self._with("three_phase", v)
+
+    def cycle_momentum(self: _S, v: bool) -> _S:
+        """Only False: the optimizer's momentum is compiled into the step (see the class docstring)."""
+        return self._with("cycle_momentum", v)
+
+    def _check_warmup(self, v: Any) -> float:
+        w = super()._check_warmup(v)
+        if w:
+            raise bad_argument(ConfigError, self._where("warmup"), "warmup", v,
+                               "0: OneCycleLR rises from max_lr / div_factor itself",
+                               "drop warmup and set pct_start, the share of the steps spent rising")
+        return w
+
+    def _check_pct_start(self, v: Any) -> float:
+        where, fix = self._where("pct_start"), "pass a share of the steps such as 0.3"
+        f = _real(where, "pct_start", v, "a number in (0, 1)", fix)
+        if not 0 < f < 1:
+            raise bad_argument(ConfigError, where, "pct_start", v, "a number in (0, 1)", fix)
+        return f
+
+    def _check_anneal_strategy(self, v: Any) -> str:
+        if v not in _ANNEAL:
+            raise bad_argument(ConfigError, self._where("anneal_strategy"), "anneal_strategy", v,
+                               "'cos' or 'linear'", "pass anneal_strategy='cos'")
+        return str(v)
+
+    def _check_div_factor(self, v: Any) -> float:
+        return _positive(self._where("div_factor"), "div_factor", v, "pass a divisor such as 25")
+
+    def _check_final_div_factor(self, v: Any) -> float:
+        return _positive(self._where("final_div_factor"), "final_div_factor", v, "pass a divisor such as 1e4")
+
+    def _check_three_phase(self, v: Any) -> bool:
+        if not isinstance(v, (bool, np.bool_)):
+            raise bad_argument(ConfigError, self._where("three_phase"), "three_phase", v, "True or False",
+                               "pass three_phase=True")
+        return bool(v)
+
+    def _check_cycle_momentum(self, v: Any) -> bool:
+        if v is not False and v is not np.False_:
+            raise bad_argument(ConfigError, self._where("cycle_momentum"), "cycle_momentum", v,
+                               "False: the optimizer's betas/momentum are constants of the compiled step",
+                               "drop cycle_momentum (the lr still cycles), or set the optimizer's betas "
+                               "or momentum to the value you want throughout")
+        return False
+
+    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
+        first = base / self.div_factor_
+        last = first / self.final_div_factor_
+        rise = self.pct_start_ * horizon - 1.0  # torch's phase ends, in steps (floats, as torch keeps them)
+        ends = [rise, 2.0 * self.pct_start_ * horizon - 2.0, horizon - 1.0] if self.three_phase_ \
+            else [rise, horizon - 1.0]
+        lrs = [first, base, first, last] if self.three_phase_ else [first, base, last]
+        phase = np.full(k.shape, len(ends) - 1)  # torch's loop: the first phase with k <= its end, else the last
+        for i in reversed(range(len(ends) - 1)):
+            phase = np.where(k <= ends[i], i, phase)
+        s0, e0 = np.asarray([0.0, *ends[:-1]])[phase], np.asarray(ends)[phase]
+        if np.any(e0 == s0):  # torch: ZeroDivisionError
+            raise bad_argument(ConfigError, self._where("pct_start"), "pct_start", self.pct_start_,
+                               f"a share that leaves no phase of zero length over the {horizon} steps after warmup",
+                               "change pct_start a little, or train for more steps")
+        pct = (k - s0) / (e0 - s0)
+        a, b = np.asarray(lrs[:-1])[phase], np.asarray(lrs[1:])[phase]
+        if self.anneal_strategy_ == "cos":
+            return b + (a - b) / 2.0 * (np.cos(np.pi * pct) + 1.0)
+        return (b - a) * pct + a
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace(", cycle_momentum=False", "").replace(", warmup=0 epochs", "")
