@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointError
+from .errors import CheckpointError, bad_argument
 from .memory.dtensor import DTensor, tensor_view, torch_layout
 from .memory.region import Region
 from .result import EpochRecord
@@ -259,26 +259,43 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
     return _read(path, "read_header")[0]
 
 
-def read_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
+def read_state_dict(path: str | os.PathLike, *, ema: bool = False) -> dict[str, np.ndarray]:
     """The parameters and batch-norm statistics a checkpoint holds, as ``task.state_dict()`` gives
     them (PyTorch names and layouts), read through the saved plan: no task, no data needed. For a
-    task built on other data (inference, fine-tuning): ``task.load_state_dict(read_state_dict(path))``."""
+    task built on other data (inference, fine-tuning): ``task.load_state_dict(read_state_dict(path))``.
+    ``ema=True`` reads the EMA model's, under the same names (a task saved with ``ema()`` on)."""
+    if not isinstance(ema, (bool, np.bool_)):
+        raise bad_argument(CheckpointError, "read_state_dict", "ema", ema, "True or False",
+                           "pass read_state_dict(path, ema=True)")
     header, arrays = _read(path, "read_state_dict")
     fp = header.get("fingerprint", {})
+
+    def incomplete(exc: Exception) -> CheckpointError:
+        return CheckpointError(f"read_state_dict: {os.fspath(path)!r} has an incomplete plan record ({exc}). "
+                               "Fix: restore from another checkpoint.")
+    try:
+        tensors = {t["name"]: t for t in fp["tensors"]}
+    except (KeyError, TypeError) as exc:
+        raise incomplete(exc) from None
+    if ema and not any(str(name).endswith("@ema") for name in tensors):
+        raise CheckpointError(f"read_state_dict: {os.fspath(path)!r} holds no EMA weights (its task trained "
+                              "without ema()). Fix: drop ema=True.")
     out = {}
     try:
-        for t in fp["tensors"]:
-            name, region = t["name"], t["region"]
+        for name, t in tensors.items():
+            region = t["region"]
             if "@" in name or not (region.startswith("W_") and not region.startswith("W_EQ_")
                                    or region in ("B_PREV_MEAN", "B_PREV_VAR")):
                 continue  # gradients, moments, EMA copies, folded BN and everything not a parameter
-            key = "W" if region.startswith("W_") else "B"
-            where = DTensor(0, name, tuple(int(d) for d in t["shape"]), t["dtype"], Region[region], 0,
+            if ema:
+                t = tensors[f"{name}@ema"]
+            region = Region[t["region"]]
+            key = next(k for k, a, b in STATE_RANGES if a <= region <= b)
+            where = DTensor(0, name, tuple(int(d) for d in t["shape"]), t["dtype"], region, 0,
                             int(t["offset"]) - int(fp["ranges"][key][0]), t.get("pitch"))
             out[name] = torch_layout(tensor_view(arrays[f"region_{key}"].view(np.uint8), where)).copy()
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise CheckpointError(f"read_state_dict: {os.fspath(path)!r} has an incomplete plan record ({exc}). "
-                              "Fix: restore from another checkpoint.") from None
+    except (KeyError, TypeError, ValueError, IndexError, StopIteration) as exc:
+        raise incomplete(exc) from None
     return out
 
 

@@ -1002,8 +1002,9 @@ class DeepLearningTask(TaskBase):
             perm[:] = np.arange(n)
 
     # ---- inference on any data ---------------------------------------------------------------------
-    def _forward_batches(self, x: np.ndarray, y: np.ndarray | None):  # type: ignore[no-untyped-def]
-        """Run INF_MAIN_A over x in batches of the val batch size (a partial batch is padded)."""
+    def _forward_batches(self, x: np.ndarray, y: np.ndarray | None, ema: bool = False):  # type: ignore[no-untyped-def]
+        """Run INF_MAIN_A (INF_EMA_A with ``ema``) over x in batches of the val batch size (a partial
+        batch is padded)."""
         self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
         _, ex, rx = self._compiled_parts("evaluate")
         arch = self._planned("evaluate")[0]
@@ -1012,9 +1013,9 @@ class DeepLearningTask(TaskBase):
         n_layers = len(arch.layers)
         logits_name = f"{arch.layers[n_layers - 1].name}.out"
         logits = ex.view(variant, logits_name)
-        prog = [k for k in ex.kernels(variant, GraphId.INF_MAIN_A)]
+        prog = [k for k in ex.kernels(variant, GraphId.INF_EMA_A if ema else GraphId.INF_MAIN_A)]
         if self._prefetch and data.ndim == 4:
-            prog = prog[1:]  # no transfer was submitted: skip the transfer_wait that heads INF_MAIN_A
+            prog = prog[1:]  # no transfer was submitted: skip the transfer_wait that heads the graph
         self._fold_bn(ex)
         bsz = data.shape[0]
         image = data.ndim == 4
@@ -1040,61 +1041,74 @@ class DeepLearningTask(TaskBase):
             for view, saved in keep:
                 view[...] = saved
 
-    def evaluate(self, x: Any, y: Any) -> dict[str, float]:
-        """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data."""
+    def evaluate(self, x: Any, y: Any, *, ema: bool = False) -> dict[str, float]:
+        """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data; ``ema=True``
+        evaluates the EMA weights (``ema()`` on), as the epochs' ema columns do."""
         self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
+        ema = self._ema_flag("evaluate", ema)
         ds = self._inputs_as_trained("evaluate", validate_arrays(
             x, y, what="evaluate", num_classes=self._data.train.num_classes, where="evaluate", names=("x", "y")))
         sums = np.zeros(3)
         res = np.zeros(3, np.float32)
-        for start, n, logits in self._forward_batches(ds.x, ds.y):
+        for start, n, logits in self._forward_batches(ds.x, ds.y, ema):
             fused.softmax_xent(logits, ds.y[start:start + n], float(self._loss.label_smoothing_), res,
                                np.zeros((0, 0), np.float32), False)
             sums += (res[0] * n, res[1], res[2])
         n = len(ds)
         return {"loss": sums[0] / n, "top1": sums[1] / n, "top5": sums[2] / n, "n": n}
 
-    def predict(self, x: Any) -> np.ndarray:
-        """Predicted class of each row of x (int64, shape (N,))."""
-        count, batches = self._inference("predict", x)
+    def predict(self, x: Any, *, ema: bool = False) -> np.ndarray:
+        """Predicted class of each row of x (int64, shape (N,)); ``ema=True``: by the EMA weights."""
+        count, batches = self._inference("predict", x, ema)
         out = np.empty(count, np.int64)
         for start, n, logits in batches:
             out[start:start + n] = logits.argmax(axis=1)
         return out
 
-    def predict_logits(self, x: Any) -> np.ndarray:
+    def predict_logits(self, x: Any, *, ema: bool = False) -> np.ndarray:
         """The model's outputs for each row of x, before softmax (float32, shape (N, classes)):
-        what ``model(x)`` returns in PyTorch, in eval mode (dropout off, batch norm's running statistics)."""
-        return self._gathered("predict_logits", x, lambda logits: logits)
+        what ``model(x)`` returns in PyTorch, in eval mode (dropout off, batch norm's running statistics);
+        ``ema=True``: the EMA model's."""
+        return self._gathered("predict_logits", x, lambda logits: logits, ema)
 
-    def predict_proba(self, x: Any) -> np.ndarray:
+    def predict_proba(self, x: Any, *, ema: bool = False) -> np.ndarray:
         """Class probabilities for each row of x (float32, shape (N, classes), rows summing to 1):
-        ``softmax(predict_logits(x))``, computed in float64."""
+        ``softmax(predict_logits(x, ema=ema))``, computed in float64."""
         def softmax(logits: np.ndarray) -> np.ndarray:
             z = logits.astype(np.float64)
             z -= z.max(axis=1, keepdims=True)
             np.exp(z, out=z)
             z /= z.sum(axis=1, keepdims=True)
             return z
-        return self._gathered("predict_proba", x, softmax)
+        return self._gathered("predict_proba", x, softmax, ema)
 
-    def _gathered(self, op: str, x: Any, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        count, batches = self._inference(op, x)
+    def _gathered(self, op: str, x: Any, f: Callable[[np.ndarray], np.ndarray], ema: bool) -> np.ndarray:
+        count, batches = self._inference(op, x, ema)
         out = np.empty((count, self._data.train.num_classes), np.float32)
         for start, n, logits in batches:
             out[start:start + n] = f(logits)
         return out
 
-    def _inference(self, op: str, x: Any) -> tuple[int, Iterator[tuple[int, int, np.ndarray]]]:
+    def _inference(self, op: str, x: Any, ema: bool) -> tuple[int, Iterator[tuple[int, int, np.ndarray]]]:
         """The rows of x, checked and moved as evaluate() does, and (start, n, logits) per batch."""
         self._require(op, Phase.COMPILED, hint="Call task.compile() first.")
+        ema = self._ema_flag(op, ema)
         try:  # without converting x: validate_arrays turns a ragged or odd input into the library's error
             rows = len(x)
         except TypeError:  # a 0-d array or a scalar: validate_arrays refuses it by name
             rows = 0
         ds = self._inputs_as_trained(op, validate_arrays(x, np.zeros(rows, np.int64), what=op, where=op,
                                                          names=("x", "y")))
-        return len(ds), self._forward_batches(ds.x, None)
+        return len(ds), self._forward_batches(ds.x, None, ema)
+
+    def _ema_flag(self, op: str, ema: Any) -> bool:
+        """``ema=`` of the inference calls: a bool, and True only for a task compiled with ``ema()``."""
+        if not isinstance(ema, (bool, np.bool_)):
+            raise bad_argument(ConfigError, op, "ema", ema, "True or False", f"pass task.{op}(..., ema=True)")
+        if ema and self._ema is None:
+            raise ConfigError(f"{op}: ema=True, but this task keeps no EMA weights. Fix: call task.ema(0.999) "
+                              "before compile() and train, or drop ema=True.")
+        return bool(ema)
 
     def _inputs_as_trained(self, op: str, ds: Dataset) -> Dataset:
         """``ds`` in the layout the model was trained on: for a task given channels-last images, arrays
@@ -1135,14 +1149,17 @@ class DeepLearningTask(TaskBase):
             out[p.name] = shape
         return out
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self, *, ema: bool = False) -> dict[str, np.ndarray]:
         """Parameters and BN buffers by layer name, in PyTorch's layouts: 'fc1.weight' is
-        (out, in), 'conv1.weight' is (out, in, k, k), 'bn1.running_mean' ..."""
+        (out, in), 'conv1.weight' is (out, in, k, k), 'bn1.running_mean' ... ``ema=True``: the EMA
+        model's (``ema()`` on), under the same names, ready for ``load_state_dict`` of a task or a
+        torch module."""
         self._require("state_dict", Phase.COMPILED, hint="Parameters exist once the task is compiled.")
+        ema = self._ema_flag("state_dict", ema)
         compiled, ex, _ = self._compiled_parts("state_dict", hint="Parameters exist once the task is compiled.")
         out = {}
         for p in compiled.params:
-            v = ex.view("train_base", p.name)
+            v = ex.view("train_base", p.name + ("@ema" if ema else ""))
             out[p.name] = torch_layout(v).copy()
         return out
 
@@ -1189,13 +1206,14 @@ class DeepLearningTask(TaskBase):
             return self._partial_seconds
         return time.perf_counter() - self._epoch_t0 if self._live_at is not None else 0.0
 
-    def load_weights(self, path: str) -> "DeepLearningTask":
+    def load_weights(self, path: str, *, ema: bool = False) -> "DeepLearningTask":
         """The parameters and batch-norm statistics of a checkpoint, into this compiled task, which may
         be built on other data or another optimizer (inference, fine-tuning): the model must match.
-        Training state (moments, history, data order) is not loaded: ``load_state`` resumes a run."""
+        Training state (moments, history, data order) is not loaded: ``load_state`` resumes a run.
+        ``ema=True`` takes the checkpoint's EMA weights instead (a task saved with ``ema()`` on)."""
         from .checkpoint import read_state_dict
         self._require("load_weights", Phase.COMPILED, hint="Call task.compile() first.")
-        self.load_state_dict(read_state_dict(path))
+        self.load_state_dict(read_state_dict(path, ema=ema))
         return self
 
     @property

@@ -214,3 +214,41 @@ def test_prefetch_augment_interrupt_save_resume_is_byte_identical(tmp_path, monk
     back.run(progress=False)
     for k, v in ref.state_dict().items():
         assert v.tobytes() == back.state_dict()[k].tobytes(), k
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_the_ema_model_is_evaluated_predicted_and_exported(tmp_path, prefetch: bool) -> None:  # type: ignore[no-untyped-def]
+    """ema=True on evaluate/predict*/state_dict/read_state_dict/load_weights: the EMA weights and
+    their own BN statistics, the model the epochs' ema columns score."""
+    from renaissance_nb import ConfigError, CheckpointError, checkpoint
+    x, y = blobs(160, c=1, hw=8)
+    xv, yv = blobs(50, c=1, hw=8, seed=2)
+    net = seq(cbr(8, 3, 1, 1), maxpool(2), gap(), fc(4))
+    t = (DeepLearningTask().model(net).data(train=(x, y), val=(xv, yv), batch_size=32).total_epochs(2).seed(4)
+         .ema(0.7).options(prefetch=prefetch))
+    rec = t.run(progress=False).history[-1]
+    got = t.evaluate(xv, yv, ema=True)
+    assert got["top1"] == rec.ema_top1 and got["top5"] == rec.ema_top5 and abs(got["loss"] - rec.ema_loss) < 1e-6
+    assert t.evaluate(xv, yv)["top1"] == rec.val_top1
+    sd, raw = t.state_dict(ema=True), t.state_dict()
+    assert sorted(sd) == sorted(raw) and all(not np.array_equal(sd[k], raw[k]) for k in ("conv1.weight",
+                                                                                        "bn1.running_mean"))
+    path = t.save(str(tmp_path / "ema.npz"))
+    back = checkpoint.read_state_dict(path, ema=True)
+    assert all(back[k].tobytes() == sd[k].tobytes() for k in sd)
+    plain = DeepLearningTask().model(net).data(train=(x, y), batch_size=32).options(prefetch=prefetch).compile()
+    plain.load_state_dict(sd)
+    logits = t.predict_logits(xv, ema=True)
+    assert plain.predict_logits(xv).tobytes() == logits.tobytes()
+    np.testing.assert_array_equal(t.predict(xv, ema=True), logits.argmax(1))
+    np.testing.assert_allclose(t.predict_proba(xv, ema=True).sum(1), 1, rtol=1e-6)
+    assert not np.array_equal(t.predict_logits(xv), logits)
+    assert plain.load_weights(path, ema=True).predict_logits(xv).tobytes() == logits.tobytes()
+    with pytest.raises(ConfigError, match=r"predict: ema=True, but this task keeps no EMA weights\. Fix: call "
+                                          r"task\.ema\(0\.999\) before compile\(\)"):
+        plain.predict(xv, ema=True)
+    with pytest.raises(ConfigError, match=r"state_dict: ema='yes' is invalid; expected True or False"):
+        t.state_dict(ema="yes")
+    with pytest.raises(CheckpointError, match=r"holds no EMA weights \(its task trained without ema\(\)\)\. Fix: "
+                                              r"drop ema=True"):
+        checkpoint.read_state_dict(plain.save(str(tmp_path / "plain.npz")), ema=True)
