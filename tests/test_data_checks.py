@@ -273,3 +273,18 @@ def test_val_fraction_holds_out_a_share_of_each_class() -> None:
     assert len(two.splits.train) == 2
     whole = datasets.from_arrays((d.train.x, d.train.y))  # DataSplits without a validation set
     assert len(DeepLearningTask().data(whole, val_fraction=0.2).splits.val) == 1000
+
+
+def test_val_fraction_keeps_every_class_in_training() -> None:
+    """A class too small for the share keeps one sample in training: held out whole, it could never
+    be learnt (the split is otherwise unchanged: default_mnist's held-out rows stay the same)."""
+    from renaissance_nb import DataError, DeepLearningTask
+    from renaissance_nb.data.arrays import stratified_split
+    y = np.array([0] * 10 + [1] + [2] * 2)
+    tr, va = stratified_split(y, 0.6)
+    assert sorted(set(y[tr])) == [0, 1, 2] and np.bincount(y[va], minlength=3).tolist() == [6, 0, 1]
+    x = np.arange(13, dtype=np.float32)[:, None]
+    t = DeepLearningTask().data(train=(x, y), val_fraction=0.6, batch_size=4)
+    assert np.bincount(t.splits.train.y).tolist() == [4, 1, 1]
+    with pytest.raises(DataError, match="a fraction that leaves samples on both sides of 2 samples"):
+        DeepLearningTask().data(train=(x[:2], np.array([0, 1])), val_fraction=0.5)

@@ -301,13 +301,14 @@ def checked_splits(s: DataSplits, where: str = "data") -> DataSplits:
 
 
 def stratified_split(y: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded per-class split: every class keeps the same share in train and val."""
+    """Seeded per-class split: every class keeps the same share in train and val, and at least one
+    sample in train (a class held out whole could never be learnt)."""
     rng = np.random.default_rng(0)
     train_idx: list[np.ndarray] = []
     val_idx: list[np.ndarray] = []
     for c in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == c))
-        n_val = int(round(len(idx) * val_fraction))
+        n_val = min(int(round(len(idx) * val_fraction)), len(idx) - 1)
         val_idx.append(idx[len(idx) - n_val:])
         train_idx.append(idx[: len(idx) - n_val])
     # Shuffle across classes so minibatches taken in order are mixed.
