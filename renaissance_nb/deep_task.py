@@ -593,8 +593,13 @@ class DeepLearningTask(TaskBase):
                               "drop augment().")
         specs = variant_specs(len(s.train), n_val, self._batch, self._val_batch or self._batch, sample,
                               lowres_shape=low, train_shape=first)
+        weights = self._loss.weight_
+        if weights is not None and len(weights) != s.train.num_classes:
+            raise ConfigError(f"plan: {self._loss!r} has {len(weights)} class weights; the data has "
+                              f"{s.train.num_classes} classes. Fix: give one weight per class, in class order.")
         shapes = derive_all_shapes(arch, specs, s.train.num_classes, self._optimizer.state, self.total_steps,
-                                   ema=self._ema is not None, clip=self._clip_norm is not None)
+                                   ema=self._ema is not None, clip=self._clip_norm is not None,
+                                   class_weights=weights is not None)
         self._check_batch_norm_values(arch, shapes)
         max_slots = compute_max_slot_bytes(shapes)
         self.arch, self.shapes, self.max_slot_bytes = arch, shapes, max_slots
@@ -761,6 +766,8 @@ class DeepLearningTask(TaskBase):
         for v in ex.views.values():
             v[compiled.ids["ones"]].fill(1.0)
         ex.view("train_base", "lr_table")[: self.total_steps] = self.lr_table()
+        if self._loss.weight_ is not None:
+            ex.view("train_base", "loss.weight")[...] = self._loss.class_weights
 
     # ---- training --------------------------------------------------------------------------------
     @_arguments_checked
@@ -1042,8 +1049,9 @@ class DeepLearningTask(TaskBase):
                 view[...] = saved
 
     def evaluate(self, x: Any, y: Any, *, ema: bool = False) -> dict[str, float]:
-        """Loss (with the task's label smoothing), top-1 and top-5 on any labelled data; ``ema=True``
-        evaluates the EMA weights (``ema()`` on), as the epochs' ema columns do."""
+        """Loss (the task's, label smoothing and class weights included; averaged over batches of the
+        validation batch size by their sizes, as the epochs' val loss), top-1 and top-5 on any labelled
+        data; ``ema=True`` evaluates the EMA weights (``ema()`` on), as the epochs' ema columns do."""
         self._require("evaluate", Phase.COMPILED, hint="Call task.compile() first.")
         ema = self._ema_flag("evaluate", ema)
         ds = self._inputs_as_trained("evaluate", validate_arrays(
@@ -1051,7 +1059,8 @@ class DeepLearningTask(TaskBase):
         sums = np.zeros(3)
         res = np.zeros(3, np.float32)
         for start, n, logits in self._forward_batches(ds.x, ds.y, ema):
-            fused.softmax_xent(logits, ds.y[start:start + n], float(self._loss.label_smoothing_), res,
+            fused.softmax_xent(logits, ds.y[start:start + n], float(self._loss.label_smoothing_),
+                               self._loss.class_weights, res,
                                np.zeros((0, 0), np.float32), False)
             sums += (res[0] * n, res[1], res[2])
         n = len(ds)

@@ -301,3 +301,28 @@ def test_load_weights_starts_the_ema_from_them(tmp_path) -> None:  # type: ignor
     b = make(epochs=1).ema(0.9).compile().load_weights(path)
     for k, v in a.state_dict().items():
         assert b.read(f"{k}@ema").tobytes() == v.tobytes()
+
+
+def test_class_weights_are_saved_rebuilt_and_checked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """CrossEntropyLoss(weight=...): loss.weight is arena state written at compile; load() rebuilds the
+    loss by its settings and the resumed run is byte-identical; the count is checked at plan()."""
+    from renaissance_nb import ConfigError, CrossEntropyLoss
+    loss = CrossEntropyLoss(weight=[0.5, 1.0, 2.0, 0.0])
+    whole, part = make().loss(loss), make().loss(loss)
+    whole.run(progress=False)
+    part.run(1, progress=False)
+    path = part.save(str(tmp_path / "w.npz"))
+    back = DeepLearningTask.load(path, part.splits)
+    assert repr(back._loss) == "CrossEntropyLoss(label_smoothing=0.0, weight=[0.5, 1.0, 2.0, 0.0])"
+    np.testing.assert_array_equal(back.read("loss.weight"), [0.5, 1.0, 2.0, 0.0])
+    back.run(progress=False)
+    plain = make()
+    plain.run(progress=False)
+    assert state_bytes(back) == state_bytes(whole) != state_bytes(plain)
+    ev = whole.evaluate(XV, YV)
+    assert ev["loss"] == pytest.approx(whole.result.history[-1].val_loss, rel=1e-6)
+    with pytest.raises(CheckpointError, match="differ"):
+        make().compile().load_state(path)  # a plain loss: its plan has no loss.weight
+    with pytest.raises(ConfigError, match=r"plan: CrossEntropyLoss\(label_smoothing=0.0, weight=\[1.0, 2.0\]\) has 2 "
+                                          r"class weights; the data has 4 classes\. Fix: give one weight per class"):
+        make().loss(CrossEntropyLoss(weight=[1, 2])).plan()

@@ -245,14 +245,42 @@ def test_softmax_xent_kernel_matches_the_cpu_loss(module) -> None:  # type: igno
     labels[6] = 2
     rc, rg = np.zeros(3, np.float32), np.zeros(3, np.float32)
     dc, dg = np.zeros_like(logits), np.zeros_like(logits)
-    fused.softmax_xent(logits, labels, 0.1, rc, dc, True)
-    module.get_function("rnb_softmax_xent")((1,), (256,), (logits, labels, np.int32(37), np.int32(11),
+    fused.softmax_xent(logits, labels, 0.1, np.zeros(0, np.float32), rc, dc, True)
+    module.get_function("rnb_softmax_xent")((1,), (256,), (logits, labels, logits, np.int32(0), np.int32(37), np.int32(11),
                                                           np.float64(0.1), rg, dg, np.int32(1)))
     assert np.allclose(rc[1:], rg[1:], rtol=1e-7) and rc[1] == rg[1] and rc[2] == rg[2]
     assert np.isnan(rc[0]) and np.isnan(rg[0])  # NaN rows make the loss NaN on both
     assert rc[1] == (logits.argmax(axis=1) == labels).sum()
     ok = ~np.isnan(logits).any(axis=1)
     assert np.allclose(dc[ok], dg[ok], rtol=1e-6, atol=1e-9)
+
+
+def test_class_weighted_loss_kernel_matches_the_cpu(module, blocks) -> None:  # type: ignore[no-untyped-def]
+    """CrossEntropyLoss(weight=...) on the device: the CPU's loss and gradient, in any thread order."""
+    logits = RNG.normal(size=(300, 11)).astype(np.float32) * 3  # more rows than threads
+    labels = RNG.integers(0, 11, 300).astype(np.int32)
+    weight = RNG.uniform(0, 2, 11).astype(np.float32)
+    weight[3] = 0
+    rc, dc = np.zeros(3, np.float32), np.zeros_like(logits)
+    fused.softmax_xent(logits, labels, 0.1, weight, rc, dc, True)
+    rg, dg = np.zeros(3, np.float32), np.zeros_like(logits)
+    module.get_function("rnb_softmax_xent")((1,), (256,), (logits, labels, weight, np.int32(1), np.int32(300),
+                                                          np.int32(11), np.float64(0.1), rg, dg, np.int32(1)))
+    assert rg[0] == pytest.approx(rc[0], rel=1e-6) and (rg[1:] == rc[1:]).all()
+    np.testing.assert_allclose(dg, dc, rtol=1e-6, atol=1e-9)
+    plain = np.zeros(3, np.float32)
+    fused.softmax_xent(logits, labels, 0.1, np.zeros(0, np.float32), plain, np.zeros_like(logits), False)
+    assert plain[0] != pytest.approx(rc[0], rel=1e-3)  # the weights mattered
+    from renaissance_nb.gpu.kernels import THREADS
+    runs = []
+    for order in ("forward", "reverse", "random"):
+        r, d = np.zeros(3, np.float32), np.zeros_like(logits)
+        blocks.call("rnb_softmax_xent", 1, THREADS, logits, labels, weight, np.int32(1), np.int32(300), np.int32(11),
+                    np.float64(0.1), r, d, np.int32(1), order=order)
+        assert blocks.divergent == 0
+        runs.append((r, d))
+    assert all(np.array_equal(runs[0][0], r) and np.array_equal(runs[0][1], d) for r, d in runs[1:])
+    assert runs[0][0][0] == pytest.approx(rc[0], rel=1e-6)
 
 
 def test_dropout_kernel_draws_the_cpu_philox_masks(module) -> None:  # type: ignore[no-untyped-def]
@@ -461,6 +489,19 @@ def test_emulated_gpu_sgd_and_unfused_activations(module) -> None:  # type: igno
     assert np.allclose(rc.step_losses, rg.step_losses, rtol=1e-6)
     assert module.launches.get("rnb_act_fwd", 0) and module.launches.get("rnb_act_bwd", 0)
     assert module.launches.get("rnb_sgd", 0)
+
+
+def test_emulated_gpu_trains_with_class_weights_like_the_cpu(module) -> None:  # type: ignore[no-untyped-def]
+    """The class weights live in the arena (loss.weight, written at compile), so the device reads them."""
+    weighted = CrossEntropyLoss().label_smoothing(0.1).weight([1.0, 0.5, 2.0, 0.0, 1.0])
+    cpu = mlp_task(epochs=2).loss(weighted)
+    rc = cpu.run(progress=False)
+    gpu = emulated(mlp_task(epochs=2).loss(weighted), module)
+    rg = gpu.run(progress=False)
+    np.testing.assert_allclose(rc.step_losses, rg.step_losses, rtol=1e-6)
+    assert rc.history[-1].val_loss == pytest.approx(rg.history[-1].val_loss, rel=1e-6)
+    plain = mlp_task(epochs=2).run(progress=False)
+    assert not np.allclose(plain.step_losses, rc.step_losses, rtol=1e-3)
 
 
 def _poisoned(policy: str, epochs: int = 2) -> DeepLearningTask:
@@ -797,12 +838,12 @@ def test_the_loss_block_meets_at_every_barrier_in_any_thread_order(blocks) -> No
     logits = RNG.normal(size=(300, 11)).astype(np.float32)  # more rows than threads
     labels = RNG.integers(0, 11, 300).astype(np.int32)
     rc = np.zeros(3, np.float32)
-    fused.softmax_xent(logits, labels, 0.1, rc, np.zeros_like(logits), True)
+    fused.softmax_xent(logits, labels, 0.1, np.zeros(0, np.float32), rc, np.zeros_like(logits), True)
     runs = []
     for order in ("forward", "reverse", "random"):
         rg, dg = np.zeros(3, np.float32), np.zeros_like(logits)
-        blocks.call("rnb_softmax_xent", 1, THREADS, logits, labels, np.int32(300), np.int32(11), np.float64(0.1), rg, dg,
-                    np.int32(1), order=order)
+        blocks.call("rnb_softmax_xent", 1, THREADS, logits, labels, logits, np.int32(0), np.int32(300), np.int32(11),
+                    np.float64(0.1), rg, dg, np.int32(1), order=order)
         assert blocks.divergent == 0 and blocks.barriers > 0
         runs.append(rg)
     assert all(np.array_equal(runs[0], r) for r in runs[1:])

@@ -248,7 +248,7 @@ def test_top_k_counts_rank_nan_logits_as_argmax_does() -> None:
                        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]], np.float32)  # ties by index
     labels = np.array([0, 3, 2, 1, 1, 4], np.int32)
     result = np.zeros(3, np.float32)
-    fused.softmax_xent(logits, labels, 0.0, result, np.zeros((0, 0), np.float32), False)
+    fused.softmax_xent(logits, labels, 0.0, np.zeros(0, np.float32), result, np.zeros((0, 0), np.float32), False)
 
     def rank(row: np.ndarray, y: int) -> int:  # sorted by (not NaN, -value, index): NaN first
         order = sorted(range(len(row)), key=lambda j: (not np.isnan(row[j]), -np.nan_to_num(row[j], nan=0.0), j))
@@ -285,6 +285,37 @@ def test_softmax_xent_loss_and_gradient(smoothing: float) -> None:
     assert_grad(analytic, numgrad(loss, logits), rtol=1e-7)
     assert_grad(analytic, numgrad(lambda: xent_ref(logits, labels, smoothing), logits), rtol=1e-7)
     np.testing.assert_allclose(analytic.sum(axis=1), 0.0, atol=1e-15)  # softmax - target sums to 0
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_class_weighted_softmax_xent_is_torchs(smoothing: float) -> None:
+    """CrossEntropyLoss(weight=...): the loss and its gradient are torch's (float64 throughout), and
+    the gradient is the loss's by finite differences."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    n, c = 9, 6
+    logits = rng.standard_normal((n, c)) * 2.0
+    labels = rng.integers(0, c, n).astype(np.int32)
+    labels[:2] = 4  # a class of weight 0 among the targets
+    weight = np.array([1.0, 2.0, 0.5, 3.0, 0.0, 1.25])
+    result, dlogits = np.zeros(3), np.zeros((n, c))
+    k = KERNELS["softmax_xent"]([result, dlogits], [logits, labels, weight], {"smoothing": smoothing, "grad": True},
+                                BindEnv())
+
+    def loss() -> float:
+        k()
+        return float(result[0])
+
+    k()
+    z = torch.tensor(logits, requires_grad=True)
+    ref = torch.nn.functional.cross_entropy(z, torch.tensor(labels, dtype=torch.int64), weight=torch.tensor(weight),
+                                            label_smoothing=smoothing)
+    ref.backward()
+    assert result[0] == pytest.approx(float(ref.detach()), rel=1e-12)
+    analytic = dlogits.copy()
+    np.testing.assert_allclose(analytic, z.grad.numpy(), rtol=1e-10, atol=1e-15)
+    assert_grad(analytic, numgrad(loss, logits), rtol=1e-7)
+    assert result[1] == (logits.argmax(1) == labels).sum()  # counts stay unweighted
 
 
 def test_softmax_xent_large_logits_are_stable() -> None:

@@ -73,15 +73,19 @@ CONFIGS = {
                  lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9), 0.5),
     "adamw_clip": (lambda: AdamW().weight_decay(0.1), 1e-4,
                    lambda p, lr: torch.optim.AdamW(p, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1), 0.5),
+    # CrossEntropyLoss(weight=...): the MNIST digits weighted unevenly, one class not at all
+    "sgd_class_weights": (lambda: SGD().momentum(0.9), 0.02,
+                          lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9)),
 }
+CLASS_WEIGHTS = {"sgd_class_weights": [1.0, 2.0, 0.5, 1.0, 0.0, 3.0, 1.0, 0.25, 1.5, 1.0]}
 CLIPPED: dict[str, int] = {}
 
 
-def engine_run(x, y, make_opt, lr, clip=None):
+def engine_run(x, y, make_opt, lr, clip=None, weight=None):
     task = (DeepLearningTask("parity")
             .model(seq(fc(SIZES[1]), relu(), fc(SIZES[2]), relu(), fc(SIZES[3]), relu(), fc(SIZES[4])))
             .data(train=(x, y), batch_size=BATCH, shuffle=False)
-            .loss(CrossEntropyLoss().label_smoothing(0.1))
+            .loss(CrossEntropyLoss().label_smoothing(0.1).weight(weight))
             .optimizer(make_opt())
             .scheduler(CosineAnnealingLR().base_lr(lr).warmup(WARMUP_EPOCHS))
             .total_epochs(1)
@@ -102,7 +106,7 @@ def engine_run(x, y, make_opt, lr, clip=None):
     return task, init, grads, res.step_losses.astype(np.float64)
 
 
-def torch_run(x, y, init, make_opt, lr, clip=None):
+def torch_run(x, y, init, make_opt, lr, clip=None, weight=None):
     torch.set_num_threads(2)
     torch.manual_seed(0)
     layers = []
@@ -117,7 +121,8 @@ def torch_run(x, y, init, make_opt, lr, clip=None):
     warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, end_factor=1.0, total_iters=WARMUP_STEPS)
     cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS - WARMUP_STEPS, eta_min=0.0)
     sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, cos], milestones=[WARMUP_STEPS])
-    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1,
+                                        weight=None if weight is None else torch.tensor(weight, dtype=torch.float32))
     xt, yt = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
     losses, lrs, grads = [], [], {}
     for i in range(STEPS):
@@ -148,11 +153,12 @@ def torch_run(x, y, init, make_opt, lr, clip=None):
 def test_matches_pytorch(name: str, data) -> None:
     x, y = data
     make_opt, lr, make_torch_opt, *clip = CONFIGS[name]
-    task, init, grads, losses = engine_run(x, y, make_opt, lr, *clip)
+    weight = CLASS_WEIGHTS.get(name)
+    task, init, grads, losses = engine_run(x, y, make_opt, lr, *(clip or [None]), weight=weight)
     CLIPPED.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t_losses, t_lrs, t_grads, t_final = torch_run(x, y, init, make_torch_opt, lr, *clip)
+        t_losses, t_lrs, t_grads, t_final = torch_run(x, y, init, make_torch_opt, lr, *(clip or [None]), weight=weight)
     if clip:  # clipping mattered: most steps were clipped, and the last step's norm is the one torch saw
         assert CLIPPED[str(clip[0])] >= STEPS // 2, CLIPPED
         norm, factor = task.executor.view("train_base", "clip.norm")

@@ -288,8 +288,10 @@ def softmax_xent_k(outs, ins, p, env):
     grad = bool(p["grad"])
     dlogits = _flat2d(outs[1]) if grad else logits
     n, c = logits.shape
+    weighted = len(ins) > 2  # CrossEntropyLoss(weight=...): the class weights' arena tensor
     fn = env.module.get_function("rnb_softmax_xent")
-    args = (logits, labels, np.int32(n), np.int32(c), np.float64(p["smoothing"]), result, dlogits, np.int32(grad))
+    args = (logits, labels, ins[2] if weighted else logits, np.int32(weighted), np.int32(n), np.int32(c),
+            np.float64(p["smoothing"]), result, dlogits, np.int32(grad))
 
     def launch(stream: Any) -> None:
         with stream:

@@ -262,12 +262,13 @@ its partial sums, added in block order, give the same norm on every GPU."""
 
 
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,
-                 opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False) -> TensorTable:
+                 opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False,
+                 class_weights: bool = False) -> TensorTable:
     """Every tensor of a task for one variant, in a fixed order.
 
     ``opt_state`` lists the optimizer families needed besides W and G ("M", "V");
     ``ema`` adds E_ copies of the parameters (and EMA-folded BN parameters); ``clip`` the
-    gradient-norm scalars of clip_grad_norm.
+    gradient-norm scalars of clip_grad_norm; ``class_weights`` the loss's per-class weights.
     """
     t = TensorTable()
     f32, i32 = "float32", "int32"
@@ -379,6 +380,8 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     t.add("loss_log", (max(total_steps, 1),), f32, Region.R_RESULT_ACCUMULATED)
     t.add("lr_table", (max(total_steps, 1),), f32, Region.S_SCALAR_FP32)
     t.add("ones", (batch,), f32, Region.S_SCALAR_FP32)
+    if class_weights:  # CrossEntropyLoss(weight=...), written at compile time like lr_table
+        t.add("loss.weight", (num_classes,), f32, Region.S_SCALAR_FP32)
     for name in ("step", "cursor", "rng.offset", "aug.offset", "nan.flag", "nan.skipped"):
         t.add(name, (1,), "int64", Region.S_SCALAR_INT32)
     if clip:  # [total norm before clipping, the factor applied] of the last step; the GPU's partial sums
@@ -528,7 +531,9 @@ class _Emitter:
     def loss(self, g: ComputationGraph, gid: GraphId, smoothing: float, grad: bool) -> None:
         logits = self.ids[self.arch.output]
         outs = [self.ids["result"]] + ([self.ids[f"{self.arch.output}@grad"]] if grad else [])
-        g.append(gid, node("softmax_xent", [logits, self.ids["labels"]], outs, "loss", smoothing=smoothing, grad=grad))
+        weight = [self.ids["loss.weight"]] if "loss.weight" in self.ids else []
+        g.append(gid, node("softmax_xent", [logits, self.ids["labels"], *weight], outs, "loss", smoothing=smoothing,
+                           grad=grad))
 
 
 def _transfer(g: ComputationGraph, ids: dict[str, int], ab: str, source: str, opts: StepOptions,

@@ -244,8 +244,9 @@ def softmax_xent_k(outs, ins, p, env):
     result = outs[0]
     grad = bool(p["grad"])
     dlogits = _flat2d(outs[1]) if grad else EMPTY_F32_2D
+    weight = ins[2] if len(ins) > 2 else EMPTY_F32  # CrossEntropyLoss(weight=...)
     smoothing, f = float(p["smoothing"]), fused.softmax_xent
-    return lambda: f(logits, labels, smoothing, result, dlogits, grad)
+    return lambda: f(logits, labels, smoothing, weight, result, dlogits, grad)
 
 
 @kernel("accum_metrics")

@@ -243,18 +243,30 @@ def ranks_ahead(z, j, zy, y):
 
 
 @jit
-def softmax_xent(logits, labels, smoothing, result, dlogits, want_grad):
-    """Softmax cross-entropy with label smoothing, fused with top-1/top-5.
+def softmax_xent(logits, labels, smoothing, weight, result, dlogits, want_grad):
+    """Softmax cross-entropy with label smoothing and class weights, fused with top-1/top-5.
 
     result[0] = mean loss, result[1] = top-1 correct count, result[2] = top-5 correct
-    count. With want_grad, dlogits = (softmax - target) / batch (the mean's gradient).
-    Target = (1 - smoothing) * onehot + smoothing / classes, as in PyTorch.
+    count. With want_grad, dlogits = the mean's gradient. Target = (1 - smoothing) * onehot
+    + smoothing / classes, as in PyTorch. ``weight`` (float32, one per class; empty for none) is
+    torch's ``weight=``: loss = [(1 - s) sum_i w[y_i] nll_i + s/C sum_i sum_j w_j (lse_i - z_ij)]
+    / sum_i w[y_i], and dz_ij = [(1 - s) w[y_i] (p_ij - [j = y_i]) + s/C (p_ij sum_k w_k - w_j)]
+    / sum_i w[y_i]. Without weights the formulas (and bytes) are the unweighted ones.
     """
     n, c = logits.shape
+    weighted = weight.shape[0] > 0
     total = 0.0
     top1 = 0.0
     top5 = 0.0
     inv_n = 1.0 / n
+    wsum = 0.0  # sum over classes of w_j
+    if weighted:
+        norm = 0.0
+        for i in range(n):
+            norm += np.float64(weight[labels[i]])
+        inv_n = 1.0 / norm
+        for j in range(c):
+            wsum += np.float64(weight[j])
     off = smoothing / c
     on = 1.0 - smoothing
     for i in range(n):
@@ -268,11 +280,19 @@ def softmax_xent(logits, labels, smoothing, result, dlogits, want_grad):
         for j in range(c):
             s += math.exp(np.float64(row[j]) - mx)
         lse = mx + math.log(s)
-        # loss = sum_j target_j * (lse - z_j)
-        zsum = 0.0
-        for j in range(c):
-            zsum += row[j]
-        total += on * (lse - row[y]) + off * (c * lse - zsum)
+        wy = 0.0
+        if weighted:
+            wy = np.float64(weight[y])
+            wz = 0.0
+            for j in range(c):
+                wz += np.float64(weight[j]) * row[j]
+            total += on * wy * (lse - row[y]) + off * (wsum * lse - wz)
+        else:
+            # loss = sum_j target_j * (lse - z_j)
+            zsum = 0.0
+            for j in range(c):
+                zsum += row[j]
+            total += on * (lse - row[y]) + off * (c * lse - zsum)
         # rank of the true class: how many logits come before it
         zy = row[y]
         better = 0
@@ -286,8 +306,11 @@ def softmax_xent(logits, labels, smoothing, result, dlogits, want_grad):
         if want_grad:
             for j in range(c):
                 p = math.exp(np.float64(row[j]) - lse)
-                t = off + (on if j == y else 0.0)
-                dlogits[i, j] = (p - t) * inv_n
+                if weighted:
+                    d = on * wy * (p - (1.0 if j == y else 0.0)) + off * (p * wsum - np.float64(weight[j]))
+                else:
+                    d = p - (off + (on if j == y else 0.0))
+                dlogits[i, j] = d * inv_n
     result[0] = total * inv_n
     result[1] = top1
     result[2] = top5

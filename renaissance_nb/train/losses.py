@@ -1,16 +1,54 @@
-"""Losses. Softmax cross-entropy with label smoothing, fused with top-1/top-5."""
+"""Losses. Softmax cross-entropy with label smoothing and class weights, fused with top-1/top-5."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+
+from ..checks import as_float
+from ..errors import ConfigError, bad_argument
 from .settings import Settings, check_number
+
+
+def _class_weights(value: Any) -> tuple[float, ...] | None:
+    """``weight=``: None, or one finite weight >= 0 per class (a list, tuple, NumPy array or CPU
+    tensor), not all 0. The kernels read them as float32, the dtype of torch's weight tensor."""
+    if value is None:
+        return None
+    expected = "None, or a 1-D sequence of one weight >= 0 per class, not all 0"
+    fix = "pass e.g. weight=[1.0, 2.0, 1.0] (len = number of classes), or None for equal weights"
+    try:
+        items = list(np.asarray(value, dtype=object).reshape(-1)) if np.ndim(value) == 1 else None
+    except (TypeError, ValueError):  # a ragged or odd object
+        items = None
+    if not items:
+        raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
+    out = []
+    for v in items:
+        f = as_float(v.item() if hasattr(v, "item") else v)
+        if f is None or f < 0:
+            raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
+        out.append(f)
+    if not any(out):
+        raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
+    return tuple(out)
 
 
 @dataclass(frozen=True, init=False, repr=False)
 class CrossEntropyLoss(Settings):
-    """torch.nn.CrossEntropyLoss(label_smoothing=...) with mean reduction over the batch."""
+    """torch.nn.CrossEntropyLoss(weight=..., label_smoothing=...) with mean reduction over the batch.
+
+    With ``weight``, as in torch: each sample's loss is scaled by its target's weight, the smoothing
+    term weighs every class, and a batch's loss is divided by the sum of its targets' weights (not
+    by the batch size). Reported epoch losses average the batches' losses by batch size.
+    """
 
     label_smoothing_: float = 0.0
+    weight_: tuple[float, ...] | None = None
+
+    def _check(self, name: str, value: Any) -> Any:
+        return _class_weights(value) if name == "weight" else value
 
     def __post_init__(self) -> None:
         self._set("label_smoothing", check_number("CrossEntropyLoss", "label_smoothing", self.label_smoothing_,
@@ -19,3 +57,18 @@ class CrossEntropyLoss(Settings):
 
     def label_smoothing(self, value: float) -> "CrossEntropyLoss":
         return self._with("label_smoothing", value)
+
+    def weight(self, value: Any) -> "CrossEntropyLoss":
+        """One weight per class (torch's ``weight=``), e.g. inverse class frequencies; None for equal."""
+        return self._with("weight", value)
+
+    @property
+    def class_weights(self) -> np.ndarray:
+        """The weights as the kernels read them: float32, empty for none."""
+        return np.asarray(self.weight_ or (), np.float32)
+
+    def __repr__(self) -> str:
+        """``weight`` only when set: a checkpoint compares this text, and those saved before it existed
+        say nothing of it."""
+        w = "" if self.weight_ is None else f", weight={list(self.weight_)!r}"
+        return f"CrossEntropyLoss(label_smoothing={self.label_smoothing_!r}{w})"

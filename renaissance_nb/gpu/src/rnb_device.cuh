@@ -117,21 +117,30 @@ RNB_HD bool rnb_ranks_ahead(float z, int j, float zy, int y) {
 
 // ---- softmax cross-entropy of one row, with label smoothing and the rank of the true class ----
 // Returns the row's loss (double); *better = how many logits come before the true one
-// (rnb_ranks_ahead). With dlogits != 0 writes (softmax - target) * inv_n. Same formulas and order
-// as the CPU.
-RNB_HD double rnb_xent_row(const float* row, int c, int y, double smoothing, double inv_n, float* dlogits,
-                           int* better) {
+// (rnb_ranks_ahead). With dlogits != 0 writes the loss's gradient times inv_n. With class weights
+// (weight != 0; wsum their sum) the loss and gradient are torch's weight= ones, before the division
+// by the batch's summed target weights that inv_n holds. Same formulas and order as the CPU.
+RNB_HD double rnb_xent_row(const float* row, int c, int y, double smoothing, double inv_n, const float* weight,
+                           double wsum, float* dlogits, int* better) {
     float mx = row[0];
     for (int j = 1; j < c; ++j)
         if (row[j] > mx) mx = row[j];
     double s = 0.0;
     for (int j = 0; j < c; ++j) s += exp((double)row[j] - (double)mx);
     double lse = (double)mx + log(s);
-    double zsum = 0.0;
-    for (int j = 0; j < c; ++j) zsum += (double)row[j];
     double off = smoothing / (double)c;
     double on = 1.0 - smoothing;
-    double loss = on * (lse - (double)row[y]) + off * ((double)c * lse - zsum);
+    double loss, wy = 0.0;
+    if (weight) {
+        wy = (double)weight[y];
+        double wz = 0.0;
+        for (int j = 0; j < c; ++j) wz += (double)weight[j] * (double)row[j];
+        loss = on * wy * (lse - (double)row[y]) + off * (wsum * lse - wz);
+    } else {
+        double zsum = 0.0;
+        for (int j = 0; j < c; ++j) zsum += (double)row[j];
+        loss = on * (lse - (double)row[y]) + off * ((double)c * lse - zsum);
+    }
     float zy = row[y];
     int b = 0;
     for (int j = 0; j < c; ++j)
@@ -140,8 +149,9 @@ RNB_HD double rnb_xent_row(const float* row, int c, int y, double smoothing, dou
     if (dlogits) {
         for (int j = 0; j < c; ++j) {
             double p = exp((double)row[j] - lse);
-            double t = off + (j == y ? on : 0.0);
-            dlogits[j] = (float)((p - t) * inv_n);
+            double d = weight ? on * wy * (p - (j == y ? 1.0 : 0.0)) + off * (p * wsum - (double)weight[j])
+                              : p - (off + (j == y ? on : 0.0));
+            dlogits[j] = (float)(d * inv_n);
         }
     }
     return loss;

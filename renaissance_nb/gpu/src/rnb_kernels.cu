@@ -81,18 +81,29 @@ extern "C" __global__ void rnb_gather(const float* xs, const int* ys, const rnb_
 }
 
 // Loss, top-1/top-5 counts and dlogits of a batch: one block, rows strided over its threads,
-// then a fixed-order tree over the per-thread sums.
-extern "C" __global__ void rnb_softmax_xent(const float* logits, const int* labels, int n, int c, double smoothing,
-                                            float* result, float* dlogits, int want_grad) {
+// then a fixed-order tree over the per-thread sums. With weighted != 0, class_weight holds the class
+// weights (otherwise it is any array, unread); each thread sums the batch's target weights itself, in
+// the CPU's order, so every thread has the same.
+extern "C" __global__ void rnb_softmax_xent(const float* logits, const int* labels, const float* class_weight,
+                                            int weighted, int n, int c, double smoothing, float* result,
+                                            float* dlogits, int want_grad) {
+    const float* weight = weighted ? class_weight : 0;
     __shared__ double s_loss[RNB_THREADS];
     __shared__ double s_top1[RNB_THREADS];
     __shared__ double s_top5[RNB_THREADS];
     int t = threadIdx.x;
     double inv_n = 1.0 / (double)n;
+    double wsum = 0.0;
+    if (weight) {
+        double norm = 0.0;
+        for (int i = 0; i < n; ++i) norm += (double)weight[labels[i]];
+        inv_n = 1.0 / norm;
+        for (int j = 0; j < c; ++j) wsum += (double)weight[j];
+    }
     double loss = 0.0, top1 = 0.0, top5 = 0.0;
     for (int i = t; i < n; i += RNB_THREADS) {
         int better;
-        loss += rnb_xent_row(logits + (rnb_i64)i * c, c, labels[i], smoothing, inv_n,
+        loss += rnb_xent_row(logits + (rnb_i64)i * c, c, labels[i], smoothing, inv_n, weight, wsum,
                              want_grad ? dlogits + (rnb_i64)i * c : 0, &better);
         if (better == 0) top1 += 1.0;
         if (better < 5) top5 += 1.0;
