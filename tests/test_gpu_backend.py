@@ -129,8 +129,9 @@ def _run(module, name: str, n: int, *args):  # type: ignore[no-untyped-def]
     module.get_function(name)((max(1, -(-n // 7)),), (7,), args)  # odd sizes: exercise the grid-stride loops
 
 
-@pytest.mark.parametrize("kind", ["adamw", "adam", "adam_wd_max"])
-def test_adam_kernel_is_the_cpu_update_bit_for_bit(module, kind: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("kind,beta1", [("adamw", 0.9), ("adam", 0.9), ("adam_wd_max", 0.9), ("adamw", 0.3),
+                                        ("adam", 0.0)])  # beta1 <= 0.5: torch's other lerp formula
+def test_adam_kernel_is_the_cpu_update_bit_for_bit(module, kind: str, beta1: float) -> None:  # type: ignore[no-untyped-def]
     n = 1001
     w, g, m, v = (RNG.normal(size=n).astype(np.float32) for _ in range(4))
     v = np.abs(v)
@@ -140,9 +141,9 @@ def test_adam_kernel_is_the_cpu_update_bit_for_bit(module, kind: str) -> None:  
     gpu = [a.copy() for a in (w, g, m, v)]
     step_c, step_g, flag = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)
     for _ in range(5):  # past the end of the lr table too
-        fused.adam_update(*cpu, lr, step_c, 0.9, 0.999, 1e-8, wd, bool(decoupled), bool(maximize))
+        fused.adam_update(*cpu, lr, step_c, beta1, 0.999, 1e-8, wd, bool(decoupled), bool(maximize))
         _run(module, "rnb_adam", n, gpu[0], gpu[1], gpu[2], gpu[3], np.int64(n), lr, np.int64(3), step_g, flag,
-             np.float64(0.9), np.float64(0.999), np.float64(1e-8), np.float64(wd), np.int32(decoupled),
+             np.float64(beta1), np.float64(0.999), np.float64(1e-8), np.float64(wd), np.int32(decoupled),
              np.int32(maximize))
         module.get_function("rnb_optimizer_done")((1,), (1,), (step_g, flag))
     assert step_g[0] == step_c[0] == 5

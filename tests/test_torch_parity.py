@@ -207,6 +207,10 @@ OPT_KERNEL_CONFIGS = {
     "sgd_nesterov_wd_maximize": (SGD().momentum(0.9).nesterov(True).weight_decay(1e-3).maximize(),
                                  lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True,
                                                            weight_decay=1e-3, maximize=True)),
+    # beta1 <= 0.5: torch's lerp_ takes its other formula (at beta1 = 0, m is the gradient exactly)
+    "adam_beta1_0": (Adam().betas(0.0, 0.0), lambda p: torch.optim.Adam(p, lr=0.1, betas=(0.0, 0.0))),
+    "adamw_beta1_03": (AdamW().betas(0.3, 0.9), lambda p: torch.optim.AdamW(p, lr=0.1, betas=(0.3, 0.9))),
+    "adam_beta1_05": (Adam().betas(0.5, 0.99), lambda p: torch.optim.Adam(p, lr=0.1, betas=(0.5, 0.99))),
 }
 
 

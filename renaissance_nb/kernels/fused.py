@@ -364,24 +364,36 @@ def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, ma
     wd32 = np.float32(weight_decay)
     b2 = np.float32(beta2)
     one_b1 = np.float32(1.0 - beta1)
+    b1_32 = np.float32(1.0) - one_b1  # torch's lerp at weights >= 0.5 (beta1 <= 0.5) uses 1 - weight, in float32
     one_b2 = np.float32(1.0 - beta2)
     eps32 = np.float32(eps)
     n = w.shape[0]
     half = n // 2
-    for k in range(half):
-        for j in (k, k + half):
-            _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay,
-                     decoupled, maximize)
-    if n % 2:
-        _adam_at(w, g, m, v, n - 1, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay,
-                 decoupled, maximize)
+    if abs(one_b1) < 0.5:  # torch's lerp_ takes one of two formulas by its weight: one loop per formula
+        for k in range(half):
+            for j in (k, k + half):
+                _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay,
+                         decoupled, maximize, False)
+        if n % 2:
+            _adam_at(w, g, m, v, n - 1, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay,
+                     decoupled, maximize, False)
+    else:
+        for k in range(half):
+            for j in (k, k + half):
+                _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, b1_32, one_b2, eps32, weight_decay,
+                         decoupled, maximize, True)
+        if n % 2:
+            _adam_at(w, g, m, v, n - 1, step_size, bc2_32, decay, wd32, b2, b1_32, one_b2, eps32, weight_decay,
+                     decoupled, maximize, True)
 
 
 @jit
-def _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay, decoupled,
-             maximize):
+def _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, lerp_w, one_b2, eps32, weight_decay, decoupled,
+             maximize, from_end):
     """Adam/AdamW at element j, PyTorch's order of operations; the new m and v are flushed to 0
-    below TINY32."""
+    below TINY32. m is torch's ``exp_avg.lerp_(grad, 1 - beta1)``: ``m + (g - m) * (1 - beta1)``, or,
+    when 1 - beta1 >= 0.5 (``from_end``; lerp_w is then beta1 as float32 1 - (1 - beta1)),
+    ``g - (g - m) * lerp_w``, the two formulas ATen's lerp picks between."""
     gk = g[j]
     if maximize:
         gk = -gk
@@ -390,7 +402,7 @@ def _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, 
         wk = wk * decay
     elif weight_decay != 0.0:
         gk = gk + wd32 * wk
-    mk = _flush(m[j] + (gk - m[j]) * one_b1)  # lerp, as torch's exp_avg.lerp_(grad, 1 - beta1)
+    mk = _flush(gk - (gk - m[j]) * lerp_w if from_end else m[j] + (gk - m[j]) * lerp_w)
     vk = _flush(v[j] * b2 + one_b2 * gk * gk)
     m[j] = mk
     v[j] = vk

@@ -171,8 +171,11 @@ RNB_HD double rnb_ipow(double a, rnb_i64 e) {
 }
 
 // Per-step scalars of Adam/AdamW for finished-step count t (1-based) and learning rate lr.
+// m is torch's exp_avg.lerp_(grad, 1 - beta1): m + (g - m) * (1 - beta1), or, when 1 - beta1 >= 0.5
+// (from_end), g - (g - m) * lerp_w with lerp_w = 1 - (1 - beta1) in float, ATen's two lerp formulas.
 struct RnbAdamScalars {
-    float step_size, bc2, decay, wd, b2, one_b1, one_b2, eps;
+    float step_size, bc2, decay, wd, b2, lerp_w, one_b2, eps;
+    int from_end;
 };
 
 RNB_HD RnbAdamScalars rnb_adam_scalars(double lr, rnb_i64 t, double beta1, double beta2, double eps,
@@ -185,7 +188,9 @@ RNB_HD RnbAdamScalars rnb_adam_scalars(double lr, rnb_i64 t, double beta1, doubl
     s.decay = (float)(1.0 - lr * weight_decay);
     s.wd = (float)weight_decay;
     s.b2 = (float)beta2;
-    s.one_b1 = (float)(1.0 - beta1);
+    float one_b1 = (float)(1.0 - beta1);
+    s.from_end = !(fabsf(one_b1) < 0.5f);
+    s.lerp_w = s.from_end ? 1.0f - one_b1 : one_b1;
     s.one_b2 = (float)(1.0 - beta2);
     s.eps = (float)eps;
     return s;
@@ -202,7 +207,7 @@ RNB_HD void rnb_adam_elem(float* w, float g, float* m, float* v, const RnbAdamSc
     float wk = *w;
     if (decoupled) wk = wk * s.decay;
     else if (has_wd) gk = gk + s.wd * wk;
-    float mk = rnb_flush(*m + (gk - *m) * s.one_b1);
+    float mk = rnb_flush(s.from_end ? gk - (gk - *m) * s.lerp_w : *m + (gk - *m) * s.lerp_w);
     float vk = rnb_flush(*v * s.b2 + s.one_b2 * gk * gk);
     *m = mk;
     *v = vk;
