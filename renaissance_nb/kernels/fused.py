@@ -335,7 +335,12 @@ subnormal operand takes a slow microcode path on x86 CPUs. For a weight whose gr
 stays 0 (an always-black MNIST pixel, a dead ReLU unit), m decays by beta1 every step and
 is subnormal after about 800 steps; with 20% of M subnormal the AdamW pass took 0.9 ms
 against 0.5 ms. Such an m moves its weight by less than lr * 1e-30, which leaves any
-float32 weight above about 1e-20 unchanged, so the weights keep PyTorch's bits."""
+float32 weight above about 1e-20 unchanged, so the weights keep PyTorch's bits.
+The same holds for v wherever eps dominates the denominator sqrt(v) / sqrt(1 - beta2^t) + eps:
+a subnormal v adds less than 1e-19 / sqrt(1 - beta2^t) to it. With the default eps = 1e-8 that is
+far below eps's rounding; an eps below about 1e-15, with gradients below about 1e-18, can see
+updates differ from PyTorch's (eps = 1e-16: 1.3% at g = 1e-18; eps = 1e-20: by orders of
+magnitude), since PyTorch divides by the subnormal's square root there."""
 
 
 @jit
@@ -668,8 +673,8 @@ def scale_par(x, factor):
 
 @jit
 def ema_(e, w, decay):
-    """e = decay * e + (1 - decay) * w (timm's ModelEmaV2 update), element-wise, as two halves side
-    by side (see _adam_core)."""
+    """e = decay * e + (1 - decay) * w, element-wise, as two halves side by side (see _adam_core); the
+    caller warms ``decay`` up (kernels/cpu.py ema_update)."""
     d = np.float32(decay)
     one_d = np.float32(1.0 - decay)
     n = e.shape[0]
