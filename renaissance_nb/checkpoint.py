@@ -303,8 +303,17 @@ def _rows(tensor: dict[str, Any]) -> str:
     return f"rows padded to {tensor['pitch']}" if tensor.get("pitch") else "contiguous rows"
 
 
-def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, Any]) -> None:
+PLAN_OPTIONS = ("fuse", "liveness", "pad_rows")
+"""The options() switches that change the plan's layout, which a checkpoint's bytes follow."""
+
+
+def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, Any],
+                         saved_options: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> None:
     fix = "Fix: build the task exactly as the saved one (same model, data shapes, batch size, optimizer)."
+    differ = {k: v for k, v in (saved_options or {}).items() if k in PLAN_OPTIONS and (options or {}).get(k, v) != v}
+    if differ:  # the likeliest cause of any difference below: say it first
+        fix = (f"Fix: build the task with options({', '.join(f'{k}={v!r}' for k, v in differ.items())}), as the "
+               "checkpoint was saved, or use DeepLearningTask.load(path, data), which does.")
     st, nt = saved.get("tensors", []), now["tensors"]
     # Shapes, dtypes and regions first: a different offset is usually a consequence of those.
     keys_by_pass = (("name", "shape", "dtype", "region", "pitch"), ("offset",))
@@ -350,7 +359,9 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     _require_compiled(task, op)
     header, arrays = _read(path, op)
     p = os.fspath(path)
-    _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(task))
+    options = {"fuse": task._fuse, "liveness": task._liveness, "pad_rows": task._pad_rows}
+    _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(task),
+                         (header.get("spec") or {}).get("options"), options)
     if strict:
         saved, now = dict(header.get("settings", {})), _settings(task)
         if isinstance(saved.get("optimizer"), str):  # saved for a few commits with the default spelt out

@@ -214,7 +214,14 @@ class TaskBase:
         return self.memory[tensor]
 
     def read(self, tensor: DTensor | int | str) -> np.ndarray:
-        """A copy of a tensor's current value."""
+        """A copy of the bytes at a tensor's place in the arena (train_base's view), now.
+
+        State (weights, gradients, moments, BN statistics, EMA, scalars) is always the tensor's own.
+        A temporary (activations, their gradients, im2col buffers) holds its value only while it is
+        live in the step: with liveness reuse (the default) its bytes are shared with tensors whose
+        lifetimes do not overlap, so after a step a dead temporary reads as whichever of them wrote
+        last (the lifetimes view marks the tensors that share bytes). Build with
+        ``options(liveness=False)`` to inspect every temporary after a step."""
         self._require("read", Phase.COMPILED, hint="Tensors hold values only once the arena exists (compile()).")
         t = self._tensor("read", tensor)
         return self._views[t.id].copy()

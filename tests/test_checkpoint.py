@@ -326,3 +326,13 @@ def test_class_weights_are_saved_rebuilt_and_checked(tmp_path) -> None:  # type:
     with pytest.raises(ConfigError, match=r"plan: CrossEntropyLoss\(label_smoothing=0.0, weight=\[1.0, 2.0\]\) has 2 "
                                           r"class weights; the data has 4 classes\. Fix: give one weight per class"):
         make().loss(CrossEntropyLoss(weight=[1, 2])).plan()
+
+
+def test_a_plan_option_that_differs_is_named_in_the_fix(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Liveness reuse moves the offsets a checkpoint's bytes follow: the error names the option."""
+    path = make().options(liveness=False).compile().save(str(tmp_path / "lv.npz"))
+    with pytest.raises(CheckpointError, match=r"differs: offset .* Fix: build the task with "
+                                              r"options\(liveness=False\), as the checkpoint was saved, or use "
+                                              r"DeepLearningTask.load\(path, data\)"):
+        make().compile().load_state(path)
+    assert DeepLearningTask.load(path, make().splits)._liveness is False
