@@ -790,7 +790,8 @@ class DeepLearningTask(TaskBase):
         Ctrl-C (the notebook's stop button) ends the run at a step boundary; the task
         stays COMPILED, the history is complete up to that step, and ``run()`` (resume=True)
         continues from the next step, ending with the same weights as an uninterrupted
-        run. ``resume=False`` starts the interrupted epoch over instead. An exception from a
+        run. ``resume=False`` starts the interrupted epoch over instead, on the weights as they are, with
+        its step count, schedule and loss log back at the epoch's start. An exception from a
         callback stops the same way (and is raised); ``callbacks`` are called as
         ``cb(kind, info)`` with kind "start", "step" (every 16 steps), "epoch" and "end".
         ``progress``: "auto" or True (a tqdm bar in a notebook, lines in a terminal: one per epoch,
@@ -811,11 +812,12 @@ class DeepLearningTask(TaskBase):
         if self._phase is not Phase.COMPILED:
             self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
             self.compile()
-        if not resume:
-            self._resume_at = None
+        restart = None  # an epoch that starts over after a stop inside it: its steps count from its start again
+        if not resume and self._resume_at is not None:
+            restart, self._resume_at = self._resume_at[0], None
         if self._torn_at is not None:
             e, i = self._torn_at
-            self._torn_at = None
+            self._torn_at, restart = None, e
             warnings.warn(f"run: the last run stopped inside step {i + 1} of epoch {e + 1} (a second Ctrl-C, or an "
                           "error raised by a kernel such as the NaN check), so that step is half done; epoch "
                           f"{e + 1} starts over from its first batch on the weights as they are, and this run will "
@@ -890,6 +892,9 @@ class DeepLearningTask(TaskBase):
                         cursor[0] = 0
                         aug_offset[0] = epoch * len(s.train)
                         rx.push(cursor, aug_offset)
+                        if epoch == restart:  # the schedule, the loss log and the step counts replay its positions
+                            step_counter[0] = self._steps_before(epoch, int(step_counter[0]))
+                            rx.push(step_counter)
                         for k in sched.prologue:
                             k()
                     self._resume_at, self._partial_seconds = None, 0.0
@@ -972,6 +977,14 @@ class DeepLearningTask(TaskBase):
             cb("end", {"epoch": self._epoch, "interrupted": self.result.interrupted})
         self.result.step_losses = ex.view("train_base", "loss_log")[: int(step_counter[0])].copy()
         return self.result
+
+    def _steps_before(self, epoch: int, now: int) -> int:
+        """The finished updates before ``epoch`` (0-based): the last record's running total, or ``now``
+        when the history does not end just before it (edited by hand)."""
+        h = self.result.history
+        if not h:
+            return 0 if epoch == 0 else now
+        return h[-1].steps if h[-1].epoch == epoch else now
 
     def _drain_transfers(self) -> None:
         """Wait for background batch copies still writing an input buffer (after a stop, before a save)."""

@@ -43,7 +43,12 @@ class EpochRecord:
 
 @dataclass
 class TrainingResult:
-    """What run() returns: history per epoch, the best validation epoch, per-step losses."""
+    """What run() returns: history per epoch, the best validation epoch, per-step losses.
+
+    ``step_losses`` holds one training loss per finished update, in order. Under
+    ``options(nan_policy="skip")`` a skipped batch is no update: its loss is not kept there (the
+    next update's takes its place), while the epoch's ``train_loss`` averages every batch run,
+    skipped ones included, so it is NaN for an epoch with a skip."""
 
     history: list[EpochRecord] = field(default_factory=list)
     step_losses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))

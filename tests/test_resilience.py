@@ -142,3 +142,35 @@ def test_a_resumed_epoch_reports_its_whole_time(tmp_path, how: str) -> None:  # 
         t = DeepLearningTask.load(path, t.splits)
     r = t.run(epochs=1, progress=False)
     assert len(r.history) == 2 and r.history[1].seconds >= 0.4
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_an_epoch_started_over_replays_its_planned_steps(torn: bool) -> None:
+    """run(resume=False) after a stop inside an epoch, or a run after a stop inside a step: the epoch
+    starts over on the weights as they are, and its steps count from its start again, so the schedule,
+    the step counts and the loss log follow the plan (they used to run past total_steps)."""
+    import warnings
+
+    class Stop(Exception):
+        pass
+
+    def stop(kind: str, info) -> None:  # type: ignore[no-untyped-def]
+        if kind == "step" and info["epoch"] == 2:
+            raise Stop()
+
+    t = make(epochs=3)
+    t.scheduler(CosineAnnealingLR())
+    spe = t.steps_per_epoch
+    with pytest.raises(Stop):
+        t.run(progress=False, callbacks=[stop])
+    assert int(t.read("step")[0]) == spe + 16
+    if torn:
+        t._torn_at, t._resume_at = t._resume_at, None  # as a kernel error inside a step leaves it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = t.run(progress=False, resume=False)
+    table = t.lr_table()
+    assert [r.steps for r in res.history] == [spe, 2 * spe, 3 * spe] == [r.steps for r in make(epochs=3).run(
+        progress=False).history]
+    assert [r.lr for r in res.history] == [float(table[spe - 1]), float(table[2 * spe - 1]), float(table[-1])]
+    assert len(res.step_losses) == t.total_steps and np.isfinite(res.step_losses).all()
