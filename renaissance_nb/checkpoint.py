@@ -38,12 +38,12 @@ import io
 import json
 import os
 import tempfile
-import zipfile
 from typing import Any
 
 import numpy as np
 
 from .errors import CheckpointError, bad_argument
+from .files import with_default_mode
 from .memory.dtensor import DTensor, tensor_view, torch_layout
 from .memory.region import Region
 from .result import EpochRecord
@@ -107,6 +107,8 @@ def spec(task: Any) -> dict[str, Any]:
             "name": task.name,
             "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
                         "nan_policy": task._nan_policy, "zero_grad": task._zero_grad, "pad_rows": task._pad_rows},
+            "autosave": {"every": None if task._save_every is None else list(task._save_every),
+                         "best": task._save_best},
             **_training_extras(task)}
 
 
@@ -187,6 +189,7 @@ def save(task: Any, path: str | os.PathLike) -> str:
         raise CheckpointError(f"save: cannot write in the folder {folder!r} of path {path!r} ({exc.strerror}). "
                               "Fix: save to a folder you can write to.") from None
     try:
+        with_default_mode(tmp)  # mkstemp's file is owner-only; a checkpoint is a file like any other
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays, **{HEADER_KEY: blob})
             f.flush()
@@ -225,11 +228,19 @@ def _read(path: str | os.PathLike, op: str) -> tuple[dict[str, Any], dict[str, n
             raw = f.read()
     except OSError as exc:
         raise CheckpointError(f"{op}: cannot read {p!r}: {exc}. Fix: check the file's permissions.") from None
-    try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+    try:  # any failure of a damaged archive (zip flags, npy headers...) is this one error
+        z = np.load(io.BytesIO(raw), allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise CheckpointError(f"{op}: {p!r} holds a single array (.npy), not a checkpoint (.npz archive). "
+                                  "Fix: pass a file written by task.save(path).")
+        with z:
             arrays = {k: z[k] for k in z.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, zipfile.LargeZipFile) as exc:
-        raise CheckpointError(f"{op}: {p!r} is corrupt or truncated ({type(exc).__name__}: {exc}). "
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        why = ("it is not an .npz archive" if "pickle" in str(exc)  # numpy's text suggests allow_pickle
+               else f"{type(exc).__name__}: {exc}")
+        raise CheckpointError(f"{op}: {p!r} is corrupt or truncated, or not a checkpoint ({why}). "
                               "Fix: restore from another checkpoint; this file cannot be read.") from None
     if HEADER_KEY not in arrays:
         raise CheckpointError(f"{op}: {p!r} has no {HEADER_KEY} entry; it is not a renaissance_nb checkpoint. "
@@ -346,19 +357,9 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
                               f"but this task's model is:\n{now['blueprint']}\n{fix}")
 
 
-def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> Any:
-    """Restore a checkpoint into a compiled task built the same way; returns the task.
-
-    Everything is checked first (file, integrity, checksum, plan fingerprint and,
-    with ``strict``, the settings: seed, optimizer, loss, scheduler, epochs, batch
-    size, data sizes); only then are bytes copied in, so a failed load changes
-    nothing. ``strict=False`` allows different settings (e.g. to fine-tune with
-    another optimizer); the saved lr table and counters are still restored.
-    """
-    op = "load_state"
-    _require_compiled(task, op)
-    header, arrays = _read(path, op)
-    p = os.fspath(path)
+def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray], p: str, strict: bool, op: str
+               ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, tuple[int, int] | None, float, list[EpochRecord]]:
+    """Everything load_state checks before it writes: the bytes to copy and the run's position."""
     options = {"fuse": task._fuse, "liveness": task._liveness, "pad_rows": task._pad_rows}
     _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(task),
                          (header.get("spec") or {}).get("options"), options)
@@ -394,23 +395,46 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
             raise CheckpointError(f"{op}: {p!r} entry {name} is not a permutation. Fix: restore from another "
                                   "checkpoint.")
         writes.append((perm, arr))
-    try:
-        epoch = int(header["epoch"])
-        resume = header.get("resume_at")
-        resume_at = None if resume is None else (int(resume[0]), int(resume[1]))
-        resume_seconds = float(header.get("resume_seconds", 0.0)) if resume_at else 0.0
-        history = [EpochRecord(**r) for r in header.get("history", [])]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointError(f"{op}: the header of {p!r} is incomplete ({exc}). "
-                              "Fix: restore from another checkpoint.") from None
+    epoch = int(header["epoch"])
+    resume = header.get("resume_at")
+    resume_at = None if resume is None else (int(resume[0]), int(resume[1]))
+    resume_seconds = float(header.get("resume_seconds", 0.0)) if resume_at else 0.0
+    history = [EpochRecord(**r) for r in header.get("history", [])]
     if not 0 <= epoch <= task._epochs or len(history) != epoch:
         raise CheckpointError(f"{op}: {p!r} records epoch {epoch} with {len(history)} history rows for a task of "
                               f"{task._epochs} epochs. Fix: restore from another checkpoint.")
+    if resume_at is not None and (resume_at[0] != epoch or not 0 <= resume_at[1] <= task.steps_per_epoch):
+        raise CheckpointError(f"{op}: {p!r} resumes at step {resume_at[1]} of epoch {resume_at[0] + 1}, outside "
+                              f"epoch {epoch + 1} of {task.steps_per_epoch} steps. Fix: restore from another checkpoint.")
+    return writes, epoch, resume_at, resume_seconds, history
+
+
+def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> Any:
+    """Restore a checkpoint into a compiled task built the same way; returns the task.
+
+    Everything is checked first (file, integrity, checksum, plan fingerprint and,
+    with ``strict``, the settings: seed, optimizer, loss, scheduler, epochs, batch
+    size, data sizes); only then are bytes copied in, so a failed load changes
+    nothing. ``strict=False`` allows different settings (e.g. to fine-tune with
+    another optimizer); the saved lr table and counters are still restored.
+    """
+    op = "load_state"
+    _require_compiled(task, op)
+    header, arrays = _read(path, op)
+    p = os.fspath(path)
+    try:  # a header edited by hand (the checksum covers the arrays): any shape it has is this error
+        writes, epoch, resume_at, resume_seconds, history = _validated(task, header, arrays, p, strict, op)
+    except CheckpointError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        raise CheckpointError(f"{op}: the header of {p!r} is malformed ({type(exc).__name__}: {exc}). "
+                              "Fix: restore from another checkpoint.") from None
     # ---- commit: nothing below can fail on a validated file
     for dst, src in writes:
         dst[...] = src
     task._epoch = epoch
     task._resume_at = resume_at
+    task._torn_at = None  # a step left half done before the load is gone with the state it tore
     task._partial_seconds = resume_seconds
     task.result.history = history
     task.result.interrupted = bool(header.get("interrupted", False))

@@ -27,7 +27,7 @@ from .checks import arguments_checked, as_float, as_int
 from .data.arrays import (DataSplits, Dataset, channels_first, checked_splits, held_out, looks_channels_last,
                           make_splits, moved_to_channels_first, validate_arrays)
 from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
-                     bad_argument)
+                     RenaissanceError, bad_argument)
 from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
                              create_memory_plans, derive_all_shapes, graph_lifetimes, share_or_clone,
                              variant_specs)
@@ -46,7 +46,7 @@ from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
 from .train.rng import Philox, StreamId
 from .train.schedulers import Scheduler
-from .train.settings import LR_MAX
+from .train.settings import LR_MAX, Settings
 
 
 def _progress_kind(progress: Any) -> str:
@@ -413,30 +413,40 @@ class DeepLearningTask(TaskBase):
         return self
 
     @_arguments_checked
-    def save_every(self, epochs: int, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
-        """Checkpoint every ``epochs`` epochs; ``path`` may use {name} and {epoch}."""
-        self._setting("save_every")
+    def save_every(self, epochs: int | None, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
+        """Checkpoint every ``epochs`` epochs (None: stop); ``path`` may use {name} and {epoch}. Not part of
+        the plan, so it can change in any phase; checkpoints record it, and ``load()`` keeps saving."""
+        if epochs is None:
+            self._save_every = None
+            return self
         n = _int_setting("save_every", "epochs", epochs)
         _check_path_template("save_every", path, "e.g. 'checkpoints/{name}-epoch{epoch}.npz'")
         self._save_every = (n, path)
         return self
 
     @_arguments_checked
-    def save_best(self, path: str = "checkpoints/{name}-best.npz") -> "DeepLearningTask":
-        """Checkpoint whenever validation top-1 (train top-1 without val data) reaches a new best."""
-        self._setting("save_best")
-        _check_path_template("save_best", path, "e.g. 'checkpoints/{name}-best.npz'")
+    def save_best(self, path: str | None = "checkpoints/{name}-best.npz") -> "DeepLearningTask":
+        """Checkpoint whenever validation top-1 (train top-1 without val data) reaches a new best
+        (None: stop). Like save_every, it can change in any phase."""
+        if path is not None:
+            _check_path_template("save_best", path, "e.g. 'checkpoints/{name}-best.npz'")
         self._save_best = path
         return self
 
     def _autosave(self, rec: EpochRecord) -> None:
+        due = []
         if self._save_every and rec.epoch % self._save_every[0] == 0:
-            p = self._save_every[1].format(name=self.name, epoch=rec.epoch)
-            os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
-            self.save(p)
+            due.append(("save_every", self._save_every[1]))
         if self._save_best and self.result.best_epoch == rec.epoch:
-            p = self._save_best.format(name=self.name, epoch=rec.epoch)
-            os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+            due.append(("save_best", self._save_best))
+        for setting, template in due:
+            p = template.format(name=self.name, epoch=rec.epoch)
+            folder = os.path.dirname(os.path.abspath(p))
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as exc:
+                raise CheckpointError(f"{setting}: cannot make the folder {folder!r} for {p!r} ({exc.strerror}). "
+                                      f"Fix: task.{setting}(...) with a path in a folder you can write to.") from None
             self.save(p)
 
     def _not_running(self, operation: str) -> None:
@@ -1286,8 +1296,14 @@ class DeepLearningTask(TaskBase):
         def build(d: Any) -> Any:
             if d is None:
                 return None
-            cls_ = getattr(rnb, d["class"])
-            return cls_(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["settings"].items()})
+            try:
+                cls_ = getattr(rnb, d["class"], None)
+                if not (isinstance(cls_, type) and issubclass(cls_, Settings)):
+                    raise TypeError(f"{d['class']!r} is no loss, optimizer or scheduler")
+                return cls_(**{k: tuple(v) if isinstance(v, list) else v for k, v in d["settings"].items()})
+            except (TypeError, KeyError, AttributeError, RenaissanceError) as exc:
+                raise CheckpointError(f"load: {path!r} records a setting this library cannot rebuild ({exc}). "
+                                      "Fix: build the task yourself and call task.load_state(path).") from None
 
         task = cls(sp.get("name", "task")).model(BluePrint.from_dict(sp["blueprint"]))
         # channels_last: a checkpoint from before it existed trained on its data as given (False); a task's
@@ -1321,6 +1337,11 @@ class DeepLearningTask(TaskBase):
             begin, end, boundary = extras["train_resolution"]
             task.train_resolution(tuple(begin), tuple(end), boundary)
         task.augment(**extras["augment"])
+        autosave = sp.get("autosave") or {}  # a run resumed from a checkpoint keeps saving as it did
+        if autosave.get("every"):
+            task.save_every(*autosave["every"])
+        if autosave.get("best"):
+            task.save_best(autosave["best"])
         return task.compile().load_state(path, strict=strict)
 
     # ---- summaries ------------------------------------------------------------------------------------

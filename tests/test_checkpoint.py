@@ -336,3 +336,72 @@ def test_a_plan_option_that_differs_is_named_in_the_fix(tmp_path) -> None:  # ty
                                               r"DeepLearningTask.load\(path, data\)"):
         make().compile().load_state(path)
     assert DeepLearningTask.load(path, make().splits)._liveness is False
+
+
+def _edited(path: str, out: str, edit) -> str:  # type: ignore[no-untyped-def]
+    """A copy of a checkpoint whose JSON header ``edit(header)`` changed (the checksum covers the arrays)."""
+    with zipfile.ZipFile(path) as z:
+        parts = {n: z.read(n) for n in z.namelist()}
+    key = next(n for n in parts if n.startswith("header"))
+    header = json.loads(np.load(io.BytesIO(parts[key])).tobytes().decode())
+    edit(header)
+    buf = io.BytesIO()
+    np.save(buf, np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8))
+    parts[key] = buf.getvalue()
+    with zipfile.ZipFile(out, "w") as z:
+        for n, b in parts.items():
+            z.writestr(n, b)
+    return out
+
+
+def test_odd_files_and_edited_headers_are_checkpoint_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Each used to escape as AttributeError, ValueError, IndexError, TypeError, or to load and then
+    run a 16-step epoch; a file of one array said the context manager protocol was missing."""
+    t = make(epochs=2)
+    t.run(1, progress=False)
+    good = t.save(str(tmp_path / "g.npz"))
+    before = state_bytes(t)
+    cases = {
+        "fingerprint": (lambda h: h.update(fingerprint=[]), "malformed"),
+        "settings": (lambda h: h.update(settings="x"), "malformed"),
+        "resume_short": (lambda h: h.update(resume_at=[1]), "malformed"),
+        "resume_far": (lambda h: h.update(resume_at=[1, 999]), r"resumes at step 999 of epoch 2, outside epoch 2 of "
+                                                                 r"5 steps"),
+    }
+    for name, (edit, match) in cases.items():
+        bad = _edited(good, str(tmp_path / f"{name}.npz"), edit)
+        with pytest.raises(CheckpointError, match=match):
+            t.load_state(bad)
+        assert state_bytes(t) == before and t._resume_at is None
+    np.save(str(tmp_path / "one.npy"), np.zeros(3))
+    with pytest.raises(CheckpointError, match=r"holds a single array \(.npy\), not a checkpoint"):
+        t.load_state(str(tmp_path / "one.npy"))
+    (tmp_path / "text.npz").write_text("hello")
+    with pytest.raises(CheckpointError, match=r"corrupt or truncated, or not a checkpoint \(it is not an .npz archive\)"
+                       ) as info:
+        t.load_state(str(tmp_path / "text.npz"))
+    assert "pickle" not in str(info.value)
+    module = _edited(good, str(tmp_path / "mod.npz"), lambda h: h["spec"]["optimizer"].update({"class": "checkpoint"}))
+    with pytest.raises(CheckpointError, match=r"records a setting this library cannot rebuild \('checkpoint' is no "
+                                              r"loss, optimizer or scheduler\)"):
+        DeepLearningTask.load(module, t.splits)
+
+
+def test_a_checkpoint_file_gets_the_umask_mode_and_a_load_clears_a_torn_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = make(epochs=2)
+    t.run(1, progress=False)
+    old = os.umask(0o022)
+    try:
+        path = t.save(str(tmp_path / "m.npz"))
+    finally:
+        os.umask(old)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o644"  # mkstemp's 0600 made shared folders unreadable
+    t._torn_at = (1, 3)  # as a kernel error inside a step leaves it
+    t.load_state(path)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the torn-step warning would be wrong: the load replaced that state
+        t.run(progress=False)
+    u = make(epochs=2)
+    u.run(progress=False)
+    assert state_bytes(t) == state_bytes(u)

@@ -289,3 +289,40 @@ def test_wrong_archive_content(tmp_path: Path) -> None:
     with pytest.raises(DownloadError, match="Fix"):
         extract_cifar10(root / "junk.tar.gz", root)
     assert sorted(p.name for p in root.iterdir()) == sorted([CIFAR10_ARCHIVE, "junk.tar.gz"])
+
+
+def test_the_archive_and_folder_get_the_umask_mode(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """mkstemp/mkdtemp made them owner-only (0600/0700): a shared data folder unreadable to others."""
+    import os
+    url, _, blob, _ = served
+    old = os.umask(0o022)
+    try:
+        folder = download_cifar10(tmp_path / "c", base_url=url, sha256=hashlib.sha256(blob).hexdigest(),
+                                  progress=False)
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "c" / CIFAR10_ARCHIVE).stat().st_mode & 0o777) == "0o644"
+    assert oct(folder.stat().st_mode & 0o777) == "0o755"
+    assert {oct(p.stat().st_mode & 0o777) for p in folder.iterdir()} == {"0o644"}
+    with pytest.raises(DataError, match=r"timeout=-1 is invalid; expected seconds > 0"):
+        download_cifar10(tmp_path / "d", base_url=url, timeout=-1, progress=False)
+
+
+def test_a_folder_unpacked_meanwhile_by_another_call_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two calls unpacking into one root: the second's rename finds the first's folder (ENOTEMPTY)."""
+    import os
+    from renaissance_nb.data import cifar as cifar_mod
+    root = tmp_path / "r"
+    root.mkdir()
+    arrays = fake_cifar(seed=3)
+    make_archive(root / CIFAR10_ARCHIVE, arrays)
+    real_replace = os.replace
+
+    def racing(src, dst):  # type: ignore[no-untyped-def]
+        if Path(dst).name == CIFAR10_FOLDER and not Path(dst).exists():
+            write_folder(Path(dst), arrays)  # the other call finishes first
+        return real_replace(src, dst)
+    monkeypatch.setattr(cifar_mod.os, "replace", racing)
+    folder = cifar_mod.extract_cifar10(root / CIFAR10_ARCHIVE, root)
+    assert folder == root / CIFAR10_FOLDER and not [p for p in root.iterdir() if p.name.startswith(".extract")]
+    assert len(cifar10(root).train) == 10

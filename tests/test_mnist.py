@@ -248,3 +248,29 @@ def test_a_root_that_cannot_be_made_leaves_no_parent_behind(tmp_path: Path) -> N
     with pytest.raises(DownloadError, match="a writable folder"):
         download_mnist(root, base_url="http://127.0.0.1:9/", progress=False)
     assert not (tmp_path / "a").exists()
+
+
+def test_downloads_get_the_umask_mode_and_a_bad_timeout_or_root_is_named(
+        served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Files renamed into place from mkstemp used to stay owner-only (0600): a shared data folder was
+    unreadable to everyone else. A timeout that is no positive number, and a root that cannot be
+    written, are named as such, not reported as network failures of every mirror."""
+    import os
+    import tempfile
+    url, _, sums, _ = served
+    old = os.umask(0o022)
+    try:
+        files = download_mnist(tmp_path / "m", base_url=url, checksums=sums, progress=False)
+    finally:
+        os.umask(old)
+    assert {oct(p.stat().st_mode & 0o777) for p in files.values()} == {"0o644"}
+    for bad in ("5", -1, 0, float("nan")):
+        with pytest.raises(DataError, match=r"download_mnist: timeout=.* is invalid; expected seconds > 0"):
+            download_mnist(tmp_path / "t", base_url=url, checksums=sums, timeout=bad, progress=False)
+
+    def denied(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
+    with pytest.raises(DownloadError, match=r"root=.* is invalid; expected a writable folder\. Fix: choose another "
+                                            r"root \(Permission denied\)"):
+        download_mnist(tmp_path / "w", base_url=url, checksums=sums, progress=False)

@@ -174,3 +174,22 @@ def test_an_epoch_started_over_replays_its_planned_steps(torn: bool) -> None:
         progress=False).history]
     assert [r.lr for r in res.history] == [float(table[spe - 1]), float(table[2 * spe - 1]), float(table[-1])]
     assert len(res.step_losses) == t.total_steps and np.isfinite(res.step_losses).all()
+
+
+def test_autosave_changes_in_any_phase_and_survives_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """save_every/save_best are not part of the plan: they can change after compile, None stops them,
+    checkpoints record them, and a task rebuilt by load() keeps saving (it used to stop silently)."""
+    from renaissance_nb import CheckpointError
+    task = make().compile().save_every(1, str(tmp_path / "{name}-e{epoch}.npz")).save_best(str(tmp_path / "b.npz"))
+    task.run(1, progress=False)
+    back = DeepLearningTask.load(str(tmp_path / "r-e1.npz"), task.splits)
+    back.run(progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.npz", "r-e1.npz", "r-e2.npz", "r-e3.npz"]
+    quiet = make().save_every(1, str(tmp_path / "q{epoch}.npz")).compile().save_every(None).save_best(None)
+    quiet.run(1, progress=False)
+    assert not list(tmp_path.glob("q*"))
+    (tmp_path / "file").write_text("")
+    blocked = make().save_every(1, str(tmp_path / "file" / "x{epoch}.npz"))
+    with pytest.raises(CheckpointError, match=r"save_every: cannot make the folder .*file' for .* Fix: "
+                                              r"task.save_every\(...\) with a path in a folder you can write to"):
+        blocked.run(1, progress=False)

@@ -28,7 +28,8 @@ import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
-from .download import download_folder, fetch, fetch_or_why, unwritable
+from ..files import with_default_mode
+from .download import check_timeout, check_writable, download_folder, fetch, fetch_or_why, unwritable, unreadable
 
 #: Where the archive is published (the page https://www.cs.toronto.edu/~kriz/cifar.html links it).
 DEFAULT_CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/"
@@ -93,9 +94,12 @@ def read_cifar_batch(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
 def find_cifar10(root: str | os.PathLike[str]) -> Path | None:
     """The folder holding the six batch files: ``root/cifar-10-batches-bin`` or ``root`` itself."""
     root = check_path(root, "find_cifar10", "root", "~/data/cifar10").expanduser()
-    for folder in (root / CIFAR10_FOLDER, root):
-        if all((folder / name).is_file() for name in CIFAR10_FILES):
-            return folder
+    try:
+        for folder in (root / CIFAR10_FOLDER, root):
+            if all((folder / name).is_file() for name in CIFAR10_FILES):
+                return folder
+    except OSError as exc:  # a folder on the way that this user may not enter
+        raise unreadable("cifar10", root, exc) from None
     return None
 
 
@@ -170,6 +174,7 @@ def extract_cifar10(archive: str | os.PathLike[str], root: str | os.PathLike[str
     with download_folder(root, where):  # a root made here and left empty by a failure is removed
         try:
             tmp_dir = Path(tempfile.mkdtemp(prefix=".extract-", dir=root))
+            with_default_mode(tmp_dir, folder=True)
         except OSError as exc:
             raise unwritable(where, root, exc) from None
         try:
@@ -228,7 +233,12 @@ def extract_cifar10(archive: str | os.PathLike[str], root: str | os.PathLike[str
                     os.replace(tmp_dir / name, dest / name)
                 shutil.rmtree(tmp_dir, ignore_errors=True)
             else:
-                os.replace(tmp_dir, dest)
+                try:
+                    os.replace(tmp_dir, dest)
+                except OSError:  # another call unpacked it between the check and the rename: use theirs
+                    if find_cifar10(root) != dest:
+                        raise
+                    shutil.rmtree(tmp_dir, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
@@ -262,11 +272,13 @@ def download_cifar10(
             f"pass e.g. base_url={DEFAULT_CIFAR10_URL!r}",
         )
     checks = _expected_digests(sha256, md5, where)
+    timeout = check_timeout(where, timeout)
     folder = find_cifar10(root)
     if folder is not None:
         return folder
     with download_folder(root, where):
         archive = root / CIFAR10_ARCHIVE
+        check_writable(where, root)
         if archive.is_file():
             why = _verify(archive, checks)
             if why is not None:

@@ -11,13 +11,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import DownloadError, bad_argument
+from ..errors import DataError, DownloadError, bad_argument
+from ..files import with_default_mode
 
 
 def unwritable(where: str, root: Path, exc: OSError) -> DownloadError:
     """The error for a root the call cannot write into."""
     return bad_argument(DownloadError, where, "root", str(root), "a writable folder",
                         f"choose another root ({exc.strerror or exc})")
+
+
+def unreadable(where: str, root: Path, exc: OSError) -> DataError:
+    """The error for a data folder this user cannot look into (a shared folder's permissions)."""
+    return bad_argument(DataError, where, "root", str(root), "a folder this user can read",
+                        f"ask its owner to make it readable (chmod -R a+rX), or copy the files elsewhere "
+                        f"({exc.strerror or exc}: {exc.filename})")
 
 
 @contextmanager
@@ -46,9 +54,32 @@ def download_folder(root: Path, where: str) -> Iterator[Path]:
         raise
 
 
+def check_timeout(where: str, timeout: object) -> float:
+    """``timeout=``: seconds > 0 (urllib's socket timeout, per read), else a DataError naming it."""
+    from ..checks import as_float
+    t = as_float(timeout)
+    if t is None or t <= 0:
+        raise bad_argument(DataError, where, "timeout", timeout, "seconds > 0 (each read of the transfer)",
+                           "pass e.g. timeout=30")
+    return t
+
+
+def check_writable(where: str, root: Path) -> None:
+    """Refuse a root the call cannot write into before any mirror is tried (a temp file is made and
+    removed): otherwise each mirror would fail on the file, reported as a network failure."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".probe", dir=root)
+    except OSError as exc:
+        raise unwritable(where, root, exc) from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
 def fetch(url: str, dest_dir: Path, timeout: float) -> Path:
-    """Download ``url`` into a temp file in ``dest_dir`` (same filesystem, so a later rename is atomic)."""
+    """Download ``url`` into a temp file in ``dest_dir`` (same filesystem, so a later rename is atomic),
+    with the mode a plain ``open()`` would give it (mkstemp's is owner-only)."""
     fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=dest_dir)
+    with_default_mode(tmp)
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
             for chunk in iter(lambda: resp.read(1 << 20), b""):

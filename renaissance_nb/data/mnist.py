@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
-from .download import download_folder, fetch, fetch_or_why
+from .download import check_timeout, check_writable, download_folder, fetch, fetch_or_why, unreadable
 
 MNIST_FILES: tuple[str, ...] = (
     "train-images-idx3-ubyte",
@@ -114,11 +114,14 @@ def find_mnist_files(root: str | os.PathLike[str]) -> dict[str, Path]:
     """Map each MNIST file name to ``root/NAME`` or ``root/NAME.gz`` where one exists (raw preferred)."""
     root = check_path(root, "find_mnist_files", "root", "~/data/mnist").expanduser()
     found: dict[str, Path] = {}
-    for name in MNIST_FILES:
-        for candidate in (root / name, root / f"{name}.gz"):
-            if candidate.is_file():
-                found[name] = candidate
-                break
+    try:
+        for name in MNIST_FILES:
+            for candidate in (root / name, root / f"{name}.gz"):
+                if candidate.is_file():
+                    found[name] = candidate
+                    break
+    except OSError as exc:  # a folder on the way that this user may not enter
+        raise unreadable("mnist", root, exc) from None
     return found
 
 
@@ -169,8 +172,11 @@ def download_mnist(
     """
     root = check_path(root, "download_mnist", "root", "~/data/mnist").expanduser()
     urls = _mirrors(base_url)
+    timeout = check_timeout("download_mnist", timeout)
     with download_folder(root, "download_mnist"):
         found = find_mnist_files(root)
+        if len(found) < len(MNIST_FILES):
+            check_writable("download_mnist", root)
         for name in MNIST_FILES:
             if name in found:
                 continue
