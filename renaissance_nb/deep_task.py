@@ -7,7 +7,7 @@
 
 Each step is a pure compiler stage (graph/compiler.py) whose value stays on the
 task for inspection: ``task.arch``, ``task.shapes``, ``task.plans``, ``task.graphs``,
-``task.atlas``.
+``task.compiled.atlas``.
 """
 from __future__ import annotations
 
@@ -385,9 +385,10 @@ class DeepLearningTask(TaskBase):
 
     @_arguments_checked
     def device(self, device: str = "auto", *, data: str = "auto", capture: str = "entry") -> "DeepLearningTask":
-        """Where the step replays: "cpu" (default), "cuda" (CUDA graphs through CuPy; an error
-        if there is no GPU) or "auto" (the GPU when CuPy finds one and the model's ops all
-        have GPU kernels, else the CPU). The plan, offsets and atlas are the same on both.
+        """Where the step replays: "cpu" (a task's default until device() is called), "cuda" (CUDA graphs
+        through CuPy; an error if there is no GPU) or "auto" (this method's default: the GPU when CuPy
+        finds one and the model's ops all have GPU kernels, else the CPU). The plan, offsets and atlas are
+        the same on both.
 
         data (GPU only): "device" copies the data sets to GPU memory once and gathers each
         batch there; "pinned" keeps them on the host and streams each batch through

@@ -23,6 +23,12 @@ def test_cuda_without_a_gpu_is_an_error_line_not_a_traceback(capsys: pytest.Capt
     assert main(["train", "--epochs", "1", "--device", "cuda"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: device('cuda'):") and "Fix:" in err and "Traceback" not in err
+    assert "--device cpu / --device auto" in err and "device('cpu')" not in err  # the CLI's own flags
+
+
+def test_a_failed_download_names_no_flag_the_cli_lacks(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb.__main__ import _as_flags
+    assert _as_flags("... Fix: check the network or base_url, or copy ...") == "... Fix: check the network, or copy ..."
 
 
 def test_a_missing_mnist_folder_says_the_flag_to_add(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
