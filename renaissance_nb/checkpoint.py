@@ -194,7 +194,11 @@ def save(task: Any, path: str | os.PathLike) -> str:
             np.savez(f, **arrays, **{HEADER_KEY: blob})
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except (OSError, ValueError) as exc:  # a name the file system refuses ("embedded null byte", too long...)
+            raise CheckpointError(f"save: cannot write {path!r} ({getattr(exc, 'strerror', None) or exc}). "
+                                  "Fix: save under another name.") from None
     except BaseException:
         try:
             os.unlink(tmp)
@@ -420,6 +424,9 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     """
     op = "load_state"
     _require_compiled(task, op)
+    if not isinstance(strict, (bool, np.bool_)):
+        raise bad_argument(CheckpointError, op, "strict", strict, "True or False",
+                           "pass strict=False to allow other settings, or leave it out")
     header, arrays = _read(path, op)
     p = os.fspath(path)
     try:  # a header edited by hand (the checksum covers the arrays): any shape it has is this error

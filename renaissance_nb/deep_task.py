@@ -69,11 +69,40 @@ def _foreign(obj: Any) -> str:
             "from renaissance_nb)")
 
 
-def _int_setting(where: str, name: str, v: Any, low: int = 1) -> int:
+INT_SETTING_MAX = 2**31 - 1
+"""The largest count a setting takes (epochs, batch sizes, pixels): the kernels index with 32-bit
+ints, and a larger value would fail later, deep inside NumPy or numba, instead of here."""
+
+
+def _int_setting(where: str, name: str, v: Any, low: int = 1, high: int = INT_SETTING_MAX) -> int:
     n = as_int(v)
-    if n is None or n < low:
-        raise bad_argument(ConfigError, where, name, v, f"an int >= {low}", f"pass a whole number >= {low}")
+    if n is None or not low <= n <= high:
+        raise bad_argument(ConfigError, where, name, v, f"an int in [{low}, {high}]",
+                           f"pass a whole number >= {low}" + ("" if high == INT_SETTING_MAX else f" and <= {high}"))
     return n
+
+
+def _callbacks(callbacks: Any) -> tuple[Callable[[str, Any], None], ...]:
+    """run()'s callbacks: a sequence of callables ``cb(kind, info)``, checked before the run changes anything."""
+    fix = "pass callbacks=[fn] with def fn(kind, info): ..."
+    if callable(callbacks):
+        raise bad_argument(ConfigError, "run", "callbacks", callbacks, "a list of callables", f"wrap it: {fix}")
+    try:
+        out = tuple(callbacks)
+    except TypeError:
+        raise bad_argument(ConfigError, "run", "callbacks", callbacks, "a list of callables", fix) from None
+    for cb in out:
+        if not callable(cb):
+            raise bad_argument(ConfigError, "run", "callbacks", callbacks, f"a list of callables; {cb!r} is not one",
+                               fix)
+    return out
+
+
+def _flag(where: str, name: str, v: Any) -> bool:
+    """A True/False setting (NumPy's bools too, as NumPy code hands them over)."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise bad_argument(ConfigError, where, name, v, "True or False", f"pass {name}=True or {name}=False")
+    return bool(v)
 
 
 def _check_path_template(where: str, path: Any, example: str) -> None:
@@ -234,8 +263,7 @@ class DeepLearningTask(TaskBase):
             raise bad_argument(DataError, "data", "batch_size", batch_size,
                                f"at most the number of training samples ({len(s.train)})", "use a smaller batch size")
         vb = b if val_batch_size is None else _int_setting("data", "val_batch_size", val_batch_size)
-        if not isinstance(shuffle, bool):
-            raise bad_argument(ConfigError, "data", "shuffle", shuffle, "True or False", "pass shuffle=True")
+        shuffle = _flag("data", "shuffle", shuffle)
         if channels_last:
             s = channels_first(s)
         self._splits, self._batch, self._val_batch, self._shuffle = s, b, vb, shuffle
@@ -282,8 +310,8 @@ class DeepLearningTask(TaskBase):
     @_arguments_checked
     def seed(self, seed: int) -> "DeepLearningTask":
         self._setting("seed")
-        v = _int_setting("seed", "seed", seed, low=0)
-        if v >= 2**64:  # Philox's key is 64 bits
+        v = as_int(seed)
+        if v is None or not 0 <= v < 2**64:  # Philox's key is 64 bits
             raise bad_argument(ConfigError, "seed", "seed", seed, "an int in [0, 2**64)", "pass e.g. seed=0")
         self._seed = v
         return self
@@ -333,9 +361,9 @@ class DeepLearningTask(TaskBase):
         def hw(name: str, v: Any) -> tuple[int, int]:
             pair = (v, v) if as_int(v) is not None else v
             dims = [as_int(d) for d in pair] if isinstance(pair, (tuple, list)) and len(pair) == 2 else []
-            good = [d for d in dims if d is not None and d >= 1]
+            good = [d for d in dims if d is not None and 1 <= d <= 32768]
             if len(good) != 2:  # dims is empty or a pair
-                raise bad_argument(ConfigError, "train_resolution", name, v, "an int or (H, W) of ints >= 1",
+                raise bad_argument(ConfigError, "train_resolution", name, v, "an int or (H, W) of ints in [1, 32768]",
                                    "e.g. train_resolution(24, 28, boundary_epoch=3)")
             return (good[0], good[1])
         b = _int_setting("train_resolution", "boundary_epoch", boundary_epoch, low=0)
@@ -346,10 +374,8 @@ class DeepLearningTask(TaskBase):
     def augment(self, crop_pad: int = 0, flip: bool = False) -> "DeepLearningTask":
         """On-the-fly augmentation of image data, drawn from Philox's AUGMENT stream (deterministic)."""
         self._setting("augment")
-        self._crop_pad = _int_setting("augment", "crop_pad", crop_pad, low=0)
-        if not isinstance(flip, bool):
-            raise bad_argument(ConfigError, "augment", "flip", flip, "True or False", "pass flip=True")
-        self._flip = flip
+        pad = _int_setting("augment", "crop_pad", crop_pad, low=0, high=1024)
+        self._crop_pad, self._flip = pad, _flag("augment", "flip", flip)  # both checked before either is set
         return self
 
     @_arguments_checked
@@ -370,17 +396,17 @@ class DeepLearningTask(TaskBase):
         every batch would advance it), and a run with skips ends before the table's last entries.
         """
         self._setting("options")
+        if nan_policy is not None and nan_policy not in ("raise", "skip"):
+            raise bad_argument(ConfigError, "options", "nan_policy", nan_policy, "'raise' or 'skip'",
+                               "pass nan_policy='raise' or nan_policy='skip'")
+        flags = {k: _flag("options", k, v) for k, v in (("fuse", fuse), ("liveness", liveness),
+                                                         ("nan_check", nan_check), ("zero_grad", zero_grad),
+                                                         ("prefetch", prefetch), ("pad_rows", pad_rows))
+                 if v is not None}
+        for k, flag in flags.items():  # every argument checked first: a bad one changes nothing
+            setattr(self, f"_{k}", flag)
         if nan_policy is not None:
-            if nan_policy not in ("raise", "skip"):
-                raise bad_argument(ConfigError, "options", "nan_policy", nan_policy, "'raise' or 'skip'",
-                                   "pass nan_policy='raise' or nan_policy='skip'")
             self._nan_policy = nan_policy
-        for k, v in (("fuse", fuse), ("liveness", liveness), ("nan_check", nan_check), ("zero_grad", zero_grad),
-                     ("prefetch", prefetch), ("pad_rows", pad_rows)):
-            if v is not None:
-                if not isinstance(v, bool):
-                    raise bad_argument(ConfigError, "options", k, v, "True or False", f"pass {k}=True or {k}=False")
-                setattr(self, f"_{k}", v)
         return self
 
     @_arguments_checked
@@ -810,6 +836,8 @@ class DeepLearningTask(TaskBase):
         "lines", or False/None/0 for none.
         """
         progress = _progress_kind(progress)
+        resume = _flag("run", "resume", resume)
+        callbacks = _callbacks(callbacks)
         self._not_running("run")
         self._running = True
         try:
@@ -1217,17 +1245,18 @@ class DeepLearningTask(TaskBase):
             raise bad_argument(CheckpointError, "load_state_dict", "state", state, "a dict name -> array",
                                "pass the dict from task.state_dict()")
         missing = sorted(set(expected) - set(state))
-        extra = sorted(set(state) - set(expected))
+        extra = sorted(set(state) - set(expected), key=str)  # a key of another type is unexpected too
         if missing or extra:
             raise CheckpointError(f"load_state_dict: keys differ: missing {missing}, unexpected {extra}. "
                                   "Fix: load a state dict made for this model.")
         arrays = {}
         for k, shape in expected.items():
             try:
-                a = np.asarray(state[k])
-                if a.dtype.kind not in "iuf":
-                    raise TypeError(a.dtype)
-                a = a.astype(np.float32)
+                source = np.asarray(state[k])
+                if source.dtype.kind not in "iuf":
+                    raise TypeError(source.dtype)
+                with np.errstate(over="ignore"):
+                    a = source.astype(np.float32)
             except (TypeError, ValueError):
                 raise bad_argument(CheckpointError, "load_state_dict", k, state[k],
                                    f"a real-valued array of shape {shape}",
@@ -1236,7 +1265,9 @@ class DeepLearningTask(TaskBase):
                 raise CheckpointError(f"load_state_dict: {k} has shape {a.shape}, the model needs {shape}. "
                                       "Fix: load a state dict made for this model.")
             if not np.isfinite(a).all():
-                raise CheckpointError(f"load_state_dict: {k} holds non-finite values. Fix: check the source.")
+                why = ("values beyond float32's range (|x| > 3.4e38), which the weights are stored in"
+                       if np.isfinite(source).all() else "non-finite values")
+                raise CheckpointError(f"load_state_dict: {k} holds {why}. Fix: check the source.")
             arrays[k] = arena_layout(a)
         ex = self._compiled_parts("load_state_dict")[1]
         for k, a in arrays.items():
@@ -1292,6 +1323,12 @@ class DeepLearningTask(TaskBase):
         if not sp:
             raise CheckpointError(f"load: {path!r} holds no task spec. Fix: build the task yourself and call "
                                   "task.load_state(path).")
+        needed = ("blueprint", "loss", "optimizer", "scheduler", "total_epochs", "seed", "batch_size",
+                  "val_batch_size", "shuffle", "options")
+        lacking = [k for k in needed if k not in sp] if isinstance(sp, dict) else list(needed)
+        if lacking:  # a header edited by hand: the checksum covers the arrays only
+            raise CheckpointError(f"load: the task spec in {path!r} lacks {', '.join(lacking)}. Fix: build the task "
+                                  "yourself and call task.load_state(path).")
         import renaissance_nb as rnb
 
         def build(d: Any) -> Any:

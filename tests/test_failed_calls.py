@@ -372,3 +372,45 @@ def test_a_run_stopped_inside_a_step_warns_that_the_next_cannot_reproduce() -> N
     with pytest.warns(UserWarning, match=r"stopped inside step \d+ of epoch 1.*load_state"):
         with pytest.raises(NumericalError):
             task.run(progress=False)
+
+
+def test_a_bad_argument_anywhere_in_a_call_changes_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """options()/augment() used to apply the arguments checked before the bad one; run() checked its
+    callbacks (and resume) only after compiling and dropping the resume point."""
+    t = mlp()
+    before = dict(t.settings)
+    with pytest.raises(ConfigError, match="liveness='yes' is invalid"):
+        t.options(nan_policy="skip", fuse=False, liveness="yes")
+    with pytest.raises(ConfigError, match="flip='yes' is invalid"):
+        t.augment(crop_pad=4, flip="yes")
+    assert t.settings == before and t._crop_pad == 0
+    t.options(fuse=np.bool_(False)).augment(flip=np.bool_(False))  # NumPy's bools are bools
+    assert t._fuse is False and t._flip is False
+    for bad, match in ((5, "callbacks=5 is invalid; expected a list of callables"),
+                       ([None], "a list of callables; None is not one"),
+                       (print, "Fix: wrap it")):
+        with pytest.raises(ConfigError, match=match):
+            t.run(callbacks=bad)
+        assert t.phase is Phase.PLANNING
+    with pytest.raises(ConfigError, match=r"resume='no' is invalid; expected True or False"):
+        t.run(resume="no")
+    for call, match in ((lambda: t.total_epochs(10**400), r"expected an int in \[1, 2147483647\]"),
+                        (lambda: t.augment(crop_pad=2**64), r"crop_pad=.* is invalid; expected an int in \[0, 1024\]"),
+                        (lambda: t.train_resolution(2**40, 8, 1), r"expected an int or \(H, W\) of ints in \[1, 32768\]"),
+                        (lambda: t.seed(2**64), r"expected an int in \[0, 2\*\*64\)")):
+        with pytest.raises(ConfigError, match=match):
+            call()
+    assert t.phase is Phase.PLANNING and t.settings == {**before, "options": t.settings["options"]}
+    c = mlp().compile()
+    path = c.save(str(tmp_path / "c.npz"))
+    with pytest.raises(CheckpointError, match=r"strict='no' is invalid; expected True or False"):
+        c.load_state(path, strict="no")
+    sd = c.state_dict()
+    with pytest.raises(CheckpointError, match=r"keys differ: missing \[\], unexpected \[0, 'step'\]"):
+        c.load_state_dict({**sd, 0: np.zeros(1), "step": np.zeros(1)})
+    big = {k: (v.astype(np.float64) * 0 + 1e300 if k == "fc1.bias" else v) for k, v in sd.items()}
+    with pytest.raises(CheckpointError, match=r"fc1.bias holds values beyond float32's range"):
+        c.load_state_dict(big)
+    with pytest.raises(CheckpointError, match=r"save: cannot write .* Fix: save under another name"):
+        c.save(str(tmp_path / "a\0b.npz"))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ckpt")]

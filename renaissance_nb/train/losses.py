@@ -8,7 +8,7 @@ import numpy as np
 
 from ..checks import as_float
 from ..errors import ConfigError, bad_argument
-from .settings import Settings, check_number
+from .settings import LR_MAX, Settings, check_number
 
 
 def _class_weights(value: Any) -> tuple[float, ...] | None:
@@ -16,7 +16,7 @@ def _class_weights(value: Any) -> tuple[float, ...] | None:
     tensor), not all 0. The kernels read them as float32, the dtype of torch's weight tensor."""
     if value is None:
         return None
-    expected = "None, or a 1-D sequence of one weight >= 0 per class, not all 0"
+    expected = "None, or a 1-D sequence of one weight per class, each in [0, 3.4e38] (float32), not all 0"
     fix = "pass e.g. weight=[1.0, 2.0, 1.0] (len = number of classes), or None for equal weights"
     try:
         items = list(np.asarray(value, dtype=object).reshape(-1)) if np.ndim(value) == 1 else None
@@ -27,10 +27,10 @@ def _class_weights(value: Any) -> tuple[float, ...] | None:
     out = []
     for v in items:
         f = as_float(v.item() if hasattr(v, "item") else v)
-        if f is None or f < 0:
+        if f is None or not 0 <= f <= LR_MAX:  # the kernels read float32 weights
             raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
         out.append(f)
-    if not any(out):
+    if not np.asarray(out, np.float32).any():  # 1e-46 is 0 in float32
         raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
     return tuple(out)
 
