@@ -21,7 +21,7 @@ from .task import Phase, TaskBase
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import SGD, Adam, AdamW
 from .train.schedulers import (ConstantLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, ExponentialLR,
-                               LinearLR, MultiStepLR, OneCycleLR, PolynomialLR, Scheduler, StepLR)
+                               LinearLR, MultiStepLR, OneCycleLR, PolynomialLR, ReduceLROnPlateau, Scheduler, StepLR)
 
 __version__ = "0.1.0"
 
@@ -33,5 +33,5 @@ __all__ = [
     "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
     "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
     "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
-    "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR",
+    "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau",
 ]

@@ -176,6 +176,7 @@ def save(task: Any, path: str | os.PathLike) -> str:
         "resume_seconds": task._seconds_into_epoch(),
         "history": [dict(r.__dict__) for r in task.result.history],
         "interrupted": bool(task.result.interrupted),
+        "plateau": task._plateau,  # ReduceLROnPlateau's state; its lowered rates are in the table (region S)
         "sha256": _digest(arrays),
     }
     blob = np.frombuffer(json.dumps(header, sort_keys=True).encode("utf-8"), np.uint8)
@@ -362,7 +363,8 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
 
 
 def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray], p: str, strict: bool, op: str
-               ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, tuple[int, int] | None, float, list[EpochRecord]]:
+               ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, tuple[int, int] | None, float, list[EpochRecord],
+                          dict[str, float] | None]:
     """Everything load_state checks before it writes: the bytes to copy and the run's position."""
     options = {"fuse": task._fuse, "liveness": task._liveness, "pad_rows": task._pad_rows}
     _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(task),
@@ -410,7 +412,14 @@ def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray],
     if resume_at is not None and (resume_at[0] != epoch or not 0 <= resume_at[1] <= task.steps_per_epoch):
         raise CheckpointError(f"{op}: {p!r} resumes at step {resume_at[1]} of epoch {resume_at[0] + 1}, outside "
                               f"epoch {epoch + 1} of {task.steps_per_epoch} steps. Fix: restore from another checkpoint.")
-    return writes, epoch, resume_at, resume_seconds, history
+    plateau, sched = header.get("plateau"), task._scheduler
+    if not hasattr(sched, "initial_state"):  # this task's schedule keeps no state (strict=False can get here)
+        plateau = None
+    elif plateau is not None:
+        plateau = {k: float(plateau[k]) for k in ("best", "lr")} | {k: int(plateau[k]) for k in ("bad", "cooldown")}
+    else:  # saved by a task with another schedule (strict=False): the state it starts with
+        plateau = sched.initial_state(task._optimizer.lr_ if sched.base_lr_ is None else sched.base_lr_)
+    return writes, epoch, resume_at, resume_seconds, history, plateau
 
 
 def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> Any:
@@ -430,7 +439,7 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     header, arrays = _read(path, op)
     p = os.fspath(path)
     try:  # a header edited by hand (the checksum covers the arrays): any shape it has is this error
-        writes, epoch, resume_at, resume_seconds, history = _validated(task, header, arrays, p, strict, op)
+        writes, epoch, resume_at, resume_seconds, history, plateau = _validated(task, header, arrays, p, strict, op)
     except CheckpointError:
         raise
     except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
@@ -442,6 +451,7 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     task._epoch = epoch
     task._resume_at = resume_at
     task._torn_at = None  # a step left half done before the load is gone with the state it tore
+    task._plateau = plateau
     task._partial_seconds = resume_seconds
     task.result.history = history
     task.result.interrupted = bool(header.get("interrupted", False))

@@ -45,7 +45,7 @@ from .task import Phase, TaskBase, Transition
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
 from .train.rng import Philox, StreamId
-from .train.schedulers import Scheduler
+from .train.schedulers import ReduceLROnPlateau, Scheduler, plateau_step
 from .train.settings import LR_MAX, Settings
 
 
@@ -191,6 +191,7 @@ class DeepLearningTask(TaskBase):
         self._epoch_t0 = 0.0  # perf_counter() when the running epoch started, less the seconds carried into it
         self._partial_seconds = 0.0  # the seconds the epoch _resume_at points into ran before it stopped
         self._torn_at: tuple[int, int] | None = None  # (epoch, step) a run stopped inside of: not resumable
+        self._plateau: dict[str, float] | None = None  # ReduceLROnPlateau's state (best, bad, cooldown, lr)
         self._running = False  # run() is on the stack: no second run() or reset() from a callback
 
     # ---- settings (PLANNING, before plan()) ----------------------------------------------
@@ -620,6 +621,13 @@ class DeepLearningTask(TaskBase):
             raise ConfigError(_NO_DATA)
         self.lr_table()  # validates the schedule against the data (e.g. warmup longer than training)
         s = self._splits
+        watched = self._scheduler.monitor_ if isinstance(self._scheduler, ReduceLROnPlateau) else ""
+        if (watched.startswith("val_") and s.val is None) or (watched.startswith("ema_") and self._ema is None):
+            missing = "validation data" if watched.startswith("val_") else "EMA weights (task.ema(...))"
+            raise ConfigError(f"plan: {self._scheduler!r} watches {watched}, but this task has no {missing}. Fix: "
+                              "monitor='train_loss', or give the task " + ("val=(Xv, yv) or val_fraction=0.1"
+                                                                        if watched.startswith("val_") else "ema(0.999)")
+                              + ".")
         arch = plan_architecture(self._model, self._fuse)
         n_val = len(s.val) if s.val is not None else 0
         sample = tuple(s.train.sample_shape)
@@ -815,6 +823,9 @@ class DeepLearningTask(TaskBase):
         for v in ex.views.values():
             v[compiled.ids["ones"]].fill(1.0)
         ex.view("train_base", "lr_table")[: self.total_steps] = self.lr_table()
+        if isinstance(self._scheduler, ReduceLROnPlateau):
+            base = self._scheduler.base_lr_
+            self._plateau = self._scheduler.initial_state(self._optimizer.lr_ if base is None else base)
         if self._loss.weight_ is not None:
             ex.view("train_base", "loss.weight")[...] = self._loss.class_weights
 
@@ -986,6 +997,7 @@ class DeepLearningTask(TaskBase):
                                       *((None, None, None) if emav is None else (emav[0] / emav[3], emav[1] / emav[3],
                                                                                  emav[2] / emav[3])))
                     self.result.history.append(rec)
+                    self._plateau_step(rec, lr_table, step_counter, rx)
                     self._epoch += 1
                     pos = None
                     rx.download_all()
@@ -1016,6 +1028,18 @@ class DeepLearningTask(TaskBase):
             cb("end", {"epoch": self._epoch, "interrupted": self.result.interrupted})
         self.result.step_losses = ex.view("train_base", "loss_log")[: int(step_counter[0])].copy()
         return self.result
+
+    def _plateau_step(self, rec: EpochRecord, lr_table: np.ndarray, step: np.ndarray, rx: StepPrograms) -> None:
+        """ReduceLROnPlateau at an epoch's end: feed it the record's metric; a reduction rewrites the
+        arena's table from the next step on (and the device's copy)."""
+        sched = self._scheduler
+        if not isinstance(sched, ReduceLROnPlateau) or self._plateau is None:
+            return
+        state = plateau_step(sched, self._plateau, float(getattr(rec, sched.monitor_)))
+        if state["lr"] != self._plateau["lr"]:
+            lr_table[int(step[0]):] = np.float32(state["lr"])
+            rx.push(lr_table)
+        self._plateau = state
 
     def _steps_before(self, epoch: int, now: int) -> int:
         """The finished updates before ``epoch`` (0-based): the last record's running total, or ``now``

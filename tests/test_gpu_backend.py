@@ -505,6 +505,18 @@ def test_emulated_gpu_trains_with_class_weights_like_the_cpu(module) -> None:  #
     assert not np.allclose(plain.step_losses, rc.step_losses, rtol=1e-3)
 
 
+def test_emulated_gpu_follows_reduce_lr_on_plateau_like_the_cpu(module) -> None:  # type: ignore[no-untyped-def]
+    """The host lowers the table at an epoch's end and pushes it: the device's next steps read it."""
+    from renaissance_nb import ReduceLROnPlateau
+    plateau = ReduceLROnPlateau(monitor="train_loss", mode="max", patience=0, factor=0.5)
+    cpu = mlp_task(epochs=3).scheduler(plateau)
+    rc = cpu.run(progress=False)
+    gpu = emulated(mlp_task(epochs=3).scheduler(plateau), module)
+    rg = gpu.run(progress=False)
+    assert [r.lr for r in rc.history] == [r.lr for r in rg.history] and len({r.lr for r in rc.history}) == 2
+    np.testing.assert_allclose(rc.step_losses, rg.step_losses, rtol=1e-6)
+
+
 def _poisoned(policy: str, epochs: int = 2) -> DeepLearningTask:
     t = (DeepLearningTask().model(seq(fc(16, bias=True), relu(), fc(5, bias=True)))
          .data(train=(X.copy(), Y), batch_size=64).optimizer(AdamW().lr(1e-2)).total_epochs(epochs).seed(3)

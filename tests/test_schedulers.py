@@ -403,3 +403,83 @@ def test_new_schedules_train_save_and_load_with_their_settings(tmp_path, sched):
     assert all(back.state_dict()[k].tobytes() == v.tobytes() for k, v in whole.state_dict().items())
     lrs = [r.lr for r in whole.result.history]
     assert [r.lr for r in back.result.history] == lrs and len(set(lrs)) == 3
+
+
+# --------------------------------------------------------------------------- ReduceLROnPlateau
+@pytest.mark.parametrize("mode,threshold_mode,patience,cooldown,min_lr,eps",
+                         [("min", "rel", 2, 0, 0.0, 1e-8), ("min", "abs", 0, 1, 1e-3, 1e-8),
+                          ("max", "rel", 1, 2, 0.0, 1e-8), ("max", "abs", 3, 0, 0.0, 0.01)])
+def test_plateau_steps_as_torch(mode, threshold_mode, patience, cooldown, min_lr, eps):
+    """plateau_step against torch's ReduceLROnPlateau fed the same metrics (ties, NaN, long plateaus)."""
+    torch = pytest.importorskip("torch")
+    from renaissance_nb.train.schedulers import ReduceLROnPlateau, plateau_step
+    rng = np.random.default_rng(3)
+    metrics = np.round(rng.standard_normal(80).cumsum() * 0.1, 2)  # rounded: ties happen
+    metrics[[10, 11, 40]] = np.nan
+    ours = ReduceLROnPlateau(mode=mode, threshold_mode=threshold_mode, patience=patience, cooldown=cooldown,
+                             min_lr=min_lr, eps=eps, factor=0.5, threshold=0.01)
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1)
+    ref = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode=mode, threshold_mode=threshold_mode, patience=patience,
+                                                     cooldown=cooldown, min_lr=min_lr, eps=eps, factor=0.5,
+                                                     threshold=0.01)
+    state = ours.initial_state(0.1)
+    lrs = []
+    for m in metrics:
+        ref.step(float(m))
+        state = plateau_step(ours, state, float(m))
+        lrs.append(state["lr"])
+        assert state["lr"] == opt.param_groups[0]["lr"]  # float64, bit for bit
+        assert (state["bad"], state["cooldown"]) == (ref.num_bad_epochs, ref.cooldown_counter)
+    assert len(set(lrs)) > 2  # it did reduce, more than once
+
+
+def test_plateau_lowers_the_arena_table_and_resumes_exactly(tmp_path):
+    """The task feeds each epoch's record to the schedule; a reduction rewrites the table the step reads
+    from the next step on; a checkpoint keeps the schedule's state, and a resumed run is byte-identical."""
+    import renaissance_nb as rnb
+    from renaissance_nb.train.schedulers import ReduceLROnPlateau
+
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(1).standard_normal((60, 6)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    plateau = ReduceLROnPlateau(monitor="train_loss", mode="max", patience=1, factor=0.5)  # a falling loss never improves
+
+    def task():  # type: ignore[no-untyped-def]
+        return (rnb.DeepLearningTask("p").model(rnb.seq(rnb.fc(8), rnb.relu(), rnb.fc(2))).data(train=(x, y), batch_size=16)
+                .optimizer(rnb.SGD().lr(0.1)).scheduler(plateau).total_epochs(6).seed(2))
+
+    whole = task()
+    hist = whole.run(progress=False).history
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1)
+    ref = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", patience=1, factor=0.5)
+    expected = []
+    for r in hist:  # an epoch's record shows the rate its last step used: the one before that epoch's step()
+        expected.append(np.float32(opt.param_groups[0]["lr"]))
+        ref.step(r.train_loss)
+    assert [np.float32(r.lr) for r in hist] == expected and len(set(expected)) >= 3
+    table, spe = whole.read("lr_table"), whole.steps_per_epoch
+    assert table[-1] == np.float32(opt.param_groups[0]["lr"]) and np.all(np.diff(table) <= 0)
+    assert np.array_equal(whole.lr_table(), np.full(6 * spe, np.float32(0.1)))  # the plan is unchanged
+    part = task().save_every(1, str(tmp_path / "p{epoch}.npz"))
+    part.run(3, progress=False)
+    back = rnb.DeepLearningTask.load(str(tmp_path / "p3.npz"), (x, y))
+    assert back._plateau == part._plateau
+    back.run(progress=False)
+    assert all(back.state_dict()[k].tobytes() == v.tobytes() for k, v in whole.state_dict().items())
+    assert [r.lr for r in back.result.history] == [r.lr for r in hist]
+
+
+def test_plateau_settings_are_checked():
+    from renaissance_nb.train.schedulers import ReduceLROnPlateau
+    assert repr(ReduceLROnPlateau(patience=2)) == (
+        "ReduceLROnPlateau(monitor='val_loss', mode='min', factor=0.1, patience=2, threshold=0.0001, "
+        "threshold_mode='rel', cooldown=0, min_lr=0.0, eps=1e-08)")
+    for bad, match in ((dict(factor=1.0), r"factor=1.0 is invalid; expected a number in \(0, 1\)"),
+                       (dict(monitor="val_acc"), r"monitor='val_acc' is invalid; expected one of 'val_loss'"),
+                       (dict(mode="maximum"), "mode='maximum' is invalid"),
+                       (dict(patience=-1), "patience=-1 is invalid"),
+                       (dict(warmup=1), r"warmup=1 is invalid; expected 0: ReduceLROnPlateau starts at base_lr")):
+        with pytest.raises(ConfigError, match=match):
+            ReduceLROnPlateau(**bad)

@@ -501,6 +501,8 @@ def training_view(task: Any) -> dict[str, Any]:
     try:
         if getattr(task, "splits", None) is not None:
             lr = task.lr_table()
+        if getattr(task, "executor", None) is not None:  # the rates in force (ReduceLROnPlateau lowers them)
+            lr = task.executor.view("train_base", "lr_table")[: len(lr)]
     except Exception:  # a schedule that does not fit the data yet: no curve, no traceback
         lr = np.zeros(0)
     spe = int(getattr(task, "steps_per_epoch", 0) or 0)
