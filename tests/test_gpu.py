@@ -15,8 +15,8 @@ import pytest
 
 import renaissance_nb.gpu.device as device_module
 import renaissance_nb.gpu.executor as executor_module
-from renaissance_nb import (AdamW, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, NumericalError, dropout, fc,
-                            relu, seq)
+from renaissance_nb import (Adam, AdamW, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, NumericalError,
+                            dropout, fc, relu, seq)
 from renaissance_nb.gpu import DeviceInfo, probe
 
 import cuda_emulator  # noqa: E402  (tests/ is on sys.path)
@@ -157,6 +157,21 @@ def test_gpu_checkpoint_resume_is_exact(tmp_path) -> None:  # type: ignore[no-un
     again.run(progress=False)
     sa, sb = whole.state_dict(), again.state_dict()
     assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
+
+
+@pytest.mark.parametrize("data,capture,opt", [("device", "entry", Adam().betas(0.0, 0.99)),
+                                              ("pinned", "step", AdamW().betas(0.3, 0.9)),
+                                              ("device", "step", Adam().betas(0.5, 0.999).weight_decay(1e-2))])
+def test_class_weights_and_small_beta1_on_the_gpu_match_the_cpu(data: str, capture: str, opt) -> None:  # type: ignore[no-untyped-def]
+    """CrossEntropyLoss(weight=...) read from the arena, and Adam's other lerp formula (beta1 <= 0.5)."""
+    weighted = CrossEntropyLoss().label_smoothing(0.1).weight([1.0, 0.5, 2.0, 0.0, 1.0, 3.0, 1.0, 1.0, 0.25, 1.0])
+    cpu = task("cpu").loss(weighted).optimizer(opt)
+    gpu = task("cuda", data=data, capture=capture).loss(weighted).optimizer(opt)
+    rc, rg = cpu.run(progress=False), gpu.run(progress=False)
+    assert type(gpu._runner).__name__ == "GpuExecutor"
+    assert np.abs(rc.step_losses - rg.step_losses).max() / np.abs(rc.step_losses).max() < 1e-4
+    assert rg.history[-1].val_loss == pytest.approx(rc.history[-1].val_loss, rel=1e-4)
+    assert gpu.evaluate(X, Y)["loss"] == pytest.approx(cpu.evaluate(X, Y)["loss"], rel=1e-4)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

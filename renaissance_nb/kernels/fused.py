@@ -264,7 +264,7 @@ def softmax_xent(logits, labels, smoothing, weight, result, dlogits, want_grad):
         norm = 0.0
         for i in range(n):
             norm += np.float64(weight[labels[i]])
-        inv_n = 1.0 / norm
+        inv_n = 1.0 / norm if norm != 0.0 else np.nan  # no target weighs anything: torch's 0/0
         for j in range(c):
             wsum += np.float64(weight[j])
     off = smoothing / c
