@@ -20,6 +20,7 @@ from .result import EpochRecord, TrainingResult
 from .task import Phase, TaskBase
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import SGD, Adam, AdamW
+from .train.callbacks import EarlyStopping, StopTraining
 from .train.schedulers import (ConstantLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, ExponentialLR,
                                LinearLR, MultiStepLR, OneCycleLR, PolynomialLR, ReduceLROnPlateau, Scheduler, StepLR)
 
@@ -33,5 +34,5 @@ __all__ = [
     "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
     "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
     "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
-    "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau",
+    "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau", "EarlyStopping", "StopTraining",
 ]

@@ -45,6 +45,7 @@ from .task import Phase, TaskBase, Transition
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
 from .train.rng import Philox, StreamId
+from .train.callbacks import StopTraining
 from .train.schedulers import ReduceLROnPlateau, Scheduler, plateau_step
 from .train.settings import LR_MAX, Settings
 
@@ -919,7 +920,7 @@ class DeepLearningTask(TaskBase):
                              steps_per_epoch=sched.batches, epoch=self._epoch + 1, step=done)
         for cb in callbacks:
             cb("start", {"epoch": self._epoch, "total_epochs": self._epochs, "steps_per_epoch": sched.batches})
-        self.result.interrupted = False
+        self.result.interrupted, self.result.stopped = False, None
         # prog.armed(): a first step that compiles the kernels says so instead of looking hung
         first = True
         # Where run() resumes after a failure: step ``pos`` of ``epoch`` (the last step boundary reached;
@@ -958,10 +959,6 @@ class DeepLearningTask(TaskBase):
                         if first:  # the kernels are compiled or loaded now
                             prog.disarm()
                             first = False
-                        if stop.requested:
-                            self._resume_at = (epoch, i + 1)
-                            self._partial_seconds = time.perf_counter() - self._epoch_t0
-                            break
                         if (i & 15) == 15:
                             rx.pull(*watched)
                             if nan_flag[0] == 2:
@@ -970,12 +967,19 @@ class DeepLearningTask(TaskBase):
                             prog.update(pos - shown, loss)
                             shown = pos
                             self._live_at = (epoch, pos)  # a save() from a callback records where to resume
-                            for cb in callbacks:
-                                cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
+                            try:
+                                for cb in callbacks:
+                                    cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
+                            except StopTraining as why:  # a stop at this step boundary, as Ctrl-C's
+                                self.result.stopped, stop.requested = str(why), True
                             self._live_at = None
+                        if stop.requested:
+                            self._resume_at = (epoch, i + 1)
+                            self._partial_seconds = time.perf_counter() - self._epoch_t0
+                            break
                     if self._resume_at is not None:
                         self.result.interrupted = True
-                        prog.stopped(epoch + 1, pos, sched.batches)
+                        prog.stopped(epoch + 1, pos, sched.batches, self.result.stopped or "Ctrl-C")
                         break
                     rx.pull(result_view, acc, step_counter, nan_flag)
                     if nan_flag[0] == 2:
@@ -1003,8 +1007,13 @@ class DeepLearningTask(TaskBase):
                     rx.download_all()
                     self._autosave(rec)
                     prog.epoch(rec)
-                    for cb in callbacks:
-                        cb("epoch", rec)
+                    try:
+                        for cb in callbacks:
+                            cb("epoch", rec)
+                    except StopTraining as why:  # after this epoch, which is whole
+                        self.result.stopped = str(why)
+                        prog.note(self.result.stopped)
+                        break
             except BaseException as exc:  # a callback, a save or a second Ctrl-C failed between two steps
                 self._live_at = None
                 # inside a step, or a device halt found at a check (the steps since ran without updates)
@@ -1025,7 +1034,7 @@ class DeepLearningTask(TaskBase):
         rx.download_all()
         self._drain_transfers()
         for cb in callbacks:
-            cb("end", {"epoch": self._epoch, "interrupted": self.result.interrupted})
+            cb("end", {"epoch": self._epoch, "interrupted": self.result.interrupted, "stopped": self.result.stopped})
         self.result.step_losses = ex.view("train_base", "loss_log")[: int(step_counter[0])].copy()
         return self.result
 

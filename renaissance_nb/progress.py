@@ -72,15 +72,18 @@ class NoProgress:
     def epoch(self, record: Any) -> None:
         pass
 
-    def stopped(self, epoch: int, step: int, steps: int) -> None:
-        """The run was asked to stop (Ctrl-C, the notebook's stop button) and did, after ``step``."""
+    def stopped(self, epoch: int, step: int, steps: int, why: str = "Ctrl-C") -> None:
+        """The run was asked to stop (Ctrl-C, the notebook's stop button, a callback) and did, after ``step``."""
+
+    def note(self, text: str) -> None:
+        """A line about the run (an early stop after an epoch)."""
 
     def close(self) -> None:
         self.disarm()
 
 
-def stopped_line(epoch: int, step: int, steps: int) -> str:
-    return f"stopped after step {step:,} of {steps:,} in epoch {epoch} (Ctrl-C)"
+def stopped_line(epoch: int, step: int, steps: int, why: str = "Ctrl-C") -> str:
+    return f"stopped after step {step:,} of {steps:,} in epoch {epoch} ({why})"
 
 
 class LineProgress(NoProgress):
@@ -113,8 +116,11 @@ class LineProgress(NoProgress):
               flush=True)
         self._since, self._steps_since = now, 0
 
-    def stopped(self, epoch: int, step: int, steps: int) -> None:
-        print(stopped_line(epoch, step, steps), flush=True)
+    def stopped(self, epoch: int, step: int, steps: int, why: str = "Ctrl-C") -> None:
+        print(stopped_line(epoch, step, steps, why), flush=True)
+
+    def note(self, text: str) -> None:
+        print(text, flush=True)
 
     def epoch(self, record: Any) -> None:
         print(record.line(), flush=True)
@@ -159,8 +165,11 @@ class BarProgress(NoProgress):
     def epoch(self, record: Any) -> None:
         self.bar.write(record.line())
 
-    def stopped(self, epoch: int, step: int, steps: int) -> None:
-        self.bar.write(stopped_line(epoch, step, steps))
+    def stopped(self, epoch: int, step: int, steps: int, why: str = "Ctrl-C") -> None:
+        self.bar.write(stopped_line(epoch, step, steps, why))
+
+    def note(self, text: str) -> None:
+        self.bar.write(text)
 
     def close(self) -> None:
         self.disarm()

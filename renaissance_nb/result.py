@@ -53,6 +53,7 @@ class TrainingResult:
     history: list[EpochRecord] = field(default_factory=list)
     step_losses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     interrupted: bool = False
+    stopped: str | None = None  # why a callback ended the run early (StopTraining), e.g. EarlyStopping
 
     @property
     def _best(self) -> EpochRecord | None:
@@ -107,6 +108,8 @@ class TrainingResult:
         lines = [r.line() for r in self.history]
         lines.append(f"best top1 {100 * self.best_top1:.2f}%  top5 {100 * self.best_top5:.2f}%  "
                      f"at epoch {self.best_epoch}" + ("  (interrupted)" if self.interrupted else ""))
+        if self.stopped:
+            lines.append(self.stopped)
         if self.best_ema_top1 is not None:
             lines.append(f"best EMA top1 {100 * self.best_ema_top1:.2f}%  top5 {100 * self.best_ema_top5:.2f}%  "
                          f"at epoch {self.best_ema_epoch}")

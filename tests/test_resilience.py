@@ -193,3 +193,43 @@ def test_autosave_changes_in_any_phase_and_survives_load(tmp_path) -> None:  # t
     with pytest.raises(CheckpointError, match=r"save_every: cannot make the folder .*file' for .* Fix: "
                                               r"task.save_every\(...\) with a path in a folder you can write to"):
         blocked.run(1, progress=False)
+
+
+def test_early_stopping_ends_the_run_after_an_epoch_and_run_continues(capsys) -> None:  # type: ignore[no-untyped-def]
+    """EarlyStopping (Lightning's rule) raises StopTraining from the epoch callback: the run returns
+    after that whole epoch, says why, and a later run() goes on from the next epoch."""
+    from renaissance_nb import ConfigError, EarlyStopping
+    t = make(epochs=6)
+    stopper = EarlyStopping(monitor="train_loss", mode="max", patience=2)  # a falling loss never improves
+    res = t.run(progress="lines", callbacks=[stopper])
+    assert len(res.history) == 3 and t._epoch == 3 and not res.interrupted
+    assert res.stopped == "early stopping: train_loss has not improved for 2 epochs (best {:.4g} at epoch 1)".format(
+        res.history[0].train_loss)
+    assert res.stopped in capsys.readouterr().out and res.stopped in repr(res)
+    more = t.run(progress=False)
+    assert len(more.history) == 6 and more.stopped is None
+    u = make(epochs=6)
+    u.run(progress=False)
+    assert same(t, u)  # the stop changed nothing but when run() returned
+    with pytest.raises(ConfigError, match="EarlyStopping: the epoch records have no ema_loss"):
+        make().run(progress=False, callbacks=[EarlyStopping(monitor="ema_loss")])
+    with pytest.raises(ConfigError, match=r"patience=0 is invalid"):
+        EarlyStopping(patience=0)
+
+
+def test_stop_training_from_a_step_callback_is_a_clean_resumable_stop() -> None:
+    from renaissance_nb import StopTraining
+
+    def stop_once(kind: str, info) -> None:  # type: ignore[no-untyped-def]
+        if kind == "step" and info["epoch"] == 2 and not stopped:
+            stopped.append(1)
+            raise StopTraining("enough for now")
+
+    stopped: list[int] = []
+    t = make(epochs=3)
+    res = t.run(progress=False, callbacks=[stop_once])
+    assert res.interrupted and res.stopped == "enough for now" and t._resume_at == (1, 16)
+    t.run(progress=False)
+    u = make(epochs=3)
+    u.run(progress=False)
+    assert same(t, u)

@@ -1,0 +1,74 @@
+"""run() callbacks that steer training: stopping early.
+
+A callback is any ``cb(kind, info)``; raising :class:`StopTraining` from one ends the run cleanly:
+from an "epoch" callback after that epoch (its record, autosaves and callbacks done), from a "step"
+callback at that step boundary, as Ctrl-C does. Either way ``run()`` returns its result, with the
+reason in ``result.stopped``, and a later ``run()`` continues where it stopped.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..checks import as_float, as_int
+from ..errors import ConfigError, bad_argument
+from .schedulers import PLATEAU_METRICS
+
+
+class StopTraining(Exception):
+    """Raised by a callback to end ``run()`` early; its message becomes ``result.stopped``."""
+
+
+class EarlyStopping:
+    """Stop when the ``monitor`` field of the epochs' records (default the validation loss) has not
+    improved by more than ``min_delta`` for ``patience`` epochs in a row (PyTorch Lightning's rule).
+
+    ``task.run(callbacks=[EarlyStopping(patience=5)])``; with ``task.save_best()`` the best epoch's
+    weights are on disk when it stops. The callback keeps its count across ``run()`` calls of one
+    task (a resumed run goes on counting) and starts afresh at a run from the first epoch.
+    """
+
+    def __init__(self, monitor: str = "val_loss", *, patience: int = 3, mode: str = "min",
+                 min_delta: float = 0.0) -> None:
+        where = "EarlyStopping"
+        if monitor not in PLATEAU_METRICS:
+            raise bad_argument(ConfigError, where, "monitor", monitor, "one of " + ", ".join(map(repr, PLATEAU_METRICS)),
+                               "pass monitor='val_loss'")
+        if mode not in ("min", "max"):
+            raise bad_argument(ConfigError, where, "mode", mode, "'min' (a loss) or 'max' (an accuracy)",
+                               "pass mode='max' for a top-1")
+        p = as_int(patience)
+        if p is None or p < 1:
+            raise bad_argument(ConfigError, where, "patience", patience, "a whole number of epochs >= 1",
+                               "pass e.g. patience=3")
+        d = as_float(min_delta)
+        if d is None or d < 0:
+            raise bad_argument(ConfigError, where, "min_delta", min_delta, "a number >= 0", "pass e.g. min_delta=1e-3")
+        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, p, d
+        self.best, self.best_epoch, self.wait = self._worst(), 0, 0
+
+    def _worst(self) -> float:
+        return math.inf if self.mode == "min" else -math.inf
+
+    def __call__(self, kind: str, info: Any) -> None:
+        if kind == "start" and info.get("epoch", 0) == 0:  # a run from the first epoch: count afresh
+            self.best, self.best_epoch, self.wait = self._worst(), 0, 0
+        if kind != "epoch":
+            return
+        value = getattr(info, self.monitor)
+        if value is None:
+            raise ConfigError(f"EarlyStopping: the epoch records have no {self.monitor} (no "
+                              f"{'validation data' if self.monitor.startswith('val_') else 'EMA'} in this task). "
+                              "Fix: monitor='train_loss', or give the task what it watches.")
+        better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
+        if better:  # NaN is never better
+            self.best, self.best_epoch, self.wait = float(value), info.epoch, 0
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            raise StopTraining(f"early stopping: {self.monitor} has not improved for {self.wait} "
+                               f"epoch{'s' if self.wait != 1 else ''} (best {self.best:.4g} at epoch {self.best_epoch})")
+
+    def __repr__(self) -> str:
+        return (f"EarlyStopping(monitor={self.monitor!r}, patience={self.patience}, mode={self.mode!r}, "
+                f"min_delta={self.min_delta!r})")
