@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointError, bad_argument
+from .checks import as_flag
+from .errors import CheckpointError
 from .files import with_default_mode
 from .memory.dtensor import DTensor, tensor_view, torch_layout
 from .memory.region import Region
@@ -280,9 +281,7 @@ def read_state_dict(path: str | os.PathLike, *, ema: bool = False) -> dict[str, 
     them (PyTorch names and layouts), read through the saved plan: no task, no data needed. For a
     task built on other data (inference, fine-tuning): ``task.load_state_dict(read_state_dict(path))``.
     ``ema=True`` reads the EMA model's, under the same names (a task saved with ``ema()`` on)."""
-    if not isinstance(ema, (bool, np.bool_)):
-        raise bad_argument(CheckpointError, "read_state_dict", "ema", ema, "True or False",
-                           "pass read_state_dict(path, ema=True)")
+    as_flag(ema, "read_state_dict", "ema", CheckpointError, "pass read_state_dict(path, ema=True)")
     header, arrays = _read(path, "read_state_dict")
     fp = header.get("fingerprint", {})
 
@@ -433,9 +432,7 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     """
     op = "load_state"
     _require_compiled(task, op)
-    if not isinstance(strict, (bool, np.bool_)):
-        raise bad_argument(CheckpointError, op, "strict", strict, "True or False",
-                           "pass strict=False to allow other settings, or leave it out")
+    as_flag(strict, op, "strict", CheckpointError, "pass strict=False to allow other settings, or leave it out")
     header, arrays = _read(path, op)
     p = os.fspath(path)
     try:  # a header edited by hand (the checksum covers the arrays): any shape it has is this error

@@ -38,6 +38,15 @@ def as_float(value: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def as_flag(value: Any, where: str, argument: str, error: type[RenaissanceError], fix: str = "") -> bool:
+    """``value`` as a bool when it is one (or a NumPy bool), else ``error`` naming it: a truthy string such
+    as 'no' must not mean True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise bad_argument(error, where, argument, value, "True or False",
+                           fix or f"pass {argument}=True or {argument}=False")
+    return bool(value)
+
+
 def arguments_checked(error: type[RenaissanceError], call: str = "",
                       aliases: Mapping[str, str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a builder so that a misspelt keyword or too many positional arguments raise

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence, cast
 import numpy as np
 
 from .blueprint import BluePrint
-from .checks import arguments_checked, as_float, as_int
+from .checks import arguments_checked, as_flag, as_float, as_int
 from .data.arrays import (DataSplits, Dataset, channels_first, checked_splits, held_out, looks_channels_last,
                           make_splits, moved_to_channels_first, validate_arrays)
 from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
@@ -101,9 +101,7 @@ def _callbacks(callbacks: Any) -> tuple[Callable[[str, Any], None], ...]:
 
 def _flag(where: str, name: str, v: Any) -> bool:
     """A True/False setting (NumPy's bools too, as NumPy code hands them over)."""
-    if not isinstance(v, (bool, np.bool_)):
-        raise bad_argument(ConfigError, where, name, v, "True or False", f"pass {name}=True or {name}=False")
-    return bool(v)
+    return as_flag(v, where, name, ConfigError)
 
 
 def _check_path_template(where: str, path: Any, example: str) -> None:
@@ -863,12 +861,11 @@ class DeepLearningTask(TaskBase):
         if self._phase is not Phase.COMPILED:
             self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
             self.compile()
-        restart = None  # an epoch that starts over after a stop inside it: its steps count from its start again
-        if not resume and self._resume_at is not None:
-            restart, self._resume_at = self._resume_at[0], None
+        if not resume:
+            self._resume_at = None
         if self._torn_at is not None:
             e, i = self._torn_at
-            self._torn_at, restart = None, e
+            self._torn_at = None
             warnings.warn(f"run: the last run stopped inside step {i + 1} of epoch {e + 1} (a second Ctrl-C, or an "
                           "error raised by a kernel such as the NaN check), so that step is half done; epoch "
                           f"{e + 1} starts over from its first batch on the weights as they are, and this run will "
@@ -943,9 +940,10 @@ class DeepLearningTask(TaskBase):
                         cursor[0] = 0
                         aug_offset[0] = epoch * len(s.train)
                         rx.push(cursor, aug_offset)
-                        if epoch == restart:  # the schedule, the loss log and the step counts replay its positions
-                            step_counter[0] = self._steps_before(epoch, int(step_counter[0]))
-                            rx.push(step_counter)
+                        began = self._steps_before(epoch, int(step_counter[0]))
+                        if began != step_counter[0]:  # an epoch begun before (a stop or a torn step inside it,
+                            step_counter[0] = began    # then a load): the schedule, the loss log and the step
+                            rx.push(step_counter)      # counts replay its positions
                         for k in sched.prologue:
                             k()
                     self._resume_at, self._partial_seconds = None, 0.0
@@ -1209,8 +1207,7 @@ class DeepLearningTask(TaskBase):
 
     def _ema_flag(self, op: str, ema: Any) -> bool:
         """``ema=`` of the inference calls: a bool, and True only for a task compiled with ``ema()``."""
-        if not isinstance(ema, (bool, np.bool_)):
-            raise bad_argument(ConfigError, op, "ema", ema, "True or False", f"pass task.{op}(..., ema=True)")
+        ema = as_flag(ema, op, "ema", ConfigError, f"pass task.{op}(..., ema=True)")
         if ema and self._ema is None:
             raise ConfigError(f"{op}: ema=True, but this task keeps no EMA weights. Fix: call task.ema(0.999) "
                               "before compile() and train, or drop ema=True.")
@@ -1362,6 +1359,19 @@ class DeepLearningTask(TaskBase):
         if lacking:  # a header edited by hand: the checksum covers the arrays only
             raise CheckpointError(f"load: the task spec in {path!r} lacks {', '.join(lacking)}. Fix: build the task "
                                   "yourself and call task.load_state(path).")
+        try:  # a spec edited by hand (the checksum covers the arrays only): any shape it has is this error
+            task = cls._from_spec(sp, header, data, path)
+        except RenaissanceError:
+            raise
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            raise CheckpointError(f"load: the task spec in {path!r} is malformed ({type(exc).__name__}: {exc}). "
+                                  "Fix: build the task yourself and call task.load_state(path).") from None
+        return task.compile().load_state(path, strict=strict)
+
+    @classmethod
+    def _from_spec(cls, sp: dict[str, Any], header: dict[str, Any], data: Any, path: str) -> "DeepLearningTask":
+        """The task a checkpoint's spec describes, built around ``data`` (PLANNING, not yet loaded)."""
+        from . import checkpoint
         import renaissance_nb as rnb
 
         def build(d: Any) -> Any:
@@ -1413,7 +1423,7 @@ class DeepLearningTask(TaskBase):
             task.save_every(*autosave["every"])
         if autosave.get("best"):
             task.save_best(autosave["best"])
-        return task.compile().load_state(path, strict=strict)
+        return task
 
     # ---- summaries ------------------------------------------------------------------------------------
     def summary(self) -> str:

@@ -9,8 +9,9 @@ import numpy as np
 @dataclass(frozen=True)
 class EpochRecord:
     """Metrics of one epoch (top-k as fractions in [0, 1]). ``lr`` is the rate of the epoch's last
-    step, ``seconds`` its wall time (validation included), ``steps`` the optimizer steps taken since
-    training began (a running total: the epoch's own are ``steps`` less the previous record's)."""
+    step, ``seconds`` its wall time (validation included), ``steps`` the plan's count of finished
+    updates at its end (a running total: the epoch's own are ``steps`` less the previous record's; an
+    epoch started over after a stop inside it counts from its own start again, as its schedule does)."""
 
     epoch: int
     train_loss: float

@@ -387,6 +387,10 @@ def test_odd_files_and_edited_headers_are_checkpoint_errors(tmp_path) -> None:  
     with pytest.raises(CheckpointError, match=r"records a setting this library cannot rebuild \('checkpoint' is no "
                                               r"loss, optimizer or scheduler\)"):
         DeepLearningTask.load(module, t.splits)
+    for field, value in (("options", [1]), ("autosave", "x"), ("augment", [0, False])):
+        odd = _edited(good, str(tmp_path / f"{field}.npz"), lambda h: h["spec"].update({field: value}))
+        with pytest.raises(CheckpointError, match=r"load: the task spec in .* is malformed"):
+            DeepLearningTask.load(odd, t.splits)
 
 
 def test_a_checkpoint_file_gets_the_umask_mode_and_a_load_clears_a_torn_step(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -294,3 +294,18 @@ def test_odd_inputs_to_predict_get_the_librarys_error() -> None:
             with pytest.raises(DataError, match=r": x="):
                 f(bad)
     assert t.predict([[0.0] * 20, [1.0] * 20]).shape == (2,)  # a list of rows is fine
+
+
+def test_a_batch_of_zero_weight_targets_neither_stops_nor_poisons_training() -> None:
+    """A class weighted 0 that fills a small last batch: that batch's loss is 0 with no gradient (torch's
+    0/0 NaN would halt the run under the NaN check and make the epoch's mean NaN)."""
+    from renaissance_nb import CrossEntropyLoss, DeepLearningTask, fc, relu, seq
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((33, 5)).astype(np.float32)
+    y = np.array([0, 1] * 16 + [2])  # the last batch of 1 holds only class 2
+    t = (DeepLearningTask().model(seq(fc(8), relu(), fc(3))).data(train=(x, y), val=(x, y), batch_size=16,
+                                                                     shuffle=False)
+         .loss(CrossEntropyLoss(weight=[1.0, 1.0, 0.0])).total_epochs(2).seed(1))
+    rec = t.run(progress=False).history[-1]
+    assert np.isfinite([rec.train_loss, rec.val_loss]).all()
+    assert t.evaluate(x[32:], y[32:])["loss"] == 0.0 and np.isfinite(t.evaluate(x, y)["loss"])

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import as_flag
 from ..errors import DataError, bad_argument
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
@@ -347,8 +348,5 @@ def check_path(value: Any, where: str, argument: str, example: str) -> Path:
 
 
 def check_flag(value: Any, where: str, argument: str, fix: str = "") -> bool:
-    """``value`` as a bool when it is one (or a NumPy bool): a truthy string such as 'no' must not mean True."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise bad_argument(DataError, where, argument, value, "True or False",
-                           fix or f"pass {argument}=True or {argument}=False")
-    return bool(value)
+    """``value`` as a bool (checks.as_flag), else a DataError naming it."""
+    return as_flag(value, where, argument, DataError, fix)

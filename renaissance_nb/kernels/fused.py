@@ -251,7 +251,10 @@ def softmax_xent(logits, labels, smoothing, weight, result, dlogits, want_grad):
     + smoothing / classes, as in PyTorch. ``weight`` (float32, one per class; empty for none) is
     torch's ``weight=``: loss = [(1 - s) sum_i w[y_i] nll_i + s/C sum_i sum_j w_j (lse_i - z_ij)]
     / sum_i w[y_i], and dz_ij = [(1 - s) w[y_i] (p_ij - [j = y_i]) + s/C (p_ij sum_k w_k - w_j)]
-    / sum_i w[y_i]. Without weights the formulas (and bytes) are the unweighted ones.
+    / sum_i w[y_i]. A batch whose targets all weigh 0 has loss 0 and no gradient: torch's 0/0 would
+    be NaN, which would stop training (or poison an epoch's mean) for a batch that carries nothing to
+    learn, as a class weighted 0 can fill a small last batch. Without weights the formulas (and bytes)
+    are the unweighted ones.
     """
     n, c = logits.shape
     weighted = weight.shape[0] > 0
@@ -264,7 +267,7 @@ def softmax_xent(logits, labels, smoothing, weight, result, dlogits, want_grad):
         norm = 0.0
         for i in range(n):
             norm += np.float64(weight[labels[i]])
-        inv_n = 1.0 / norm if norm != 0.0 else np.nan  # no target weighs anything: torch's 0/0
+        inv_n = 1.0 / norm if norm != 0.0 else 0.0  # nothing to weigh: loss 0, no gradient (torch: 0/0)
         for j in range(c):
             wsum += np.float64(weight[j])
     off = smoothing / c
@@ -374,7 +377,10 @@ def _adam_core(w, g, m, v, lr, t, beta1, beta2, eps, weight_decay, decoupled, ma
     eps32 = np.float32(eps)
     n = w.shape[0]
     half = n // 2
-    if abs(one_b1) < 0.5:  # torch's lerp_ takes one of two formulas by its weight: one loop per formula
+    # torch's lerp_ takes one of two formulas by its weight: one loop per formula, each with its
+    # formula fixed (one loop given the choice as an argument measured 3% slower: 1.23 against 1.19 ms
+    # on 1.47M floats, medians of 7 alternating processes)
+    if abs(one_b1) < 0.5:
         for k in range(half):
             for j in (k, k + half):
                 _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, one_b1, one_b2, eps32, weight_decay,
@@ -398,7 +404,9 @@ def _adam_at(w, g, m, v, j, step_size, bc2_32, decay, wd32, b2, lerp_w, one_b2, 
     """Adam/AdamW at element j, PyTorch's order of operations; the new m and v are flushed to 0
     below TINY32. m is torch's ``exp_avg.lerp_(grad, 1 - beta1)``: ``m + (g - m) * (1 - beta1)``, or,
     when 1 - beta1 >= 0.5 (``from_end``; lerp_w is then beta1 as float32 1 - (1 - beta1)),
-    ``g - (g - m) * lerp_w``, the two formulas ATen's lerp picks between."""
+    ``g - (g - m) * lerp_w``: the two formulas ATen's lerp picks between. ATen's vectorised CPU code
+    fuses each into a multiply-add, so m can differ from torch's by an ulp; the formula's choice is
+    what matters (at beta1 = 0 torch's m is the gradient exactly, and so is this one)."""
     gk = g[j]
     if maximize:
         gk = -gk

@@ -20,13 +20,16 @@ def _class_weights(value: Any) -> tuple[float, ...] | None:
     fix = "pass e.g. weight=[1.0, 2.0, 1.0] (len = number of classes), or None for equal weights"
     try:
         items = list(np.asarray(value, dtype=object).reshape(-1)) if np.ndim(value) == 1 else None
-    except (TypeError, ValueError):  # a ragged or odd object
+    except Exception:  # noqa: BLE001 - a ragged or odd object, a tensor that needs grad
         items = None
     if not items:
         raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
     out = []
     for v in items:
-        f = as_float(v.item() if hasattr(v, "item") else v)
+        try:
+            f = as_float(v.item() if hasattr(v, "item") else v)
+        except Exception:  # noqa: BLE001 - an element that cannot be a number
+            f = None
         if f is None or not 0 <= f <= LR_MAX:  # the kernels read float32 weights
             raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
         out.append(f)
@@ -41,7 +44,9 @@ class CrossEntropyLoss(Settings):
 
     With ``weight``, as in torch: each sample's loss is scaled by its target's weight, the smoothing
     term weighs every class, and a batch's loss is divided by the sum of its targets' weights (not
-    by the batch size). Reported epoch losses average the batches' losses by batch size.
+    by the batch size). Reported epoch losses average the batches' losses by batch size. One
+    difference: a batch whose targets all weigh 0 has loss 0 and no gradient, where torch's 0/0 gives
+    NaN (which would stop training, or make an epoch's mean NaN, for a batch with nothing to learn).
     """
 
     label_smoothing_: float = 0.0

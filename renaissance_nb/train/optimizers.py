@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from ..checks import as_flag
 from ..errors import ConfigError, bad_argument
 from .settings import LR_MAX, Settings, check_number
 
@@ -42,9 +41,7 @@ class Optimizer(Settings):
 
 
 def _flag(where: str, name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise bad_argument(ConfigError, where, name, value, "True or False", f"pass a bool, e.g. .{name}(True)")
-    return bool(value)
+    return as_flag(value, where, name, ConfigError, f"pass a bool, e.g. .{name}(True)")
 
 
 def _betas(where: str, betas: Any) -> tuple[float, float]:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from renaissance_nb.checks import as_float, as_int
+from renaissance_nb.checks import as_flag, as_float, as_int
 from renaissance_nb.errors import ConfigError, bad_argument
 from renaissance_nb.train.settings import LR_MAX, Settings
 
@@ -555,10 +555,7 @@ class OneCycleLR(Scheduler):
         return _positive(self._where("final_div_factor"), "final_div_factor", v, "pass a divisor such as 1e4")
 
     def _check_three_phase(self, v: Any) -> bool:
-        if not isinstance(v, (bool, np.bool_)):
-            raise bad_argument(ConfigError, self._where("three_phase"), "three_phase", v, "True or False",
-                               "pass three_phase=True")
-        return bool(v)
+        return as_flag(v, self._where("three_phase"), "three_phase", ConfigError, "pass three_phase=True")
 
     def _check_cycle_momentum(self, v: Any) -> bool:
         if v is not False and v is not np.False_:

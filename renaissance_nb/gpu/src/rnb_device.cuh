@@ -172,7 +172,8 @@ RNB_HD double rnb_ipow(double a, rnb_i64 e) {
 
 // Per-step scalars of Adam/AdamW for finished-step count t (1-based) and learning rate lr.
 // m is torch's exp_avg.lerp_(grad, 1 - beta1): m + (g - m) * (1 - beta1), or, when 1 - beta1 >= 0.5
-// (from_end), g - (g - m) * lerp_w with lerp_w = 1 - (1 - beta1) in float, ATen's two lerp formulas.
+// (from_end), g - (g - m) * lerp_w with lerp_w = 1 - (1 - beta1) in float: ATen's two lerp formulas
+// (its vectorised CPU code fuses them into multiply-adds; here, as on our CPU, they are not fused).
 struct RnbAdamScalars {
     float step_size, bc2, decay, wd, b2, lerp_w, one_b2, eps;
     int from_end;

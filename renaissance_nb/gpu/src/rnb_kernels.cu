@@ -97,7 +97,7 @@ extern "C" __global__ void rnb_softmax_xent(const float* logits, const int* labe
     if (weight) {
         double norm = 0.0;
         for (int i = 0; i < n; ++i) norm += (double)weight[labels[i]];
-        inv_n = norm != 0.0 ? 1.0 / norm : nan("");  // no target weighs anything: torch's 0/0
+        inv_n = norm != 0.0 ? 1.0 / norm : 0.0;  // nothing to weigh: loss 0, no gradient (as the CPU)
         for (int j = 0; j < c; ++j) wsum += (double)weight[j];
     }
     double loss = 0.0, top1 = 0.0, top5 = 0.0;
