@@ -467,7 +467,11 @@ class CosineAnnealingWarmRestarts(Scheduler):
         return _positive(self._where("T_0"), "T_0", v, "pass the first cycle's length in epochs, e.g. 10")
 
     def _check_T_mult(self, v: Any) -> int:  # noqa: N802
-        return _count(self._where("T_mult"), "T_mult", v, "pass an integer factor such as 1 or 2")
+        n = _count(self._where("T_mult"), "T_mult", v, "pass an integer factor such as 1 or 2")
+        if n > 2**31 - 1:  # cycle lengths are step counts
+            raise bad_argument(ConfigError, self._where("T_mult"), "T_mult", v, "an integer in [1, 2**31)",
+                               "pass an integer factor such as 1 or 2")
+        return n
 
     def _check_eta_min(self, v: Any) -> float:
         return _nonneg(self._where("eta_min"), "eta_min", v, "pass a minimum learning rate such as 0.0")
