@@ -45,7 +45,7 @@ from .task import Phase, TaskBase, Transition
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
 from .train.rng import Philox, StreamId
-from .train.callbacks import StopTraining
+from .train.callbacks import StopTraining, missing_for
 from .train.schedulers import ReduceLROnPlateau, Scheduler, plateau_step
 from .train.settings import LR_MAX, Settings
 
@@ -97,6 +97,18 @@ def _callbacks(callbacks: Any) -> tuple[Callable[[str, Any], None], ...]:
             raise bad_argument(ConfigError, "run", "callbacks", callbacks, f"a list of callables; {cb!r} is not one",
                                fix)
     return out
+
+
+def _call_each(callbacks: Sequence[Callable[[str, Any], None]], kind: str, info: Any) -> str | None:
+    """Every callback, in order, even after one raised StopTraining (each sees the event); the first
+    StopTraining's message, or None. Any other exception stops the calls and propagates."""
+    why = None
+    for cb in callbacks:
+        try:
+            cb(kind, info)
+        except StopTraining as exc:
+            why = str(exc) if why is None else why
+    return why
 
 
 def _flag(where: str, name: str, v: Any) -> bool:
@@ -621,12 +633,9 @@ class DeepLearningTask(TaskBase):
         self.lr_table()  # validates the schedule against the data (e.g. warmup longer than training)
         s = self._splits
         watched = self._scheduler.monitor_ if isinstance(self._scheduler, ReduceLROnPlateau) else ""
-        if (watched.startswith("val_") and s.val is None) or (watched.startswith("ema_") and self._ema is None):
-            missing = "validation data" if watched.startswith("val_") else "EMA weights (task.ema(...))"
-            raise ConfigError(f"plan: {self._scheduler!r} watches {watched}, but this task has no {missing}. Fix: "
-                              "monitor='train_loss', or give the task " + ("val=(Xv, yv) or val_fraction=0.1"
-                                                                        if watched.startswith("val_") else "ema(0.999)")
-                              + ".")
+        if (watched[:4] in ("val_", "ema_") and s.val is None) or (watched.startswith("ema_") and self._ema is None):
+            raise ConfigError(f"plan: {self._scheduler!r} watches {watched}, which the epoch records will not have "
+                              f"({missing_for(watched)}). Fix: monitor='train_loss', or give the task what it watches.")
         arch = plan_architecture(self._model, self._fuse)
         n_val = len(s.val) if s.val is not None else 0
         sample = tuple(s.train.sample_shape)
@@ -839,8 +848,10 @@ class DeepLearningTask(TaskBase):
         continues from the next step, ending with the same weights as an uninterrupted
         run. ``resume=False`` starts the interrupted epoch over instead, on the weights as they are, with
         its step count, schedule and loss log back at the epoch's start. An exception from a
-        callback stops the same way (and is raised); ``callbacks`` are called as
-        ``cb(kind, info)`` with kind "start", "step" (every 16 steps), "epoch" and "end".
+        callback stops the same way (and is raised), unless it is StopTraining, which ends the run cleanly
+        (``result.stopped``; see EarlyStopping); ``callbacks`` are called as ``cb(kind, info)`` with kind
+        "start", "step" (at steps 16, 32, ... of each epoch: none in an epoch of fewer steps), "epoch" and
+        "end".
         ``progress``: "auto" or True (a tqdm bar in a notebook, lines in a terminal: one per epoch,
         and inside a long epoch one every 20 s with the step, loss and time per step), "bar",
         "lines", or False/None/0 for none.
@@ -915,9 +926,11 @@ class DeepLearningTask(TaskBase):
         done = self._resume_at[1] if self._resume_at is not None and self._resume_at[0] == self._epoch else 0
         prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name,
                              steps_per_epoch=sched.batches, epoch=self._epoch + 1, step=done)
-        for cb in callbacks:
-            cb("start", {"epoch": self._epoch, "total_epochs": self._epochs, "steps_per_epoch": sched.batches})
         self.result.interrupted, self.result.stopped = False, None
+        stopped = _call_each(callbacks, "start", {"epoch": self._epoch, "total_epochs": self._epochs,
+                                                  "steps_per_epoch": sched.batches})
+        if stopped is not None:  # a callback stopped the run before its first step
+            self.result.stopped, end = stopped, self._epoch
         # prog.armed(): a first step that compiles the kernels says so instead of looking hung
         first = True
         # Where run() resumes after a failure: step ``pos`` of ``epoch`` (the last step boundary reached;
@@ -965,11 +978,10 @@ class DeepLearningTask(TaskBase):
                             prog.update(pos - shown, loss)
                             shown = pos
                             self._live_at = (epoch, pos)  # a save() from a callback records where to resume
-                            try:
-                                for cb in callbacks:
-                                    cb("step", {"epoch": epoch + 1, "step": int(step_counter[0]), "loss": loss})
-                            except StopTraining as why:  # a stop at this step boundary, as Ctrl-C's
-                                self.result.stopped, stop.requested = str(why), True
+                            why = _call_each(callbacks, "step", {"epoch": epoch + 1, "step": int(step_counter[0]),
+                                                                 "loss": loss})
+                            if why is not None:  # a stop at this step boundary, as Ctrl-C's
+                                self.result.stopped, stop.requested = why, True
                             self._live_at = None
                         if stop.requested:
                             self._resume_at = (epoch, i + 1)
@@ -999,18 +1011,16 @@ class DeepLearningTask(TaskBase):
                                       *((None, None, None) if emav is None else (emav[0] / emav[3], emav[1] / emav[3],
                                                                                  emav[2] / emav[3])))
                     self.result.history.append(rec)
-                    self._plateau_step(rec, lr_table, step_counter, rx)
                     self._epoch += 1
                     pos = None
+                    self._plateau_step(rec, lr_table, step_counter, rx)
                     rx.download_all()
                     self._autosave(rec)
                     prog.epoch(rec)
-                    try:
-                        for cb in callbacks:
-                            cb("epoch", rec)
-                    except StopTraining as why:  # after this epoch, which is whole
-                        self.result.stopped = str(why)
-                        prog.note(self.result.stopped)
+                    why = _call_each(callbacks, "epoch", rec)
+                    if why is not None:  # after this epoch, which is whole
+                        self.result.stopped = why
+                        prog.note(why)
                         break
             except BaseException as exc:  # a callback, a save or a second Ctrl-C failed between two steps
                 self._live_at = None
@@ -1031,9 +1041,10 @@ class DeepLearningTask(TaskBase):
         prog.close()
         rx.download_all()
         self._drain_transfers()
-        for cb in callbacks:
-            cb("end", {"epoch": self._epoch, "interrupted": self.result.interrupted, "stopped": self.result.stopped})
         self.result.step_losses = ex.view("train_base", "loss_log")[: int(step_counter[0])].copy()
+        why = _call_each(callbacks, "end", {"epoch": self._epoch, "interrupted": self.result.interrupted,
+                                            "stopped": self.result.stopped})
+        self.result.stopped = self.result.stopped or why
         return self.result
 
     def _plateau_step(self, rec: EpochRecord, lr_table: np.ndarray, step: np.ndarray, rx: StepPrograms) -> None:

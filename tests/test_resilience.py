@@ -238,3 +238,26 @@ def test_stop_training_from_a_step_callback_is_a_clean_resumable_stop() -> None:
     u = make(epochs=3)
     u.run(progress=False)
     assert same(t, u)
+
+
+def test_early_stopping_on_nan_at_start_and_the_ema_columns() -> None:
+    """A NaN metric stops at once (Lightning's check_finite); StopTraining at "start" runs nothing; a
+    schedule or stopper watching ema_* without validation data is refused (the EMA is scored there)."""
+    from renaissance_nb import ConfigError, EarlyStopping, ReduceLROnPlateau, StopTraining
+    from renaissance_nb.result import EpochRecord
+    stopper = EarlyStopping("val_loss", patience=3)
+    stopper("epoch", EpochRecord(1, 1.0, 0.5, 0.9, 1.0, 0.5, 0.9, 0.1, 1.0, 10))
+    with pytest.raises(StopTraining, match="val_loss is nan at epoch 2"):
+        stopper("epoch", EpochRecord(2, 1.0, 0.5, 0.9, float("nan"), 0.5, 0.9, 0.1, 1.0, 20))
+
+    def refuse(kind: str, info) -> None:  # type: ignore[no-untyped-def]
+        if kind == "start":
+            raise StopTraining("not today")
+    t = make()
+    res = t.run(progress=False, callbacks=[refuse])
+    assert res.stopped == "not today" and not res.history and t._epoch == 0
+    x, y = data()
+    no_val = DeepLearningTask("e").model(seq(fc(8), relu(), fc(4))).data(train=(x, y), batch_size=64).ema(0.9)
+    with pytest.raises(ConfigError, match=r"watches ema_loss, which the epoch records will not have \(the EMA is "
+                                          r"scored on validation data"):
+        no_val.scheduler(ReduceLROnPlateau(monitor="ema_loss")).plan()

@@ -172,3 +172,20 @@ def test_closing_a_dashboard_closes_every_widget_it_made() -> None:
     del t, d
     gc.collect()
     assert ref() is None  # nothing left open holds the task
+
+
+def test_the_monitor_follows_plateau_reductions_and_an_early_stop() -> None:
+    """As a run callback: the lr curve shows the rates ReduceLROnPlateau puts in force as epochs end,
+    and the status after the run is the task's (it stayed 'running' after a stop)."""
+    from renaissance_nb import EarlyStopping, ReduceLROnPlateau, SGD
+    d = datasets.default_mnist()
+    t = (DeepLearningTask("m").model(seq(fc(16), relu(), fc(10))).data(d.train, batch_size=500)
+         .optimizer(SGD().lr(0.1)).scheduler(ReduceLROnPlateau(monitor="train_loss", mode="max", patience=0))
+         .total_epochs(6).seed(0))
+    monitor = TrainingMonitor(t)
+    seen: list[float] = []
+    res = t.run(progress=False, callbacks=[EarlyStopping("train_loss", mode="max", patience=3), monitor,
+                                           lambda kind, info: seen.append(info.epoch) if kind == "epoch" else None])
+    assert res.stopped and len(res.history) == 4 and seen == [1, 2, 3, 4]  # every callback saw the last epoch
+    assert sorted({np.float32(v) for v in monitor.lr}) == list(np.float32([1e-4, 1e-3, 1e-2, 0.1]))
+    assert monitor.status == "paused"

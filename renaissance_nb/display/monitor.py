@@ -109,6 +109,7 @@ class TrainingMonitor(ViewWidget):
             self.status = "done" if self.total_epochs and rec["epoch"] >= self.total_epochs else "running"
             self.records = [*self.records, rec]
             self._losses_so_far(int(getattr(payload, "steps", 0)))
+            self._rates_in_force()
         elif event == "step" and isinstance(payload, dict) and "step" in payload:
             now = time.monotonic()
             if now - self._last_push >= 0.5:  # at most two updates a second: no flicker, little traffic
@@ -116,8 +117,16 @@ class TrainingMonitor(ViewWidget):
                 self._losses_so_far(int(payload["step"]))
         elif event == "start" and isinstance(payload, dict):
             self.status = "running"
-        elif event == "end":
+        elif event == "end":  # the run is over (done, stopped early or interrupted): read it all again
+            self.refresh()
             self._update_shown()
+
+    def _rates_in_force(self) -> None:
+        """The lr curve again: ReduceLROnPlateau lowers the arena's table as an epoch ends."""
+        lr = views.learning_rates(self.source)
+        every = views.curve_every(max(getattr(self.source, "total_steps", 0) or 0, len(lr)))
+        with self.hold_sync():
+            self.lr, self.lr_every, self.lr_steps = views.step_curve(lr, every, mean=False), every, len(lr)
 
     def _losses_so_far(self, steps: int) -> None:
         """Show the per-step losses the compiled step has logged into its arena so far (read-only),

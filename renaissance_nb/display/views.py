@@ -491,20 +491,27 @@ def step_curve(values: np.ndarray, every: int, mean: bool = True) -> list[float 
     return _json_floats(v[np.minimum(starts + every, v.size) - 1])
 
 
+def learning_rates(task: Any) -> np.ndarray:
+    """The rate of every planned step: the arena's table once compiled (the rates in force, which
+    ReduceLROnPlateau lowers as epochs end), else the plan's; empty while the schedule does not fit."""
+    try:
+        if getattr(task, "splits", None) is None:
+            return np.zeros(0)
+        lr = task.lr_table()
+        if getattr(task, "executor", None) is not None:
+            lr = task.executor.view("train_base", "lr_table")[: len(lr)]
+        return lr
+    except Exception:  # a schedule that does not fit the data yet: no curve, no traceback
+        return np.zeros(0)
+
+
 def training_view(task: Any) -> dict[str, Any]:
     """History so far, per-step losses and the learning-rate schedule (curves of at most
     CURVE_POINTS points: ``loss_every``/``lr_every`` steps a point, see step_curve)."""
     res = getattr(task, "result", None)
     records = [record_dict(r) for r in getattr(res, "history", [])]
     losses = getattr(res, "step_losses", None)
-    lr = np.zeros(0)
-    try:
-        if getattr(task, "splits", None) is not None:
-            lr = task.lr_table()
-        if getattr(task, "executor", None) is not None:  # the rates in force (ReduceLROnPlateau lowers them)
-            lr = task.executor.view("train_base", "lr_table")[: len(lr)]
-    except Exception:  # a schedule that does not fit the data yet: no curve, no traceback
-        lr = np.zeros(0)
+    lr = learning_rates(task)
     spe = int(getattr(task, "steps_per_epoch", 0) or 0)
     total = int(getattr(task, "settings", {}).get("total_epochs", 0) or 0)
     every = curve_every(max(spe * total, len(lr), 0 if losses is None else len(losses)))

@@ -1,16 +1,17 @@
 """run() callbacks that steer training: stopping early.
 
 A callback is any ``cb(kind, info)``; raising :class:`StopTraining` from one ends the run cleanly:
-from an "epoch" callback after that epoch (its record, autosaves and callbacks done), from a "step"
-callback at that step boundary, as Ctrl-C does. Either way ``run()`` returns its result, with the
-reason in ``result.stopped``, and a later ``run()`` continues where it stopped.
+from an "epoch" callback after that epoch (its record, autosaves and every callback's turn done),
+from a "step" callback at that step boundary, as Ctrl-C does, from "start" before the first step.
+Either way ``run()`` returns its result, with the reason in ``result.stopped``, and a later ``run()``
+continues where it stopped.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from ..checks import as_float, as_int
+from ..checks import as_flag, as_float, as_int
 from ..errors import ConfigError, bad_argument
 from .schedulers import PLATEAU_METRICS
 
@@ -21,15 +22,17 @@ class StopTraining(Exception):
 
 class EarlyStopping:
     """Stop when the ``monitor`` field of the epochs' records (default the validation loss) has not
-    improved by more than ``min_delta`` for ``patience`` epochs in a row (PyTorch Lightning's rule).
+    improved by more than ``min_delta`` for ``patience`` epochs in a row (PyTorch Lightning's rule),
+    or at once when it is NaN or infinite (``check_finite``, Lightning's default too).
 
-    ``task.run(callbacks=[EarlyStopping(patience=5)])``; with ``task.save_best()`` the best epoch's
-    weights are on disk when it stops. The callback keeps its count across ``run()`` calls of one
-    task (a resumed run goes on counting) and starts afresh at a run from the first epoch.
+    ``task.run(callbacks=[EarlyStopping(patience=5)])``. ``task.save_best()`` keeps the weights of the
+    best validation top-1 epoch (train top-1 without validation data), which is this callback's best
+    when it watches that top-1. The callback keeps its count across ``run()`` calls of one task (a
+    resumed run goes on counting) and starts afresh at a run from the first epoch.
     """
 
     def __init__(self, monitor: str = "val_loss", *, patience: int = 3, mode: str = "min",
-                 min_delta: float = 0.0) -> None:
+                 min_delta: float = 0.0, check_finite: bool = True) -> None:
         where = "EarlyStopping"
         if monitor not in PLATEAU_METRICS:
             raise bad_argument(ConfigError, where, "monitor", monitor, "one of " + ", ".join(map(repr, PLATEAU_METRICS)),
@@ -44,6 +47,7 @@ class EarlyStopping:
         d = as_float(min_delta)
         if d is None or d < 0:
             raise bad_argument(ConfigError, where, "min_delta", min_delta, "a number >= 0", "pass e.g. min_delta=1e-3")
+        self.check_finite = as_flag(check_finite, where, "check_finite", ConfigError)
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, p, d
         self.best, self.best_epoch, self.wait = self._worst(), 0, 0
 
@@ -57,9 +61,11 @@ class EarlyStopping:
             return
         value = getattr(info, self.monitor)
         if value is None:
-            raise ConfigError(f"EarlyStopping: the epoch records have no {self.monitor} (no "
-                              f"{'validation data' if self.monitor.startswith('val_') else 'EMA'} in this task). "
-                              "Fix: monitor='train_loss', or give the task what it watches.")
+            raise ConfigError(f"EarlyStopping: the epoch records have no {self.monitor} "
+                              f"({missing_for(self.monitor)}). Fix: monitor='train_loss', or give the task what it "
+                              "watches.")
+        if self.check_finite and not math.isfinite(value):
+            raise StopTraining(f"early stopping: {self.monitor} is {value} at epoch {info.epoch}")
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
         if better:  # NaN is never better
             self.best, self.best_epoch, self.wait = float(value), info.epoch, 0
@@ -71,4 +77,12 @@ class EarlyStopping:
 
     def __repr__(self) -> str:
         return (f"EarlyStopping(monitor={self.monitor!r}, patience={self.patience}, mode={self.mode!r}, "
-                f"min_delta={self.min_delta!r})")
+                f"min_delta={self.min_delta!r}" + ("" if self.check_finite else ", check_finite=False") + ")")
+
+
+def missing_for(field: str) -> str:
+    """What a task lacks when its epoch records have no ``field``: validation data for the val_ and
+    ema_ columns (the EMA is scored on the validation set), and EMA weights for the ema_ ones."""
+    if field.startswith("val_"):
+        return "the task has no validation data"
+    return "the EMA is scored on validation data: the task needs val= (or val_fraction=) and ema()"
