@@ -109,7 +109,8 @@ def spec(task: Any) -> dict[str, Any]:
             "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
                         "nan_policy": task._nan_policy, "zero_grad": task._zero_grad, "pad_rows": task._pad_rows},
             "autosave": {"every": None if task._save_every is None else list(task._save_every),
-                         "best": task._save_best},
+                         "best": task._save_best,
+                         "best_by": None if task._save_best_by is None else list(task._save_best_by)},
             **_training_extras(task)}
 
 

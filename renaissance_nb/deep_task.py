@@ -183,6 +183,7 @@ class DeepLearningTask(TaskBase):
         self._prefetch = (os.cpu_count() or 1) > 2
         self._save_every: tuple[int, str] | None = None
         self._save_best: str | None = None
+        self._save_best_by: tuple[str, str] | None = None  # (EpochRecord field, 'min' or 'max'); None: top-1
         self._device = "cpu"
         self._device_data = "auto"
         self._device_capture = "entry"
@@ -464,19 +465,41 @@ class DeepLearningTask(TaskBase):
         return self
 
     @_arguments_checked
-    def save_best(self, path: str | None = "checkpoints/{name}-best.npz") -> "DeepLearningTask":
-        """Checkpoint whenever validation top-1 (train top-1 without val data) reaches a new best
-        (None: stop). Like save_every, it can change in any phase."""
+    def save_best(self, path: str | None = "checkpoints/{name}-best.npz", *, monitor: str | None = None,
+                  mode: str | None = None) -> "DeepLearningTask":
+        """Checkpoint whenever an epoch is the best so far (None: stop): by validation top-1 (train top-1
+        without val data), or by ``monitor``, an EpochRecord field such as 'val_loss' (Lightning's
+        ModelCheckpoint(monitor=...)), lowest best for a loss and highest for a top-k unless ``mode``
+        says 'min' or 'max'. Like save_every, it can change in any phase."""
+        from .train.schedulers import PLATEAU_METRICS
+        by = None
+        if monitor is not None:
+            if monitor not in PLATEAU_METRICS:
+                raise bad_argument(ConfigError, "save_best", "monitor", monitor,
+                                   "None or one of " + ", ".join(map(repr, PLATEAU_METRICS)), "pass monitor='val_loss'")
+            mode = mode if mode is not None else ("min" if monitor.endswith("_loss") else "max")
+            if mode not in ("min", "max"):
+                raise bad_argument(ConfigError, "save_best", "mode", mode, "'min', 'max' or None (by the monitor)",
+                                   "pass mode='min' for a loss")
+            by = (monitor, mode)
+        elif mode is not None:
+            raise bad_argument(ConfigError, "save_best", "mode", mode, "None without a monitor",
+                               "pass monitor='val_loss' too, or drop mode")
         if path is not None:
             _check_path_template("save_best", path, "e.g. 'checkpoints/{name}-best.npz'")
-        self._save_best = path
+        self._save_best, self._save_best_by = path, (by if path is not None else None)
         return self
 
     def _autosave(self, rec: EpochRecord) -> None:
         due = []
         if self._save_every and rec.epoch % self._save_every[0] == 0:
             due.append(("save_every", self._save_every[1]))
-        if self._save_best and self.result.best_epoch == rec.epoch:
+        by = getattr(self, "_save_best_by", None)
+        if by is not None and getattr(rec, by[0]) is None:
+            raise ConfigError(f"save_best: the epoch records have no {by[0]} ({missing_for(by[0])}). Fix: "
+                              "task.save_best(path, monitor='train_loss'), or give the task what it watches.")
+        best = self.result.best_epoch if by is None else self.result.best_by(*by)
+        if self._save_best and best == rec.epoch:
             due.append(("save_best", self._save_best))
         for setting, template in due:
             p = template.format(name=self.name, epoch=rec.epoch)
@@ -504,7 +527,7 @@ class DeepLearningTask(TaskBase):
                     "_save_every",
                     "_ema", "_clip_norm", "_val_fraction", "_resolution", "_crop_pad", "_flip", "_prefetch", "_device",
                     "_device_data",
-                    "_device_capture", "_save_best", "name")
+                    "_device_capture", "_save_best", "_save_best_by", "name")
         keep = {k: getattr(self, k) for k in settings}
         self.__init__(self.name)  # type: ignore[misc]
         self.__dict__.update(keep)
@@ -1433,7 +1456,8 @@ class DeepLearningTask(TaskBase):
         if autosave.get("every"):
             task.save_every(*autosave["every"])
         if autosave.get("best"):
-            task.save_best(autosave["best"])
+            by = autosave.get("best_by") or (None, None)
+            task.save_best(autosave["best"], monitor=by[0], mode=by[1])
         return task
 
     # ---- summaries ------------------------------------------------------------------------------------

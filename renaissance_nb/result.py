@@ -63,6 +63,14 @@ class TrainingResult:
         scored = [(r.val_top1 if r.val_top1 is not None else r.train_top1, -r.epoch, r) for r in self.history]
         return max(scored, key=lambda t: t[:2])[2] if scored else None
 
+    def best_by(self, field: str, mode: str) -> int:
+        """The epoch whose record's ``field`` is lowest (``mode`` 'min') or highest ('max'), the earliest
+        on a tie; NaN and missing values are never best; -1 when no record has one."""
+        sign = -1.0 if mode == "min" else 1.0
+        scored = [(sign * v, -r.epoch) for r in self.history
+                  if (v := getattr(r, field)) is not None and v == v]
+        return -max(scored)[1] if scored else -1
+
     @property
     def best_epoch(self) -> int:
         b = self._best

@@ -261,3 +261,27 @@ def test_early_stopping_on_nan_at_start_and_the_ema_columns() -> None:
     with pytest.raises(ConfigError, match=r"watches ema_loss, which the epoch records will not have \(the EMA is "
                                           r"scored on validation data"):
         no_val.scheduler(ReduceLROnPlateau(monitor="ema_loss")).plan()
+
+
+def test_save_best_by_a_monitored_field(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """save_best(monitor=...) keeps the epoch with the best value of that record field (Lightning's
+    ModelCheckpoint(monitor=...)); load() keeps saving by it."""
+    from renaissance_nb import CheckpointError, ConfigError, checkpoint
+    t = make(epochs=4).save_best(str(tmp_path / "b.npz"), monitor="train_loss", mode="max")
+    t.run(2, progress=False)
+    h = t.result.history
+    assert t.result.best_by("train_loss", "max") == 1 and h[0].train_loss > h[1].train_loss
+    assert len(checkpoint.read_header(str(tmp_path / "b.npz"))["history"]) == 1  # epoch 1's, not epoch 2's
+    back = DeepLearningTask.load(str(tmp_path / "b.npz"), t.splits)
+    assert back._save_best_by == ("train_loss", "max")
+    low = make(epochs=3).save_best(str(tmp_path / "low.npz"), monitor="val_loss")  # 'min' for a loss
+    low.run(progress=False)
+    saved = len(checkpoint.read_header(str(tmp_path / "low.npz"))["history"])
+    assert saved == low.result.best_by("val_loss", "min") == min(low.result.history, key=lambda r: r.val_loss).epoch
+    with pytest.raises(ConfigError, match="save_best: mode='max' is invalid; expected None without a monitor"):
+        make().save_best(mode="max")
+    x, y = data()
+    plain = DeepLearningTask("n").model(seq(fc(8), relu(), fc(4))).data(train=(x, y), batch_size=100)
+    with pytest.raises(ConfigError, match="save_best: the epoch records have no val_loss"):
+        plain.save_best(str(tmp_path / "n.npz"), monitor="val_loss").run(1, progress=False)
+    assert not isinstance(CheckpointError, type(None))

@@ -25,10 +25,10 @@ class EarlyStopping:
     improved by more than ``min_delta`` for ``patience`` epochs in a row (PyTorch Lightning's rule),
     or at once when it is NaN or infinite (``check_finite``, Lightning's default too).
 
-    ``task.run(callbacks=[EarlyStopping(patience=5)])``. ``task.save_best()`` keeps the weights of the
-    best validation top-1 epoch (train top-1 without validation data), which is this callback's best
-    when it watches that top-1. The callback keeps its count across ``run()`` calls of one task (a
-    resumed run goes on counting) and starts afresh at a run from the first epoch.
+    ``task.run(callbacks=[EarlyStopping(patience=5)])``; ``task.save_best(monitor="val_loss")`` keeps the
+    weights of the epoch with the lowest val_loss (with no monitor, save_best keeps the best top-1
+    epoch's). The callback keeps its count across ``run()`` calls of one task (a resumed run goes on
+    counting) and starts afresh at a run from the first epoch.
     """
 
     def __init__(self, monitor: str = "val_loss", *, patience: int = 3, mode: str = "min",
