@@ -277,24 +277,26 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
     return _read(path, "read_header")[0]
 
 
-def read_state_dict(path: str | os.PathLike, *, ema: bool = False) -> dict[str, np.ndarray]:
+def read_state_dict(path: str | os.PathLike, *, ema: bool = False,
+                    op: str = "read_state_dict") -> dict[str, np.ndarray]:
     """The parameters and batch-norm statistics a checkpoint holds, as ``task.state_dict()`` gives
     them (PyTorch names and layouts), read through the saved plan: no task, no data needed. For a
     task built on other data (inference, fine-tuning): ``task.load_state_dict(read_state_dict(path))``.
-    ``ema=True`` reads the EMA model's, under the same names (a task saved with ``ema()`` on)."""
-    as_flag(ema, "read_state_dict", "ema", CheckpointError, "pass read_state_dict(path, ema=True)")
-    header, arrays = _read(path, "read_state_dict")
+    ``ema=True`` reads the EMA model's, under the same names (a task saved with ``ema()`` on); ``op``
+    is the call its errors name (``load_weights`` reads through here)."""
+    as_flag(ema, op, "ema", CheckpointError, f"pass {op}(path, ema=True)")
+    header, arrays = _read(path, op)
     fp = header.get("fingerprint", {})
 
     def incomplete(exc: Exception) -> CheckpointError:
-        return CheckpointError(f"read_state_dict: {os.fspath(path)!r} has an incomplete plan record ({exc}). "
+        return CheckpointError(f"{op}: {os.fspath(path)!r} has an incomplete plan record ({exc}). "
                                "Fix: restore from another checkpoint.")
     try:
         tensors = {t["name"]: t for t in fp["tensors"]}
     except (KeyError, TypeError) as exc:
         raise incomplete(exc) from None
     if ema and not any(str(name).endswith("@ema") for name in tensors):
-        raise CheckpointError(f"read_state_dict: {os.fspath(path)!r} holds no EMA weights (its task trained "
+        raise CheckpointError(f"{op}: {os.fspath(path)!r} holds no EMA weights (its task trained "
                               "without ema()). Fix: drop ema=True.")
     out = {}
     try:
@@ -362,6 +364,12 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
                               f"but this task's model is:\n{now['blueprint']}\n{fix}")
 
 
+def _brief(value: Any, limit: int = 160) -> str:
+    """A setting's repr for a message, cut short (a loss with 1,000 class weights is 20,000 characters)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + " ...)"
+
+
 def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray], p: str, strict: bool, op: str
                ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, tuple[int, int] | None, float, list[EpochRecord],
                           dict[str, float] | None]:
@@ -375,9 +383,10 @@ def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray],
             saved["optimizer"] = saved["optimizer"].replace(", maximize=False)", ")")
         for k in now:
             if saved.get(k, EXTRAS_OFF.get(k)) != now[k]:
-                raise CheckpointError(f"{op}: setting {k} differs: {saved.get(k)!r} in {p!r} vs {now[k]!r} in this "
-                                      "task; resuming would not reproduce the saved run. Fix: build the task with "
-                                      f"{k}={saved.get(k)!r}, or pass strict=False to load anyway.")
+                was, got = _brief(saved.get(k)), _brief(now[k])
+                raise CheckpointError(f"{op}: setting {k} differs: {was} in {p!r} vs {got} in this task; resuming "
+                                      f"would not reproduce the saved run. Fix: build the task with {k}={was}, or "
+                                      "pass strict=False to load anyway.")
     # shapes of every array
     buf = task._arena.bytes
     plan = task.memory

@@ -11,6 +11,7 @@ task for inspection: ``task.arch``, ``task.shapes``, ``task.plans``, ``task.grap
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import signal
@@ -96,6 +97,17 @@ def _callbacks(callbacks: Any) -> tuple[Callable[[str, Any], None], ...]:
         if not callable(cb):
             raise bad_argument(ConfigError, "run", "callbacks", callbacks, f"a list of callables; {cb!r} is not one",
                                fix)
+        if isinstance(cb, type):  # EarlyStopping, the class, not an instance
+            raise bad_argument(ConfigError, "run", "callbacks", callbacks,
+                               f"callables taking (kind, info); {cb.__name__} is a class",
+                               f"{cb.__name__}() makes one")
+        try:
+            inspect.signature(cb).bind("start", {})
+        except TypeError:  # lambda: ...
+            raise bad_argument(ConfigError, "run", "callbacks", callbacks,
+                               f"callables taking (kind, info); {cb!r} does not", fix) from None
+        except ValueError:  # no signature to read (some builtins): called as it is
+            pass
     return out
 
 
@@ -107,7 +119,7 @@ def _call_each(callbacks: Sequence[Callable[[str, Any], None]], kind: str, info:
         try:
             cb(kind, info)
         except StopTraining as exc:
-            why = str(exc) if why is None else why
+            why = (str(exc) or f"StopTraining from a {kind!r} callback") if why is None else why
     return why
 
 
@@ -119,7 +131,7 @@ def _flag(where: str, name: str, v: Any) -> bool:
 def _check_path_template(where: str, path: Any, example: str) -> None:
     """A checkpoint path template must format with {name} and {epoch} now, not at the first autosave mid-run."""
     try:
-        ok = isinstance(path, str) and bool(path) and bool(path.format(name="task", epoch=1))
+        ok = isinstance(path, str) and bool(path) and bool(path.format(name="task", epoch=1)) and "\0" not in path
     except (KeyError, IndexError, ValueError, AttributeError):
         ok = False
     if not ok:
@@ -409,7 +421,7 @@ class DeepLearningTask(TaskBase):
         every batch would advance it), and a run with skips ends before the table's last entries.
         """
         self._setting("options")
-        if nan_policy is not None and nan_policy not in ("raise", "skip"):
+        if nan_policy is not None and (not isinstance(nan_policy, str) or nan_policy not in ("raise", "skip")):
             raise bad_argument(ConfigError, "options", "nan_policy", nan_policy, "'raise' or 'skip'",
                                "pass nan_policy='raise' or nan_policy='skip'")
         flags = {k: _flag("options", k, v) for k, v in (("fuse", fuse), ("liveness", liveness),
@@ -683,8 +695,8 @@ class DeepLearningTask(TaskBase):
                               lowres_shape=low, train_shape=first)
         weights = self._loss.weight_
         if weights is not None and len(weights) != s.train.num_classes:
-            raise ConfigError(f"plan: {self._loss!r} has {len(weights)} class weights; the data has "
-                              f"{s.train.num_classes} classes. Fix: give one weight per class, in class order.")
+            raise ConfigError(f"plan: the loss has {len(weights)} class weights (CrossEntropyLoss(weight=...)); the "
+                              f"data has {s.train.num_classes} classes. Fix: give one weight per class, in class order.")
         shapes = derive_all_shapes(arch, specs, s.train.num_classes, self._optimizer.state, self.total_steps,
                                    ema=self._ema is not None, clip=self._clip_norm is not None,
                                    class_weights=weights is not None)
@@ -950,8 +962,11 @@ class DeepLearningTask(TaskBase):
         prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name,
                              steps_per_epoch=sched.batches, epoch=self._epoch + 1, step=done)
         self.result.interrupted, self.result.stopped = False, None
+        fields = ("train_loss", "train_top1", "train_top5") + (
+            () if s.val is None else ("val_loss", "val_top1", "val_top5")
+            + (("ema_loss", "ema_top1", "ema_top5") if self._ema is not None else ()))
         stopped = _call_each(callbacks, "start", {"epoch": self._epoch, "total_epochs": self._epochs,
-                                                  "steps_per_epoch": sched.batches})
+                                                  "steps_per_epoch": sched.batches, "fields": fields})
         if stopped is not None:  # a callback stopped the run before its first step
             self.result.stopped, end = stopped, self._epoch
         # prog.armed(): a first step that compiles the kernels says so instead of looking hung
@@ -1353,7 +1368,8 @@ class DeepLearningTask(TaskBase):
         ``ema=True`` takes the checkpoint's EMA weights instead (a task saved with ``ema()`` on)."""
         from .checkpoint import read_state_dict
         self._require("load_weights", Phase.COMPILED, hint="Call task.compile() first.")
-        self.load_state_dict(read_state_dict(path, ema=ema))
+        ema = as_flag(ema, "load_weights", "ema", ConfigError, "pass task.load_weights(path, ema=True)")
+        self.load_state_dict(read_state_dict(path, ema=ema, op="load_weights"))
         return self
 
     @property
@@ -1382,6 +1398,7 @@ class DeepLearningTask(TaskBase):
         """Rebuild a task from a checkpoint's model and settings around ``data``, compile it,
         and restore its state, ready to ``run()`` on."""
         from . import checkpoint
+        as_flag(strict, "load", "strict", CheckpointError, "pass strict=False to allow other settings, or leave it out")
         header = checkpoint.read_header(path)
         sp = header.get("spec")
         if not sp:

@@ -414,3 +414,40 @@ def test_a_bad_argument_anywhere_in_a_call_changes_nothing(tmp_path) -> None:  #
     with pytest.raises(CheckpointError, match=r"save: cannot write .* Fix: save under another name"):
         c.save(str(tmp_path / "a\0b.npz"))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ckpt")]
+
+
+def test_new_api_misuse_gets_named_errors_early(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """From the fuzz of this session's APIs: each of these used to raise Python's or NumPy's own error, name
+    an inner call, or fail only after an epoch."""
+    from renaissance_nb import (EarlyStopping, LinearLR, OneCycleLR, ReduceLROnPlateau, StopTraining,
+                                CosineAnnealingWarmRestarts)
+    t = mlp()
+    for bad, match in ((EarlyStopping, r"EarlyStopping\(\) makes one"), (lambda: None, r"callables taking \(kind, info\)")):
+        with pytest.raises(ConfigError, match=match):
+            t.run(callbacks=[bad])
+        assert t.phase is Phase.PLANNING
+    for make in (lambda: ReduceLROnPlateau(monitor=np.array(["val_loss", "x"])),
+                 lambda: OneCycleLR(anneal_strategy=np.array(["cos"])),
+                 lambda: EarlyStopping(np.array(["val_loss"])),
+                 lambda: mlp().options(nan_policy=np.array(["skip"])),
+                 lambda: EarlyStopping(patiense=5)):
+        with pytest.raises(ConfigError, match="is invalid"):
+            make()
+    for sched in (LinearLR(total_iters=1e20), CosineAnnealingWarmRestarts(T_0=1e308)):  # far past training
+        assert np.isfinite(sched.table(4, 2)).all()
+    with pytest.raises(ConfigError, match="path="):
+        mlp().save_every(1, "a\0{epoch}.npz")
+
+    def bare(kind: str, info) -> None:  # type: ignore[no-untyped-def]
+        if kind == "epoch":
+            raise StopTraining
+    res = mlp(epochs=2).run(progress=False, callbacks=[bare])
+    assert res.stopped == "StopTraining from a 'epoch' callback" and len(res.history) == 1
+    c = mlp().compile()
+    path = c.save(str(tmp_path / "c.npz"))
+    with pytest.raises(ConfigError, match=r"load_weights: ema='yes' is invalid"):
+        c.load_weights(path, ema="yes")
+    with pytest.raises(CheckpointError, match=r"load_weights: .* holds no EMA weights"):
+        c.load_weights(path, ema=True)
+    with pytest.raises(CheckpointError, match=r"load: strict='no' is invalid"):
+        DeepLearningTask.load(path, c.splits, strict="no")

@@ -216,8 +216,10 @@ def test_early_stopping_ends_the_run_after_an_epoch_and_run_continues(capsys) ->
     u = make(epochs=6)
     u.run(progress=False)
     assert same(t, u)  # the stop changed nothing but when run() returned
-    with pytest.raises(ConfigError, match="EarlyStopping: the epoch records have no ema_loss"):
-        make().run(progress=False, callbacks=[EarlyStopping(monitor="ema_loss")])
+    untouched = make()
+    with pytest.raises(ConfigError, match="EarlyStopping: the epoch records will have no ema_loss"):
+        untouched.run(progress=False, callbacks=[EarlyStopping(monitor="ema_loss")])
+    assert not untouched.result.history  # refused at "start", before an epoch is spent
     with pytest.raises(ConfigError, match=r"patience=0 is invalid"):
         EarlyStopping(patience=0)
 

@@ -11,9 +11,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..checks import as_flag, as_float, as_int
+from ..checks import arguments_checked, as_flag, as_float, as_int
 from ..errors import ConfigError, bad_argument
 from .schedulers import PLATEAU_METRICS
+
+
+def _early_stopping(monitor: str = "val_loss", *, patience: int = 3, mode: str = "min", min_delta: float = 0.0,
+                    check_finite: bool = True) -> tuple[Any, Any, Any, Any, Any]:
+    return monitor, patience, mode, min_delta, check_finite
+
+
+_early_stopping.__name__ = "EarlyStopping"  # what a misspelt keyword's error names
+_arguments = arguments_checked(ConfigError)(_early_stopping)
 
 
 class StopTraining(Exception):
@@ -31,13 +40,14 @@ class EarlyStopping:
     counting) and starts afresh at a run from the first epoch.
     """
 
-    def __init__(self, monitor: str = "val_loss", *, patience: int = 3, mode: str = "min",
-                 min_delta: float = 0.0, check_finite: bool = True) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """``EarlyStopping(monitor="val_loss", *, patience=3, mode="min", min_delta=0.0, check_finite=True)``."""
         where = "EarlyStopping"
-        if monitor not in PLATEAU_METRICS:
+        monitor, patience, mode, min_delta, check_finite = _arguments(*args, **kwargs)
+        if not isinstance(monitor, str) or monitor not in PLATEAU_METRICS:
             raise bad_argument(ConfigError, where, "monitor", monitor, "one of " + ", ".join(map(repr, PLATEAU_METRICS)),
                                "pass monitor='val_loss'")
-        if mode not in ("min", "max"):
+        if not isinstance(mode, str) or mode not in ("min", "max"):
             raise bad_argument(ConfigError, where, "mode", mode, "'min' (a loss) or 'max' (an accuracy)",
                                "pass mode='max' for a top-1")
         p = as_int(patience)
@@ -55,8 +65,13 @@ class EarlyStopping:
         return math.inf if self.mode == "min" else -math.inf
 
     def __call__(self, kind: str, info: Any) -> None:
-        if kind == "start" and info.get("epoch", 0) == 0:  # a run from the first epoch: count afresh
-            self.best, self.best_epoch, self.wait = self._worst(), 0, 0
+        if kind == "start":
+            if self.monitor not in info.get("fields", PLATEAU_METRICS):  # before any epoch is spent
+                raise ConfigError(f"EarlyStopping: the epoch records will have no {self.monitor} "
+                                  f"({missing_for(self.monitor)}). Fix: monitor='train_loss', or give the task what "
+                                  "it watches.")
+            if info.get("epoch", 0) == 0:  # a run from the first epoch: count afresh
+                self.best, self.best_epoch, self.wait = self._worst(), 0, 0
         if kind != "epoch":
             return
         value = getattr(info, self.monitor)

@@ -16,25 +16,32 @@ def _class_weights(value: Any) -> tuple[float, ...] | None:
     tensor), not all 0. The kernels read them as float32, the dtype of torch's weight tensor."""
     if value is None:
         return None
+    where = "CrossEntropyLoss"
     expected = "None, or a 1-D sequence of one weight per class, each in [0, 3.4e38] (float32), not all 0"
     fix = "pass e.g. weight=[1.0, 2.0, 1.0] (len = number of classes), or None for equal weights"
+    if getattr(value, "requires_grad", False):  # torch refuses a weight that needs a gradient too
+        raise bad_argument(ConfigError, where, "weight", value, "weights that need no gradient",
+                           "pass weight.detach()")
     try:
         items = list(np.asarray(value, dtype=object).reshape(-1)) if np.ndim(value) == 1 else None
-    except Exception:  # noqa: BLE001 - a ragged or odd object, a tensor that needs grad
+    except Exception:  # noqa: BLE001 - a ragged or odd object, a tensor NumPy cannot read (bfloat16)
         items = None
     if not items:
-        raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
+        raise bad_argument(ConfigError, where, "weight", value, expected,
+                           fix + (", or weight.float() for a tensor" if hasattr(value, "float") else ""))
     out = []
-    for v in items:
+    for i, v in enumerate(items):
         try:
             f = as_float(v.item() if hasattr(v, "item") else v)
         except Exception:  # noqa: BLE001 - an element that cannot be a number
             f = None
         if f is None or not 0 <= f <= LR_MAX:  # the kernels read float32 weights
-            raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
+            raise bad_argument(ConfigError, where, f"weight[{i}]", v, "a finite number in [0, 3.4e38] (float32)",
+                               "give every class a weight >= 0 (0 ignores the class)")
         out.append(f)
     if not np.asarray(out, np.float32).any():  # 1e-46 is 0 in float32
-        raise bad_argument(ConfigError, "CrossEntropyLoss", "weight", value, expected, fix)
+        raise bad_argument(ConfigError, where, "weight", value, expected,
+                           "give at least one class a weight above 0 (in float32, above 1.4e-45)")
     return tuple(out)
 
 

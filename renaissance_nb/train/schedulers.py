@@ -98,9 +98,14 @@ def _count(where: str, name: str, value: Any, fix: str) -> int:
     return v
 
 
+_STEPS_CAP = 2**62
+"""Durations longer than this many steps (1e20 epochs, say) act as this: far past any training, and
+still an int64 for the table's arithmetic."""
+
+
 def _steps(epochs: float, steps_per_epoch: int) -> int:
-    """Epochs to whole steps: ``round(epochs * steps_per_epoch)``."""
-    return int(round(epochs * steps_per_epoch))
+    """Epochs to whole steps: ``round(epochs * steps_per_epoch)``, at most _STEPS_CAP."""
+    return int(round(min(epochs * steps_per_epoch, _STEPS_CAP)))
 
 
 def _fmt_num(v: float) -> str:
@@ -547,7 +552,7 @@ class OneCycleLR(Scheduler):
         return f
 
     def _check_anneal_strategy(self, v: Any) -> str:
-        if v not in _ANNEAL:
+        if not isinstance(v, str) or v not in _ANNEAL:
             raise bad_argument(ConfigError, self._where("anneal_strategy"), "anneal_strategy", v,
                                "'cos' or 'linear'", "pass anneal_strategy='cos'")
         return str(v)
@@ -656,7 +661,7 @@ class ReduceLROnPlateau(Scheduler):
         return self._with("eps", v)
 
     def _choice(self, name: str, v: Any, choices: tuple[str, ...]) -> str:
-        if v not in choices:
+        if not isinstance(v, str) or v not in choices:  # an array's `in` is element-wise
             raise bad_argument(ConfigError, self._where(name), name, v, "one of " + ", ".join(map(repr, choices)),
                                f"pass {name}={choices[0]!r}")
         return str(v)
