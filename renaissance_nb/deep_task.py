@@ -985,6 +985,7 @@ class DeepLearningTask(TaskBase):
                     if self._resume_at is not None and self._resume_at[0] == epoch:
                         start = self._resume_at[1]
                         self._epoch_t0 -= self._partial_seconds  # the epoch's time includes its steps before the stop
+                        rx.set_perm("train", self._env.perms["train"])  # a load_state wrote the host's order only
                     else:
                         self._shuffle_into(self._env.perms["train"], epoch)
                         rx.set_perm("train", self._env.perms["train"])
@@ -1140,9 +1141,11 @@ class DeepLearningTask(TaskBase):
         step = int(ex.view("train_base", "step")[0])
         raise NumericalError(f"step {step + 1}: a non-finite gradient or loss (found on the GPU, which stopped "
                              "updating there; the host checks every 16 steps, and the steps run since then replaced "
-                             "that step's gradients and loss, so they are not named). The weights are those before "
-                             f"step {step + 1}. Fix: lower the learning rate, check the data for extreme values, or "
-                             "use options(nan_policy='skip').")
+                             "that step's gradients and loss, so they are not named). The weights and moments are "
+                             f"those before step {step + 1}; the EMA weights, batch-norm statistics and dropout "
+                             "offsets moved on with those steps' forward passes. Fix: lower the learning rate, check "
+                             "the data for extreme values, or use options(nan_policy='skip'); task.load_state(path) "
+                             "of a checkpoint continues exactly.")
 
     def _shuffle_into(self, perm: np.ndarray, epoch: int) -> None:
         n = perm.shape[0]

@@ -49,7 +49,8 @@ class TrainingResult:
     ``step_losses`` holds one training loss per finished update, in order. Under
     ``options(nan_policy="skip")`` a skipped batch is no update: its loss is not kept there (the
     next update's takes its place), while the epoch's ``train_loss`` averages every batch run,
-    skipped ones included, so it is NaN for an epoch with a skip."""
+    skipped ones included: NaN when a skipped batch's loss was not finite (a batch skipped for a
+    non-finite gradient alone can have a finite loss)."""
 
     history: list[EpochRecord] = field(default_factory=list)
     step_losses: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))

@@ -528,6 +528,29 @@ def test_emulated_gpu_follows_reduce_lr_on_plateau_like_the_cpu(module) -> None:
     np.testing.assert_allclose(rc.step_losses, rg.step_losses, rtol=1e-6)
 
 
+@pytest.mark.parametrize("data", ["device", "pinned"])
+def test_emulated_gpu_resumes_a_mid_epoch_checkpoint_exactly(module, data: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """load_state writes the host's data order; the device's own copy (data="device") must follow it
+    when the run resumes inside the epoch (it kept the order the device made at construction)."""
+    from renaissance_nb import StopTraining
+
+    def stop(kind: str, info) -> None:  # type: ignore[no-untyped-def]
+        if kind == "step" and info["epoch"] == 2:
+            raise StopTraining("stop")
+    def make() -> DeepLearningTask:  # 16-sample batches: step callbacks come inside the epoch
+        return emulated(mlp_task(epochs=2).data(train=(X, Y), batch_size=16), module, data=data)
+    ref = make()
+    ref.run(progress=False)
+    a = make()
+    a.run(progress=False, callbacks=[stop])
+    assert a._resume_at == (1, 16)
+    path = a.save(str(tmp_path / "mid.npz"))
+    b = make()
+    b.load_state(path)
+    b.run(progress=False)
+    assert all(b.state_dict()[k].tobytes() == v.tobytes() for k, v in ref.state_dict().items())
+
+
 def _poisoned(policy: str, epochs: int = 2) -> DeepLearningTask:
     t = (DeepLearningTask().model(seq(fc(16, bias=True), relu(), fc(5, bias=True)))
          .data(train=(X.copy(), Y), batch_size=64).optimizer(AdamW().lr(1e-2)).total_epochs(epochs).seed(3)
