@@ -383,8 +383,8 @@ def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray],
             saved["optimizer"] = saved["optimizer"].replace(", maximize=False)", ")")
         for k in now:
             if saved.get(k, EXTRAS_OFF.get(k)) != now[k]:
-                was, got = _brief(saved.get(k)), _brief(now[k])
-                raise CheckpointError(f"{op}: setting {k} differs: {was} in {p!r} vs {got} in this task; resuming "
+                was, here = _brief(saved.get(k)), _brief(now[k])
+                raise CheckpointError(f"{op}: setting {k} differs: {was} in {p!r} vs {here} in this task; resuming "
                                       f"would not reproduce the saved run. Fix: build the task with {k}={was}, or "
                                       "pass strict=False to load anyway.")
     # shapes of every array

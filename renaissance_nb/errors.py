@@ -8,7 +8,7 @@ The subclasses also derive from the built-in type a Python user would expect
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 
 class RenaissanceError(Exception):
@@ -78,8 +78,9 @@ def describe(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def bad_argument(
-    cls: type[RenaissanceError], where: str, argument: str, value: Any, expected: str, fix: str
-) -> RenaissanceError:
+_E = TypeVar("_E", bound=RenaissanceError)
+
+
+def bad_argument(cls: type[_E], where: str, argument: str, value: Any, expected: str, fix: str) -> _E:
     """Build an error that names the argument, the value, the expected form and the fix."""
     return cls(f"{where}: {argument}={describe(value)} is invalid; expected {expected}. Fix: {fix}")
