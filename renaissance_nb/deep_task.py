@@ -958,17 +958,17 @@ class DeepLearningTask(TaskBase):
         watched = (result_view, nan_flag) + (tuple(seen) if callbacks else ())
         rx.upload_all()
         stop = _StopFlag()
-        done = self._resume_at[1] if self._resume_at is not None and self._resume_at[0] == self._epoch else 0
-        prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name,
-                             steps_per_epoch=sched.batches, epoch=self._epoch + 1, step=done)
         self.result.interrupted, self.result.stopped = False, None
-        fields = ("train_loss", "train_top1", "train_top5") + (
+        fields = ("train_loss", "train_top1", "train_top5") + (  # what the epoch records will hold
             () if s.val is None else ("val_loss", "val_top1", "val_top5")
             + (("ema_loss", "ema_top1", "ema_top5") if self._ema is not None else ()))
         stopped = _call_each(callbacks, "start", {"epoch": self._epoch, "total_epochs": self._epochs,
                                                   "steps_per_epoch": sched.batches, "fields": fields})
         if stopped is not None:  # a callback stopped the run before its first step
             self.result.stopped, end = stopped, self._epoch
+        done = self._resume_at[1] if self._resume_at is not None and self._resume_at[0] == self._epoch else 0
+        prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name,
+                             steps_per_epoch=sched.batches, epoch=self._epoch + 1, step=done)
         # prog.armed(): a first step that compiles the kernels says so instead of looking hung
         first = True
         # Where run() resumes after a failure: step ``pos`` of ``epoch`` (the last step boundary reached;
