@@ -565,7 +565,8 @@ def test_emulated_gpu_nan_policy_raise_stops_with_the_weights_of_before(module) 
     with pytest.raises(NumericalError) as ec:
         cpu.run(progress=False)
     gpu = emulated(_poisoned("raise"), module, data="pinned")  # batches gathered from the host's (repairable) data
-    with pytest.raises(NumericalError, match=r"found on the GPU.*weights are those before step.*nan_policy='skip'") as eg:
+    with pytest.raises(NumericalError,
+                       match=r"found on the GPU.*weights and moments are those before step.*nan_policy=.skip.") as eg:
         gpu.run(progress=False)
     step = re.search(r"step (\d+)", str(ec.value)).group(1)
     assert re.search(r"step (\d+)", str(eg.value)).group(1) == step
