@@ -16,8 +16,9 @@ One ``.npz`` archive written with ``np.savez`` (no pickle anywhere):
 * ``header.json``: a uint8 array holding UTF-8 JSON: format version, the plan
   fingerprint (BluePrint repr, name/shape/dtype/region/offset of every tensor of
   the train_base plan, total arena bytes, the byte range of each saved region),
-  seed, settings reprs, epoch, resume position, history, and a SHA-256 over the
-  array bytes in a fixed (sorted key) order.
+  seed, settings reprs, the task's spec (to rebuild it), epoch, resume position,
+  history, ReduceLROnPlateau's state, and a SHA-256 over the array bytes in a
+  fixed (sorted key) order.
 
 Why npz + JSON: the file is inspectable with NumPy alone
 (``np.load(path)["region_W"]``, ``json.loads(bytes(np.load(path)["header.json"]))``),
@@ -364,6 +365,10 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
                               f"but this task's model is:\n{now['blueprint']}\n{fix}")
 
 
+FRESH_PLATEAU: dict[str, float] = {}
+"""_validated's answer for a ReduceLROnPlateau state to start afresh once the checkpoint's table is in."""
+
+
 def _brief(value: Any, limit: int = 160) -> str:
     """A setting's repr for a message, cut short (a loss with 1,000 class weights is 20,000 characters)."""
     text = repr(value)
@@ -424,10 +429,10 @@ def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray],
     plateau, sched = header.get("plateau"), task._scheduler
     if not hasattr(sched, "initial_state"):  # this task's schedule keeps no state (strict=False can get here)
         plateau = None
-    elif plateau is not None:
+    elif plateau is not None and (header.get("settings") or {}).get("scheduler") == repr(sched):
         plateau = {k: float(plateau[k]) for k in ("best", "lr")} | {k: int(plateau[k]) for k in ("bad", "cooldown")}
-    else:  # saved by a task with another schedule (strict=False): the state it starts with
-        plateau = sched.initial_state(task._optimizer.lr_ if sched.base_lr_ is None else sched.base_lr_)
+    else:  # saved with another schedule or monitor (strict=False): start afresh from the rate in force
+        plateau = FRESH_PLATEAU
     return writes, epoch, resume_at, resume_seconds, history, plateau
 
 
@@ -438,7 +443,10 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     with ``strict``, the settings: seed, optimizer, loss, scheduler, epochs, batch
     size, data sizes); only then are bytes copied in, so a failed load changes
     nothing. ``strict=False`` allows different settings (e.g. to fine-tune with
-    another optimizer); the saved lr table and counters are still restored.
+    another optimizer); the saved lr table and counters are still restored, the task's
+    own class weights are kept, and a ReduceLROnPlateau saved with other settings (or
+    another schedule) starts afresh: the restored table's rate at the next step holds
+    from there on, until its first reduction.
     """
     op = "load_state"
     _require_compiled(task, op)
@@ -460,6 +468,11 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     task._torn_at = None  # a step left half done before the load is gone with the state it tore
     if task._loss.weight_ is not None:  # the task's own loss, even when strict=False loaded another's
         task.executor.view("train_base", "loss.weight")[...] = task._loss.class_weights
+    if plateau is FRESH_PLATEAU:  # the loaded table's rate at the next step holds from there on, as
+        table = task.executor.view("train_base", "lr_table")  # a plateau schedule's constant rate
+        step = min(int(task.executor.view("train_base", "step")[0]), len(table) - 1)
+        table[step:] = table[step]
+        plateau = task._plateau_start(float(table[step]))
     task._plateau = plateau
     task._partial_seconds = resume_seconds
     task.result.history = history

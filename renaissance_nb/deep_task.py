@@ -46,8 +46,8 @@ from .task import Phase, TaskBase, Transition
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
 from .train.rng import Philox, StreamId
-from .train.callbacks import StopTraining, missing_for
-from .train.schedulers import ReduceLROnPlateau, Scheduler, plateau_step
+from .train.callbacks import StopTraining, lacking_field
+from .train.schedulers import ReduceLROnPlateau, Scheduler, metric_direction, plateau_step
 from .train.settings import LR_MAX, Settings
 
 
@@ -489,7 +489,7 @@ class DeepLearningTask(TaskBase):
             if monitor not in PLATEAU_METRICS:
                 raise bad_argument(ConfigError, "save_best", "monitor", monitor,
                                    "None or one of " + ", ".join(map(repr, PLATEAU_METRICS)), "pass monitor='val_loss'")
-            mode = mode if mode is not None else ("min" if monitor.endswith("_loss") else "max")
+            mode = mode if mode is not None else metric_direction(monitor)
             if mode not in ("min", "max"):
                 raise bad_argument(ConfigError, "save_best", "mode", mode, "'min', 'max' or None (by the monitor)",
                                    "pass mode='min' for a loss")
@@ -506,10 +506,7 @@ class DeepLearningTask(TaskBase):
         due = []
         if self._save_every and rec.epoch % self._save_every[0] == 0:
             due.append(("save_every", self._save_every[1]))
-        by = getattr(self, "_save_best_by", None)
-        if by is not None and getattr(rec, by[0]) is None:
-            raise ConfigError(f"save_best: the epoch records have no {by[0]} ({missing_for(by[0])}). Fix: "
-                              "task.save_best(path, monitor='train_loss'), or give the task what it watches.")
+        by = self._save_best_by  # a field the records have: run() checked it before its first step
         best = self.result.best_epoch if by is None else self.result.best_by(*by)
         if self._save_best and best == rec.epoch:
             due.append(("save_best", self._save_best))
@@ -667,10 +664,8 @@ class DeepLearningTask(TaskBase):
             raise ConfigError(_NO_DATA)
         self.lr_table()  # validates the schedule against the data (e.g. warmup longer than training)
         s = self._splits
-        watched = self._scheduler.monitor_ if isinstance(self._scheduler, ReduceLROnPlateau) else ""
-        if (watched[:4] in ("val_", "ema_") and s.val is None) or (watched.startswith("ema_") and self._ema is None):
-            raise ConfigError(f"plan: {self._scheduler!r} watches {watched}, which the epoch records will not have "
-                              f"({missing_for(watched)}). Fix: monitor='train_loss', or give the task what it watches.")
+        if isinstance(self._scheduler, ReduceLROnPlateau) and self._scheduler.monitor_ not in self._record_fields():
+            raise lacking_field(f"plan: {self._scheduler!r}", self._scheduler.monitor_)
         arch = plan_architecture(self._model, self._fuse)
         n_val = len(s.val) if s.val is not None else 0
         sample = tuple(s.train.sample_shape)
@@ -867,8 +862,7 @@ class DeepLearningTask(TaskBase):
             v[compiled.ids["ones"]].fill(1.0)
         ex.view("train_base", "lr_table")[: self.total_steps] = self.lr_table()
         if isinstance(self._scheduler, ReduceLROnPlateau):
-            base = self._scheduler.base_lr_
-            self._plateau = self._scheduler.initial_state(self._optimizer.lr_ if base is None else base)
+            self._plateau = self._plateau_start()
         if self._loss.weight_ is not None:
             ex.view("train_base", "loss.weight")[...] = self._loss.class_weights
 
@@ -907,6 +901,17 @@ class DeepLearningTask(TaskBase):
         if self._phase is not Phase.COMPILED:
             self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
             self.compile()
+        # the "start" callbacks may refuse (EarlyStopping's monitor) or stop: before anything below changes
+        fields = self._record_fields()
+        by = self._save_best_by
+        if self._save_best and by is not None and by[0] not in fields:
+            raise lacking_field("save_best", by[0])
+        stopped = _call_each(callbacks, "start", {"epoch": self._epoch, "total_epochs": self._epochs,
+                                                  "steps_per_epoch": self.steps_per_epoch, "fields": fields,
+                                                  "task": self})
+        if stopped is None:  # a run refused or stopped at "start" leaves an interrupted one interrupted
+            self.result.interrupted = False
+        self.result.stopped = stopped
         if not resume:
             self._resume_at = None
         if self._torn_at is not None:
@@ -918,7 +923,9 @@ class DeepLearningTask(TaskBase):
                           "not reproduce an uninterrupted one. Fix: task.load_state(path) from a checkpoint to "
                           "continue exactly, or task.reset() to train from the start.", stacklevel=4)
         end = self._epochs if more is None else min(self._epochs, self._epoch + more)
-        if end <= self._epoch and self._resume_at is None:
+        if stopped is not None:  # a callback stopped the run before its first step
+            end = self._epoch
+        elif end <= self._epoch and self._resume_at is None:
             warnings.warn(f"run: all total_epochs={self._epochs} epochs are trained, so there is nothing to run: the "
                           "learning-rate schedule and the plan are compiled for that many. Fix: to train longer, build "
                           "a task with a larger total_epochs and copy the weights in with "
@@ -958,14 +965,6 @@ class DeepLearningTask(TaskBase):
         watched = (result_view, nan_flag) + (tuple(seen) if callbacks else ())
         rx.upload_all()
         stop = _StopFlag()
-        self.result.interrupted, self.result.stopped = False, None
-        fields = ("train_loss", "train_top1", "train_top5") + (  # what the epoch records will hold
-            () if s.val is None else ("val_loss", "val_top1", "val_top5")
-            + (("ema_loss", "ema_top1", "ema_top5") if self._ema is not None else ()))
-        stopped = _call_each(callbacks, "start", {"epoch": self._epoch, "total_epochs": self._epochs,
-                                                  "steps_per_epoch": sched.batches, "fields": fields})
-        if stopped is not None:  # a callback stopped the run before its first step
-            self.result.stopped, end = stopped, self._epoch
         done = self._resume_at[1] if self._resume_at is not None and self._resume_at[0] == self._epoch else 0
         prog = make_progress(progress, total=(end - self._epoch) * sched.batches, desc=self.name,
                              steps_per_epoch=sched.batches, epoch=self._epoch + 1, step=done)
@@ -1085,6 +1084,20 @@ class DeepLearningTask(TaskBase):
                                             "stopped": self.result.stopped})
         self.result.stopped = self.result.stopped or why
         return self.result
+
+    def _record_fields(self) -> tuple[str, ...]:
+        """The EpochRecord fields this task's epochs will fill: train_ always, val_ with validation
+        data, ema_ with validation data and ema() (the EMA is scored on the validation set)."""
+        val = self._data.val is not None if self._splits is not None else False
+        return ("train_loss", "train_top1", "train_top5") + (
+            ("val_loss", "val_top1", "val_top5") if val else ()) + (
+            ("ema_loss", "ema_top1", "ema_top5") if val and self._ema is not None else ())
+
+    def _plateau_start(self, lr: float | None = None) -> dict[str, float]:
+        """ReduceLROnPlateau's first state: the rate in force ``lr``, by default the schedule's base."""
+        sched = cast(ReduceLROnPlateau, self._scheduler)
+        base = (self._optimizer.lr_ if sched.base_lr_ is None else sched.base_lr_) if lr is None else lr
+        return sched.initial_state(base)
 
     def _plateau_step(self, rec: EpochRecord, lr_table: np.ndarray, step: np.ndarray, rx: StepPrograms) -> None:
         """ReduceLROnPlateau at an epoch's end: feed it the record's metric; a reduction rewrites the

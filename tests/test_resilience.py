@@ -217,7 +217,7 @@ def test_early_stopping_ends_the_run_after_an_epoch_and_run_continues(capsys) ->
     u.run(progress=False)
     assert same(t, u)  # the stop changed nothing but when run() returned
     untouched = make()
-    with pytest.raises(ConfigError, match="EarlyStopping: the epoch records will have no ema_loss"):
+    with pytest.raises(ConfigError, match="EarlyStopping: watches ema_loss, which the epoch records will not have"):
         untouched.run(progress=False, callbacks=[EarlyStopping(monitor="ema_loss")])
     assert not untouched.result.history  # refused at "start", before an epoch is spent
     with pytest.raises(ConfigError, match=r"patience=0 is invalid"):
@@ -268,7 +268,7 @@ def test_early_stopping_on_nan_at_start_and_the_ema_columns() -> None:
 def test_save_best_by_a_monitored_field(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """save_best(monitor=...) keeps the epoch with the best value of that record field (Lightning's
     ModelCheckpoint(monitor=...)); load() keeps saving by it."""
-    from renaissance_nb import CheckpointError, ConfigError, checkpoint
+    from renaissance_nb import ConfigError, checkpoint
     t = make(epochs=4).save_best(str(tmp_path / "b.npz"), monitor="train_loss", mode="max")
     t.run(2, progress=False)
     h = t.result.history
@@ -284,6 +284,37 @@ def test_save_best_by_a_monitored_field(tmp_path) -> None:  # type: ignore[no-un
         make().save_best(mode="max")
     x, y = data()
     plain = DeepLearningTask("n").model(seq(fc(8), relu(), fc(4))).data(train=(x, y), batch_size=100)
-    with pytest.raises(ConfigError, match="save_best: the epoch records have no val_loss"):
+    with pytest.raises(ConfigError, match="save_best: watches val_loss, which the epoch records will not have"):
         plain.save_best(str(tmp_path / "n.npz"), monitor="val_loss").run(1, progress=False)
-    assert not isinstance(CheckpointError, type(None))
+    assert not plain.result.history  # refused before an epoch is spent
+
+
+def test_a_refused_run_changes_nothing_and_stoppers_count_per_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A run refused at "start" (a stopper watching a field the records lack) keeps the resume point and
+    the interrupted flag; EarlyStopping counts afresh for another task or a run rolled back before its
+    best epoch, and takes a top-k monitor's direction by default."""
+    from renaissance_nb import ConfigError, EarlyStopping, StopTraining
+    x, y = data()
+
+    def stop(kind: str, info) -> None:  # type: ignore[no-untyped-def]
+        if kind == "step":
+            raise StopTraining("pause")
+    t = DeepLearningTask("n").model(seq(fc(8), relu(), fc(4))).data(train=(x, y), batch_size=16).total_epochs(2)
+    t.run(progress=False, callbacks=[stop])
+    assert t._resume_at == (0, 16) and t.result.interrupted
+    with pytest.raises(ConfigError, match="watches val_loss"):
+        t.run(resume=False, callbacks=[EarlyStopping("val_loss")])
+    assert t._resume_at == (0, 16) and t.result.interrupted  # as it was
+    stopper = EarlyStopping("val_loss", patience=1)
+    a = make(epochs=4)
+    a.run(2, progress=False, callbacks=[stopper])
+    path = a.save(str(tmp_path / "a2.npz"))
+    a.run(progress=False, callbacks=[stopper])
+    assert a.result.stopped is None and stopper.best_epoch == 4  # val_loss fell every epoch
+    a.load_state(path)  # rolled back before the stopper's best epoch: it counts afresh, or epoch 3's
+    a.run(progress=False, callbacks=[stopper])  # val_loss (worse than epoch 4's) would stop the run
+    assert a.result.stopped is None and len(a.result.history) == 4
+    b = make(epochs=2)
+    b.run(progress=False, callbacks=[stopper])  # another task: afresh
+    assert stopper._task is b and stopper.best_epoch in (1, 2)
+    assert EarlyStopping("val_top1").mode == "max" and EarlyStopping("val_loss").mode == "min"

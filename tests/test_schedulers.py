@@ -474,8 +474,9 @@ def test_plateau_lowers_the_arena_table_and_resumes_exactly(tmp_path):
 def test_plateau_settings_are_checked():
     from renaissance_nb.train.schedulers import ReduceLROnPlateau
     assert repr(ReduceLROnPlateau(patience=2)) == (
-        "ReduceLROnPlateau(monitor='val_loss', mode='min', factor=0.1, patience=2, threshold=0.0001, "
+        "ReduceLROnPlateau(monitor='val_loss', mode=None, factor=0.1, patience=2, threshold=0.0001, "
         "threshold_mode='rel', cooldown=0, min_lr=0.0, eps=1e-08)")
+    assert ReduceLROnPlateau(monitor="val_top1").direction == "max" and ReduceLROnPlateau().direction == "min"
     for bad, match in ((dict(factor=1.0), r"factor=1.0 is invalid; expected a number in \(0, 1\)"),
                        (dict(monitor="val_acc"), r"monitor='val_acc' is invalid; expected one of 'val_loss'"),
                        (dict(mode="maximum"), "mode='maximum' is invalid"),
@@ -483,3 +484,27 @@ def test_plateau_settings_are_checked():
                        (dict(warmup=1), r"warmup=1 is invalid; expected 0: ReduceLROnPlateau starts at base_lr")):
         with pytest.raises(ConfigError, match=match):
             ReduceLROnPlateau(**bad)
+
+
+def test_plateau_after_a_strict_false_load_starts_from_the_rate_in_force(tmp_path):
+    """A checkpoint of another schedule (or another monitor) loaded with strict=False: the schedule's state
+    starts afresh, and the restored table's rate at the next step holds until the first reduction (a
+    reduction used to raise the rate above the restored cosine's)."""
+    import renaissance_nb as rnb
+    from renaissance_nb.train.schedulers import ReduceLROnPlateau
+    x = np.random.default_rng(1).standard_normal((60, 6)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+
+    def task(sched):  # type: ignore[no-untyped-def]
+        return (rnb.DeepLearningTask("p").model(rnb.seq(rnb.fc(8), rnb.relu(), rnb.fc(2))).data(train=(x, y), batch_size=16)
+                .optimizer(rnb.SGD().lr(0.1)).scheduler(sched).total_epochs(6).seed(2))
+    cos = task(CosineAnnealingLR())
+    cos.run(3, progress=False)
+    path = cos.save(str(tmp_path / "cos.npz"))
+    plateau = task(ReduceLROnPlateau(monitor="train_loss", patience=0, factor=0.5)).compile()
+    plateau.load_state(path, strict=False)
+    table, step = plateau.read("lr_table"), 3 * plateau.steps_per_epoch
+    assert (table[step:] == cos.read("lr_table")[step]).all() and plateau._plateau["lr"] == float(table[step])
+    assert plateau._plateau["best"] == np.inf and plateau._plateau["bad"] == 0
+    plateau.run(progress=False)
+    assert np.all(np.diff(plateau.read("lr_table")[step:]) <= 0)  # reductions only lower it

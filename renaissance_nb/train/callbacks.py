@@ -13,10 +13,10 @@ from typing import Any
 
 from ..checks import arguments_checked, as_flag, as_float, as_int
 from ..errors import ConfigError, bad_argument
-from .schedulers import PLATEAU_METRICS
+from .schedulers import PLATEAU_METRICS, metric_direction
 
 
-def _early_stopping(monitor: str = "val_loss", *, patience: int = 3, mode: str = "min", min_delta: float = 0.0,
+def _early_stopping(monitor: str = "val_loss", *, patience: int = 3, mode: str | None = None, min_delta: float = 0.0,
                     check_finite: bool = True) -> tuple[Any, Any, Any, Any, Any]:
     return monitor, patience, mode, min_delta, check_finite
 
@@ -41,15 +41,18 @@ class EarlyStopping:
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """``EarlyStopping(monitor="val_loss", *, patience=3, mode="min", min_delta=0.0, check_finite=True)``."""
+        """``EarlyStopping(monitor="val_loss", *, patience=3, mode=None, min_delta=0.0, check_finite=True)``;
+        mode None picks by the monitor: 'min' for a loss, 'max' for a top-k."""
         where = "EarlyStopping"
         monitor, patience, mode, min_delta, check_finite = _arguments(*args, **kwargs)
         if not isinstance(monitor, str) or monitor not in PLATEAU_METRICS:
             raise bad_argument(ConfigError, where, "monitor", monitor, "one of " + ", ".join(map(repr, PLATEAU_METRICS)),
                                "pass monitor='val_loss'")
+        if mode is None:
+            mode = metric_direction(monitor)
         if not isinstance(mode, str) or mode not in ("min", "max"):
-            raise bad_argument(ConfigError, where, "mode", mode, "'min' (a loss) or 'max' (an accuracy)",
-                               "pass mode='max' for a top-1")
+            raise bad_argument(ConfigError, where, "mode", mode, "'min' (a loss), 'max' (an accuracy) or None",
+                               "pass mode='max' for a top-1, or leave it out")
         p = as_int(patience)
         if p is None or p < 1:
             raise bad_argument(ConfigError, where, "patience", patience, "a whole number of epochs >= 1",
@@ -60,6 +63,7 @@ class EarlyStopping:
         self.check_finite = as_flag(check_finite, where, "check_finite", ConfigError)
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, p, d
         self.best, self.best_epoch, self.wait = self._worst(), 0, 0
+        self._task: Any = None  # the task whose run it counts (run() says at "start")
 
     def _worst(self) -> float:
         return math.inf if self.mode == "min" else -math.inf
@@ -67,18 +71,16 @@ class EarlyStopping:
     def __call__(self, kind: str, info: Any) -> None:
         if kind == "start":
             if self.monitor not in info.get("fields", PLATEAU_METRICS):  # before any epoch is spent
-                raise ConfigError(f"EarlyStopping: the epoch records will have no {self.monitor} "
-                                  f"({missing_for(self.monitor)}). Fix: monitor='train_loss', or give the task what "
-                                  "it watches.")
-            if info.get("epoch", 0) == 0:  # a run from the first epoch: count afresh
-                self.best, self.best_epoch, self.wait = self._worst(), 0, 0
+                raise lacking_field("EarlyStopping", self.monitor)
+            task, epoch = info.get("task"), info.get("epoch", 0)
+            # count afresh for another task, a run from the start, or one rolled back before the best epoch
+            if task is not self._task or epoch == 0 or epoch < self.best_epoch:
+                self.best, self.best_epoch, self.wait, self._task = self._worst(), 0, 0, task
         if kind != "epoch":
             return
         value = getattr(info, self.monitor)
-        if value is None:
-            raise ConfigError(f"EarlyStopping: the epoch records have no {self.monitor} "
-                              f"({missing_for(self.monitor)}). Fix: monitor='train_loss', or give the task what it "
-                              "watches.")
+        if value is None:  # called by hand, outside run()
+            raise lacking_field("EarlyStopping", self.monitor)
         if self.check_finite and not math.isfinite(value):
             raise StopTraining(f"early stopping: {self.monitor} is {value} at epoch {info.epoch}")
         better = value < self.best - self.min_delta if self.mode == "min" else value > self.best + self.min_delta
@@ -95,9 +97,10 @@ class EarlyStopping:
                 f"min_delta={self.min_delta!r}" + ("" if self.check_finite else ", check_finite=False") + ")")
 
 
-def missing_for(field: str) -> str:
-    """What a task lacks when its epoch records have no ``field``: validation data for the val_ and
-    ema_ columns (the EMA is scored on the validation set), and EMA weights for the ema_ ones."""
-    if field.startswith("val_"):
-        return "the task has no validation data"
-    return "the EMA is scored on validation data: the task needs val= (or val_fraction=) and ema()"
+def lacking_field(who: str, field: str) -> ConfigError:
+    """The error for a watcher (a schedule, save_best, EarlyStopping) of a field the task's epoch records
+    will not have: val_ needs validation data, ema_ validation data and ema() (the EMA is scored there)."""
+    why = ("the task has no validation data" if field.startswith("val_")
+           else "the EMA is scored on validation data: the task needs val= (or val_fraction=) and ema()")
+    return ConfigError(f"{who}: watches {field}, which the epoch records will not have ({why}). Fix: "
+                       "monitor='train_loss', or give the task what it watches.")

@@ -217,7 +217,7 @@ class Scheduler(Settings):
             if name == "base_lr" and value is None:  # the optimizer's lr: the task shows it beside
                 continue
             if value is None:
-                text = "whole training"
+                text = "whole training" if name == "total_iters" else "None"
             elif name == "milestones":
                 text = "[" + ", ".join(_fmt_num(m) for m in value) + "] epochs"
             elif name in _EPOCH_PARAMS:
@@ -599,6 +599,11 @@ class OneCycleLR(Scheduler):
         return super().__repr__().replace(", cycle_momentum=False", "").replace(", warmup=0 epochs", "")
 
 
+def metric_direction(field: str) -> str:
+    """'min' for a loss, 'max' for a top-k: which way an EpochRecord field improves."""
+    return "min" if field.endswith("_loss") else "max"
+
+
 PLATEAU_METRICS = ("val_loss", "val_top1", "val_top5", "train_loss", "train_top1", "train_top5", "ema_loss",
                    "ema_top1", "ema_top5")
 """What ReduceLROnPlateau can watch: the fields of an epoch's EpochRecord."""
@@ -613,7 +618,7 @@ class ReduceLROnPlateau(Scheduler):
     the arena, so ``task.read("lr_table")`` has the rates in force and ``lr_table()`` the plan."""
 
     monitor_: str = "val_loss"
-    mode_: str = "min"
+    mode_: str | None = None  # None: "min" for a loss, "max" for a top-k (the monitor's direction)
     factor_: float = 0.1
     patience_: int = 10
     threshold_: float = 1e-4
@@ -628,9 +633,14 @@ class ReduceLROnPlateau(Scheduler):
         """The EpochRecord field to watch: 'val_loss' (default), 'val_top1', 'train_loss', 'ema_loss'..."""
         return self._with("monitor", v)
 
-    def mode(self: _S, v: str) -> _S:
-        """'min' (a loss) or 'max' (an accuracy)."""
+    def mode(self: _S, v: str | None) -> _S:
+        """'min' or 'max'; None (default) picks by the monitor: 'min' for a loss, 'max' for a top-k."""
         return self._with("mode", v)
+
+    @property
+    def direction(self) -> str:
+        """The mode in force: ``mode``, or the monitor's own direction."""
+        return self.mode_ or metric_direction(self.monitor_)
 
     def factor(self: _S, v: float) -> _S:
         """The multiplier of each reduction, in (0, 1)."""
@@ -669,8 +679,8 @@ class ReduceLROnPlateau(Scheduler):
     def _check_monitor(self, v: Any) -> str:
         return self._choice("monitor", v, PLATEAU_METRICS)
 
-    def _check_mode(self, v: Any) -> str:
-        return self._choice("mode", v, ("min", "max"))
+    def _check_mode(self, v: Any) -> str | None:
+        return None if v is None else self._choice("mode", v, ("min", "max"))
 
     def _check_threshold_mode(self, v: Any) -> str:
         return self._choice("threshold_mode", v, ("rel", "abs"))
@@ -718,7 +728,8 @@ class ReduceLROnPlateau(Scheduler):
     def initial_state(self, base_lr: float) -> dict[str, float]:
         """torch's state before the first step: the best metric so far, bad epochs, cooldown left, and the
         rate in force (float64, as torch keeps it in the param group)."""
-        return {"best": math.inf if self.mode_ == "min" else -math.inf, "bad": 0, "cooldown": 0, "lr": float(base_lr)}
+        return {"best": math.inf if self.direction == "min" else -math.inf, "bad": 0, "cooldown": 0,
+                "lr": float(base_lr)}
 
     def __repr__(self) -> str:
         return super().__repr__().replace(", warmup=0 epochs", "")
@@ -729,7 +740,7 @@ def plateau_step(s: ReduceLROnPlateau, state: dict[str, float], metric: float) -
     never better, as in torch."""
     state = dict(state)
     best = state["best"]
-    if s.mode_ == "min":
+    if s.direction == "min":
         better = metric < (best * (1.0 - s.threshold_) if s.threshold_mode_ == "rel" else best - s.threshold_)
     else:
         better = metric > (best * (1.0 + s.threshold_) if s.threshold_mode_ == "rel" else best + s.threshold_)
