@@ -379,7 +379,7 @@ def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray],
                ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, tuple[int, int] | None, float, list[EpochRecord],
                           dict[str, float] | None]:
     """Everything load_state checks before it writes: the bytes to copy and the run's position."""
-    options = {"fuse": task._fuse, "liveness": task._liveness, "pad_rows": task._pad_rows}
+    options = {k: getattr(task, f"_{k}") for k in PLAN_OPTIONS}
     _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(task),
                          (header.get("spec") or {}).get("options"), options)
     if strict:
