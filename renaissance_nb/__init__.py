@@ -10,9 +10,9 @@ from .blueprint import (RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, blo
 from .deep_task import DeepLearningTask
 from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DeviceError, DownloadError,
                      NumericalError, PhaseError, PlanError, RenaissanceError, ShapeError)
-from .graph.atlas import GraphAtlas
-from .graph.graph import ComputationGraph, GraphNode, node
-from .graph.ids import GraphId, StreamKind
+from .compiler.atlas import GraphAtlas
+from .compiler.graph import ComputationGraph, GraphNode, node
+from .compiler.ids import GraphId, StreamKind
 from .memory.dtensor import DTensor
 from .memory.plan import MemoryPlan
 from .memory.region import Region

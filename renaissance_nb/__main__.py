@@ -15,7 +15,7 @@ from . import __version__, datasets
 from .blueprint import fc, relu, seq
 from .deep_task import DeepLearningTask
 from .errors import RenaissanceError
-from .memory.plan import bytes_versus, human_bytes
+from .text import bytes_versus, human_bytes
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW
 from .train.schedulers import CosineAnnealingLR

@@ -5,7 +5,7 @@
     task.compile()       COMPILED       atlas filled, graphs bound, arena initialised
     task.run()                          replay of the compiled step, epoch by epoch
 
-Each step is a pure compiler stage (graph/compiler.py) whose value stays on the
+Each step is a pure compiler stage (compiler/stages.py) whose value stays on the
 task for inspection: ``task.arch``, ``task.shapes``, ``task.plans``, ``task.graphs``,
 ``task.compiled.atlas``.
 """
@@ -29,15 +29,15 @@ from .data.arrays import (DataSplits, Dataset, channels_first, checked_splits, h
                           make_splits, moved_to_channels_first, validate_arrays)
 from .errors import (CheckpointError, ConfigError, DataError, DeviceError, NumericalError, PhaseError, PlanError,
                      RenaissanceError, bad_argument)
-from .graph.compiler import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
+from .compiler.stages import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
                              create_memory_plans, derive_all_shapes, graph_lifetimes, share_or_clone,
                              variant_specs)
-from .graph.ids import GraphId
-from .graph.layers import ArchPlan, StepOptions, plan_architecture
+from .compiler.ids import GraphId
+from .compiler.layers import ArchPlan, StepOptions, plan_architecture
 from .kernels import blas, fused
 from .kernels.cpu import BindEnv
 from .memory.dtensor import arena_layout, torch_layout
-from .memory.plan import bytes_versus, human_bytes, plural
+from .text import bytes_versus, human_bytes, plural
 from .progress import make_progress
 from .result import EpochRecord, TrainingResult
 from .runtime.arena import Arena

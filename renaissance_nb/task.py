@@ -18,12 +18,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import PhaseError, PlanError, bad_argument
-from .graph.graph import ComputationGraph, GraphNode
-from .graph.ids import StreamKind
+from .compiler.graph import ComputationGraph, GraphNode
+from .compiler.ids import StreamKind
 from .kernels.cpu import BindEnv
 from .memory.dtensor import DTensor
 from .memory.liveness import Lifetimes
-from .memory.plan import MemoryPlan, plural
+from .memory.plan import MemoryPlan
+from .text import plural
 from .runtime.arena import Arena
 from .runtime.bind import BoundGraph, bind, check_nodes
 

@@ -18,8 +18,8 @@ from renaissance_nb import (DeepLearningTask, GraphId, PhaseError, Region, Strea
                             datasets, fc, node, relu, seq)
 from renaissance_nb.display import (AtlasView, BluePrintView, GraphView, LifetimeView, PhaseView,  # noqa: E402
                                     RegionMap, TrainingMonitor, VariantsView, dashboard, static, views)
-from renaissance_nb.graph.compiler import graph_lifetimes  # noqa: E402
-from renaissance_nb.memory.plan import bytes_versus, human_bytes, plural  # noqa: E402
+from renaissance_nb.compiler.stages import graph_lifetimes  # noqa: E402
+from renaissance_nb.text import bytes_versus, human_bytes, plural  # noqa: E402
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 

@@ -168,7 +168,7 @@ def test_sgd_kernel_is_the_cpu_update_bit_for_bit(module, nesterov: bool, wd: fl
 
 @pytest.mark.parametrize("max_norm", [0.5, 1e6])  # clipped, and a norm below max_norm: left alone
 def test_clip_grad_norm_kernels_match_the_cpu(module, max_norm: float) -> None:  # type: ignore[no-untyped-def]
-    from renaissance_nb.graph.layers import CLIP_BLOCKS
+    from renaissance_nb.compiler.layers import CLIP_BLOCKS
     from renaissance_nb.kernels.cpu import KERNELS, BindEnv
     n = 1003
     g = (RNG.normal(size=n) * 10.0 ** RNG.uniform(-6, 0, n)).astype(np.float32)

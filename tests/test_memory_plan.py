@@ -8,7 +8,7 @@ import pytest
 
 from renaissance_nb import (SGD, DeepLearningTask, GraphId, MemoryPlan, PlanError, Region, TaskBase, dropout, fc,
                             node, relu, seq, tanh)
-from renaissance_nb.graph.compiler import VARIANTS
+from renaissance_nb.compiler.stages import VARIANTS
 from renaissance_nb.memory.dtensor import ALIGNMENT, DTensor
 from renaissance_nb.memory.liveness import intervals_meet, lifetimes_from_programs, live_overlaps, pack
 

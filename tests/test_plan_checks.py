@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from renaissance_nb import GraphId, MemoryPlan, PlanError, Region, TaskBase, node
-from renaissance_nb.graph.atlas import GraphAtlas
-from renaissance_nb.graph.graph import ComputationGraph
+from renaissance_nb.compiler.atlas import GraphAtlas
+from renaissance_nb.compiler.graph import ComputationGraph
 from renaissance_nb.memory.liveness import intervals_meet
 
 

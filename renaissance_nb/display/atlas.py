@@ -5,8 +5,8 @@ from typing import Any
 
 import traitlets
 
-from ..graph.ids import GraphId
-from ..memory.plan import plural
+from ..compiler.ids import GraphId
+from ..text import plural
 from . import static, views
 from ._assets import esm
 from ._base import ViewWidget

@@ -5,7 +5,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..memory.plan import plural
+from ..text import plural
 from . import static, views
 from ._base import OneLine
 

@@ -11,8 +11,9 @@ import re
 import shutil
 from typing import Any, Iterable
 
-from ..graph.ids import GraphId
-from ..memory.plan import MemoryPlan, plural
+from ..compiler.ids import GraphId
+from ..memory.plan import MemoryPlan
+from ..text import plural
 from .theme import esc, family_color, shape_text, stream_color
 
 MAX_OPS_EXPANDED = 80

@@ -5,7 +5,7 @@ from typing import Any
 
 import traitlets
 
-from ..graph.ids import GraphId
+from ..compiler.ids import GraphId
 from . import views
 from ._assets import esm
 from ._base import ViewWidget

@@ -17,7 +17,7 @@ from typing import Any
 
 import traitlets
 
-from ..memory.plan import plural
+from ..text import plural
 from . import static, views
 from ._assets import esm
 from ._base import ViewWidget

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..memory.plan import human_bytes, plural
+from ..text import human_bytes, plural
 from . import views
 from ._assets import css
 from .theme import PHASE_COLORS, esc
@@ -394,7 +394,7 @@ def training_html(view: dict[str, Any]) -> str:
 
 # ---- graph -------------------------------------------------------------------------------------------------
 def graph_html(task: Any, graph: str | None = None, gid: Any = None) -> str:
-    from ..graph.ids import GraphId
+    from ..compiler.ids import GraphId
     from .graphdraw import default_collapsed, render_graph
 
     graphs = views.graphs_of(task)

@@ -10,7 +10,7 @@ import colorsys
 import html
 import time
 
-from ..memory.plan import human_bytes
+from ..text import human_bytes
 
 # Region families (CONCEPTS.md section 3), in the arena's address order of first use.
 FAMILY_COLORS: dict[str, str] = {

@@ -12,9 +12,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..graph.ids import GraphId
+from ..compiler.ids import GraphId
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
-from ..memory.plan import MemoryPlan, bytes_versus, human_bytes, plural
+from ..memory.plan import MemoryPlan
+from ..text import bytes_versus, human_bytes, plural
 from ..memory.region import FAMILIES
 from .theme import capture_color, capture_ink, clock, family_color, region_color, shape_text, stream_color
 
@@ -50,7 +51,7 @@ def atlas_of(obj: Any):  # type: ignore[no-untyped-def]
 
 def graphs_of(obj: Any) -> dict[str, Any]:
     """ComputationGraphs by name ('train', 'inference'), or a hand-built task's graphs."""
-    from ..graph.graph import ComputationGraph
+    from ..compiler.graph import ComputationGraph
 
     if isinstance(obj, ComputationGraph):
         return {obj.name: obj}
@@ -188,7 +189,7 @@ def _programs(graphs: Any) -> list[tuple[str, list[tuple[Any, Any]] | None, int]
     Lengths come from the engine's own ``step_programs``; node labels from mirroring its
     order, kept only where every (inputs, outputs) pair matches the engine's.
     """
-    from ..graph import compiler
+    from ..compiler import stages as compiler
 
     reference = compiler.step_programs(graphs)
     order_a = tuple(getattr(compiler, "STEP_ORDER_A", ()))
@@ -236,7 +237,7 @@ def graph_lifetimes(obj: Any) -> Lifetimes:
     """
     graphs = getattr(obj, "graphs", None)
     if graphs is not None and hasattr(graphs, "train"):
-        from ..graph import compiler
+        from ..compiler import stages as compiler
 
         return compiler.graph_lifetimes(graphs)
     return lifetimes_from_programs([[(n.inputs, n.outputs) for _, n in nodes or ()]

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DeviceError
-from ..graph.ids import GraphId, StreamKind
+from ..compiler.ids import GraphId, StreamKind
 from ..kernels.cpu import BindEnv
 from ..memory.dtensor import ALIGNMENT, span_bytes, tensor_view
 from ..memory.region import Region

@@ -5,7 +5,8 @@ import numpy as np
 
 from ..errors import PlanError
 from ..memory.dtensor import ALIGNMENT, tensor_view
-from ..memory.plan import MemoryPlan, human_bytes
+from ..memory.plan import MemoryPlan
+from ..text import human_bytes
 from ..memory.region import Region
 
 

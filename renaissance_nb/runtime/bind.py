@@ -7,10 +7,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import PlanError
-from ..graph.graph import GraphNode
+from ..compiler.graph import GraphNode
 from ..kernels.cpu import KERNELS, BindEnv
 from ..kernels.operands import operand_problem
-from ..memory.plan import plural
+from ..text import plural
 
 
 @dataclass

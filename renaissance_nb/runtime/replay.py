@@ -14,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..graph.atlas import ACCUM_ID, GraphAtlas
-from ..graph.compiler import STEP_ORDER_A, CompiledPlan, swap_ab
-from ..graph.ids import GraphId
+from ..compiler.atlas import ACCUM_ID, GraphAtlas
+from ..compiler.stages import STEP_ORDER_A, CompiledPlan, swap_ab
+from ..compiler.ids import GraphId
 from ..kernels.cpu import BindEnv
 from .arena import Arena
 from .bind import BoundGraph, bind

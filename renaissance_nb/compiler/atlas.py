@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from ..checks import as_int
 from ..errors import PlanError, bad_argument
-from ..memory.plan import plural
+from ..text import plural
 from .ids import GraphId, StreamKind, as_graph_id
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory.plan import MemoryPlan
-    from .compiler import Graphs, VariantSpec
+    from .stages import Graphs, VariantSpec
 
 TRAIN_IDS = (GraphId.TRANSFER_A, GraphId.TRANSFER_B, GraphId.FIRST_LAYER_FWD_A, GraphId.FIRST_LAYER_FWD_B,
              GraphId.DEEP_FWD_BWD, GraphId.ZERO_GRAD, GraphId.FIRST_LAYER_BWD_A, GraphId.FIRST_LAYER_BWD_B,

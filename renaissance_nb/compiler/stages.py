@@ -22,7 +22,8 @@ import numpy as np
 from ..errors import PlanError, ShapeError
 from ..memory.dtensor import padded_bytes, row_pitch
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
-from ..memory.plan import MemoryPlan, human_bytes, plural
+from ..memory.plan import MemoryPlan
+from ..text import human_bytes, plural
 from ..memory.region import PARAM_FAMILIES
 from .atlas import GraphAtlas, build_atlas
 from .graph import ComputationGraph
