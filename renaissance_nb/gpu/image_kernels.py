@@ -1,7 +1,7 @@
 """GPU kernels of image models: conv, batch norm, max and average pooling, global average pooling,
-flatten, and image batch transfers. Registered into GPU_KERNELS (kernels.py imports this module).
+flatten, and image batch transfers: IMAGE_GPU_KERNELS, joined into GPU_KERNELS by kernels.py.
 
-The factories check shapes with the CPU table's own helpers (kernels/conv.py), so a plan the
+The factories check shapes with the CPU table's own helpers (kernels/operands.py), so a plan the
 CPU backend rejects is rejected here with the same message. Convolutions are im2col + one
 cuBLAS product (the CPU's formulation); the CUDA side is gpu/src/rnb_image.cu.
 
@@ -11,15 +11,20 @@ them up is launched; the copy and the cursor advance run inside the graph.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import PlanError
-from ..kernels.conv import (_act, _check, _conv_geometry, _pool_geometry, _rows, bn_bwd_operands,
-                            bn_fwd_operands, conv_bwd_operands)
-from ..kernels.cpu import KERNELS
-from .kernels import GpuBindEnv, Launch, _launch, _seq, _single, gpu_kernel
+from ..kernels.base import registrar
+from ..kernels.operands import (bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_geometry,
+                                pool_geometry, relu_code, rows)
+from ..kernels.transfer import transfer_image as cpu_transfer_image
+from .base import GpuBindEnv, Launch, launch_grid, launch_single, sequence
+
+IMAGE_GPU_KERNELS: dict[str, Callable[..., Launch]] = {}
+"""This module's kernels: conv, batch norm, pooling, flatten's layout and image batch transfers."""
+gpu_kernel = registrar(IMAGE_GPU_KERNELS)
 
 REDUCE_SLICES = 256
 """Per-channel sums over all rows run as (slice, channel) partial sums, then an in-order sum of the
@@ -47,10 +52,10 @@ def conv_fwd(outs, ins, p, env):
     k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
     x, w = ins[0], ins[1]
     has_b = bool(p.get("bias", False))
-    act = _act("conv_fwd", p)
-    n, h, wd, cin, cout, ho, wo = _conv_geometry("conv_fwd", x, w, k, s, pad)
+    act = relu_code("conv_fwd", p)
+    n, h, wd, cin, cout, ho, wo = conv_geometry("conv_fwd", x, w, k, s, pad)
     y = outs[0]
-    _check("conv_fwd", "y", y.shape, (n, ho, wo, cout))
+    check_shape("conv_fwd", "y", y.shape, (n, ho, wo, cout))
     m = n * ho * wo
     y2, wt = y.reshape(m, cout), w.reshape(cout, -1).T
     if k == 1 and s == 1 and pad == 0:
@@ -59,13 +64,13 @@ def conv_fwd(outs, ins, p, env):
         if len(outs) < 2:
             raise PlanError(f"conv_fwd: a {k}x{k} convolution needs the im2col buffer 'cols' as its second output.")
         cols = outs[1]
-        _check("conv_fwd", "cols", cols.shape, (m, k * k * cin))
-        parts = [_launch(env, "rnb_im2col", cols.size, x, cols, *_i32(n, h, wd, cin, k, s, pad, ho, wo)),
+        check_shape("conv_fwd", "cols", cols.shape, (m, k * k * cin))
+        parts = [launch_grid(env, "rnb_im2col", cols.size, x, cols, *_i32(n, h, wd, cin, k, s, pad, ho, wo)),
                  env.gemm.bind(y2, cols, wt)]
     if has_b or act:
         b = ins[2] if has_b else y2
-        parts.append(_launch(env, "rnb_bias_act", m * cout, y2, b, *_i32(m, cout, has_b, act), np.float64(0.0)))
-    return _seq(*parts)
+        parts.append(launch_grid(env, "rnb_bias_act", m * cout, y2, b, *_i32(m, cout, has_b, act), np.float64(0.0)))
+    return sequence(*parts)
 
 
 @gpu_kernel("conv_bwd")
@@ -79,17 +84,18 @@ def conv_bwd(outs, ins, p, env):
     if o.act or o.db is not None:
         sl = _slices(m)
         part = _scratch(env, (sl, cout), np.float64)
-        parts.append(_launch(env, "rnb_colsum_part", sl * cout, o.dy2, o.y2, np.int64(m), *_i32(cout, sl, o.act),
-                             part))
+        parts.append(launch_grid(env, "rnb_colsum_part", sl * cout, o.dy2, o.y2, np.int64(m), *_i32(cout, sl, o.act),
+                                 part))
         if o.db is not None:
-            parts.append(_launch(env, "rnb_colsum_final", cout, part, *_i32(cout, sl), o.db))
+            parts.append(launch_grid(env, "rnb_colsum_final", cout, part, *_i32(cout, sl), o.db))
     parts.append(env.gemm.bind(o.dw2, o.dy2.T, o.cols))
     if o.dx2 is not None:
         parts.append(env.gemm.bind(o.dx2, o.dy2, o.wmat))
     elif o.dcols is not None:
         parts += [env.gemm.bind(o.dcols, o.dy2, o.wmat),
-                  _launch(env, "rnb_col2im", o.dx.size, o.dcols, o.dx, *_i32(n, h, wd, cin, o.k, o.s, o.pad, ho, wo))]
-    return _seq(*parts)
+                  launch_grid(env, "rnb_col2im", o.dx.size, o.dcols, o.dx,
+                              *_i32(n, h, wd, cin, o.k, o.s, o.pad, ho, wo))]
+    return sequence(*parts)
 
 
 # ---- batch norm --------------------------------------------------------------------------------
@@ -100,11 +106,11 @@ def bn_fwd(outs, ins, p, env):
     m, c = x2.shape
     sl = _slices(m)
     part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (2, c), np.float32)
-    return _seq(
-        _launch(env, "rnb_bn_stats_part", sl * c, x2, np.int64(m), *_i32(c, sl), part),
-        _launch(env, "rnb_bn_stats_final", c, part, x2, gamma, beta, np.int64(m), *_i32(c, sl), np.float64(momentum),
-                np.float64(eps), mean, invstd, rmean, rvar, aff),
-        _launch(env, "rnb_channel_affine", m * c, x2, y2, aff[0], aff[1], np.int64(m), *_i32(c, act)))
+    return sequence(
+        launch_grid(env, "rnb_bn_stats_part", sl * c, x2, np.int64(m), *_i32(c, sl), part),
+        launch_grid(env, "rnb_bn_stats_final", c, part, x2, gamma, beta, np.int64(m), *_i32(c, sl),
+                    np.float64(momentum), np.float64(eps), mean, invstd, rmean, rvar, aff),
+        launch_grid(env, "rnb_channel_affine", m * c, x2, y2, aff[0], aff[1], np.int64(m), *_i32(c, act)))
 
 
 @gpu_kernel("bn_bwd")
@@ -113,10 +119,10 @@ def bn_bwd(outs, ins, p, env):
     m, c = x2.shape
     sl = _slices(m)
     part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (3, c), np.float64)
-    return _seq(
-        _launch(env, "rnb_bn_grad_part", sl * c, dy2, x2, y2, mean, np.int64(m), *_i32(c, sl, act), part),
-        _launch(env, "rnb_bn_grad_final", c, part, gamma, invstd, np.int64(m), *_i32(c, sl), dgamma, dbeta, aff),
-        _launch(env, "rnb_bn_dx", m * c, dy2, x2, mean, aff, dx2, np.int64(m), np.int32(c)))
+    return sequence(
+        launch_grid(env, "rnb_bn_grad_part", sl * c, dy2, x2, y2, mean, np.int64(m), *_i32(c, sl, act), part),
+        launch_grid(env, "rnb_bn_grad_final", c, part, gamma, invstd, np.int64(m), *_i32(c, sl), dgamma, dbeta, aff),
+        launch_grid(env, "rnb_bn_dx", m * c, dy2, x2, mean, aff, dx2, np.int64(m), np.int32(c)))
 
 
 @gpu_kernel("bn_fold")
@@ -124,24 +130,25 @@ def bn_fold(outs, ins, p, env):
     gamma, beta, rmean, rvar = ins
     scale, bias = outs
     c = gamma.shape[0]
-    return _launch(env, "rnb_bn_fold", c, gamma, beta, rmean, rvar, np.float64(p.get("eps", 1e-5)), np.int32(c),
-                   scale, bias)
+    return launch_grid(env, "rnb_bn_fold", c, gamma, beta, rmean, rvar, np.float64(p.get("eps", 1e-5)), np.int32(c),
+                       scale, bias)
 
 
 @gpu_kernel("bn_inf")
 def bn_inf(outs, ins, p, env):
     x, scale, bias = ins
     (y,) = outs
-    _check("bn_inf", "y", y.shape, x.shape)
-    x2, y2 = _rows(x), _rows(y)
+    check_shape("bn_inf", "y", y.shape, x.shape)
+    x2, y2 = rows(x), rows(y)
     m, c = x2.shape
-    return _launch(env, "rnb_channel_affine", m * c, x2, y2, scale, bias, np.int64(m), *_i32(c, _act("bn_inf", p)))
+    return launch_grid(env, "rnb_channel_affine", m * c, x2, y2, scale, bias, np.int64(m),
+                       *_i32(c, relu_code("bn_inf", p)))
 
 
 # ---- pooling -----------------------------------------------------------------------------------
 def _pool_args(op: str, image: Any, pooled: Any, p: dict) -> tuple[tuple[np.int32, ...], int]:
     """(n, h, w, c, k, s, pad, ho, wo) as kernel arguments, checked as the CPU checks them; and k."""
-    k, s, pad = _pool_geometry(op, image, pooled, p)
+    k, s, pad = pool_geometry(op, image, pooled, p)
     n, h, w, c = image.shape
     return _i32(n, h, w, c, k, s, pad, pooled.shape[1], pooled.shape[2]), k
 
@@ -150,54 +157,54 @@ def _pool_args(op: str, image: Any, pooled: Any, p: dict) -> tuple[tuple[np.int3
 def maxpool_fwd(outs, ins, p, env):
     (x,), (y, am) = ins, outs
     geo, _ = _pool_args("maxpool_fwd", x, y, p)
-    _check("maxpool_fwd", "argmax", am.shape, y.shape)
-    return _launch(env, "rnb_maxpool_fwd", y.size, x, y, am, *geo)
+    check_shape("maxpool_fwd", "argmax", am.shape, y.shape)
+    return launch_grid(env, "rnb_maxpool_fwd", y.size, x, y, am, *geo)
 
 
 @gpu_kernel("maxpool_bwd")
 def maxpool_bwd(outs, ins, p, env):
     (dy, am), (dx,) = ins, outs
     geo, _ = _pool_args("maxpool_bwd", dx, dy, p)
-    return _launch(env, "rnb_maxpool_bwd", dx.size, dy, am, dx, *geo)
+    return launch_grid(env, "rnb_maxpool_bwd", dx.size, dy, am, dx, *geo)
 
 
 @gpu_kernel("avgpool_fwd")
 def avgpool_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
     geo, k = _pool_args("avgpool_fwd", x, y, p)
-    return _launch(env, "rnb_avgpool_fwd", y.size, x, y, *geo, np.float32(k * k))
+    return launch_grid(env, "rnb_avgpool_fwd", y.size, x, y, *geo, np.float32(k * k))
 
 
 @gpu_kernel("avgpool_bwd")
 def avgpool_bwd(outs, ins, p, env):
     (dy,), (dx,) = ins, outs
     geo, k = _pool_args("avgpool_bwd", dx, dy, p)
-    return _launch(env, "rnb_avgpool_bwd", dx.size, dy, dx, *geo, np.float32(k * k))
+    return launch_grid(env, "rnb_avgpool_bwd", dx.size, dy, dx, *geo, np.float32(k * k))
 
 
 @gpu_kernel("gap_fwd")
 def gap_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
     n, h, w, c = x.shape
-    _check("gap_fwd", "y", y.shape, (n, c))
-    return _launch(env, "rnb_gap_fwd", y.size, x, y, *_i32(n, h * w, c), np.float32(h * w))
+    check_shape("gap_fwd", "y", y.shape, (n, c))
+    return launch_grid(env, "rnb_gap_fwd", y.size, x, y, *_i32(n, h * w, c), np.float32(h * w))
 
 
 @gpu_kernel("gap_bwd")
 def gap_bwd(outs, ins, p, env):
     (dy,), (dx,) = ins, outs
     n, h, w, c = dx.shape
-    _check("gap_bwd", "dy", dy.shape, (n, c))
-    return _launch(env, "rnb_gap_bwd", dx.size, dy, dx, *_i32(n, h * w, c), np.float32(h * w))
+    check_shape("gap_bwd", "dy", dy.shape, (n, c))
+    return launch_grid(env, "rnb_gap_bwd", dx.size, dy, dx, *_i32(n, h * w, c), np.float32(h * w))
 
 
 def flatten_copy(env: GpuBindEnv, src: Any, dst: Any) -> Launch:
     """flatten of (N, H, W, C) features in PyTorch's (C, H, W) order, or its gradient back."""
     if src.ndim == 4 and dst.ndim == 2:
         n, h, w, c = src.shape
-        return _launch(env, "rnb_nhwc_to_nchw", src.size, src, dst, *_i32(n, h, w, c, 1))
+        return launch_grid(env, "rnb_nhwc_to_nchw", src.size, src, dst, *_i32(n, h, w, c, 1))
     n, h, w, c = dst.shape
-    return _launch(env, "rnb_nhwc_to_nchw", dst.size, src, dst, *_i32(n, h, w, c, 0))
+    return launch_grid(env, "rnb_nhwc_to_nchw", dst.size, src, dst, *_i32(n, h, w, c, 0))
 
 
 # ---- image batches -----------------------------------------------------------------------------
@@ -216,9 +223,9 @@ def transfer_image(outs, ins, p, env):
         return missing
     sx, sy = env.pinned(x_out.shape, np.float32), env.pinned(y_out.shape, np.int32)
     host_ins = [env.host_twin(v) for v in ins]
-    gather = KERNELS["transfer_image"]([sx, sy], host_ins, p, env.cpu_env)
-    launch = _seq(env.ops.h2d(x_out, sx), env.ops.h2d(y_out, sy),
-                  _single(env, "rnb_advance", cursor, np.int64(y_out.shape[0])))
+    gather = cpu_transfer_image([sx, sy], host_ins, p, env.cpu_env)
+    launch = sequence(env.ops.h2d(x_out, sx), env.ops.h2d(y_out, sy),
+                      launch_single(env, "rnb_advance", cursor, np.int64(y_out.shape[0])))
     launch.prepare = gather  # type: ignore[attr-defined]
     return launch
 

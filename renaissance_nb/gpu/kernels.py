@@ -8,22 +8,24 @@ Nothing a launcher does may allocate or synchronise.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..data.augment import status_error
 from ..errors import DeviceError, PlanError
-from ..kernels.cpu import ema_ranges, fc_bwd_operands, optimizer_ranges
-from ..kernels.fused import ACT_CODES
+from ..kernels.base import join_tables, registrar
+from ..kernels.fused import gather_batch
+from ..kernels.operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges
+from ..kernels.status import status_error
 from ..memory.dtensor import span_bytes
 from ..train.rng import StreamId
+from . import image_kernels
+from .base import THREADS, GpuBindEnv, Launch, MemoryOps, launch_grid, launch_single, sequence
 
-Launch = Callable[[Any], None]
-THREADS = 256
-MAX_BLOCKS = 8192
+DENSE_GPU_KERNELS: dict[str, Callable[..., Launch]] = {}
+"""This module's kernels: dense layers, element-wise ops, losses, transfers, the update."""
+gpu_kernel = registrar(DENSE_GPU_KERNELS)
 NVRTC_OPTIONS = ("--fmad=false", "-std=c++17", f"-DRNB_THREADS={THREADS}")
 """--fmad=false: no contraction of a*b+c into one rounding, so the float32 element-wise results
 are those of the CPU kernels bit for bit (the CPU kernels are compiled without fastmath).
@@ -35,48 +37,6 @@ def kernel_source() -> str:
     """The CUDA C++ of every kernel: the per-element functions, then the __global__ kernels."""
     src = resources.files("renaissance_nb.gpu") / "src"
     return "\n".join((src / name).read_text() for name in ("rnb_device.cuh", "rnb_kernels.cu", "rnb_image.cu"))
-
-
-@dataclass
-class GpuBindEnv:
-    """What GPU kernels need besides their views: the compiled module, cuBLAS, data on the device,
-    and the four memory operations that are not kernels of ours (copy, zero, fill, add).
-
-    ``module.get_function(name)`` gives a callable ``fn(grid, block, args)`` that launches on the
-    current stream; ``gemm.bind(c, a, b)`` gives a launcher of ``c = a @ b``. The test suite binds
-    this same table against a CPU build of the CUDA source (tests/cuda_emulator.py), so what
-    runs here is checked argument by argument without a GPU.
-    """
-
-    module: Any
-    gemm: Any
-    ops: "MemoryOps"
-    seed: int = 0
-    sources: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    perms: dict[str, Any] = field(default_factory=dict)
-    range_view: Callable[[str, str, str], Any] | None = None
-    batch: int = 0
-    nan_policy: str = "raise"
-    # data="pinned": the data sets stay on the host; each transfer is a host gather into pinned
-    # staging (before the graph launch) and an async copy inside the graph
-    data: str = "device"
-    host_sources: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    host_perms: dict[str, np.ndarray] = field(default_factory=dict)
-    host_twin: Callable[[Any], np.ndarray] | None = None   # device view -> host-arena view, same bytes
-    pinned: Callable[[tuple, Any], np.ndarray] | None = None  # page-locked host array
-    scratch: Callable[[tuple, Any], Any] | None = None       # bind-time device scratch (partial sums)
-    cpu_env: Any = None  # the CPU backend's BindEnv: image batches are gathered on the host with its kernel
-
-
-@dataclass(frozen=True)
-class MemoryOps:
-    """Launcher factories for plain memory work on the arena."""
-
-    memcpy: Callable[[Any, Any], Launch]          # dst, src: same number of bytes, contiguous
-    h2d: Callable[[Any, np.ndarray], Launch]      # device view <- pinned host array, same bytes
-    memset0: Callable[[Sequence[Any]], Launch]    # zero these views
-    fill: Callable[[Sequence[Any], float], Launch]
-    add: Callable[[Any, Any, Any], Launch]        # c = a + b with broadcasting
 
 
 def cupy_memory_ops() -> MemoryOps:
@@ -115,50 +75,6 @@ def cupy_memory_ops() -> MemoryOps:
     return MemoryOps(memcpy, h2d, memset0, fill, add)
 
 
-GPU_KERNELS: dict[str, Callable[..., Launch]] = {}
-
-
-def gpu_kernel(name: str) -> Callable[[Callable[..., Launch]], Callable[..., Launch]]:
-    def register(f: Callable[..., Launch]) -> Callable[..., Launch]:
-        GPU_KERNELS[name] = f
-        return f
-    return register
-
-
-def _grid(n: int) -> tuple[int]:
-    return (max(1, min(MAX_BLOCKS, -(-int(n) // THREADS))),)
-
-
-def _flat2d(a: Any) -> Any:
-    return a.reshape(a.shape[0], -1)
-
-
-def _launch(env: GpuBindEnv, name: str, n: int, *args: Any) -> Launch:
-    """A grid-stride kernel over n items, with its arguments fixed now."""
-    fn, grid, block = env.module.get_function(name), _grid(n), (THREADS,)
-
-    def launch(stream: Any) -> None:
-        with stream:
-            fn(grid, block, args)
-    return launch
-
-
-def _single(env: GpuBindEnv, name: str, *args: Any) -> Launch:
-    fn = env.module.get_function(name)
-
-    def launch(stream: Any) -> None:
-        with stream:
-            fn((1,), (1,), args)
-    return launch
-
-
-def _seq(*launches: Launch) -> Launch:
-    def launch(stream: Any) -> None:
-        for f in launches:
-            f(stream)
-    return launch
-
-
 def _i64(x: int) -> np.int64:
     return np.int64(x)
 
@@ -167,7 +83,7 @@ def _i64(x: int) -> np.int64:
 @gpu_kernel("fc_fwd")
 def fc_fwd(outs, ins, p, env):
     (y,) = outs
-    x, w = _flat2d(ins[0]), ins[1]
+    x, w = flat2d(ins[0]), ins[1]
     b = ins[2] if len(ins) > 2 else None
     gemm = env.gemm.bind(y, x, w.T)
     act = ACT_CODES[p["act"]]
@@ -177,8 +93,8 @@ def fc_fwd(outs, ins, p, env):
         raise PlanError(f"fc_fwd: activation {p['act']!r} is not fused into fc (the compiler keeps it separate).")
     n, m = y.shape
     bias = b if b is not None else y
-    return _seq(gemm, _launch(env, "rnb_bias_act", n * m, y, bias, np.int32(n), np.int32(m),
-                              np.int32(b is not None), np.int32(act), np.float64(p["slope"])))
+    return sequence(gemm, launch_grid(env, "rnb_bias_act", n * m, y, bias, np.int32(n), np.int32(m),
+                                      np.int32(b is not None), np.int32(act), np.float64(p["slope"])))
 
 
 @gpu_kernel("fc_bwd")
@@ -189,14 +105,14 @@ def fc_bwd(outs, ins, p, env):
     act = ACT_CODES[p["act"]]
     parts = []
     if act:
-        parts.append(_launch(env, "rnb_act_grad", dy.size, dy, y, _i64(dy.size), np.int32(act),
-                             np.float64(p["slope"])))
+        parts.append(launch_grid(env, "rnb_act_grad", dy.size, dy, y, _i64(dy.size), np.int32(act),
+                                 np.float64(p["slope"])))
     parts.append(env.gemm.bind(dw, dy.T, x))
     if db is not None:
         parts.append(env.gemm.bind(db.reshape(1, -1), ones.reshape(1, -1), dy))
     if dx is not None:
         parts.append(env.gemm.bind(dx, dy, w))
-    return _seq(*parts)
+    return sequence(*parts)
 
 
 @gpu_kernel("matmul")
@@ -216,22 +132,22 @@ def add_k(outs, ins, p, env):
 @gpu_kernel("relu")
 def relu_k(outs, ins, p, env):
     (x,), (y,) = ins, outs
-    return _launch(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(1), np.float64(0.0))
+    return launch_grid(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(1), np.float64(0.0))
 
 
 # ---- element-wise ------------------------------------------------------------------------
 @gpu_kernel("act_fwd")
 def act_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
-    return _launch(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(ACT_CODES[p["act"]]),
-                   np.float64(p["slope"]))
+    return launch_grid(env, "rnb_act_fwd", x.size, x, y, _i64(x.size), np.int32(ACT_CODES[p["act"]]),
+                       np.float64(p["slope"]))
 
 
 @gpu_kernel("act_bwd")
 def act_bwd(outs, ins, p, env):
     (dy, x), (dx,) = ins, outs
-    return _launch(env, "rnb_act_bwd", x.size, dy, x, dx, _i64(x.size), np.int32(ACT_CODES[p["act"]]),
-                   np.float64(p["slope"]))
+    return launch_grid(env, "rnb_act_bwd", x.size, dy, x, dx, _i64(x.size), np.int32(ACT_CODES[p["act"]]),
+                       np.float64(p["slope"]))
 
 
 def _memcpy(env: GpuBindEnv, dst: Any, src: Any) -> Launch:
@@ -251,15 +167,14 @@ def reshape_copy(outs, ins, p, env):
     """flatten and its gradient: a plain copy, or for (N, H, W, C) feature maps PyTorch's (C, H, W) order."""
     (src,), (dst,) = ins, outs
     if src.ndim == 4 or dst.ndim == 4:
-        from .image_kernels import flatten_copy
-        return flatten_copy(env, src, dst)
+        return image_kernels.flatten_copy(env, src, dst)
     return _memcpy(env, dst, src)
 
 
 @gpu_kernel("mul")
 def mul_k(outs, ins, p, env):
     (a, b), (out,) = ins, outs
-    return _launch(env, "rnb_mul", out.size, out, a, b, _i64(out.size))
+    return launch_grid(env, "rnb_mul", out.size, out, a, b, _i64(out.size))
 
 
 @gpu_kernel("fill")
@@ -275,18 +190,18 @@ def dropout_fwd(outs, ins, p, env):
     keep = 1.0 - float(p["p"])
     n = mask.size
     blocks = (n + 3) // 4
-    draw = _launch(env, "rnb_dropout", blocks, x, y, mask, _i64(n), offset, np.uint64(env.seed),
-                   np.uint32(int(StreamId.DROPOUT)), np.float32(keep), np.float32(1.0 / keep))
-    return _seq(draw, _single(env, "rnb_advance", offset, _i64(blocks)))
+    draw = launch_grid(env, "rnb_dropout", blocks, x, y, mask, _i64(n), offset, np.uint64(env.seed),
+                       np.uint32(int(StreamId.DROPOUT)), np.float32(keep), np.float32(1.0 / keep))
+    return sequence(draw, launch_single(env, "rnb_advance", offset, _i64(blocks)))
 
 
 # ---- loss and metrics -------------------------------------------------------------------------
 @gpu_kernel("softmax_xent")
 def softmax_xent_k(outs, ins, p, env):
-    logits, labels = _flat2d(ins[0]), ins[1]
+    logits, labels = flat2d(ins[0]), ins[1]
     result = outs[0]
     grad = bool(p["grad"])
-    dlogits = _flat2d(outs[1]) if grad else logits
+    dlogits = flat2d(outs[1]) if grad else logits
     n, c = logits.shape
     weighted = len(ins) > 2  # CrossEntropyLoss(weight=...): the class weights' arena tensor
     fn = env.module.get_function("rnb_softmax_xent")
@@ -304,8 +219,8 @@ def accum_metrics(outs, ins, p, env):
     result, step = ins
     acc = outs[0]
     log = outs[1] if p.get("log") else acc
-    return _single(env, "rnb_accum_metrics", result, acc, np.float64(env.batch), log,
-                   _i64(outs[1].size if p.get("log") else 0), step)
+    return launch_single(env, "rnb_accum_metrics", result, acc, np.float64(env.batch), log,
+                         _i64(outs[1].size if p.get("log") else 0), step)
 
 
 @gpu_kernel("transfer")
@@ -317,27 +232,28 @@ def transfer(outs, ins, p, env):
     x_out, y_out = outs
     source = p["source"]
     if env.data == "pinned" and source in env.host_sources:
-        return _pinned_transfer(env, source, cursor, _flat2d(x_out), y_out)
+        return _pinned_transfer(env, source, cursor, flat2d(x_out), y_out)
     if source not in env.sources:
         def missing(stream: Any) -> None:
             raise PlanError(f"transfer: no {source!r} data was given to the task. Fix: pass {source} data to .data().")
         missing.unavailable = True  # type: ignore[attr-defined]
         return missing
     xs, ys = env.sources[source]
-    x2 = _flat2d(x_out)
+    x2 = flat2d(x_out)
     n, d = x2.shape
     perm = env.perms[source]
-    gather = _launch(env, "rnb_gather", n * d, xs, ys, perm, _i64(perm.size), cursor, x2, y_out, np.int32(n), _i64(d))
-    return _seq(gather, _single(env, "rnb_advance", cursor, _i64(n)))
+    gather = launch_grid(env, "rnb_gather", n * d, xs, ys, perm, _i64(perm.size), cursor, x2, y_out, np.int32(n),
+                         _i64(d))
+    return sequence(gather, launch_single(env, "rnb_advance", cursor, _i64(n)))
 
 
 # ---- region-wide operations ---------------------------------------------------------------------
 def _pinned_transfer(env: GpuBindEnv, source: str, cursor: Any, x2: Any, y_out: Any) -> Launch:
-    from ..kernels.fused import gather_batch
     xs, ys = env.host_sources[source]
     perm, host_cursor = env.host_perms[source], env.host_twin(cursor)
     sx, sy = env.pinned(x2.shape, np.float32), env.pinned(y_out.shape, np.int32)
-    launch = _seq(env.ops.h2d(x2, sx), env.ops.h2d(y_out, sy), _single(env, "rnb_advance", cursor, _i64(x2.shape[0])))
+    launch = sequence(env.ops.h2d(x2, sx), env.ops.h2d(y_out, sy),
+                      launch_single(env, "rnb_advance", cursor, _i64(x2.shape[0])))
 
     def prepare() -> None:  # numba, no GIL: rows perm[cursor .. cursor + n) into the staging arrays
         status = gather_batch(xs, ys, perm, host_cursor, sx, sy)
@@ -359,8 +275,8 @@ def nan_check(outs, ins, p, env):
     flag, skipped = outs
     grads = env.range_view(p["first"], p["last"], "float32")
     policy = 1 if p.get("policy", "raise") == "skip" else 0
-    return _seq(_launch(env, "rnb_nonfinite_probe", grads.size, grads, _i64(grads.size), flag),
-                _single(env, "rnb_nonfinite_tally", result, flag, skipped, np.int32(policy)))
+    return sequence(launch_grid(env, "rnb_nonfinite_probe", grads.size, grads, _i64(grads.size), flag),
+                    launch_single(env, "rnb_nonfinite_tally", result, flag, skipped, np.int32(policy)))
 
 
 @gpu_kernel("clip_grad_norm")
@@ -378,7 +294,7 @@ def clip_grad_norm(outs, ins, p, env):
         with stream:
             sums((blocks,), (THREADS,), (grads, n, flag, partial))
             total((1,), (1,), (partial, np.int32(blocks), flag, np.float32(p["max_norm"]), clip))
-    return _seq(norm, _launch(env, "rnb_grad_scale", grads.size, grads, n, flag, clip))
+    return sequence(norm, launch_grid(env, "rnb_grad_scale", grads.size, grads, n, flag, clip))
 
 
 @gpu_kernel("optimizer")
@@ -390,17 +306,17 @@ def optimizer_k(outs, ins, p, env):
     kind, n, lr_len = p["kind"], w.size, _i64(lr_table.size)
     maximize = np.int32(bool(p.get("maximize", False)))
     if kind in ("adam", "adamw"):
-        update = _launch(env, "rnb_adam", n, w, g, m, v, _i64(n), lr_table, lr_len, step, flag,
-                         np.float64(p["beta1"]), np.float64(p["beta2"]), np.float64(p["eps"]),
-                         np.float64(p["weight_decay"]), np.int32(kind == "adamw"), maximize)
+        update = launch_grid(env, "rnb_adam", n, w, g, m, v, _i64(n), lr_table, lr_len, step, flag,
+                             np.float64(p["beta1"]), np.float64(p["beta2"]), np.float64(p["eps"]),
+                             np.float64(p["weight_decay"]), np.int32(kind == "adamw"), maximize)
     elif kind == "sgd":
         mom, wd = float(p["momentum"]), float(p["weight_decay"])
-        update = _launch(env, "rnb_sgd", n, w, g, m if mom != 0 else w, _i64(n), lr_table, lr_len, step, flag,
-                         np.float32(mom), np.float32(1.0 - float(p["dampening"])), np.float32(wd),
-                         np.int32(wd != 0.0), np.int32(mom != 0), np.int32(bool(p["nesterov"])), maximize)
+        update = launch_grid(env, "rnb_sgd", n, w, g, m if mom != 0 else w, _i64(n), lr_table, lr_len, step, flag,
+                             np.float32(mom), np.float32(1.0 - float(p["dampening"])), np.float32(wd),
+                             np.int32(wd != 0.0), np.int32(mom != 0), np.int32(bool(p["nesterov"])), maximize)
     else:
         raise PlanError(f"optimizer: unknown kind {kind!r}")
-    return _seq(update, _single(env, "rnb_optimizer_done", step, flag))
+    return sequence(update, launch_single(env, "rnb_optimizer_done", step, flag))
 
 
 @gpu_kernel("ema_update")
@@ -408,10 +324,14 @@ def ema_update(outs, ins, p, env):
     (step,) = ins
     e, w, be, bw = ema_ranges(env.range_view)
     decay = np.float64(p["decay"])
-    parts = [_launch(env, "rnb_ema", e.size, e, w, _i64(e.size), step, decay)]
+    parts = [launch_grid(env, "rnb_ema", e.size, e, w, _i64(e.size), step, decay)]
     if be.size:
-        parts.append(_launch(env, "rnb_ema", be.size, be, bw, _i64(be.size), step, decay))
-    return _seq(*parts)
+        parts.append(launch_grid(env, "rnb_ema", be.size, be, bw, _i64(be.size), step, decay))
+    return sequence(*parts)
+
+
+GPU_KERNELS: dict[str, Callable[..., Launch]] = join_tables(DENSE_GPU_KERNELS, image_kernels.IMAGE_GPU_KERNELS)
+"""The complete GPU table, op name -> factory: the one place the GPU kernel modules' tables are joined."""
 
 
 def unsupported_ops(ops: Sequence[str]) -> list[str]:
@@ -444,7 +364,3 @@ def bind_launchers(compiled: Any, views: dict[str, list[Any]], make_env: Callabl
         names.append(name)
         bound.append(launchers)
     return names, bound
-
-
-# the image kernels register themselves into GPU_KERNELS on import
-from . import image_kernels as _image_kernels  # noqa: E402,F401

@@ -3,7 +3,7 @@
 The products already run as bands on numba's pool (kernels/blas.py), so the passes between
 them can use both cores too without a second pool fighting the first. Each variant splits
 its work so that every output value is computed exactly as by the serial kernel in
-conv.py: by images (im2col, col2im and pooling are independent per image) or by rows (the
+conv_loops.py: by images (im2col, col2im and pooling are independent per image) or by rows (the
 element-wise batch-norm passes): those give the serial kernels' bytes. The batch-norm sums
 are the exception: they are float64 partial sums of PAR_CHUNKS fixed row blocks (edges on
 multiples of eight rows, so each chunk adds the serial kernel's eight-row float32 blocks),
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numba
 
-from .conv import (affine_act_, bn_dx_, bn_grad_sums_, bn_shifted_sums_, bn_train_bwd_finish_,
-                   bn_train_fwd_finish_, col2im_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_,
-                   maxpool_bwd_, maxpool_fwd_)
+from .conv_loops import (affine_act_, bn_dx_, bn_grad_sums_, bn_shifted_sums_, bn_train_bwd_finish_,
+                         bn_train_fwd_finish_, col2im_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_,
+                         maxpool_bwd_, maxpool_fwd_)
 from .fused import PAR_CHUNKS, fold_blocks, jit, par
 from .fused import cut as _cut
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from . import blas
 from .blas import NO_TRANS, TRANS, sgemm_at
-from .conv import col2im_, im2col_
+from .conv_loops import col2im_, im2col_
 from .fused import bias_act_, cut, jit, par
 
 TILE_BYTES = 512 << 10

@@ -6,86 +6,44 @@ the returned closure is what a replayed step calls. Everything the closure needs
 step does no lookups and allocates nothing: matrix products write straight into
 arena views (bands of single-threaded sgemm calls on numba's threads, kernels/blas.py),
 everything else is a fused numba pass.
+
+This module holds the dense kernels (DENSE_KERNELS) and, at its end, joins them with those of
+conv.py (convolution, batch norm, pooling) and transfer.py (image batches) into KERNELS. The
+kernel modules import only base.py, passes.py and operands.py, never this module; ``BindEnv``
+(base.py) is imported here so ``from renaissance_nb.kernels.cpu import KERNELS, BindEnv`` holds.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..data.augment import status_error
 from ..errors import NumericalError, PlanError
+from ..train.rng import StreamId, dropout_mask_into
 from . import blas, fused
+from .base import EMPTY_F32, EMPTY_F32_2D, Factory, join_tables, registrar
+from .base import BindEnv  # noqa: F401 - the runtime imports it from here
+from .conv import CONV_KERNELS
+from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges
+from .passes import act_grad_colsum_pass, bias_act_pass
+from .status import status_error
+from .transfer import TRANSFER_KERNELS
 
-Kernel = Callable[[], None]
-Factory = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], dict, "BindEnv"], Kernel]
-EMPTY_F32 = np.zeros(0, np.float32)
-EMPTY_F32_2D = np.zeros((0, 0), np.float32)
-
-
-@dataclass
-class BindEnv:
-    """What kernels may need besides their tensors: data sources, ranges, the seed."""
-
-    seed: int = 0
-    sources: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    perms: dict[str, np.ndarray] = field(default_factory=dict)
-    range_view: Callable[[str, str, str], np.ndarray] | None = None
-    locate: Callable[[str, int], str] | None = None
-    batch: int = 0
-
-
-KERNELS: dict[str, Factory] = {}
+DENSE_KERNELS: dict[str, Factory] = {}
+"""This module's kernels: dense layers, element-wise ops, losses, batch transfer, the update."""
+kernel = registrar(DENSE_KERNELS)
 LEAKY_SLOPE = 0.01
 """leaky_relu's slope when a hand-built node gives none (nn.LeakyReLU's default); the compiler always does."""
 
 
-def kernel(name: str) -> Callable[[Factory], Factory]:
-    def register(f: Factory) -> Factory:
-        KERNELS[name] = f
-        return f
-    return register
-
-
-def _flat2d(a: np.ndarray) -> np.ndarray:
-    return a.reshape(a.shape[0], -1)
-
-
 # ---- linear algebra -----------------------------------------------------------------------
-PASS_PAR_MIN = 1 << 17
-"""Element-wise passes over fewer values than this stay on the calling thread: below it, waking
-the other thread cost more than it saved (a 128x512 pass: 9.5 us serial, 9.9 us threaded;
-128x1024: 18 against 11 us). The threaded variants give the same bytes."""
-
-
-def bias_act_pass(y2: np.ndarray, b: np.ndarray, act: int, slope: float) -> Kernel:
-    """y2 = act(y2 + b) in place (b may be empty) as a bound kernel; by row blocks on numba's
-    threads when the products use that pool."""
-    f = fused.bias_act_par_ if blas.THREADED and y2.size >= PASS_PAR_MIN else fused.bias_act_
-    return lambda: f(y2, b, act, slope)
-
-
-def act_grad_colsum_pass(d2: np.ndarray, y2: np.ndarray, act: int, slope: float, db: np.ndarray | None) -> Kernel:
-    """The pre-pass of a backward GEMM, as a bound kernel: d2 *= act'(z) in place (from the
-    output y2), and db = the column sums of d2, the bias gradient, when db is given. One pass
-    where a GEMV with a ones vector read d2 again: for 128x1024, 36 us against 16 + 44 us.
-    The sums are float64 partials of fixed row blocks added in order, so the serial and
-    threaded variants give the same bytes."""
-    parts = np.zeros((fused.PAR_CHUNKS, db.size if db is not None else 0), np.float64)  # bind-time scratch
-    out = db.reshape(-1) if db is not None else np.zeros(0, d2.dtype)
-    f = fused.act_grad_colsum_par_ if blas.THREADED and d2.size >= PASS_PAR_MIN else fused.act_grad_colsum_
-    return lambda: f(d2, y2, act, slope, parts, out)
-
-
 @kernel("fc_fwd")
 def fc_fwd(outs, ins, p, env):
     """y = act(x W^T + b): one GEMM into the output view, then one fused bias+activation pass."""
     (y,) = outs
-    x, w = _flat2d(ins[0]), ins[1]
+    x, w = flat2d(ins[0]), ins[1]
     b = ins[2] if len(ins) > 2 else EMPTY_F32
-    act = fused.ACT_CODES[p.get("act", "none")]
+    act = ACT_CODES[p.get("act", "none")]
     slope = float(p.get("slope", LEAKY_SLOPE))
     product = blas.gemm(x, w.T, y)
     if act == 0 and b.size == 0:
@@ -98,23 +56,12 @@ def fc_fwd(outs, ins, p, env):
     return run
 
 
-def fc_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
-    """(dy, x, w, y, ones, dW, db or None, dx or None) of an fc_bwd node, x and dx flattened to 2-D
-    (shared by the CPU and GPU kernel tables)."""
-    dy, x, w, y, ones = ins
-    outs = list(outs)
-    dw = outs.pop(0)
-    db = outs.pop(0) if p["bias"] else None
-    dx = _flat2d(outs.pop(0)) if p["need_dx"] else None
-    return dy, _flat2d(x), w, y, ones, dw, db, dx
-
-
 @kernel("fc_bwd")
 def fc_bwd(outs, ins, p, env):
     """dz = dy * act'(y) in place and db = 1^T dz in one pass; dW = dz^T x; dx = dz W.
     (The graph's ones vector is the GPU's GEMV operand; the CPU sums in the pass instead.)"""
     dy, x, w, y, ones, dw, db, dx = fc_bwd_operands(outs, ins, p)
-    act = fused.ACT_CODES[p["act"]]
+    act = ACT_CODES[p["act"]]
     pre = act_grad_colsum_pass(dy, y, act, float(p["slope"]), db) if (act or db is not None) else None
     # dW and dx are equal work: side by side, one whole sgemm per thread (7% faster at batch 32)
     grads = blas.gemm_pair((dy.T, x, dw), (dy, w, dx)) if dx is not None else blas.gemm(dy.T, x, dw)
@@ -157,14 +104,14 @@ def relu_k(outs, ins, p, env):
 @kernel("act_fwd")
 def act_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
-    code, slope, f = fused.ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_forward
+    code, slope, f = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_forward
     return lambda: f(x, y, code, slope)
 
 
 @kernel("act_bwd")
 def act_bwd(outs, ins, p, env):
     (dy, x), (dx,) = ins, outs
-    code, slope, f = fused.ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_backward
+    code, slope, f = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_backward
     return lambda: f(dy, x, dx, code, slope)
 
 
@@ -222,8 +169,6 @@ def dropout_fwd(outs, ins, p, env):
     The offset lives in the arena and advances inside the step, so every replay
     draws a new, reproducible mask (the original keeps it in device memory).
     """
-    from ..train.rng import StreamId, dropout_mask_into
-
     (x, offset), (y, mask) = ins, outs
     keep = 1.0 - float(p["p"])
     flat_mask = mask.reshape(-1)
@@ -240,10 +185,10 @@ def dropout_fwd(outs, ins, p, env):
 # ---- loss and metrics -------------------------------------------------------------------------
 @kernel("softmax_xent")
 def softmax_xent_k(outs, ins, p, env):
-    logits, labels = _flat2d(ins[0]), ins[1]
+    logits, labels = flat2d(ins[0]), ins[1]
     result = outs[0]
     grad = bool(p["grad"])
-    dlogits = _flat2d(outs[1]) if grad else EMPTY_F32_2D
+    dlogits = flat2d(outs[1]) if grad else EMPTY_F32_2D
     weight = ins[2] if len(ins) > 2 else EMPTY_F32  # CrossEntropyLoss(weight=...)
     smoothing, f = float(p["smoothing"]), fused.softmax_xent
     return lambda: f(logits, labels, smoothing, weight, result, dlogits, grad)
@@ -271,7 +216,7 @@ def transfer(outs, ins, p, env):
         return missing
     xs, ys = env.sources[source]
     perm = env.perms[source]
-    x2 = _flat2d(x_out)
+    x2 = flat2d(x_out)
     xs2 = xs.reshape(xs.shape[0], -1)
     f = fused.gather_batch_par if blas.THREADED else fused.gather_batch
 
@@ -320,29 +265,6 @@ def nan_check(outs, ins, p, env):
                              "The update was not applied, the weights are those before this step. Fix: lower the "
                              "learning rate, check the data for extreme values, or use options(nan_policy='skip').")
     return run
-
-
-def optimizer_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, Any, Any]:
-    """The W, G, M, V ranges as flat float32 arrays (NumPy or CuPy), checked to line up."""
-    w, g, m, v = (range_view(f"{f}_BN_BIAS", f"{f}_DEEP_CONV", "float32") for f in "WGMV")
-    for name, arr in (("G", g), ("M", m), ("V", v)):
-        if arr.size and arr.size != w.size:
-            raise PlanError(f"optimizer: the {name} range holds {arr.size} values but W holds {w.size}; "
-                            "W, G, M and V must list the same tensors with the same slot sizes.")
-    return w, g, m, v
-
-
-def ema_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, Any, Any]:
-    """(E, W, B_NEXT, B_PREV): the EMA's parameters and BN statistics, and their sources."""
-    e = range_view("E_BN_BIAS", "E_DEEP_CONV", "float32")
-    w = range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
-    be = range_view("B_NEXT_MEAN", "B_NEXT_VAR", "float32")
-    bw = range_view("B_PREV_MEAN", "B_PREV_VAR", "float32")
-    for name, a, b in (("E", e, w), ("B_NEXT", be, bw)):
-        if a.size != b.size:
-            raise PlanError(f"ema_update: the {name} range holds {a.size} values but its source holds {b.size}; "
-                            "they must list the same tensors with the same slot sizes.")
-    return e, w, be, bw
 
 
 @kernel("clip_grad_norm")
@@ -423,6 +345,5 @@ def ema_update(outs, ins, p, env):
     return run
 
 
-# the image kernels register themselves into KERNELS on import
-from . import conv as _conv  # noqa: E402,F401
-from . import transfer as _transfer  # noqa: E402,F401
+KERNELS: dict[str, Factory] = join_tables(DENSE_KERNELS, CONV_KERNELS, TRANSFER_KERNELS)
+"""The complete CPU table, op name -> factory: the one place the kernel modules' tables are joined."""

@@ -13,6 +13,8 @@ import math
 import numba
 import numpy as np
 
+from .operands import ACT_CODES  # noqa: F401 - the codes the activation switches below take
+
 jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
 par = numba.njit(cache=True, nogil=True, parallel=True, fastmath=False, error_model="numpy")
 """jit with ``numba.prange`` loops run on numba's threads (the pool the products use, kernels/blas.py)."""
@@ -35,8 +37,6 @@ def chunk(n, c):
     return lo, min(n, lo + ch)
 
 
-# activation codes used by the kernels (the graph stores names)
-ACT_CODES = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "leaky_relu": 4, "silu": 5, "gelu": 6}
 INV_SQRT2 = 1.0 / math.sqrt(2.0)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 

@@ -1,4 +1,7 @@
-"""What a node's operands must be before its kernel is bound: counts, shapes and parameters.
+"""What a node's operands mean, for every backend: the rules a node must pass before it is bound,
+and the unpacking, geometry and range helpers both kernel tables (kernels/ and gpu/) bind with.
+
+Rules: what a node's operands must be before its kernel is bound (counts, shapes, parameters).
 
 Why: the compiler builds its graphs with matching shapes, but a graph built by hand
 (``TaskBase.add_graph``) can pair any tensors. The numba loops behind the element-wise
@@ -11,9 +14,12 @@ optimizer...) are checked by their kernels when bound.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
-from .fused import ACT_CODES
+from ..errors import PlanError
+
+ACT_CODES = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "leaky_relu": 4, "silu": 5, "gelu": 6}
+"""Activation name (as the graph stores it) -> the code the CPU and CUDA kernels switch on."""
 
 Shape = tuple[int, ...]
 Rule = Callable[[Sequence[Shape], Sequence[Shape], dict[str, Any]], "str | None"]
@@ -28,7 +34,7 @@ def rule(op: str, inputs: tuple[int, int], outputs: tuple[int, int]) -> Callable
     return register
 
 
-def _flat2d(s: Shape) -> Shape:
+def _flat2d_shape(s: Shape) -> Shape:
     return (s[0], math.prod(s[1:])) if len(s) >= 2 else s
 
 
@@ -52,7 +58,7 @@ def _act(p: dict[str, Any], default: str | None = None) -> str | None:
 
 @rule("fc_fwd", (2, 3), (1, 1))
 def _fc_fwd(ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]) -> str | None:
-    x, w, y = _flat2d(ins[0]), ins[1], outs[0]
+    x, w, y = _flat2d_shape(ins[0]), ins[1], outs[0]
     if len(x) != 2 or len(w) != 2 or len(y) != 2 or w[1] != x[1] or y != (x[0], w[0]):
         return f"y = x W^T needs x (m, k), W (n, k), y (m, n); got x {ins[0]}, W {w}, y {y}"
     if len(ins) == 3 and math.prod(ins[2]) != w[0]:
@@ -122,3 +128,177 @@ def operand_problem(op: str, ins: Sequence[Shape], outs: Sequence[Shape], p: dic
         want_in = lo_in if lo_in == hi_in else f"{lo_in}-{hi_in}"
         return f"{op} takes {want_in} inputs and {lo_out} output; got {len(ins)} and {len(outs)}"
     return check(ins, outs, p)
+
+
+# ---- operand unpacking shared by the CPU and GPU kernel tables ------------------------------------
+def flat2d(a: Any) -> Any:
+    """(N, ...) -> (N, rest), a view (NumPy or CuPy)."""
+    return a.reshape(a.shape[0], -1)
+
+
+def rows(a: Any) -> Any:
+    """(N, H, W, C) or (N, C) -> (rows, C), a view."""
+    return a.reshape(-1, a.shape[-1])
+
+
+def out_size(h: int, k: int, s: int, p: int) -> int:
+    """Output size of a window k, stride s, zero padding p over h: (h + 2p - k)//s + 1."""
+    return (h + 2 * p - k) // s + 1
+
+
+def check_shape(op: str, name: str, got: Sequence[int], want: Sequence[int]) -> None:
+    if tuple(got) != tuple(want):
+        raise PlanError(f"{op}: {name} has shape {tuple(got)}, expected {tuple(want)}.")
+
+
+def relu_code(op: str, p: dict) -> int:
+    """The fused activation of conv, batch norm and bn_inf: 'none' (0) or 'relu' (1)."""
+    act = p.get("act", "none")
+    if act not in ("none", "relu"):
+        raise PlanError(f"{op}: act must be 'none' or 'relu', got {act!r}.")
+    return 1 if act == "relu" else 0
+
+
+def conv_geometry(op: str, x: Any, w: Any, k: int, s: int, p: int) -> tuple[int, int, int, int, int, int, int]:
+    """(n, h, w, cin, cout, ho, wo) of a convolution of NHWC x by (Cout, k, k, Cin) w, checked."""
+    if x.ndim != 4 or w.ndim != 4:
+        raise PlanError(f"{op}: x must be (N, H, W, Cin) and w (Cout, k, k, Cin); got {x.shape} and {w.shape}.")
+    n, h, wd, cin = x.shape
+    cout = w.shape[0]
+    check_shape(op, "w", w.shape, (cout, k, k, cin))
+    ho, wo = out_size(h, k, s, p), out_size(wd, k, s, p)
+    if ho < 1 or wo < 1:
+        raise PlanError(f"{op}: a {k}x{k} kernel (stride {s}, padding {p}) does not fit a {h}x{wd} input.")
+    return n, h, wd, cin, cout, ho, wo
+
+
+def pool_geometry(op: str, x: Any, y: Any, p: dict) -> tuple[int, int, int]:
+    """(k, s, pad) of a pooling node from image x to pooled y, checked as PyTorch allows them."""
+    k, s, pad = int(p["k"]), int(p.get("s", p["k"])), int(p.get("p", 0))
+    if pad * 2 > k:
+        raise PlanError(f"{op}: padding {pad} must be at most half the kernel size {k} (as in PyTorch).")
+    n, h, w, c = x.shape
+    check_shape(op, "output", y.shape, (n, out_size(h, k, s, pad), out_size(w, k, s, pad), c))
+    return k, s, pad
+
+
+class ConvBwd(NamedTuple):
+    """The operands of a conv_bwd node, checked and reshaped (shared by the CPU and GPU tables)."""
+
+    geometry: tuple[int, int, int, int, int, int, int]  # n, h, w, cin, cout, ho, wo
+    k: int
+    s: int
+    pad: int
+    act: int
+    dy2: Any     # (M, Cout) view of dy
+    y2: Any      # (M, Cout) view of the forward output (dy2 when there is no ReLU)
+    cols: Any    # (M, k*k*Cin): the im2col buffer, or x as (M, Cin) for a 1x1/stride-1 conv
+    wmat: Any    # (Cout, k*k*Cin)
+    dw2: Any     # (Cout, k*k*Cin)
+    db: Any      # (Cout,) or None
+    dx: Any      # like x, or None (first layer)
+    dx2: Any     # dx as (M, Cin) for a 1x1/stride-1 conv (written by the GEMM), else None
+    dcols: Any   # like cols when dx goes through col2im, else None
+
+
+def conv_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> ConvBwd:
+    k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
+    dy, x, w = ins[0], ins[1], ins[2]
+    cols = ins[3] if len(ins) > 3 else None
+    y = ins[4] if len(ins) > 4 else None
+    act = relu_code("conv_bwd", p)
+    if act and y is None:
+        raise PlanError("conv_bwd: act='relu' needs the forward output y as the fifth input.")
+    has_b, need_dx = bool(p.get("bias", False)), bool(p.get("need_dx", True))
+    geometry = conv_geometry("conv_bwd", x, w, k, s, pad)
+    n, h, wd, cin, cout, ho, wo = geometry
+    check_shape("conv_bwd", "dy", dy.shape, (n, ho, wo, cout))
+    m = n * ho * wo
+    outs = list(outs)
+    dw = outs.pop(0)
+    check_shape("conv_bwd", "dw", dw.shape, w.shape)
+    db = outs.pop(0) if has_b else None
+    dx = outs.pop(0) if need_dx else None
+    dcols = outs.pop(0) if (need_dx and outs) else None
+    direct = k == 1 and s == 1 and pad == 0
+    if direct:
+        cols = x.reshape(m, cin)
+    else:
+        if cols is None:
+            raise PlanError("conv_bwd: the im2col buffer 'cols' of the forward pass is the fourth input.")
+        check_shape("conv_bwd", "cols", cols.shape, (m, k * k * cin))
+    dy2 = dy.reshape(m, cout)
+    dx2 = None
+    if dx is not None:
+        check_shape("conv_bwd", "dx", dx.shape, x.shape)
+        if direct:
+            dx2, dcols = dx.reshape(m, cin), None
+        else:
+            if dcols is None:
+                raise PlanError("conv_bwd: need_dx needs a dcols scratch view shaped like cols.")
+            check_shape("conv_bwd", "dcols", dcols.shape, cols.shape)
+    return ConvBwd(geometry, k, s, pad, act, dy2, y.reshape(m, cout) if act else dy2, cols, w.reshape(cout, -1),
+                   dw.reshape(cout, -1), db, dx, dx2, dcols)
+
+
+def bn_fwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
+    """(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act) of a bn_fwd node, checked,
+    x and y as (rows, C) (shared by the CPU and GPU tables)."""
+    x, gamma, beta = ins
+    y, mean, invstd, rmean, rvar = outs
+    check_shape("bn_fwd", "y", y.shape, x.shape)
+    c = x.shape[-1]
+    for name, a in (("gamma", gamma), ("beta", beta), ("mean", mean), ("invstd", invstd),
+                    ("running_mean", rmean), ("running_var", rvar)):
+        check_shape("bn_fwd", name, a.shape, (c,))
+    x2, y2 = rows(x), rows(y)
+    if x2.shape[0] < 2:
+        raise PlanError(f"bn_fwd: training batch norm needs more than one value per channel, got input {x.shape}.")
+    momentum, eps = float(p.get("momentum", 0.1)), float(p.get("eps", 1e-5))
+    return x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, relu_code("bn_fwd", p)
+
+
+def bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
+    """(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act) of a bn_bwd node, checked, feature maps
+    as (rows, C); y2 is x2 without a fused ReLU (shared by the CPU and GPU tables)."""
+    dy, x, y, gamma, mean, invstd = ins
+    dx, dgamma, dbeta = outs
+    check_shape("bn_bwd", "dx", dx.shape, x.shape)
+    check_shape("bn_bwd", "dy", dy.shape, x.shape)
+    act = relu_code("bn_bwd", p)
+    x2 = rows(x)
+    return rows(dy), x2, (rows(y) if act else x2), gamma, mean, invstd, rows(dx), dgamma, dbeta, act
+
+
+def fc_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
+    """(dy, x, w, y, ones, dW, db or None, dx or None) of an fc_bwd node, x and dx flattened to 2-D
+    (shared by the CPU and GPU kernel tables)."""
+    dy, x, w, y, ones = ins
+    outs = list(outs)
+    dw = outs.pop(0)
+    db = outs.pop(0) if p["bias"] else None
+    dx = flat2d(outs.pop(0)) if p["need_dx"] else None
+    return dy, flat2d(x), w, y, ones, dw, db, dx
+
+
+def optimizer_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, Any, Any]:
+    """The W, G, M, V ranges as flat float32 arrays (NumPy or CuPy), checked to line up."""
+    w, g, m, v = (range_view(f"{f}_BN_BIAS", f"{f}_DEEP_CONV", "float32") for f in "WGMV")
+    for name, arr in (("G", g), ("M", m), ("V", v)):
+        if arr.size and arr.size != w.size:
+            raise PlanError(f"optimizer: the {name} range holds {arr.size} values but W holds {w.size}; "
+                            "W, G, M and V must list the same tensors with the same slot sizes.")
+    return w, g, m, v
+
+
+def ema_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, Any, Any]:
+    """(E, W, B_NEXT, B_PREV): the EMA's parameters and BN statistics, and their sources."""
+    e = range_view("E_BN_BIAS", "E_DEEP_CONV", "float32")
+    w = range_view("W_BN_BIAS", "W_DEEP_CONV", "float32")
+    be = range_view("B_NEXT_MEAN", "B_NEXT_VAR", "float32")
+    bw = range_view("B_PREV_MEAN", "B_PREV_VAR", "float32")
+    for name, a, b in (("E", e, w), ("B_NEXT", be, bw)):
+        if a.size != b.size:
+            raise PlanError(f"ema_update: the {name} range holds {a.size} values but its source holds {b.size}; "
+                            "they must list the same tensors with the same slot sizes.")
+    return e, w, be, bw

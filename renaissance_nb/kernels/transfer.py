@@ -1,7 +1,7 @@
 """Image batch transfer kernels: NCHW data set -> (resize, crop, flip) -> NHWC input buffer.
 
-Registered kernels (import this module after :mod:`.cpu` defines ``kernel``; cpu.py
-imports it at its end):
+The kernels of TRANSFER_KERNELS (joined into ``cpu.KERNELS``); their numba loops are in
+kernels/augment.py:
 
 ``transfer_image``
     ins ``[cursor (1,) int64, aug_offset (1,) int64]`` (``aug_offset`` may be left out
@@ -40,17 +40,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..data import augment as _aug
-from ..data.augment import status_error
+from ..data.augment import bilinear_weights, check_out_hw
 from ..errors import PlanError, bad_argument
 from ..train.rng import StreamId
-from .cpu import BindEnv, kernel
+from .augment import claim_batch, transfer_images_claimed, transfer_images_step
+from .base import BindEnv, Factory, registrar
+from .status import status_error
 
 __all__ = ["Prefetcher", "TransferSlot", "buffer_slot", "prefetcher_for"]
 
 _EMPTY_I64 = np.zeros(0, np.int64)
 _EMPTY_F32 = np.zeros(0, np.float32)
 _MASK32 = 0xFFFFFFFF
+
+TRANSFER_KERNELS: dict[str, Factory] = {}
+"""This module's kernels: transfer_image, transfer_image_async, transfer_wait."""
+kernel = registrar(TRANSFER_KERNELS)
 
 
 # --------------------------------------------------------------------------- background worker
@@ -222,6 +227,25 @@ def _param_int(p: dict, name: str, default: int, lo: int) -> int:
     return int(v)
 
 
+def _check_source(where: str, source: str, cursor: Any, aug_offset: Any, xs: Any, ys: Any, perm: Any) -> None:
+    """The node's cursor and offset, and the source's images, labels and permutation, as the loops take them."""
+    for name, arr, dt in (("cursor", cursor, np.int64), ("aug_offset", aug_offset, np.int64)):
+        if arr is not None and not (isinstance(arr, np.ndarray) and arr.dtype == dt and arr.size >= 1):
+            raise bad_argument(PlanError, where, name, arr, "a (1,) int64 array",
+                               f"allocate {name} as an int64 scalar tensor")
+    if not (isinstance(xs, np.ndarray) and xs.ndim == 4 and xs.dtype == np.float32):
+        raise bad_argument(
+            PlanError, where, f"{source} X", xs, "float32 images of shape (N, C, H, W)",
+            "give the task image data in NCHW layout (e.g. datasets.cifar10(), or mnist(layout='image'))",
+        )
+    if not (isinstance(ys, np.ndarray) and ys.ndim == 1 and ys.dtype.kind in "iu" and len(ys) == len(xs)):
+        raise bad_argument(PlanError, where, f"{source} y", ys, f"integer labels of shape ({len(xs)},)",
+                           "pass one integer label per image")
+    if not (isinstance(perm, np.ndarray) and perm.ndim == 1 and perm.dtype == np.int64):
+        raise bad_argument(PlanError, where, f"perms[{source!r}]", perm, "a 1-D int64 permutation",
+                           "build it with Philox.permutation or np.arange(n, dtype=np.int64)")
+
+
 def _bind_args(outs, ins, p: dict, env: BindEnv) -> dict[str, Any] | str:
     """Validate a transfer_image node and precompute the kernel's arguments (or the missing source name)."""
     where = "transfer_image"
@@ -239,21 +263,7 @@ def _bind_args(outs, ins, p: dict, env: BindEnv) -> dict[str, Any] | str:
         raise PlanError(f"{where}: no permutation for source {source!r} in env.perms. "
                         "Fix: bind with a perms entry for every source.")
     perm = env.perms[source]
-    for name, arr, dt in (("cursor", cursor, np.int64), ("aug_offset", aug_offset, np.int64)):
-        if arr is not None and not (isinstance(arr, np.ndarray) and arr.dtype == dt and arr.size >= 1):
-            raise bad_argument(PlanError, where, name, arr, "a (1,) int64 array",
-                               f"allocate {name} as an int64 scalar tensor")
-    if not (isinstance(xs, np.ndarray) and xs.ndim == 4 and xs.dtype == np.float32):
-        raise bad_argument(
-            PlanError, where, f"{source} X", xs, "float32 images of shape (N, C, H, W)",
-            "give the task image data in NCHW layout (e.g. datasets.cifar10(), or mnist(layout='image'))",
-        )
-    if not (isinstance(ys, np.ndarray) and ys.ndim == 1 and ys.dtype.kind in "iu" and len(ys) == len(xs)):
-        raise bad_argument(PlanError, where, f"{source} y", ys, f"integer labels of shape ({len(xs)},)",
-                           "pass one integer label per image")
-    if not (isinstance(perm, np.ndarray) and perm.ndim == 1 and perm.dtype == np.int64):
-        raise bad_argument(PlanError, where, f"perms[{source!r}]", perm, "a 1-D int64 permutation",
-                           "build it with Philox.permutation or np.arange(n, dtype=np.int64)")
+    _check_source(where, source, cursor, aug_offset, xs, ys, perm)
     if not (isinstance(y_out, np.ndarray) and y_out.ndim == 1 and y_out.dtype == np.int32 and len(y_out) >= 1):
         raise bad_argument(PlanError, where, "y_out", y_out, "an int32 buffer of shape (B,) with B >= 1",
                            "allocate the label buffer as int32 (B,)")
@@ -262,7 +272,7 @@ def _bind_args(outs, ins, p: dict, env: BindEnv) -> dict[str, Any] | str:
     out_hw = p.get("out_hw")
     if out_hw is None:
         out_hw = tuple(x_out.shape[1:3]) if isinstance(x_out, np.ndarray) and x_out.ndim == 4 else (hs, ws)
-    h, w = _aug._check_hw(tuple(out_hw) if isinstance(out_hw, (list, tuple)) else out_hw, where)
+    h, w = check_out_hw(tuple(out_hw) if isinstance(out_hw, (list, tuple)) else out_hw, where)
     if not (isinstance(x_out, np.ndarray) and x_out.dtype == np.float32 and x_out.flags.c_contiguous
             and x_out.flags.writeable and x_out.size == b * h * w * c):
         raise bad_argument(
@@ -290,8 +300,8 @@ def _bind_args(outs, ins, p: dict, env: BindEnv) -> dict[str, Any] | str:
         aug_offset = np.zeros(1, np.int64)  # owned by the closure: the offset of a node that draws nothing
     resize = (h, w) != (hs, ws)
     if resize:
-        yi0, yi1, yw0, yw1 = _aug.bilinear_weights(hs, h)
-        xi0, xi1, xw0, xw1 = _aug.bilinear_weights(ws, w)
+        yi0, yi1, yw0, yw1 = bilinear_weights(hs, h)
+        xi0, xi1, xw0, xw1 = bilinear_weights(ws, w)
     else:
         yi0 = yi1 = xi0 = xi1 = _EMPTY_I64
         yw0 = yw1 = xw0 = xw1 = _EMPTY_F32
@@ -321,7 +331,7 @@ def transfer_image(outs, ins, p, env):
     xs, ys, perm, x4, y_out = a["data"]
     k0, k1, stream, pad, flip, fill = a["rng"]
     yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize = a["tables"]
-    step = _aug.transfer_images_step
+    step = transfer_images_step
 
     def run() -> None:
         rc = step(cursor, aug_offset, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
@@ -341,7 +351,7 @@ def transfer_image_async(outs, ins, p, env):
     xs, ys, perm, x4, y_out = a["data"]
     k0, k1, stream, pad, flip, fill = a["rng"]
     yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize = a["tables"]
-    claim, gather = _aug.claim_batch, _aug.transfer_images_claimed
+    claim, gather = claim_batch, transfer_images_claimed
     state = np.zeros(2, np.int64)  # (start, aug_base) of the claimed batch; owned by this closure
     slot = buffer_slot(a["x_out"])
     pf = prefetcher_for(env)

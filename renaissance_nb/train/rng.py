@@ -26,15 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from renaissance_nb.errors import ConfigError, bad_argument
+from ..errors import ConfigError, bad_argument
+from ..kernels import philox as _kernels
+from ..kernels.philox import MASK32 as _MASK32
+from ..kernels.philox import PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1
+from ..kernels.philox import U24_SCALE as _U24_SCALE
 
-try:  # numba is a hard dependency, but the module must still import without it
-    import numba
-
-    _HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised only on broken installs
-    numba = None
-    _HAVE_NUMBA = False
+_HAVE_NUMBA = True
+"""Draw through the numba loops of kernels/philox.py; False takes the NumPy paths, the same bits (tests)."""
 
 __all__ = [
     "StreamId",
@@ -43,13 +42,6 @@ __all__ = [
     "uniform_into",
     "dropout_mask_into",
 ]
-
-PHILOX_M0 = 0xD2511F53
-PHILOX_M1 = 0xCD9E8D57
-PHILOX_W0 = 0x9E3779B9
-PHILOX_W1 = 0xBB67AE85
-_MASK32 = 0xFFFFFFFF
-_U24_SCALE = 2.0**-24
 
 
 class StreamId(IntEnum):
@@ -194,113 +186,11 @@ class Philox:
                                "use a smaller block offset")
         if _HAVE_NUMBA:
             keys = np.empty(n, np.uint64)
-            _keys_kernel(keys, *self.key, stream, offset & _MASK32, offset >> 32)
+            _kernels.keys_kernel(keys, *self.key, stream, offset & _MASK32, offset >> 32)
             return keys
         bits = self._words(2 * n, stream, offset).astype(np.uint64).reshape(n, 2)  # NumPy fallback
         return (bits[:, 0] << np.uint64(32)) | bits[:, 1]
 
-
-# --------------------------------------------------------------------------- numba hot path
-
-if _HAVE_NUMBA:
-    _M0 = np.uint64(PHILOX_M0)
-    _M1 = np.uint64(PHILOX_M1)
-    _W0 = np.uint64(PHILOX_W0)
-    _W1 = np.uint64(PHILOX_W1)
-    _MK = np.uint64(_MASK32)
-    _S32 = np.uint64(32)
-    _S8 = np.uint64(8)
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _round(c0, c1, c2, c3, k0, k1):  # pragma: no cover - compiled
-        # uint64 operands holding 32-bit values: the product is the exact 64-bit mulhi:mullo.
-        p0 = _M0 * c0
-        p1 = _M1 * c2
-        return (p1 >> _S32) ^ c1 ^ k0, p1 & _MK, (p0 >> _S32) ^ c3 ^ k1, p0 & _MK
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _philox_block(c0, c1, c2, c3, k0, k1):  # pragma: no cover - compiled
-        # Rounds written out by hand: a rolled loop here is ~5x slower (no SIMD across blocks).
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        c0, c1, c2, c3 = _round(c0, c1, c2, c3, k0, k1)
-        k0, k1 = (k0 + _W0) & _MK, (k1 + _W1) & _MK
-        return _round(c0, c1, c2, c3, k0, k1)
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _u24(w):  # pragma: no cover - compiled
-        return np.float32(w >> _S8) * np.float32(_U24_SCALE)
-
-    @numba.njit(cache=True, nogil=True, inline="always")
-    def _mask(w, threshold, scale):  # pragma: no cover - compiled
-        return scale if _u24(w) < threshold else np.float32(0.0)
-
-    @numba.njit(cache=True, nogil=True)
-    def _uniform_kernel(out, k0_i, k1_i, stream_i, off_lo_i, off_hi_i):  # pragma: no cover
-        k0, k1, c2, zero = np.uint64(k0_i), np.uint64(k1_i), np.uint64(stream_i), np.uint64(0)
-        base = (np.uint64(off_hi_i) << _S32) | np.uint64(off_lo_i)
-        n = out.shape[0]
-        full = n // 4
-        for b in range(full):  # branch-free body so LLVM vectorises across blocks
-            blk = base + np.uint64(b)
-            w0, w1, w2, w3 = _philox_block(blk & _MK, blk >> _S32, c2, zero, k0, k1)
-            out[4 * b] = _u24(w0)
-            out[4 * b + 1] = _u24(w1)
-            out[4 * b + 2] = _u24(w2)
-            out[4 * b + 3] = _u24(w3)
-        blk = base + np.uint64(full)
-        w0, w1, w2, w3 = _philox_block(blk & _MK, blk >> _S32, c2, zero, k0, k1)
-        for j in range(4 * full, n):  # tail block: only the first n % 4 words are used
-            w = w0 if j % 4 == 0 else (w1 if j % 4 == 1 else w2)
-            out[j] = _u24(w)
-
-    @numba.njit(cache=True, nogil=True)
-    def _keys_kernel(out, k0_i, k1_i, stream_i, off_lo_i, off_hi_i):  # pragma: no cover - compiled
-        k0, k1, c2, zero = np.uint64(k0_i), np.uint64(k1_i), np.uint64(stream_i), np.uint64(0)
-        base = (np.uint64(off_hi_i) << _S32) | np.uint64(off_lo_i)
-        n = out.shape[0]
-        for b in range(n // 2):  # a block's four words make two keys
-            blk = base + np.uint64(b)
-            w0, w1, w2, w3 = _philox_block(blk & _MK, blk >> _S32, c2, zero, k0, k1)
-            out[2 * b] = (w0 << _S32) | w1
-            out[2 * b + 1] = (w2 << _S32) | w3
-        if n % 2:
-            blk = base + np.uint64(n // 2)
-            w0, w1, w2, w3 = _philox_block(blk & _MK, blk >> _S32, c2, zero, k0, k1)
-            out[n - 1] = (w0 << _S32) | w1
-
-    @numba.njit(cache=True, nogil=True)
-    def _dropout_kernel(out, k0_i, k1_i, stream_i, off_lo_i, off_hi_i, threshold, scale):  # pragma: no cover
-        k0, k1, c2, zero = np.uint64(k0_i), np.uint64(k1_i), np.uint64(stream_i), np.uint64(0)
-        base = (np.uint64(off_hi_i) << _S32) | np.uint64(off_lo_i)
-        n = out.shape[0]
-        full = n // 4
-        for b in range(full):
-            blk = base + np.uint64(b)
-            w0, w1, w2, w3 = _philox_block(blk & _MK, blk >> _S32, c2, zero, k0, k1)
-            out[4 * b] = _mask(w0, threshold, scale)
-            out[4 * b + 1] = _mask(w1, threshold, scale)
-            out[4 * b + 2] = _mask(w2, threshold, scale)
-            out[4 * b + 3] = _mask(w3, threshold, scale)
-        blk = base + np.uint64(full)
-        w0, w1, w2, w3 = _philox_block(blk & _MK, blk >> _S32, c2, zero, k0, k1)
-        for j in range(4 * full, n):
-            w = w0 if j % 4 == 0 else (w1 if j % 4 == 1 else w2)
-            out[j] = _mask(w, threshold, scale)
 
 def _check_out(where: str, out: Any) -> None:
     if not (isinstance(out, np.ndarray) and out.dtype == np.float32 and out.ndim == 1
@@ -322,7 +212,7 @@ def uniform_into(out: np.ndarray, seed: int, stream: int, offset: int) -> None:
     _check_out("uniform_into", out)
     args = _split("uniform_into", out.shape[0], seed, stream, offset)
     if _HAVE_NUMBA:
-        _uniform_kernel(out, *args)
+        _kernels.uniform_kernel(out, *args)
     else:  # NumPy fallback: allocates, same bits (tests/test_rng.py)
         out[:] = Philox(int(seed)).uniform(out.shape[0], stream, offset)
 
@@ -342,7 +232,7 @@ def dropout_mask_into(out: np.ndarray, seed: int, stream: int, offset: int, keep
                            "pass 1 - dropout_rate, e.g. keep_prob=0.9 for 10% dropout")
     threshold, scale = np.float32(kp), np.float32(1.0 / kp)
     if _HAVE_NUMBA:
-        _dropout_kernel(out, *args, threshold, scale)
+        _kernels.dropout_kernel(out, *args, threshold, scale)
     else:  # NumPy fallback (tests/test_rng.py)
         u = Philox(int(seed)).uniform(out.shape[0], stream, offset)
         out[:] = np.where(u < threshold, scale, np.float32(0.0))
