@@ -53,8 +53,8 @@ def kernel_names(ex) -> dict[int, tuple[str, str]]:  # type: ignore[no-untyped-d
 def profile_steps(task, steps: int) -> dict:  # type: ignore[no-untyped-def]
     """Replay ``steps`` training steps, timing every kernel; fc kernels also run a second time, warm."""
     ex = task.executor
-    n = len(task._splits.train)
-    sched = ex.train_schedule(batch_variants(n, task._batch, "train_base", "train_last"))
+    n = len(task.config.data.train)
+    sched = ex.train_schedule(batch_variants(n, task.config.batch_size, "train_base", "train_last"))
     names = kernel_names(ex)
     cold: dict[tuple[str, str], float] = defaultdict(float)
     warm: dict[tuple[str, str], float] = defaultdict(float)
@@ -127,7 +127,7 @@ def optimizer_pass(task, reps: int = 20) -> tuple[float, float, float, int]:  # 
     task's own W/G/M/V ranges (on copies, so the task is untouched); cold = after streaming 64 MiB
     through the caches."""
     from renaissance_nb.kernels.cpu import optimizer_ranges
-    w, g, m, v = (a.copy() for a in optimizer_ranges(task._env.range_view))
+    w, g, m, v = (a.copy() for a in optimizer_ranges(task.runner.env.range_view))
     lr, step = np.full(4, 1e-3, np.float32), np.zeros(1, np.int64)
     evict = np.ones(16 * 2**20, np.float32)
 
@@ -196,7 +196,7 @@ def track(batch: int, rounds: int, x: np.ndarray, y: np.ndarray) -> list[str]:
     again at once (warm) over 30 profiled steps, and each fc kernel in a tight loop of five calls."""
     task = Ours(x, y, batch).task
     names = kernel_names(task.executor)
-    sched = task.executor.train_schedule(batch_variants(len(task._splits.train), batch, "train_base", "train_last"))
+    sched = task.executor.train_schedule(batch_variants(len(task.config.data.train), batch, "train_base", "train_last"))
     fcs = [k for k in sched.steps[2] if names.get(id(k), ("", ""))[1] in GEMM_OPS]
     a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
     big = blas.gemm(a, a, np.empty_like(a))

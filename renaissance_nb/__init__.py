@@ -7,7 +7,6 @@ from . import jit_cache  # noqa: F401 - first: it stamps numba's cache of every 
 from . import datasets
 from .blueprint import (RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn, cbr, conv, dropout, fc,
                         flatten, gap, gelu, identity, leaky_relu, maxpool, relu, repeat, seq, sigmoid, silu, tanh)
-from .deep_task import DeepLearningTask
 from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DeviceError, DownloadError,
                      NumericalError, PhaseError, PlanError, RenaissanceError, ShapeError)
 from .compiler.atlas import GraphAtlas
@@ -17,7 +16,11 @@ from .memory.dtensor import DTensor
 from .memory.plan import MemoryPlan
 from .memory.region import Region
 from .result import EpochRecord, TrainingResult
-from .task import Phase, TaskBase
+from .phases import Phase
+from .task import DeepLearningTask
+from .taskbase import TaskBase
+from .config import TaskConfig
+from .runtime import checkpoint
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import SGD, Adam, AdamW
 from .train.callbacks import EarlyStopping, StopTraining
@@ -34,5 +37,5 @@ __all__ = [
     "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
     "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
     "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
-    "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau", "EarlyStopping", "StopTraining",
+    "TaskConfig", "checkpoint", "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau", "EarlyStopping", "StopTraining",
 ]

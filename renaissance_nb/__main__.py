@@ -13,7 +13,7 @@ import time
 
 from . import __version__, datasets
 from .blueprint import fc, relu, seq
-from .deep_task import DeepLearningTask
+from .task import DeepLearningTask
 from .errors import RenaissanceError
 from .text import bytes_versus, human_bytes
 from .train.losses import CrossEntropyLoss
@@ -42,10 +42,11 @@ def build_task(args: argparse.Namespace) -> DeepLearningTask:
 
 def train(args: argparse.Namespace) -> int:
     task = build_task(args)
-    s = task._data
+    s = task.splits
+    assert s is not None and task.compiled is None  # build_task gave it data; nothing compiled yet
     print(f"data: {s.name}: {len(s.train)} train, {len(s.val) if s.val else 0} val, "
           f"sample shape {s.train.sample_shape}, {s.train.num_classes} classes")
-    print(f"model:\n{task._model!r}")
+    print(f"model:\n{task.blueprint!r}")
     print(f"phase {task.phase}")
     t = time.perf_counter()
     arch = task.plan()
@@ -58,7 +59,8 @@ def train(args: argparse.Namespace) -> int:
           f"{bytes_versus(m.total_bytes, m.bytes_without_reuse, 'without liveness reuse')}")
     t = time.perf_counter()
     task.compile()
-    compiled = task._compiled_parts("compile")[0]
+    compiled = task.compiled
+    assert compiled is not None  # compile() succeeded
     a = compiled.atlas
     print(f"compile()      COMPILED       {1e3 * (time.perf_counter() - t):7.1f} ms  {len(a.entries)} atlas entries "
           f"-> {len(a.captures)} distinct bound graphs, device {task.device_kind}")

@@ -176,6 +176,19 @@ class BarProgress(NoProgress):
         self.bar.close()
 
 
+def progress_kind(progress: Any) -> str:
+    """run()'s progress argument as one of "auto", "bar", "lines", "none"."""
+    import numpy as np
+
+    from .errors import ConfigError, bad_argument
+    if progress is None or (isinstance(progress, (bool, np.bool_, int, np.integer)) and progress in (0, 1)):
+        return "auto" if progress else "none"
+    if isinstance(progress, str) and progress in ("auto", "bar", "lines", "none"):
+        return progress
+    raise bad_argument(ConfigError, "run", "progress", progress, "'auto' (or True), 'bar', 'lines', or False/None",
+                       "e.g. run(progress=False) for no output, run(progress='lines') for plain lines")
+
+
 def make_progress(kind: str | bool, total: int, desc: str, steps_per_epoch: int = 0, epoch: int = 1,
                   step: int = 0) -> NoProgress:
     """'auto': a bar in notebooks, lines in terminals; 'bar', 'lines', or False for none. A run

@@ -1,252 +1,508 @@
-"""TaskBase: the phase machine, and the low-level API the original's teaching examples use.
+"""DeepLearningTask: the fluent builder and the phase facade over the engine's objects.
 
-    PLANNING       alloc(shape, dtype, region), finalize_memory()
-    MEMORY_LOCKED  add_graph(name, graph, stream), compile()
-    COMPILED       run(name), read(tensor), write(tensor, value)
+    task.plan()          PLANNING       task.planned:  ArchPlan + the tensors of all six variants
+    task.lock_memory()   MEMORY_LOCKED  task.locked:   zero-shape graphs, six MemoryPlans
+    task.compile()       COMPILED       task.compiled: the atlas; task.runner: arena bound, weights set
+    task.run()                          task.trainer replays the compiled step, epoch by epoch
 
-A call in the wrong phase raises PhaseError naming the operation, the current
-phase and the phase it needs. Every call validates first and changes the task
-only at the end, so a failed call leaves the task exactly as it was.
+The task holds one frozen TaskConfig (builder calls replace it), the stage values (compiler/
+pipeline.py), the Runner and the Trainer with its RunState; each of those owns its own state.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import PhaseError, PlanError, bad_argument
-from .compiler.graph import ComputationGraph, GraphNode
-from .compiler.ids import StreamKind
-from .kernels.cpu import BindEnv
+from . import config_checks as check
+from .blueprint import BluePrint
+from .checks import arguments_checked, as_flag
+from .compiler.pipeline import (Locked, Planned, compile_stage, describe_compiled, learning_rates, lock_stage,
+                                plan_stage)
+from .compiler.stages import CompiledPlan
+from .compiler.layers import ArchPlan
+from .config import TaskConfig
+from .data.arrays import DataSplits, Dataset
+from .errors import CheckpointError, ConfigError, PhaseError, PlanError
 from .memory.dtensor import DTensor
-from .memory.liveness import Lifetimes
 from .memory.plan import MemoryPlan
-from .text import plural
-from .runtime.arena import Arena
-from .runtime.bind import BoundGraph, bind, check_nodes
+from .phases import Phase, PhaseMachine, Transition
+from .progress import progress_kind
+from .result import TrainingResult
+from .runtime.inference import Inference
+from .runtime.runner import Runner
+from .runtime.tensors import TensorIO
+from .runtime.trainer import RunState, Trainer, plateau_start
+from .text import human_bytes, plural
+from .train.callbacks import checked_callbacks
+from .train.losses import CrossEntropyLoss
+from .train.optimizers import Optimizer
+from .train.schedulers import ReduceLROnPlateau, Scheduler
+
+_arguments_checked = arguments_checked(ConfigError, call="task.")
+"""Task builders: a misspelt keyword or a setting passed by position is a ConfigError."""
 
 
-class Phase(Enum):
-    """Where a task is in its life; each phase allows a fixed set of operations."""
+class DeepLearningTask:
+    """Model, data, loss, optimizer and schedule, compiled into one replayable step."""
 
-    PLANNING = "PLANNING"
-    MEMORY_LOCKED = "MEMORY_LOCKED"
-    COMPILED = "COMPILED"
+    def __init__(self, name: str = "task", *, config: TaskConfig | None = None) -> None:
+        self._config = config if config is not None else TaskConfig(name=name)
+        self.phases = PhaseMachine()
+        self.planned: Planned | None = None
+        self.locked: Locked | None = None
+        self.compiled: CompiledPlan | None = None
+        self.runner: Runner | None = None
+        self.trainer: Trainer | None = None
+        self.run_state = RunState()
+        self._lr_cache: tuple[Any, np.ndarray] | None = None
 
-    def __str__(self) -> str:
-        return self.value
+    # ---- settings (PLANNING, before plan()) ---------------------------------------------------------
+    def _settable(self, name: str) -> None:
+        if self.phase is not Phase.PLANNING or self.planned is not None:
+            state = f"{self.phase} (planned)" if self.phase is Phase.PLANNING else str(self.phase)
+            keep = (" and the trained weights (keep them: sd = task.state_dict(), then task.load_state_dict(sd) "
+                    "after compile(); the optimizer's moments start over)"
+                    if self.result.history and name != "model" else "")
+            raise PhaseError(name, state, "PLANNING (before plan())",
+                             f"The setting {name} can no longer change: the task's plan is made from it. "
+                             f"Fix: create a new DeepLearningTask, or call task.reset() to discard the plan{keep}.")
 
-
-PHASE_ALLOWS: dict[Phase, tuple[str, ...]] = {
-    Phase.PLANNING: ("alloc", "finalize_memory"),
-    Phase.MEMORY_LOCKED: ("add_graph", "compile"),
-    Phase.COMPILED: ("run", "read", "write"),
-}
-
-
-_ORDER = {Phase.PLANNING: 0, Phase.MEMORY_LOCKED: 1, Phase.COMPILED: 2}
-_STEP_TO = {Phase.MEMORY_LOCKED: "finalize_memory() (DeepLearningTask: lock_memory())",
-            Phase.COMPILED: "compile()"}
-
-
-def _phase_fix(current: Phase, needed: Phase) -> str:
-    """How to get from the current phase to the needed one, or why you cannot."""
-    if _ORDER[current] < _ORDER[needed]:
-        return f"Fix: call {_STEP_TO[needed]} first."
-    return ("Fix: phases only move forward; build a new task (DeepLearningTask: task.reset()) "
-            "to change what is already fixed.")
-
-
-@dataclass(frozen=True)
-class Transition:
-    """One phase change, for the phase view's history."""
-
-    source: Phase
-    target: Phase
-    operation: str
-    at: float
-    seconds: float
-
-
-def _exact_values(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray | None:
-    """``value`` as ``dtype`` when it broadcasts to ``shape`` and converts without changing: no None or
-    strings, and for integer tensors no fractions, no NaN and nothing out of range (300 is not 44)."""
-    try:
-        raw = np.asarray(value)
-        np.broadcast_to(raw, shape)
-    except (ValueError, TypeError):
-        return None
-    if raw.dtype.kind not in "biuf":
-        return None
-    if dtype.kind in "iu" and raw.size:
-        info = np.iinfo(dtype)
-        as_float = raw.astype(np.float64)
-        if not (np.isfinite(as_float).all() and (as_float == np.round(as_float)).all()
-                and info.min <= raw.min() and raw.max() <= info.max):
-            return None
-    return raw.astype(dtype)
-
-
-class TaskBase:
-    """A task driven by hand: allocate tensors, lock memory, add graphs, compile, run."""
-
-    def __init__(self, name: str = "task") -> None:
-        self.name = name
-        self._phase = Phase.PLANNING
-        self.memory = MemoryPlan(name)
-        self._graphs: dict[str, tuple[list[GraphNode], StreamKind]] = {}
-        self._bound: dict[str, BoundGraph] = {}
-        self._arena: Arena | None = None
-        self._views: list[np.ndarray] = []
-        self.transitions: list[Transition] = []
-
-    # ---- the phase machine ----------------------------------------------------------
-    @property
-    def phase(self) -> Phase:
-        return self._phase
-
-    def _require(self, operation: str, *phases: Phase, hint: str = "") -> None:
-        if self._phase not in phases:
-            names = [str(p) for p in phases]
-            if "Fix" not in hint:
-                forward = _ORDER[self._phase] < _ORDER[phases[0]]
-                if forward and hint.startswith("Call "):  # the hint is the fix itself: say it once, as the fix
-                    hint = "Fix: c" + hint[1:]
-                else:
-                    hint = (hint + " " + _phase_fix(self._phase, phases[0])).strip()
-            raise PhaseError(operation, self._phase, names[0] if len(names) == 1 else names, hint)
-
-    def _advance(self, target: Phase, operation: str, started: float) -> None:
-        now = time.time()
-        self.transitions.append(Transition(self._phase, target, operation, now, now - started))
-        self._phase = target
-
-    # ---- PLANNING -----------------------------------------------------------------
-    def alloc(self, shape: Sequence[int], dtype: Any = "float32", region: Any = None, name: str | None = None) -> DTensor:
-        """Reserve a tensor in a named region; its offset is fixed by finalize_memory()."""
-        self._require("alloc", Phase.PLANNING,
-                      hint="Memory is laid out once: allocate every tensor before finalize_memory().")
-        if region is None:
-            raise bad_argument(PlanError, "alloc", "region", None, "a Region member such as Region.T_TEMP_FP32",
-                               "every tensor must be placed in a named region; pass region=Region.<NAME>")
-        return self.memory.alloc(shape, dtype, region, name)
-
-    def finalize_memory(self, lifetimes: Lifetimes | None = None) -> MemoryPlan:
-        """Fix every offset (256-byte aligned) and move to MEMORY_LOCKED."""
-        self._require("finalize_memory", Phase.PLANNING)
-        if len(self.memory) == 0:
-            raise PlanError("finalize_memory: the plan holds no tensors. Fix: alloc() at least one tensor first.")
-        started = time.time()
-        self.memory.finalize(lifetimes)
-        self._advance(Phase.MEMORY_LOCKED, "finalize_memory", started)
-        return self.memory
-
-    # ---- MEMORY_LOCKED -------------------------------------------------------------
-    def add_graph(self, name: str, graph: ComputationGraph | Sequence[GraphNode],
-                  stream: StreamKind = StreamKind.COMP_1) -> None:
-        """Register a graph (its nodes refer to tensor ids of this task's plan).
-
-        Each node is checked now: known op, existing tensors, and operands whose shapes and
-        parameters fit the op (kernels/operands.py), so a graph that could not run is never
-        registered. A ComputationGraph is flattened in GraphId order onto ``stream``.
-        """
-        self._require("add_graph", Phase.MEMORY_LOCKED,
-                      hint="Graphs are registered after memory is locked and before compile().")
-        if not isinstance(name, str) or not name:
-            raise bad_argument(PlanError, "add_graph", "name", name, "a non-empty str", "name the graph, e.g. 'forward'")
-        if name in self._graphs:
-            raise bad_argument(PlanError, "add_graph", "name", name, "a name not registered yet",
-                               "pick another name for this graph")
-        if not isinstance(stream, StreamKind):
-            raise bad_argument(PlanError, "add_graph", "stream", stream, "a StreamKind such as StreamKind.COMP_1",
-                               "pass stream=StreamKind.<NAME>")
-        nodes = ([n for _, n in graph] if isinstance(graph, ComputationGraph)
-                 else list(graph) if isinstance(graph, (list, tuple)) else [])
-        if not nodes or not all(isinstance(n, GraphNode) for n in nodes):
-            raise bad_argument(PlanError, "add_graph", "graph", graph, "a ComputationGraph or a list of nodes",
-                               "build nodes with renaissance_nb.node(op, inputs, outputs)")
-        check_nodes(nodes, len(self.memory), f"add_graph({name!r})", [t.shape for t in self.memory])
-        self._graphs[name] = (nodes, stream)
-
-    def remove_graph(self, name: str) -> None:
-        """Unregister a graph before compile() (to replace one that compile() could not bind)."""
-        self._require("remove_graph", Phase.MEMORY_LOCKED, hint="Graphs are bound at compile().")
-        if not isinstance(name, str) or name not in self._graphs:
-            raise bad_argument(PlanError, "remove_graph", "name", name, f"one of {sorted(self._graphs)}",
-                               "pass the name given to add_graph()")
-        del self._graphs[name]
-
-    def compile(self) -> "TaskBase":
-        """Create the arena and bind ('capture') every registered graph; nothing changes if one fails
-        (task.remove_graph(name) then lets it be registered again)."""
-        self._require("compile", Phase.MEMORY_LOCKED)
-        started = time.time()
-        arena = Arena(self.memory)
-        views = arena.views(self.memory)
-        env = BindEnv(range_view=arena.range_view, locate=arena.locate)
-        bound = {name: bind(name, nodes, views, env) for name, (nodes, _) in self._graphs.items()}
-        self._arena, self._views, self._bound = arena, views, bound
-        self._advance(Phase.COMPILED, "compile", started)
+    def _set(self, name: str | None, fields: Callable[[], dict[str, Any]]) -> "DeepLearningTask":
+        """A new config with the ``fields()`` config_checks returns; ``name``: the plan setting it changes,
+        checked first (a setting that can no longer change is refused before its arguments are read)."""
+        if name is not None:
+            self._settable(name)
+        self._config = self._config.with_(**fields())
         return self
 
-    # ---- COMPILED ---------------------------------------------------------------------
-    def run(self, name: str) -> None:  # type: ignore[override]
-        """Replay one bound graph."""
-        self._require("run", Phase.COMPILED, hint="Graphs run once compile() has bound them.")
-        if not isinstance(name, str) or name not in self._bound:
-            raise bad_argument(PlanError, "run", "name", name, f"one of {sorted(self._bound)}",
-                               "register the graph with add_graph() before compile()")
-        self._bound[name]()
+    @_arguments_checked
+    def model(self, blueprint: BluePrint) -> "DeepLearningTask":
+        return self._set("model", lambda: check.model(blueprint))
 
-    def _tensor(self, op: str, tensor: DTensor | int | str) -> DTensor:
-        """This plan's record of a handle, an id or a name; a handle from another task's plan is refused
-        (its id would name some other tensor here)."""
-        if isinstance(tensor, DTensor):
-            if tensor.plan is not None and tensor.plan is not self.memory:
-                raise bad_argument(PlanError, op, "tensor", tensor, f"a tensor of this task's plan {self.memory.name!r}",
-                                   "use the handles this task's alloc() returned")
-            return self.memory[tensor.id]
-        if isinstance(tensor, (bool, np.bool_)):
-            raise bad_argument(PlanError, op, "tensor", tensor, "a DTensor, an int id or a tensor name",
-                               "pass the DTensor alloc() returned")
-        return self.memory[tensor]
+    @_arguments_checked
+    def data(self, splits: DataSplits | Dataset | tuple | None = None, *, train: tuple | None = None,
+             val: tuple | None = None, batch_size: int = 128, val_batch_size: int | None = None,
+             shuffle: bool = True, num_classes: int | None = None,
+             channels_last: bool | None = None, val_fraction: float | None = None) -> "DeepLearningTask":
+        """Data as DataSplits (datasets.mnist(...)) or arrays: train=(X, y), val=(Xv, yv);
+        ``val_fraction`` holds out that share of each class of the training arrays as the validation
+        set instead (the same split every time);
+        ``num_classes`` for arrays whose highest class is missing from train. Images are read as
+        (N, C, H, W), as in PyTorch: ``channels_last=True`` converts (N, H, W, C) images (and the
+        arrays later given to evaluate/predict); ``False`` says (N, C, H, W) data that plan() would
+        otherwise take for channels-last is not."""
+        return self._set("data", lambda: check.data(splits, train=train, val=val, batch_size=batch_size,
+                                          val_batch_size=val_batch_size, shuffle=shuffle, num_classes=num_classes,
+                                          channels_last=channels_last, val_fraction=val_fraction))
 
-    def read(self, tensor: DTensor | int | str) -> np.ndarray:
-        """A copy of the bytes at a tensor's place in the arena (train_base's view), now.
+    @_arguments_checked
+    def loss(self, loss: CrossEntropyLoss) -> "DeepLearningTask":
+        return self._set("loss", lambda: check.loss(loss))
 
-        State (weights, gradients, moments, BN statistics, EMA, scalars) is always the tensor's own.
-        A temporary (activations, their gradients, im2col buffers) holds its value only while it is
-        live in the step: with liveness reuse (the default) its bytes are shared with tensors whose
-        lifetimes do not overlap, so after a step a dead temporary reads as whichever of them wrote
-        last (the lifetimes view marks the tensors that share bytes). Build with
-        ``options(liveness=False)`` to inspect every temporary after a step."""
-        self._require("read", Phase.COMPILED, hint="Tensors hold values only once the arena exists (compile()).")
-        t = self._tensor("read", tensor)
-        return self._views[t.id].copy()
+    @_arguments_checked
+    def optimizer(self, optimizer: Optimizer) -> "DeepLearningTask":
+        return self._set("optimizer", lambda: check.optimizer(optimizer))
 
-    def write(self, tensor: DTensor | int | str, value: Any) -> None:
-        """Set a tensor's value (broadcast like NumPy; the shape is the plan's)."""
-        self._require("write", Phase.COMPILED, hint="Tensors hold values only once the arena exists (compile()).")
-        t = self._tensor("write", tensor)
-        arr = _exact_values(value, np.dtype(t.dtype), t.shape)
-        if arr is None:
-            raise bad_argument(PlanError, "write", "value", value,
-                               f"numbers broadcastable to {t.shape} that {t.dtype} holds exactly (whole numbers in its "
-                               "range for an integer tensor)", f"pass values shaped like {t.name}")
-        self._views[t.id][...] = arr
+    @_arguments_checked
+    def scheduler(self, scheduler: Scheduler | None) -> "DeepLearningTask":
+        """The learning-rate schedule over the optimizer's lr; None for a constant lr (the default)."""
+        return self._set("scheduler", lambda: check.scheduler(scheduler))
+
+    @_arguments_checked
+    def total_epochs(self, epochs: int) -> "DeepLearningTask":
+        return self._set("total_epochs", lambda: check.total_epochs(epochs))
+
+    @_arguments_checked
+    def seed(self, seed: int) -> "DeepLearningTask":
+        return self._set("seed", lambda: check.seed(seed))
+
+    @_arguments_checked
+    def ema(self, decay: float = 0.999) -> "DeepLearningTask":
+        """Keep exponential-moving-average weights (E_ regions), evaluated each epoch next to the raw ones
+        (``evaluate``/``predict*``/``state_dict(..., ema=True)`` use them). After each update ``E = d * E +
+        (1 - d) * W``, ``d = min(decay, (1 + t) / (10 + t))`` for t finished updates (TensorFlow's EMA with
+        ``num_updates``), weights and batch-norm statistics alike, from the initial weights: ``d`` reaches 0.9
+        at t = 80 and 0.999 at t = 8,990, so short runs average faster than torch's plain-decay EMA would."""
+        return self._set("ema", lambda: check.ema(decay))
+
+    @_arguments_checked
+    def clip_grad_norm(self, max_norm: float | None) -> "DeepLearningTask":
+        """Clip the gradients' total 2-norm to ``max_norm`` before every update, as
+        ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`` between ``backward()`` and
+        ``step()``: one pass over the G range, compiled into the step; None turns it off."""
+        return self._set("clip_grad_norm", lambda: check.clip_grad_norm(max_norm))
+
+    @_arguments_checked
+    def train_resolution(self, begin: int | tuple[int, int], end: int | tuple[int, int],
+                         boundary_epoch: int) -> "DeepLearningTask":
+        """Progressive resizing: train at ``begin`` (H, W) before ``boundary_epoch``, at ``end`` after.
+        Both use the same graph; the atlas binds one copy per distinct ShapeId."""
+        return self._set("train_resolution", lambda: check.train_resolution(begin, end, boundary_epoch))
+
+    @_arguments_checked
+    def augment(self, crop_pad: int = 0, flip: bool = False) -> "DeepLearningTask":
+        """On-the-fly augmentation of image data, drawn from Philox's AUGMENT stream (deterministic)."""
+        return self._set("augment", lambda: check.augment(crop_pad, flip))
+
+    @_arguments_checked
+    def options(self, *, fuse: bool | None = None, liveness: bool | None = None, nan_check: bool | None = None,
+                zero_grad: bool | None = None, nan_policy: str | None = None,
+                prefetch: bool | None = None, pad_rows: bool | None = None) -> "DeepLearningTask":
+        """Compiler switches, each testable against the plain path (like tinygrad's flags).
+
+        pad_rows (default True): weight matrices whose rows are a multiple of 4 KiB (1024 floats)
+        are stored with 64 bytes more per row, and so are their gradients, moments and EMA copies:
+        rows at such strides alias in the cache and slow the matrix products (oneMKL's guide says so).
+
+        nan_policy: "raise" (default) stops at a non-finite gradient or loss, naming it;
+        "skip" skips that update and counts it (task.skipped_updates). A skipped update is not a
+        step: Adam's step count (as torch's, whose GradScaler skips ``optimizer.step()``) and the
+        schedule both index finished updates, so the lr table is not advanced by a skipped batch (as
+        DeepSpeed skips its scheduler on overflow; a torch AMP loop that calls ``scheduler.step()``
+        every batch would advance it), and a run with skips ends before the table's last entries.
+        """
+        return self._set("options", lambda: check.options(fuse=fuse, liveness=liveness, nan_check=nan_check,
+                                                          zero_grad=zero_grad, nan_policy=nan_policy,
+                                                          prefetch=prefetch, pad_rows=pad_rows))
+
+    @_arguments_checked
+    def device(self, device: str = "auto", *, data: str = "auto", capture: str = "entry") -> "DeepLearningTask":
+        """Where the step replays: "cpu" (a task's default until device() is called), "cuda" (CUDA graphs
+        through CuPy; an error if there is no GPU) or "auto" (this method's default: the GPU when CuPy
+        finds one and the model's ops all have GPU kernels, else the CPU). The plan, offsets and atlas are
+        the same on both.
+
+        data (GPU only): "device" copies the data sets to GPU memory once and gathers each batch there;
+        "pinned" keeps them on the host and streams each batch through page-locked staging, the copy
+        overlapping the step before; "auto" picks "device" when the data take under a quarter of the
+        free GPU memory. capture (GPU only): "entry" replays one CUDA graph per atlas entry, a handful
+        per step; "step" also captures each distinct step program as one graph, so a step is one launch.
+        """
+        return self._set("device", lambda: check.device(device, data=data, capture=capture))
+
+    @_arguments_checked
+    def save_every(self, epochs: int | None, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
+        """Checkpoint every ``epochs`` epochs (None: stop); ``path`` may use {name} and {epoch}. Not part of
+        the plan, so it can change in any phase; checkpoints record it, and ``load()`` keeps saving."""
+        return self._set(None, lambda: check.save_every(epochs, path))
+
+    @_arguments_checked
+    def save_best(self, path: str | None = "checkpoints/{name}-best.npz", *, monitor: str | None = None,
+                  mode: str | None = None) -> "DeepLearningTask":
+        """Checkpoint whenever an epoch is the best so far (None: stop): by validation top-1 (train top-1
+        without val data), or by ``monitor``, an EpochRecord field such as 'val_loss' (Lightning's
+        ModelCheckpoint(monitor=...)), lowest best for a loss and highest for a top-k unless ``mode``
+        says 'min' or 'max'. Like save_every, it can change in any phase."""
+        return self._set(None, lambda: check.save_best(path, monitor=monitor, mode=mode))
+
+    def reset(self) -> "DeepLearningTask":
+        """Discard the plan, arena and history; settings stay. Back to PLANNING."""
+        self.run_state.check_not_running("reset", self.phase)
+        self.__init__(config=self._config)  # type: ignore[misc]
+        return self
+
+    @contextmanager
+    def _unchanged_on_error(self) -> Iterator[None]:
+        """A stage that fails (a bad setting found late, no GPU, no memory, Ctrl-C) leaves the task as it was:
+        the stages assign new objects, so a shallow copy of the attributes and the phases is the whole state."""
+        saved, phases = dict(self.__dict__), self.phases.snapshot()
+        try:
+            yield
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            self.phases.restore(phases)
+            raise
+
+    def alloc(self, *args: Any, **kwargs: Any) -> None:
+        raise _by_hand("alloc", "plans its memory", "allocate tensors")
+
+    def add_graph(self, *args: Any, **kwargs: Any) -> None:
+        raise _by_hand("add_graph", "builds its graphs", "register hand-built graphs")
+
+    # ---- the stages ------------------------------------------------------------------------------------
+    def plan(self) -> ArchPlan:
+        """Stages 1-2: ArchPlan and the tensors of all six variants (inspect task.planned)."""
+        self._require("plan", Phase.PLANNING)
+        if self.planned is None:
+            started = time.time()
+            self.planned = plan_stage(self._config)  # nothing to undo: it assigns once, at the end
+            self.phases.note("plan", started)
+        return self.planned.arch
+
+    def lock_memory(self) -> "DeepLearningTask":
+        """Stages 3 and 4: build the zero-shape graphs, then finalize the six MemoryPlans."""
+        self._require("lock_memory", Phase.PLANNING)
+        with self._unchanged_on_error():
+            self.plan()
+            started = time.time()
+            assert self.planned is not None
+            self.locked = lock_stage(self._config, self.planned)
+            self.phases.advance(Phase.MEMORY_LOCKED, "lock_memory", started)
+        return self
+
+    def compile(self) -> "DeepLearningTask":
+        """Stage 5 and binding: fill the atlas, create the arena, bind, initialise weights."""
+        if self.phase is Phase.COMPILED:
+            return self
+        with self._unchanged_on_error():  # from PLANNING too: a missing GPU or memory undoes lock_memory()
+            if self.phase is Phase.PLANNING:
+                self.lock_memory()
+            started = time.time()
+            assert self.planned is not None and self.locked is not None
+            compiled = compile_stage(self._config, self.planned, self.locked)
+            runner = Runner(self._config, compiled)
+            self.compiled, self.runner = compiled, runner
+            self.trainer = Trainer(runner, self.run_state, self.save)
+            if isinstance(self._config.scheduler, ReduceLROnPlateau):
+                self.run_state.plateau = plateau_start(self._config)
+            self.phases.advance(Phase.COMPILED, "compile", started)
+        return self
+
+    # ---- training ----------------------------------------------------------------------------------
+    @_arguments_checked
+    def run(self, epochs: int | None = None, *, progress: str | bool = "auto", resume: bool = True,
+            callbacks: Sequence[Callable[[str, Any], None]] = ()) -> TrainingResult:
+        """Train to total_epochs (or ``epochs`` more), compiling first if needed. Ctrl-C (the notebook's
+        stop button) ends the run at a step boundary, history complete to that step; ``run()`` continues
+        from the next step to the same weights as an uninterrupted run; ``resume=False`` starts the epoch
+        over on the weights as they are (step count, schedule and loss log back at its start). A callback's
+        exception stops the same way (and is raised), StopTraining cleanly (``result.stopped``; see
+        EarlyStopping). ``callbacks``: ``cb(kind, info)`` with kind "start", "step" (at steps 16, 32, ...
+        of each epoch), "epoch" and "end". ``progress``: "auto"/True (a tqdm bar in a notebook, lines in a
+        terminal: one per epoch, and one every 20 s inside a long epoch), "bar", "lines", False/None/0."""
+        kind = progress_kind(progress)
+        resume = check.flag("run", "resume", resume)
+        cbs = checked_callbacks(callbacks)
+        self.run_state.check_not_running("run", self.phase)
+        more = None if epochs is None else check.int_setting("run", "epochs", epochs)  # before anything changes
+        self.run_state.running = True
+        try:
+            if self.phase is not Phase.COMPILED:
+                self._require("run", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
+                self.compile()
+            assert self.trainer is not None
+            return self.trainer.run(self._config, more, kind, resume, cbs, self)
+        finally:
+            self.run_state.running = False
+
+    # ---- inference and parameters --------------------------------------------------------------------
+    def _inference(self, op: str, hint: str = "Call task.compile() first.") -> Inference:
+        self._require(op, Phase.COMPILED, hint=hint)
+        assert self.runner is not None  # compile() made it
+        return Inference(self._config, self.runner, self.run_state)
+
+    def evaluate(self, x: Any, y: Any, *, ema: bool = False) -> dict[str, float]:
+        """Loss (the task's, label smoothing and class weights included; averaged over batches of the
+        validation batch size by their sizes, as the epochs' val loss), top-1 and top-5 on any labelled
+        data; ``ema=True`` evaluates the EMA weights (``ema()`` on), as the epochs' ema columns do."""
+        return self._inference("evaluate").evaluate(x, y, ema)
+
+    def predict(self, x: Any, *, ema: bool = False) -> np.ndarray:
+        """Predicted class of each row of x (int64, shape (N,)); ``ema=True``: by the EMA weights."""
+        return self._inference("predict").predict(x, ema)
+
+    def predict_logits(self, x: Any, *, ema: bool = False) -> np.ndarray:
+        """The model's outputs for each row of x before softmax (float32, (N, classes)): torch's ``model(x)``
+        in eval mode (dropout off, batch norm's running statistics); ``ema=True``: the EMA model's."""
+        return self._inference("predict_logits").gathered("predict_logits", x, lambda logits: logits, ema)
+
+    def predict_proba(self, x: Any, *, ema: bool = False) -> np.ndarray:
+        """Class probabilities for each row of x (float32, shape (N, classes), rows summing to 1):
+        ``softmax(predict_logits(x, ema=ema))``, computed in float64."""
+        return self._inference("predict_proba").gathered("predict_proba", x, _softmax, ema)
+
+    def state_dict(self, *, ema: bool = False) -> dict[str, np.ndarray]:
+        """Parameters and BN buffers by layer name, in PyTorch's layouts: 'fc1.weight' is
+        (out, in), 'conv1.weight' is (out, in, k, k), 'bn1.running_mean' ... ``ema=True``: the EMA
+        model's (``ema()`` on), under the same names, ready for ``load_state_dict`` of a task or a
+        torch module."""
+        return self._inference("state_dict", "Parameters exist once the task is compiled.").state_dict(ema)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Set parameters; every key and shape is checked before anything is written. With ema() on,
+        the EMA copies start from them too, as they start from the initial weights."""
+        self._inference("load_state_dict").load_state_dict(state)
+
+    def load_weights(self, path: str, *, ema: bool = False) -> "DeepLearningTask":
+        """The parameters and batch-norm statistics of a checkpoint, into this compiled task, which may
+        be built on other data or another optimizer (inference, fine-tuning): the model must match.
+        Training state (moments, history, data order) is not loaded: ``load_state`` resumes a run.
+        ``ema=True`` takes the checkpoint's EMA weights instead (a task saved with ``ema()`` on)."""
+        from .runtime.checkpoint import read_state_dict
+        self._require("load_weights", Phase.COMPILED, hint="Call task.compile() first.")
+        ema = as_flag(ema, "load_weights", "ema", ConfigError, "pass task.load_weights(path, ema=True)")
+        self.load_state_dict(read_state_dict(path, ema=ema, op="load_weights"))
+        return self
+
+    # ---- checkpoints --------------------------------------------------------------------------------
+    def save(self, path: str) -> str:
+        """Write what continuing needs (state regions, data position, history) atomically to one .npz
+        file with a JSON header (the config as data) and a checksum (runtime/checkpoint.py)."""
+        from .runtime import checkpoint
+        return checkpoint.save(self, path)
+
+    def load_state(self, path: str, *, strict: bool = True) -> "DeepLearningTask":
+        """Restore a checkpoint into this compiled task; validated fully before anything changes."""
+        from .runtime import checkpoint
+        checkpoint.load_state(self, path, strict=strict)
+        return self
+
+    @classmethod
+    def load(cls, path: str, data: Any, *, strict: bool = True) -> "DeepLearningTask":
+        """A task rebuilt from a checkpoint's config around ``data``, compiled, its state restored: run() on."""
+        from .runtime import checkpoint
+        as_flag(strict, "load", "strict", CheckpointError, "pass strict=False to allow other settings, or leave it out")
+        return cls(config=checkpoint.config_for(path, data)).compile().load_state(path, strict=strict)
+
+    # ---- read-only views ------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    @name.setter
+    def name(self, name: str) -> None:
+        self._config = self._config.with_(name=name)
 
     @property
-    def registered_graphs(self) -> dict[str, tuple[list[GraphNode], StreamKind]]:
-        """The graphs registered with add_graph (or built by a DeepLearningTask): name -> (nodes, stream)."""
-        return dict(self._graphs)
+    def phase(self) -> Phase:
+        return self.phases.phase
+
+    @property
+    def transitions(self) -> list[Transition]:
+        return self.phases.transitions
+
+    @property
+    def result(self) -> TrainingResult:
+        return self.run_state.result
+
+    @property
+    def blueprint(self) -> BluePrint | None:
+        return self._config.model
+
+    @property
+    def splits(self) -> DataSplits | None:
+        return self._config.data
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self._config.steps_per_epoch
+
+    @property
+    def total_steps(self) -> int:
+        return self._config.total_steps
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Every setting, by name (what the BluePrint and Training views show)."""
+        return self._config.as_settings()
+
+    # the stage values by their parts, as the views and notebooks read them (None before their stage)
+    arch = property(lambda self: None if self.planned is None else self.planned.arch)
+    shapes = property(lambda self: None if self.planned is None else self.planned.shapes)
+    max_slot_bytes = property(lambda self: None if self.planned is None else list(self.planned.max_slot_bytes))
+    graphs = property(lambda self: None if self.locked is None else self.locked.graphs)
+    plans = property(lambda self: {} if self.locked is None else self.locked.plans)
+    executor = property(lambda self: None if self.runner is None else self.runner.executor)
+    arena = property(lambda self: None if self.runner is None else self.runner.arena)
+    device_kind = property(lambda self: None if self.runner is None else self.runner.device_kind)
+
+    @property
+    def memory(self) -> MemoryPlan:
+        """The train_base plan (an empty one before lock_memory())."""
+        return self.locked.memory if self.locked is not None else MemoryPlan(self.name)
 
     @property
     def arena_bytes(self) -> int:
-        return self.memory.total_bytes if self.memory.finalized else 0
+        return self.locked.memory.total_bytes if self.locked is not None else 0
+
+    @property
+    def registered_graphs(self) -> dict[str, tuple[list[Any], Any]]:
+        """The built graphs by GraphId, as TaskBase lists hand-registered ones: name -> (nodes, stream)."""
+        return {} if self.locked is None else self.locked.registered_graphs()
+
+    @property
+    def skipped_updates(self) -> int:
+        """Updates skipped by nan_policy='skip' so far."""
+        return int(self.runner.view("nan.skipped")[0]) if self.runner else 0
+
+    def read(self, tensor: DTensor | int | str) -> np.ndarray:
+        """A copy of the bytes at a tensor's place in the arena (train_base's view), now: see TaskBase.read
+        for what a dead temporary holds."""
+        return self._tensors("read").read(tensor)
+
+    def write(self, tensor: DTensor | int | str, value: Any) -> None:
+        """Set a tensor's value (broadcast like NumPy; the shape is the plan's)."""
+        self._tensors("write").write(tensor, value)
+
+    def _tensors(self, op: str) -> TensorIO:
+        self._require(op, Phase.COMPILED, hint="Tensors hold values only once the arena exists (compile()).")
+        assert self.runner is not None and self.locked is not None
+        return TensorIO(self.locked.memory, self.runner.executor.views["train_base"])
+
+    @property
+    def config(self) -> TaskConfig:
+        """Every setting, as one frozen value (builder calls replace it)."""
+        return self._config
+
+    def _require(self, operation: str, *phases: Phase, hint: str = "") -> None:
+        self.phases.require(operation, *phases, hint=hint)
+
+    def lr_table(self) -> np.ndarray:
+        """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr).
+        Read-only, and computed once per settings (plan(), compile() and the views all read it; at
+        2**26 steps one computation takes seconds)."""
+        c = self._config
+        key = (c.scheduler, type(c.optimizer), c.optimizer.lr_, c.steps_per_epoch, c.total_epochs)
+        if self._lr_cache is None or self._lr_cache[0] != key:
+            table = learning_rates(c)
+            table.flags.writeable = False
+            self._lr_cache = (key, table)
+        return self._lr_cache[1]
+
+    def summary(self) -> str:
+        """Plan summary: arena by family, reuse, distinct bound graphs, collapsed variants."""
+        lines = [f"{self.name}: phase {self.phase}"]
+        if self.planned is not None:
+            lines.append(repr(self.planned.arch))
+        if self.locked is not None:
+            lines.append(self.locked.memory.summary())
+        if self.compiled is not None:
+            lines += describe_compiled(self.compiled)
+        return "\n".join(lines)
+
+    def inspect(self):  # type: ignore[no-untyped-def]
+        """The dashboard widget (needs the notebook extra)."""
+        from .display import dashboard
+        return dashboard(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):  # type: ignore[no-untyped-def]
+        try:
+            from .display import dashboard_bundle
+        except ImportError:
+            return {"text/plain": repr(self)}
+        return dashboard_bundle(self)
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} {self.name!r}: phase {self._phase}, {plural(len(self.memory), 'tensor')}, "
-                f"{plural(len(self._graphs), 'graph')}>")
+        bits = [f"phase {self.phase}"]
+        if self.locked is not None:
+            bits.append(f"arena {human_bytes(self.locked.memory.total_bytes)}")
+        if self.result.history:
+            bits.append(f"{plural(len(self.result.history), 'epoch')} trained")
+        return f"<DeepLearningTask {self.name!r}: " + ", ".join(bits) + ">"
+
+
+def _by_hand(op: str, does: str, fix: str) -> PlanError:
+    """TaskBase's hand-driven calls, asked of a DeepLearningTask."""
+    return PlanError(f"{op}: a DeepLearningTask {does} from the model. Fix: use TaskBase() to {fix} by hand.")
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
+    return z

@@ -74,15 +74,16 @@ def tb_compiled() -> TaskBase:
 def snapshot(t: Any) -> tuple:
     if t is None:
         return ()
-    arena = None if t._arena is None else t._arena.bytes.tobytes()
-    base = (t.phase, len(t.memory), t.memory.finalized, tuple(t._graphs), tuple(t._bound), arena,
-            len(t.transitions))
+    arena = None if t.arena is None else t.arena.bytes.tobytes()
+    base = (t.phase, len(t.memory), t.memory.finalized, tuple(t.registered_graphs), arena, len(t.transitions))
     if isinstance(t, DeepLearningTask):
-        settings = (t._model, id(t._splits), t._batch, t._val_batch, t._shuffle, t._loss, t._optimizer,
-                    t._scheduler, t._epochs, t._seed, t._fuse, t._liveness, t._nan_check, t._zero_grad)
-        base += settings + (t.arch is None, t._epoch, t._resume_at, len(t.result.history))
-        if t._arena is not None:
-            base += (t._env.perms["train"].tobytes(),)
+        base += (t.config,)  # every setting, as one frozen value
+    else:
+        base += (tuple(t.bound_graphs),)
+    if isinstance(t, DeepLearningTask):
+        base += (t.arch is None, t.run_state.epoch, t.run_state.resume_at, len(t.result.history))
+        if t.arena is not None:
+            base += (t.runner.env.perms["train"].tobytes(),)
     return base
 
 

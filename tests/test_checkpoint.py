@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
-import renaissance_nb.deep_task as deep_task_mod
+import renaissance_nb.runtime.trainer as trainer_mod
 from renaissance_nb import (CheckpointError, DeepLearningTask, PhaseError, RenaissanceError, dropout, fc, relu,
                            seq, tanh)
 from renaissance_nb import checkpoint
@@ -32,7 +32,7 @@ def state_bytes(t: DeepLearningTask) -> dict[str, bytes]:
 
 
 def saved_ranges(t: DeepLearningTask) -> bytes:
-    buf = t._arena.bytes
+    buf = t.arena.bytes
     return b"".join(buf[slice(*t.memory.region_range(a, b))].tobytes() for _, a, b in checkpoint.STATE_RANGES)
 
 
@@ -48,7 +48,7 @@ def test_round_trip_fresh_task_gives_identical_arena(tmp_path) -> None:
     p = checkpoint.save(a, tmp_path / "a.npz")
     c = make().compile()
     checkpoint.load_state(c, p)
-    assert c._arena.bytes.tobytes() == a._arena.bytes.tobytes()
+    assert c.arena.bytes.tobytes() == a.arena.bytes.tobytes()
 
 
 def test_round_trip_after_training_restores_every_saved_byte(tmp_path) -> None:
@@ -60,11 +60,11 @@ def test_round_trip_after_training_restores_every_saved_byte(tmp_path) -> None:
     checkpoint.load_state(c, p)
     assert saved_ranges(c) == saved_ranges(a)
     assert state_bytes(c) == state_bytes(a)
-    assert c._epoch == 1 and [r.train_loss for r in c.result.history] == [r.train_loss for r in a.result.history]
+    assert c.run_state.epoch == 1 and [r.train_loss for r in c.result.history] == [r.train_loss for r in a.result.history]
     # inspectable with numpy alone, no pickle
     with np.load(p, allow_pickle=False) as z:
         header = json.loads(z["header.json"].tobytes())
-        assert header["epoch"] == 1 and header["fingerprint"]["total_bytes"] == a.memory.total_bytes
+        assert header["run"]["epoch"] == 1 and header["fingerprint"]["total_bytes"] == a.memory.total_bytes
         assert z["region_W"].dtype == np.uint8
 
 
@@ -83,7 +83,7 @@ def test_resume_at_epoch_boundary_is_byte_identical(tmp_path, uninterrupted) -> 
 
 
 def _stop_after(k: int):
-    class StopAfter(deep_task_mod._StopFlag):
+    class StopAfter(trainer_mod.StopFlag):
         def __init__(self) -> None:
             super().__init__()
             self.checks = 0
@@ -108,13 +108,13 @@ def test_resume_mid_epoch_is_byte_identical(tmp_path, monkeypatch, uninterrupted
     if pre:
         b.run(epochs=pre, progress=False)
     with monkeypatch.context() as m:
-        m.setattr(deep_task_mod, "_StopFlag", _stop_after(k))
+        m.setattr(trainer_mod, "StopFlag", _stop_after(k))
         b.run(progress=False)
-    assert b.result.interrupted and b._resume_at is not None
+    assert b.result.interrupted and b.run_state.resume_at is not None
     p = checkpoint.save(b, tmp_path / "b.npz")
     c = make().compile()
     checkpoint.load_state(c, p)
-    assert c._resume_at == b._resume_at and c._epoch == b._epoch
+    assert c.run_state.resume_at == b.run_state.resume_at and c.run_state.epoch == b.run_state.epoch
     c.run(progress=False)
     assert state_bytes(c) == state_bytes(uninterrupted)
     assert saved_ranges(c) == saved_ranges(uninterrupted)
@@ -134,8 +134,8 @@ def good_file(tmp_path_factory) -> str:
 
 
 def expect_refused(task: DeepLearningTask, path, *words: str) -> str:
-    before = task._arena.bytes.copy()
-    state = (task._epoch, task._resume_at, list(task.result.history), task._env.perms["train"].copy())
+    before = task.arena.bytes.copy()
+    state = (task.run_state.epoch, task.run_state.resume_at, list(task.result.history), task.runner.env.perms["train"].copy())
     with pytest.raises(CheckpointError) as info:
         checkpoint.load_state(task, path)
     msg = str(info.value)
@@ -143,9 +143,9 @@ def expect_refused(task: DeepLearningTask, path, *words: str) -> str:
     assert "Fix" in msg, msg
     for w in words:
         assert w in msg, msg
-    assert task._arena.bytes.tobytes() == before.tobytes()
-    assert (task._epoch, task._resume_at, list(task.result.history)) == state[:3]
-    np.testing.assert_array_equal(task._env.perms["train"], state[3])
+    assert task.arena.bytes.tobytes() == before.tobytes()
+    assert (task.run_state.epoch, task.run_state.resume_at, list(task.result.history)) == state[:3]
+    np.testing.assert_array_equal(task.runner.env.perms["train"], state[3])
     return msg
 
 
@@ -211,7 +211,7 @@ def test_wrong_seed_is_refused_when_strict(good_file) -> None:
     t = make(seed=4).compile()
     expect_refused(t, good_file, "seed", "strict=False")
     checkpoint.load_state(t, good_file, strict=False)
-    assert t._epoch == 1
+    assert t.run_state.epoch == 1
 
 
 def test_load_before_compile_is_a_phase_error(good_file) -> None:
@@ -234,7 +234,7 @@ def test_save_overwrites_atomically(tmp_path) -> None:
     checkpoint.save(t, p)
     t.run(epochs=1, progress=False)
     checkpoint.save(t, p)
-    assert checkpoint.read_header(p)["epoch"] == 1
+    assert checkpoint.read_header(p)["run"]["epoch"] == 1
     assert sorted(os.listdir(tmp_path)) == ["x.npz"]
 
 
@@ -276,14 +276,43 @@ def test_a_val_fraction_split_is_held_out_again_on_load(tmp_path) -> None:  # ty
     assert state_bytes(given) == state_bytes(t) == state_bytes(own)
 
 
-def test_checkpoints_that_spelt_out_maximize_false_load_strictly(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A few commits saved the optimizer as '...weight_decay=0.01, maximize=False)'."""
-    t = make(epochs=1).compile()
-    path = t.save(str(tmp_path / "m.npz"))
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
-    def spelt_out(header: dict) -> None:
-        header["settings"]["optimizer"] = header["settings"]["optimizer"][:-1] + ", maximize=False)"
-    make(epochs=1).compile().load_state(_edited(path, path, spelt_out))  # strict
+
+def _v1_data() -> tuple[np.ndarray, np.ndarray]:
+    """The arrays tests/fixtures/make_v1_checkpoint.py trained on."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((60, 12)).astype(np.float32)
+    return x, (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0)
+
+
+def test_a_version_1_checkpoint_loads_strictly_and_resumes_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Format 1 (settings as reprs, a "spec") was written by the library before the config became data
+    (tests/fixtures/make_v1_checkpoint.py at that commit): it is upgraded on read, loads strictly, and
+    the resumed run ends on the weights that library's uninterrupted run reached, byte for byte."""
+    path = os.path.join(FIXTURES, "v1_epoch1.npz")
+    header = checkpoint.read_header(path)
+    assert header["version"] == checkpoint.VERSION and header["written_as"] == 1
+    assert header["config"]["optimizer"]["class"] == "AdamW" and header["run"]["epoch"] == 1
+    back = DeepLearningTask.load(path, _v1_data())
+    assert back.config.ema == 0.9 and back.run_state.epoch == 1
+    back.run(progress=False)
+    with np.load(os.path.join(FIXTURES, "v1_final_state.npz")) as z:
+        for k, v in back.state_dict().items():
+            assert v.tobytes() == z[k].tobytes(), k
+    twin = (DeepLearningTask("v1").model(back.blueprint).data(train=_v1_data(), batch_size=16, val_fraction=0.2)
+            .optimizer(back.config.optimizer).scheduler(back.config.scheduler).total_epochs(3).seed(5).ema(0.9))
+    twin.compile().load_state(path)  # strict: the upgraded record compares as data
+
+
+def test_an_unknown_format_version_is_refused_naming_who_wrote_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = make(epochs=1).compile()
+    path = t.save(str(tmp_path / "v.npz"))
+    assert checkpoint.read_header(path)["library"] == __import__("renaissance_nb").__version__
+    future = _edited(path, str(tmp_path / "v9.npz"), lambda h: h.update(version=9, library="9.0"))
+    with pytest.raises(CheckpointError, match=r"written by renaissance_nb 9.0 in checkpoint format version 9; "
+                                              r"this library reads versions 1 and 2"):
+        t.load_state(future)
 
 
 def test_load_weights_starts_the_ema_from_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -305,7 +334,7 @@ def test_class_weights_are_saved_rebuilt_and_checked(tmp_path) -> None:  # type:
     part.run(1, progress=False)
     path = part.save(str(tmp_path / "w.npz"))
     back = DeepLearningTask.load(path, part.splits)
-    assert repr(back._loss) == "CrossEntropyLoss(label_smoothing=0.0, weight=[0.5, 1.0, 2.0, 0.0])"
+    assert repr(back.config.loss) == "CrossEntropyLoss(label_smoothing=0.0, weight=[0.5, 1.0, 2.0, 0.0])"
     np.testing.assert_array_equal(back.read("loss.weight"), [0.5, 1.0, 2.0, 0.0])
     back.run(progress=False)
     plain = make()
@@ -329,7 +358,7 @@ def test_a_plan_option_that_differs_is_named_in_the_fix(tmp_path) -> None:  # ty
                                               r"options\(liveness=False\), as the checkpoint was saved, or use "
                                               r"DeepLearningTask.load\(path, data\)"):
         make().compile().load_state(path)
-    assert DeepLearningTask.load(path, make().splits)._liveness is False
+    assert DeepLearningTask.load(path, make().splits).config.liveness is False
 
 
 def _edited(path: str, out: str, edit) -> str:  # type: ignore[no-untyped-def]
@@ -357,16 +386,16 @@ def test_odd_files_and_edited_headers_are_checkpoint_errors(tmp_path) -> None:  
     before = state_bytes(t)
     cases = {
         "fingerprint": (lambda h: h.update(fingerprint=[]), "malformed"),
-        "settings": (lambda h: h.update(settings="x"), "malformed"),
-        "resume_short": (lambda h: h.update(resume_at=[1]), "malformed"),
-        "resume_far": (lambda h: h.update(resume_at=[1, 999]), r"resumes at step 999 of epoch 2, outside epoch 2 of "
+        "config": (lambda h: h.update(config="x"), "malformed"),
+        "resume_short": (lambda h: h["run"].update(resume_at=[1]), "malformed"),
+        "resume_far": (lambda h: h["run"].update(resume_at=[1, 999]), r"resumes at step 999 of epoch 2, outside epoch 2 of "
                                                                  r"5 steps"),
     }
     for name, (edit, match) in cases.items():
         bad = _edited(good, str(tmp_path / f"{name}.npz"), edit)
         with pytest.raises(CheckpointError, match=match):
             t.load_state(bad)
-        assert state_bytes(t) == before and t._resume_at is None
+        assert state_bytes(t) == before and t.run_state.resume_at is None
     np.save(str(tmp_path / "one.npy"), np.zeros(3))
     with pytest.raises(CheckpointError, match=r"holds a single array \(.npy\), not a checkpoint"):
         t.load_state(str(tmp_path / "one.npy"))
@@ -375,13 +404,13 @@ def test_odd_files_and_edited_headers_are_checkpoint_errors(tmp_path) -> None:  
                        ) as info:
         t.load_state(str(tmp_path / "text.npz"))
     assert "pickle" not in str(info.value)
-    module = _edited(good, str(tmp_path / "mod.npz"), lambda h: h["spec"]["optimizer"].update({"class": "checkpoint"}))
+    module = _edited(good, str(tmp_path / "mod.npz"), lambda h: h["config"]["optimizer"].update({"class": "checkpoint"}))
     with pytest.raises(CheckpointError, match=r"records a setting this library cannot rebuild \('checkpoint' is no "
                                               r"loss, optimizer or scheduler\)"):
         DeepLearningTask.load(module, t.splits)
     for field, value in (("options", [1]), ("autosave", "x"), ("augment", [0, False])):
-        odd = _edited(good, str(tmp_path / f"{field}.npz"), lambda h: h["spec"].update({field: value}))
-        with pytest.raises(CheckpointError, match=r"load: the task spec in .* is malformed"):
+        odd = _edited(good, str(tmp_path / f"{field}.npz"), lambda h: h["config"].update({field: value}))
+        with pytest.raises(CheckpointError, match=r"load: the task config in .* is malformed"):
             DeepLearningTask.load(odd, t.splits)
 
 
@@ -394,7 +423,7 @@ def test_a_checkpoint_file_gets_the_umask_mode_and_a_load_clears_a_torn_step(tmp
     finally:
         os.umask(old)
     assert oct(os.stat(path).st_mode & 0o777) == "0o644"  # mkstemp's 0600 made shared folders unreadable
-    t._torn_at = (1, 3)  # as a kernel error inside a step leaves it
+    t.run_state.torn_at = (1, 3)  # as a kernel error inside a step leaves it
     t.load_state(path)
     import warnings
     with warnings.catch_warnings():

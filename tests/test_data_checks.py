@@ -207,7 +207,7 @@ def test_a_checkpoint_from_before_channels_last_loads_its_data_as_given(tmp_path
         arrays = {k: z[k] for k in z.files}
     header = json.loads(arrays[checkpoint.HEADER_KEY].tobytes())
     for key in ("channels_last", "sample_shape"):
-        del header["spec"][key]
+        del header["config"][key]
     arrays[checkpoint.HEADER_KEY] = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
     with open(path, "wb") as f:
         np.savez(f, **arrays)

@@ -284,7 +284,7 @@ class _CapturedGraphs:
 def test_graph_view_shows_the_captured_cuda_graph(monkeypatch: pytest.MonkeyPatch,
                                                   compiled: DeepLearningTask) -> None:
     assert GraphView(compiled).cuda == "", "a CPU task has no CUDA graphs"
-    monkeypatch.setattr(compiled, "_runner", _CapturedGraphs(compiled.executor))
+    monkeypatch.setattr(compiled.runner, "replay", _CapturedGraphs(compiled.executor))
     gv = GraphView(compiled)
     assert gv.gid == "DEEP_FWD_BWD" and "DEEP_FWD_BWD" in gv.cuda_caption and "1 dependency" in gv.cuda_caption
     assert "cublasSgemm" in gv.cuda and "rnb-cuda" in gv._repr_html_()

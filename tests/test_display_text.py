@@ -219,7 +219,7 @@ def test_static_views_of_a_hand_task_speak_in_the_singular() -> None:
     assert "in all 1 variants" not in html and "1 tensors" not in html
     assert "change any setting" not in str(views.phase_view(t)["phases"]), "TaskBase has no settings"
     assert views.phase_view(t)["phases"][0]["allows"] == ["alloc()", "finalize_memory()"]
-    assert repr(t._bound["forward"]) == "<BoundGraph forward: 1 kernel>"
+    assert repr(t.bound_graphs["forward"]) == "<BoundGraph forward: 1 kernel>"
 
 
 def test_a_hint_that_is_the_fix_is_said_once() -> None:
@@ -275,7 +275,7 @@ def test_parameter_counts_leave_out_batch_norm_running_statistics() -> None:
 
 def test_graph_view_refresh_redraws_after_a_reset_with_other_settings() -> None:
     t = small_task()
-    t._batch = 96  # noqa: SLF001 (a batch of its own so the shapes below are unambiguous)
+    t.data(t.splits, batch_size=96)  # a batch of its own so the shapes below are unambiguous
     t.lock_memory()
     gv = GraphView(t)
     assert "(96, 32) float32" in (gv.svg or gv.table)

@@ -100,7 +100,7 @@ def test_a_callback_that_raises_mid_epoch_resumes_exactly() -> None:
 
     with pytest.raises(RuntimeError, match="callback bug"):
         task.run(progress=False, callbacks=[fails_once])
-    assert task.result.interrupted and task._resume_at == (0, 16)
+    assert task.result.interrupted and task.run_state.resume_at == (0, 16)
     task.run(progress=False)
     assert int(task.executor.view("train_base", "step")[0]) == ref.total_steps
     assert same(task, ref)
@@ -117,7 +117,7 @@ def test_a_callback_that_raises_at_an_epoch_end_resumes_at_the_next_epoch() -> N
 
     with pytest.raises(RuntimeError):
         task.run(progress=False, callbacks=[fails_at_epoch])
-    assert len(task.result.history) == 1 and task._resume_at is None
+    assert len(task.result.history) == 1 and task.run_state.resume_at is None
     task.run(progress=False)
     assert same(task, ref)
 
@@ -157,7 +157,7 @@ def test_checkpoint_templates_are_checked_when_set(template: str) -> None:
         args = (1, template) if setter == "save_every" else (template,)
         with pytest.raises(ConfigError, match=f"{setter}: path="):
             getattr(task, setter)(*args)
-        assert task.settings["options"] and task._save_every is None and task._save_best is None
+        assert task.settings["options"] and task.config.save_every is None and task.config.save_best is None
 
 
 def test_image_models_refuse_flat_or_channels_last_input() -> None:
@@ -293,7 +293,7 @@ def test_predict_after_a_stop_mid_epoch_leaves_the_resume_exact() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         task.run(progress=False, callbacks=[stop])
-    assert task._resume_at == (0, 16)
+    assert task.run_state.resume_at == (0, 16)
     task.predict(X[:7])
     task.evaluate(X[192:], Y[192:])
     task.run(progress=False)
@@ -311,7 +311,7 @@ def test_save_from_a_step_callback_records_the_position(tmp_path) -> None:  # ty
 
     task.run(progress=False, callbacks=[save_once])
     back = DeepLearningTask.load(path, task.splits)
-    assert back._resume_at == (0, 16) and back._epoch == 0
+    assert back.run_state.resume_at == (0, 16) and back.run_state.epoch == 0
     back.run(progress=False)
     assert int(back.executor.view("train_base", "step")[0]) == ref.total_steps
     assert same(back, ref) and same(task, ref)
@@ -320,7 +320,7 @@ def test_save_from_a_step_callback_records_the_position(tmp_path) -> None:  # ty
 def test_a_failure_in_the_validation_pass_keeps_the_epochs_train_metrics() -> None:
     ref = trained(mlp())
     task = mlp().compile()
-    real = task._run_eval
+    real = task.runner.run_eval
     calls = []
 
     def fails_once(sched):  # type: ignore[no-untyped-def]
@@ -330,10 +330,10 @@ def test_a_failure_in_the_validation_pass_keeps_the_epochs_train_metrics() -> No
             raise KeyboardInterrupt
         return real(sched)
 
-    task._run_eval = fails_once  # type: ignore[method-assign]
+    task.runner.run_eval = fails_once  # type: ignore[method-assign]
     with pytest.raises(KeyboardInterrupt):
         task.run(progress=False)
-    assert task._resume_at == (0, task.steps_per_epoch)
+    assert task.run_state.resume_at == (0, task.steps_per_epoch)
     task.run(progress=False)
     assert same(task, ref)
     got = [(r.train_loss, r.train_top1, r.val_loss) for r in task.result.history]
@@ -368,7 +368,7 @@ def test_a_run_stopped_inside_a_step_warns_that_the_next_cannot_reproduce() -> N
             .optimizer(SGD().lr(1e8)).total_epochs(2))
     with pytest.raises(NumericalError, match=r"step \d+"):
         task.run(progress=False)
-    assert task._resume_at is None and task._torn_at is not None
+    assert task.run_state.resume_at is None and task.run_state.torn_at is not None
     with pytest.warns(UserWarning, match=r"stopped inside step \d+ of epoch 1.*load_state"):
         with pytest.raises(NumericalError):
             task.run(progress=False)
@@ -383,9 +383,9 @@ def test_a_bad_argument_anywhere_in_a_call_changes_nothing(tmp_path) -> None:  #
         t.options(nan_policy="skip", fuse=False, liveness="yes")
     with pytest.raises(ConfigError, match="flip='yes' is invalid"):
         t.augment(crop_pad=4, flip="yes")
-    assert t.settings == before and t._crop_pad == 0
+    assert t.settings == before and t.config.crop_pad == 0
     t.options(fuse=np.bool_(False)).augment(flip=np.bool_(False))  # NumPy's bools are bools
-    assert t._fuse is False and t._flip is False
+    assert t.config.fuse is False and t.config.flip is False
     for bad, match in ((5, "callbacks=5 is invalid; expected a list of callables"),
                        ([None], "a list of callables; None is not one"),
                        (print, "Fix: wrap it")):

@@ -60,7 +60,7 @@ def task(device: str, epochs: int = 2, drop: float = 0.0, batch: int = 100, data
 def test_auto_picks_the_gpu_and_captures_every_entry() -> None:
     t = task("auto").compile()
     assert t.device_kind == "cuda"
-    rx = t._runner
+    rx = t.runner.replay
     captured = [g for g in rx.graphs if g is not None]
     assert captured and len(rx.graphs) == len(t.compiled.atlas.captures)
     dot = rx.debug_dot(rx.graphs.index(captured[0]))
@@ -132,7 +132,7 @@ def test_pinned_staging_gives_the_same_bytes_as_device_data() -> None:
     a, b = task("cuda", drop=0.2, data="device"), task("cuda", drop=0.2, data="pinned")
     a.run(progress=False)
     b.run(progress=False)
-    assert (a._runner.data, b._runner.data) == ("device", "pinned")
+    assert (a.runner.replay.data, b.runner.replay.data) == ("device", "pinned")
     sa, sb = a.state_dict(), b.state_dict()
     assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
 
@@ -142,7 +142,7 @@ def test_one_graph_per_step_gives_the_same_bytes(data: str) -> None:
     a, b = task("cuda", drop=0.2, data=data), task("cuda", drop=0.2, data=data, capture="step")
     a.run(progress=False)
     b.run(progress=False)
-    assert b._runner.program_graphs and b._runner.capture == "step"
+    assert b.runner.replay.program_graphs and b.runner.replay.capture == "step"
     sa, sb = a.state_dict(), b.state_dict()
     assert all(sa[k].tobytes() == sb[k].tobytes() for k in sa)
 
@@ -168,7 +168,7 @@ def test_class_weights_and_small_beta1_on_the_gpu_match_the_cpu(data: str, captu
     cpu = task("cpu").loss(weighted).optimizer(opt)
     gpu = task("cuda", data=data, capture=capture).loss(weighted).optimizer(opt)
     rc, rg = cpu.run(progress=False), gpu.run(progress=False)
-    assert type(gpu._runner).__name__ == "GpuExecutor"
+    assert type(gpu.runner.replay).__name__ == "GpuExecutor"
     assert np.abs(rc.step_losses - rg.step_losses).max() / np.abs(rc.step_losses).max() < 1e-4
     assert rg.history[-1].val_loss == pytest.approx(rc.history[-1].val_loss, rel=1e-4)
     assert gpu.evaluate(X, Y)["loss"] == pytest.approx(cpu.evaluate(X, Y)["loss"], rel=1e-4)

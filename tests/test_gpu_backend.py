@@ -54,7 +54,7 @@ def emulated(task: DeepLearningTask, module, data: str = "device", capture: str 
              ) -> DeepLearningTask:
     """The task on the real GpuExecutor, with the CPU stand-in for CuPy (capture rules included)."""
     task.compile()
-    task._runner = GpuExecutor(task.compiled, task.executor, task._env, task._nan_policy, data,
+    task.runner.replay = GpuExecutor(task.compiled, task.executor, task.runner.env, task.config.nan_policy, data,
                                runtime=cuda_emulator.emulated_runtime(module), capture=capture)
     return task
 
@@ -339,7 +339,7 @@ def test_emulated_gpu_training_matches_the_cpu_backend(module, data: str, captur
 
 def test_the_executor_captures_every_entry_once_and_restores_the_arena(module) -> None:  # type: ignore[no-untyped-def]
     t = emulated(mlp_task(), module)
-    rx = t._runner
+    rx = t.runner.replay
     before = t.executor.arena.bytes.copy()
     # warm-ups changed the device arena (cursors, step, dropout offsets); the upload after them undid it
     assert np.array_equal(rx.bytes, t.executor.arena.bytes) and np.array_equal(before, rx.bytes)
@@ -365,7 +365,7 @@ def test_step_capture_is_one_launch_per_step_and_the_same_bytes(module, data: st
     rs = step.run(progress=False)
     se, ss = entry.state_dict(), step.state_dict()
     assert all(se[k].tobytes() == ss[k].tobytes() for k in se)
-    rx = step._runner
+    rx = step.runner.replay
     # train: steps of parity 0/1 with a full next batch, the one before the partial batch, the partial
     # one, and the prologue; val and EMA eval programs: each captured once, each one closure
     train = [k for k in rx.program_graphs if k[0] == "train"]
@@ -427,10 +427,10 @@ def test_the_stand_in_enforces_cudas_capture_rules(module) -> None:  # type: ign
 
 def test_data_auto_streams_through_pinned_memory_when_the_gpu_is_small(module) -> None:  # type: ignore[no-untyped-def]
     t = mlp_task().compile()
-    rx = GpuExecutor(t.compiled, t.executor, t._env, t._nan_policy, "auto",
+    rx = GpuExecutor(t.compiled, t.executor, t.runner.env, t.config.nan_policy, "auto",
                      runtime=cuda_emulator.emulated_runtime(module, free_bytes=1 << 10))
     assert rx.data == "pinned" and rx.sources == {} and len(rx._pinned) >= 2
-    big = GpuExecutor(t.compiled, t.executor, t._env, t._nan_policy, "auto",
+    big = GpuExecutor(t.compiled, t.executor, t.runner.env, t.config.nan_policy, "auto",
                       runtime=cuda_emulator.emulated_runtime(module))
     assert big.data == "device" and set(big.sources) == {"train", "val"}
 
@@ -471,7 +471,7 @@ def test_emulated_gpu_trains_padded_weight_rows_like_the_cpu(module) -> None:  #
     gpu = emulated(mlp_task(net, epochs=2), module)
     rg = gpu.run(progress=False)
     assert gpu.memory["fc2.weight"].pitch == 1040 and gpu.memory["fc2.weight@grad"].pitch == 1040
-    assert gpu._runner.view("train_base", "fc2.weight").strides == (1040 * 4, 4)
+    assert gpu.runner.replay.view("train_base", "fc2.weight").strides == (1040 * 4, 4)
     assert_same_run(cpu, rc, gpu, rg, rtol_loss=1e-6, rtol_w=1e-5, atol_w=1e-6)
 
 
@@ -479,7 +479,7 @@ def test_host_hand_over_copies_padded_rows_whole(module) -> None:  # type: ignor
     """push/pull and the host twin of a padded view cover every row (not nbytes from the start)."""
     net = seq(fc(1024, bias=True), relu(), fc(5, bias=True))
     gpu = emulated(mlp_task(net, epochs=2), module)
-    rx = gpu._runner
+    rx = gpu.runner.replay
     host, dev = gpu.executor.view("train_base", "fc2.weight"), rx.view("train_base", "fc2.weight")
     host[...] = np.arange(host.size, dtype=np.float32).reshape(host.shape)
     rx.push(host)
@@ -543,7 +543,7 @@ def test_emulated_gpu_resumes_a_mid_epoch_checkpoint_exactly(module, data: str, 
     ref.run(progress=False)
     a = make()
     a.run(progress=False, callbacks=[stop])
-    assert a._resume_at == (1, 16)
+    assert a.run_state.resume_at == (1, 16)
     path = a.save(str(tmp_path / "mid.npz"))
     b = make()
     b.load_state(path)
@@ -632,7 +632,7 @@ def test_emulated_gpu_conv_net_matches_the_cpu_backend(module, prefetch: bool, c
     cpu = conv_task(prefetch=prefetch)
     rc = cpu.run(progress=False)
     gpu = emulated(conv_task(prefetch=prefetch), module, capture=capture)
-    assert gpu._runner.data == "pinned"  # image batches always come from the host
+    assert gpu.runner.replay.data == "pinned"  # image batches always come from the host
     rg = gpu.run(progress=False)
     assert len(rc.step_losses) == 8
     # BN statistics are summed in a different (fixed) order on the GPU: float64 rounding apart
@@ -783,7 +783,7 @@ def test_a_launcher_failing_mid_capture_raises_its_own_error(module) -> None:  #
     """Ending a capture with a stream still forked reports cudaErrorStreamCaptureUnjoined, which
     used to replace the launcher's error; the capture is abandoned cleanly and later ones work."""
     task = emulated(mlp_task(epochs=2), module)
-    gpu = task._runner
+    gpu = task.runner.replay
     stream = next(iter(gpu.streams.values()))
 
     def broken(s) -> None:  # type: ignore[no-untyped-def]

@@ -184,7 +184,7 @@ def test_evaluate_and_predict_on_images() -> None:
 def test_prefetch_augment_interrupt_save_resume_is_byte_identical(tmp_path, monkeypatch) -> None:
     """The background loader may be mid-copy when a run stops: the stop drains it, so a checkpoint
     taken then resumes to exactly the weights of an uninterrupted run."""
-    import renaissance_nb.deep_task as dt
+    import renaissance_nb.runtime.trainer as dt
 
     x, y = blobs(160, c=3, hw=8)
     mk = lambda: (DeepLearningTask().model(seq(cbr(4, 3, 1, 1), gap(), fc(4))).data(train=(x, y), batch_size=32)  # noqa: E731
@@ -192,7 +192,7 @@ def test_prefetch_augment_interrupt_save_resume_is_byte_identical(tmp_path, monk
     ref = mk()
     ref.run(progress=False)
 
-    class StopAfter(dt._StopFlag):
+    class StopAfter(dt.StopFlag):
         checks = 0
 
         @property
@@ -205,7 +205,7 @@ def test_prefetch_augment_interrupt_save_resume_is_byte_identical(tmp_path, monk
             pass
 
     task = mk()
-    monkeypatch.setattr(dt, "_StopFlag", StopAfter)
+    monkeypatch.setattr(dt, "StopFlag", StopAfter)
     task.run(progress=False)
     monkeypatch.undo()
     assert task.result.interrupted

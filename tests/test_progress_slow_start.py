@@ -72,7 +72,7 @@ def test_only_a_slow_first_step_is_noted(capsys, monkeypatch) -> None:
          .data(train=(x, np.arange(256, dtype=np.int32) % 4), batch_size=16).total_epochs(3).compile())
     t.run(epochs=1, progress="lines")  # the kernels are loaded from here on
     capsys.readouterr()
-    plain = t._runner.train_schedule
+    plain = t.runner.replay.train_schedule
 
     def with_sleep(slow_steps):  # type: ignore[no-untyped-def]
         def schedule(variants):  # type: ignore[no-untyped-def]
@@ -80,10 +80,10 @@ def test_only_a_slow_first_step_is_noted(capsys, monkeypatch) -> None:
             steps = [list(k) + ([lambda: time.sleep(0.05)] if i in slow_steps else []) for i, k in enumerate(s.steps)]
             return EpochSchedule(s.prologue, steps, s.batches)
         return schedule
-    monkeypatch.setattr(t._runner, "train_schedule", with_sleep(set(range(1, 16))))  # 0.75 s before the first update
+    monkeypatch.setattr(t.runner.replay, "train_schedule", with_sleep(set(range(1, 16))))  # 0.75 s before the first update
     t.run(epochs=1, progress="lines")
     assert "compiling the kernels" not in capsys.readouterr().out
-    monkeypatch.setattr(t._runner, "train_schedule", with_sleep({0}))
+    monkeypatch.setattr(t.runner.replay, "train_schedule", with_sleep({0}))
     monkeypatch.setattr(progress, "SLOW_START_S", 0.02)  # a first step slower than this
     t.run(epochs=1, progress="lines")
     out = capsys.readouterr().out
@@ -119,11 +119,11 @@ def test_lines_after_a_resume_inside_an_epoch_count_the_steps_that_ran(capsys, m
 
     import numpy as np
 
-    import renaissance_nb.deep_task as dt
+    import renaissance_nb.runtime.trainer as dt
     from renaissance_nb import DeepLearningTask, fc, seq
     monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)
 
-    class StopAfter(dt._StopFlag):
+    class StopAfter(dt.StopFlag):
         reads, after = 0, 10
 
         @property
@@ -134,11 +134,11 @@ def test_lines_after_a_resume_inside_an_epoch_count_the_steps_that_ran(capsys, m
         @requested.setter
         def requested(self, value: bool) -> None:
             pass
-    monkeypatch.setattr(dt, "_StopFlag", StopAfter)
+    monkeypatch.setattr(dt, "StopFlag", StopAfter)
     x = np.random.default_rng(0).standard_normal((400, 4)).astype(np.float32)
     t = DeepLearningTask("t").model(seq(fc(3))).data(train=(x, np.arange(400) % 3), batch_size=10).total_epochs(1)
     t.run(progress="lines")
-    assert t._resume_at == (0, 10)
+    assert t.run_state.resume_at == (0, 10)
     assert "stopped after step 10 of 40 in epoch 1 (Ctrl-C)" in capsys.readouterr().out
     StopAfter.after = None
     capsys.readouterr()

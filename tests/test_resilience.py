@@ -84,7 +84,7 @@ def test_nan_skip_policy_counts_and_skips_updates() -> None:
     task = (DeepLearningTask().model(seq(fc(16), relu(), fc(4))).data(train=data(), batch_size=50)
             .optimizer(SGD().lr(0.01)).total_epochs(2).options(nan_policy="skip").seed(1))
     task.compile()
-    task._splits.train.x[7, 3] = np.inf
+    task.config.data.train.x[7, 3] = np.inf
     task.run(progress=False)
     assert task.skipped_updates == 2  # the poisoned row appears once per epoch
     assert all(np.isfinite(v).all() for v in task.state_dict().values())
@@ -100,7 +100,7 @@ def test_save_every_and_best_and_load(tmp_path) -> None:
     x, y = data()
     from renaissance_nb.data.arrays import make_splits
     back = DeepLearningTask.load(str(tmp_path / "r-e1.npz"), make_splits((x[:500], y[:500]), (x[500:], y[500:])))
-    assert back._epoch == 1 and len(back.result.history) == 1
+    assert back.run_state.epoch == 1 and len(back.result.history) == 1
     back.run(progress=False)
     assert same(back, task)
 
@@ -137,7 +137,7 @@ def test_a_resumed_epoch_reports_its_whole_time(tmp_path, how: str) -> None:  # 
             raise Stop
     with pytest.raises(Stop):
         t.run(epochs=2, progress=False, callbacks=[slow_then_fail])
-    assert len(t.result.history) == 1 and t._resume_at == (1, 16)
+    assert len(t.result.history) == 1 and t.run_state.resume_at == (1, 16)
     if how == "checkpoint":
         t = DeepLearningTask.load(path, t.splits)
     r = t.run(epochs=1, progress=False)
@@ -165,7 +165,7 @@ def test_an_epoch_started_over_replays_its_planned_steps(torn: bool, loaded: boo
         t.run(progress=False, callbacks=[stop])
     assert int(t.read("step")[0]) == spe + 16
     if torn:
-        t._torn_at, t._resume_at = t._resume_at, None  # as a kernel error inside a step leaves it
+        t.run_state.torn_at, t.run_state.resume_at = t.run_state.resume_at, None  # as a kernel error inside a step leaves it
     if loaded:  # the same state through a checkpoint, which records no torn step: the epoch still replays
         path = t.save(str(tmp_path / "torn.npz"))
         t = make(epochs=3)
@@ -207,7 +207,7 @@ def test_early_stopping_ends_the_run_after_an_epoch_and_run_continues(capsys) ->
     t = make(epochs=6)
     stopper = EarlyStopping(monitor="train_loss", mode="max", patience=2)  # a falling loss never improves
     res = t.run(progress="lines", callbacks=[stopper])
-    assert len(res.history) == 3 and t._epoch == 3 and not res.interrupted
+    assert len(res.history) == 3 and t.run_state.epoch == 3 and not res.interrupted
     assert res.stopped == "early stopping: train_loss has not improved for 2 epochs (best {:.4g} at epoch 1)".format(
         res.history[0].train_loss)
     assert res.stopped in capsys.readouterr().out and res.stopped in repr(res)
@@ -235,7 +235,7 @@ def test_stop_training_from_a_step_callback_is_a_clean_resumable_stop() -> None:
     stopped: list[int] = []
     t = make(epochs=3)
     res = t.run(progress=False, callbacks=[stop_once])
-    assert res.interrupted and res.stopped == "enough for now" and t._resume_at == (1, 16)
+    assert res.interrupted and res.stopped == "enough for now" and t.run_state.resume_at == (1, 16)
     t.run(progress=False)
     u = make(epochs=3)
     u.run(progress=False)
@@ -257,7 +257,7 @@ def test_early_stopping_on_nan_at_start_and_the_ema_columns() -> None:
             raise StopTraining("not today")
     t = make()
     res = t.run(progress=False, callbacks=[refuse])
-    assert res.stopped == "not today" and not res.history and t._epoch == 0
+    assert res.stopped == "not today" and not res.history and t.run_state.epoch == 0
     x, y = data()
     no_val = DeepLearningTask("e").model(seq(fc(8), relu(), fc(4))).data(train=(x, y), batch_size=64).ema(0.9)
     with pytest.raises(ConfigError, match=r"watches ema_loss, which the epoch records will not have \(the EMA is "
@@ -273,12 +273,12 @@ def test_save_best_by_a_monitored_field(tmp_path) -> None:  # type: ignore[no-un
     t.run(2, progress=False)
     h = t.result.history
     assert t.result.best_by("train_loss", "max") == 1 and h[0].train_loss > h[1].train_loss
-    assert len(checkpoint.read_header(str(tmp_path / "b.npz"))["history"]) == 1  # epoch 1's, not epoch 2's
+    assert len(checkpoint.read_header(str(tmp_path / "b.npz"))["run"]["history"]) == 1  # epoch 1's, not epoch 2's
     back = DeepLearningTask.load(str(tmp_path / "b.npz"), t.splits)
-    assert back._save_best_by == ("train_loss", "max")
+    assert back.config.save_best_by == ("train_loss", "max")
     low = make(epochs=3).save_best(str(tmp_path / "low.npz"), monitor="val_loss")  # 'min' for a loss
     low.run(progress=False)
-    saved = len(checkpoint.read_header(str(tmp_path / "low.npz"))["history"])
+    saved = len(checkpoint.read_header(str(tmp_path / "low.npz"))["run"]["history"])
     assert saved == low.result.best_by("val_loss", "min") == min(low.result.history, key=lambda r: r.val_loss).epoch
     with pytest.raises(ConfigError, match="save_best: mode='max' is invalid; expected None without a monitor"):
         make().save_best(mode="max")
@@ -301,10 +301,10 @@ def test_a_refused_run_changes_nothing_and_stoppers_count_per_run(tmp_path) -> N
             raise StopTraining("pause")
     t = DeepLearningTask("n").model(seq(fc(8), relu(), fc(4))).data(train=(x, y), batch_size=16).total_epochs(2)
     t.run(progress=False, callbacks=[stop])
-    assert t._resume_at == (0, 16) and t.result.interrupted
+    assert t.run_state.resume_at == (0, 16) and t.result.interrupted
     with pytest.raises(ConfigError, match="watches val_loss"):
         t.run(resume=False, callbacks=[EarlyStopping("val_loss")])
-    assert t._resume_at == (0, 16) and t.result.interrupted  # as it was
+    assert t.run_state.resume_at == (0, 16) and t.result.interrupted  # as it was
     stopper = EarlyStopping("val_loss", patience=1)
     a = make(epochs=4)
     a.run(2, progress=False, callbacks=[stopper])

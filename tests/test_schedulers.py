@@ -398,7 +398,7 @@ def test_new_schedules_train_save_and_load_with_their_settings(tmp_path, sched):
     part.run(1, progress=False)
     path = part.save(str(tmp_path / "s.npz"))
     back = rnb.DeepLearningTask.load(path, (x, y))
-    assert repr(back._scheduler) == repr(sched)
+    assert repr(back.config.scheduler) == repr(sched)
     back.run(progress=False)
     assert all(back.state_dict()[k].tobytes() == v.tobytes() for k, v in whole.state_dict().items())
     lrs = [r.lr for r in whole.result.history]
@@ -465,7 +465,7 @@ def test_plateau_lowers_the_arena_table_and_resumes_exactly(tmp_path):
     part = task().save_every(1, str(tmp_path / "p{epoch}.npz"))
     part.run(3, progress=False)
     back = rnb.DeepLearningTask.load(str(tmp_path / "p3.npz"), (x, y))
-    assert back._plateau == part._plateau
+    assert back.run_state.plateau == part.run_state.plateau
     back.run(progress=False)
     assert all(back.state_dict()[k].tobytes() == v.tobytes() for k, v in whole.state_dict().items())
     assert [r.lr for r in back.result.history] == [r.lr for r in hist]
@@ -504,7 +504,7 @@ def test_plateau_after_a_strict_false_load_starts_from_the_rate_in_force(tmp_pat
     plateau = task(ReduceLROnPlateau(monitor="train_loss", patience=0, factor=0.5)).compile()
     plateau.load_state(path, strict=False)
     table, step = plateau.read("lr_table"), 3 * plateau.steps_per_epoch
-    assert (table[step:] == cos.read("lr_table")[step]).all() and plateau._plateau["lr"] == float(table[step])
-    assert plateau._plateau["best"] == np.inf and plateau._plateau["bad"] == 0
+    assert (table[step:] == cos.read("lr_table")[step]).all() and plateau.run_state.plateau["lr"] == float(table[step])
+    assert plateau.run_state.plateau["best"] == np.inf and plateau.run_state.plateau["bad"] == 0
     plateau.run(progress=False)
     assert np.all(np.diff(plateau.read("lr_table")[step:]) <= 0)  # reductions only lower it

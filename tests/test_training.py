@@ -36,7 +36,7 @@ def test_same_seed_gives_byte_identical_weights_and_other_seed_does_not() -> Non
     runs = []
     for seed in (5, 5, 6):
         t = build(DROP_MODEL, seed=seed)
-        assert t._shuffle  # shuffle on (the default)
+        assert t.config.shuffle  # shuffle on (the default)
         res = t.run(progress=False)
         runs.append((t.state_dict(), res.step_losses.copy(), t))
     (a, la, ta), (b, lb, _), (c, lc, _) = runs
@@ -48,7 +48,7 @@ def test_same_seed_gives_byte_identical_weights_and_other_seed_does_not() -> Non
     assert not np.array_equal(la, lc)
     # the run really trained, with dropout and a shuffled order
     assert len(la) == 10 and np.isfinite(la).all()
-    perm = ta._env.perms["train"]
+    perm = ta.runner.env.perms["train"]
     assert sorted(perm.tolist()) == list(range(300)) and not np.array_equal(perm, np.arange(300))
     mask = ta.executor.view("train_base", "dropout1.mask")
     assert 0.5 < (mask != 0).mean() < 0.9

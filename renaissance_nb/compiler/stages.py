@@ -1,16 +1,15 @@
-"""The five compiler stages, each a pure function returning an inspectable value.
+"""The five compiler stages, each a pure function returning an inspectable value, in the order they run.
 
-    derive_all_shapes -> compute_max_slot_bytes -> create_memory_plans
-                      -> build_computation_graph -> share_or_clone
+    1 derive_all_shapes -> 2 compute_max_slot_bytes -> 3 build_computation_graph
+      -> 4 create_memory_plans -> 5 share_or_clone
 
 Stage 1 lists every tensor of every variant; stage 2 takes, per tensor position,
-the largest size over the variants; stage 3 places the tensors once with those
-sizes (so a tensor has the same offset in every variant) and derives the six
-variant plans; stage 4 builds the zero-shape graphs; stage 5 decides which
-(graph, GraphId, ShapeId) triples are bound, sharing where shapes agree.
-
-The task runs stage 4 before stage 3: a zero-shape graph needs only tensor ids,
-and liveness-based placement needs the graph's step order (``graph_lifetimes``).
+the largest size over the variants; stage 3 builds the zero-shape graphs (they need
+only tensor ids); stage 4 places the tensors once with the stage-2 sizes, packed by
+the liveness of stage 3's step order (so a tensor has the same offset in every
+variant), and derives the six variant plans; stage 5 decides which (graph, GraphId,
+ShapeId) triples are bound, sharing where shapes agree. compiler/pipeline.py groups
+them into the task's plan(), lock_memory() and compile().
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from ..memory.plan import MemoryPlan
 from ..text import human_bytes, plural
 from ..memory.region import PARAM_FAMILIES
 from .atlas import GraphAtlas, build_atlas
-from .graph import ComputationGraph
+from .graph import ComputationGraph, GraphNode
 from .ids import GraphId
 from .layers import (ArchPlan, StepOptions, TensorTable, emit_inference_graph, emit_training_graph,
                      tensor_table)
@@ -136,36 +135,9 @@ def compute_max_slot_bytes(shapes: AllShapes) -> list[int]:
 
 
 # ---- stage 3 ---------------------------------------------------------------------------
-def padded_pitch(spec: Any, pad_rows: bool = True) -> int | None:
-    """The row pitch stage 3 gives a tensor: parameter matrices (and their gradient, moment and
-    EMA copies, padded alike so the flat optimizer ranges stay element-aligned) whose rows alias
-    in the cache; every other tensor is contiguous (its kernels read it as one block)."""
-    if not pad_rows or spec.region.family not in PARAM_FAMILIES:
-        return None
-    return row_pitch(tuple(spec.shape), np.dtype(spec.dtype).itemsize)
-
-
-def create_memory_plans(shapes: AllShapes, max_slots: Sequence[int],
-                        lifetimes: Lifetimes | None, pad_rows: bool = True) -> dict[str, MemoryPlan]:
-    """Stage 3: one placement with max slot sizes, then six plans sharing its offsets.
-    With ``pad_rows``, a parameter matrix whose rows are a multiple of 4 KiB gets 64 bytes more
-    per row (``padded_pitch``); its slot grows by the padding."""
-    ref = shapes.tables["train_base"]
-    base = MemoryPlan("base")
-    for spec, slot in zip(ref.specs, max_slots):
-        pitch = padded_pitch(spec, pad_rows)
-        if pitch is not None:
-            slot = max(slot, padded_bytes(spec.shape, np.dtype(spec.dtype).itemsize, pitch))
-        base.alloc(spec.shape, spec.dtype, spec.region, spec.name, slot_bytes=slot, pitch=pitch)
-    base.finalize(lifetimes)
-    return {v: base.with_shapes({i: s.shape for i, s in enumerate(t.specs)}, v)
-            for v, t in shapes.tables.items()}
-
-
-# ---- stage 4 ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Graphs:
-    """Stage 4's result: the training and inference graphs (no shapes inside)."""
+    """Stage 3's result: the training and inference graphs (no shapes inside)."""
 
     train: ComputationGraph
     inference: ComputationGraph
@@ -176,7 +148,7 @@ class Graphs:
 
 def build_computation_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
                             g_range: tuple[str, str]) -> Graphs:
-    """Stage 4: walk the layer descriptors to build training and inference graphs
+    """Stage 3: walk the layer descriptors to build training and inference graphs
     (each keeps the tensor names, so that ``as_text()`` reads by name)."""
     graphs = Graphs(emit_training_graph(arch, ids, opts, g_range), emit_inference_graph(arch, ids, opts))
     names = {i: n for n, i in ids.items()}
@@ -200,24 +172,61 @@ def swap_ab(gid: GraphId) -> GraphId:
     return gid
 
 
+def program_orders(graphs: Graphs) -> list[tuple[str, ComputationGraph, tuple[GraphId, ...]]]:
+    """Every program a step can run, as (title, graph, GraphId order): a training step per input
+    buffer, then a validation pass per buffer, for the raw and (where built) the EMA weights."""
+    out = [("train step, buffer A", graphs.train, STEP_ORDER_A),
+           ("train step, buffer B", graphs.train, tuple(swap_ab(g) for g in STEP_ORDER_A))]
+    for ab in ("A", "B"):
+        for kind, what in (("MAIN", "validation"), ("EMA", "validation (EMA)")):
+            gid = GraphId[f"INF_{kind}_{ab}"]
+            if graphs.inference.nodes(gid):
+                out.append((f"{what}, buffer {ab}", graphs.inference,
+                            (GraphId.UPDATE_BN_INF_PARAMS, GraphId[f"TRANSFER_{ab}"], gid, GraphId.ACCUM_METRICS)))
+    return out
+
+
+def labelled_programs(graphs: Graphs) -> list[tuple[str, list[tuple[GraphId, GraphNode]]]]:
+    """Each program of ``program_orders`` as its (GraphId, node) sequence: what the views draw."""
+    return [(title, [(gid, n) for gid in order for n in graph.nodes(gid)]) for title, graph, order in
+            program_orders(graphs)]
+
+
 def step_programs(graphs: Graphs) -> list[list[tuple[tuple[int, ...], tuple[int, ...]]]]:
     """The (inputs, outputs) sequences of one step per program, for liveness."""
-    programs = []
-    for order in (STEP_ORDER_A, tuple(swap_ab(g) for g in STEP_ORDER_A)):
-        programs.append([(n.inputs, n.outputs) for gid in order for n in graphs.train.nodes(gid)])
-    for ab in ("A", "B"):
-        for kind in ("MAIN", "EMA"):
-            order = (GraphId.UPDATE_BN_INF_PARAMS, GraphId[f"TRANSFER_{ab}"], GraphId[f"INF_{kind}_{ab}"],
-                     GraphId.ACCUM_METRICS)
-            prog = [(n.inputs, n.outputs) for gid in order for n in graphs.inference.nodes(gid)]
-            if graphs.inference.nodes(GraphId[f"INF_{kind}_{ab}"]):
-                programs.append(prog)
-    return programs
+    return [[(n.inputs, n.outputs) for _, n in prog] for _, prog in labelled_programs(graphs)]
 
 
 def graph_lifetimes(graphs: Graphs) -> Lifetimes:
     """Lifetimes of every tensor over the training and inference programs."""
     return lifetimes_from_programs(step_programs(graphs))
+
+
+# ---- stage 4: placement, packed by stage 3's liveness ---------------------------------------
+def padded_pitch(spec: Any, pad_rows: bool = True) -> int | None:
+    """The row pitch stage 4 gives a tensor: parameter matrices (and their gradient, moment and
+    EMA copies, padded alike so the flat optimizer ranges stay element-aligned) whose rows alias
+    in the cache; every other tensor is contiguous (its kernels read it as one block)."""
+    if not pad_rows or spec.region.family not in PARAM_FAMILIES:
+        return None
+    return row_pitch(tuple(spec.shape), np.dtype(spec.dtype).itemsize)
+
+
+def create_memory_plans(shapes: AllShapes, max_slots: Sequence[int],
+                        lifetimes: Lifetimes | None, pad_rows: bool = True) -> dict[str, MemoryPlan]:
+    """Stage 4: one placement with max slot sizes, then six plans sharing its offsets.
+    With ``pad_rows``, a parameter matrix whose rows are a multiple of 4 KiB gets 64 bytes more
+    per row (``padded_pitch``); its slot grows by the padding."""
+    ref = shapes.tables["train_base"]
+    base = MemoryPlan("base")
+    for spec, slot in zip(ref.specs, max_slots):
+        pitch = padded_pitch(spec, pad_rows)
+        if pitch is not None:
+            slot = max(slot, padded_bytes(spec.shape, np.dtype(spec.dtype).itemsize, pitch))
+        base.alloc(spec.shape, spec.dtype, spec.region, spec.name, slot_bytes=slot, pitch=pitch)
+    base.finalize(lifetimes)
+    return {v: base.with_shapes({i: s.shape for i, s in enumerate(t.specs)}, v)
+            for v, t in shapes.tables.items()}
 
 
 # ---- stage 5 ---------------------------------------------------------------------------
@@ -246,6 +255,14 @@ class CompiledPlan:
     @property
     def plan(self) -> MemoryPlan:
         return self.plans["train_base"]
+
+    def summary(self) -> str:
+        a = self.atlas
+        return (f"Compiled: {plural(len(a.entries), 'atlas entry', 'atlas entries')} over {len(a.variants)} variants"
+                f" -> {plural(len(a.captures), 'bound graph')}, arena {human_bytes(self.plan.total_bytes)}")
+
+    def as_text(self) -> str:
+        return "\n".join([self.summary(), self.atlas.as_text(), *(f"note: {n}" for n in self.notes)])
 
     def __repr__(self) -> str:
         """One line: the full dataclass dump runs to kilobytes; each stage has its own repr."""

@@ -177,7 +177,7 @@ def cuda_graph_view(task: Any, graph_name: str, gid: GraphId | None, variant: st
     The GPU executor keeps every captured graph; cudaGraphDebugDotPrint (CuPy's debug_dot_str)
     shows its kernel, memcpy and memset nodes, next to the ComputationGraph they came from.
     """
-    runner = getattr(task, "_runner", None)
+    runner = getattr(getattr(task, "runner", None), "gpu", None)
     if gid is None or not hasattr(runner, "debug_dot"):
         return "", ""
     try:

@@ -81,7 +81,7 @@ def phase_of(task: Any) -> str:
 # ---- phases -----------------------------------------------------------------------------------
 def phase_view(task: Any) -> dict[str, Any]:
     """The phase machine: which phase, what each allows, the transitions so far, the next actions."""
-    from ..task import PHASE_ALLOWS
+    from ..phases import PHASE_ALLOWS
 
     current = phase_of(task)
     ci = PHASES.index(current)
@@ -184,38 +184,10 @@ def region_view(obj: Any) -> dict[str, Any]:
 
 # ---- memory: lifetimes -------------------------------------------------------------------------------
 def _programs(graphs: Any) -> list[tuple[str, list[tuple[Any, Any]] | None, int]]:
-    """The engine's liveness programs: (title, [(GraphId, node)] or None if unknown, length).
+    """The engine's liveness programs: (title, [(GraphId, node)], length), as the compiler runs them."""
+    from ..compiler.stages import labelled_programs
 
-    Lengths come from the engine's own ``step_programs``; node labels from mirroring its
-    order, kept only where every (inputs, outputs) pair matches the engine's.
-    """
-    from ..compiler import stages as compiler
-
-    reference = compiler.step_programs(graphs)
-    order_a = tuple(getattr(compiler, "STEP_ORDER_A", ()))
-    swap = getattr(compiler, "swap_ab", lambda g: g)
-    guesses: list[tuple[str, Any, tuple[Any, ...]]] = [
-        ("train step, buffer A", graphs.train, order_a),
-        ("train step, buffer B", graphs.train, tuple(swap(g) for g in order_a))]
-    for ab in ("A", "B"):
-        for kind, what in (("MAIN", "validation"), ("EMA", "validation (EMA)")):
-            gid = GraphId[f"INF_{kind}_{ab}"]
-            if graphs.inference.nodes(gid):
-                guesses.append((f"{what}, buffer {ab}", graphs.inference,
-                                (GraphId.UPDATE_BN_INF_PARAMS, GraphId[f"TRANSFER_{ab}"], gid, GraphId.ACCUM_METRICS)))
-    out: list[tuple[str, list[tuple[Any, Any]] | None, int]] = []
-    for k, ref in enumerate(reference):
-        nodes = None
-        title = f"program {k + 1}"
-        if k < len(guesses):
-            title, graph, order = guesses[k]
-            cand = [(gid, n) for gid in order for n in graph.nodes(gid)]
-            if [(tuple(n.inputs), tuple(n.outputs)) for _, n in cand] == [(tuple(a), tuple(b)) for a, b in ref]:
-                nodes = cand
-            else:
-                title = f"program {k + 1}"
-        out.append((title, nodes, len(ref)))
-    return out
+    return [(title, nodes, len(nodes)) for title, nodes in labelled_programs(graphs)]
 
 
 def _hand_programs(obj: Any) -> list[tuple[str, list[tuple[Any, Any]] | None, int]]:

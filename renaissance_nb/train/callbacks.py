@@ -8,8 +8,9 @@ continues where it stopped.
 """
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from ..checks import arguments_checked, as_flag, as_float, as_int
 from ..errors import ConfigError, bad_argument
@@ -104,3 +105,42 @@ def lacking_field(who: str, field: str) -> ConfigError:
            else "the EMA is scored on validation data: the task needs val= (or val_fraction=) and ema()")
     return ConfigError(f"{who}: watches {field}, which the epoch records will not have ({why}). Fix: "
                        "monitor='train_loss', or give the task what it watches.")
+
+
+def checked_callbacks(callbacks: Any) -> tuple[Callable[[str, Any], None], ...]:
+    """run()'s callbacks: a sequence of callables ``cb(kind, info)``, checked before the run changes anything."""
+    fix = "pass callbacks=[fn] with def fn(kind, info): ..."
+    if callable(callbacks):
+        raise bad_argument(ConfigError, "run", "callbacks", callbacks, "a list of callables", f"wrap it: {fix}")
+    try:
+        out = tuple(callbacks)
+    except TypeError:
+        raise bad_argument(ConfigError, "run", "callbacks", callbacks, "a list of callables", fix) from None
+    for cb in out:
+        if not callable(cb):
+            raise bad_argument(ConfigError, "run", "callbacks", callbacks, f"a list of callables; {cb!r} is not one",
+                               fix)
+        if isinstance(cb, type):  # EarlyStopping, the class, not an instance
+            raise bad_argument(ConfigError, "run", "callbacks", callbacks,
+                               f"callables taking (kind, info); {cb.__name__} is a class",
+                               f"{cb.__name__}() makes one")
+        try:
+            inspect.signature(cb).bind("start", {})
+        except TypeError:  # lambda: ...
+            raise bad_argument(ConfigError, "run", "callbacks", callbacks,
+                               f"callables taking (kind, info); {cb!r} does not", fix) from None
+        except ValueError:  # no signature to read (some builtins): called as it is
+            pass
+    return out
+
+
+def call_each(callbacks: Sequence[Callable[[str, Any], None]], kind: str, info: Any) -> str | None:
+    """Every callback, in order, even after one raised StopTraining (each sees the event); the first
+    StopTraining's message, or None. Any other exception stops the calls and propagates."""
+    why = None
+    for cb in callbacks:
+        try:
+            cb(kind, info)
+        except StopTraining as exc:
+            why = (str(exc) or f"StopTraining from a {kind!r} callback") if why is None else why
+    return why

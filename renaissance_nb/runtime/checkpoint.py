@@ -13,12 +13,13 @@ One ``.npz`` archive written with ``np.savez`` (no pickle anywhere):
   accumulated metrics and loss log (R_RESULT_ACCUMULATED).
 * ``perm_<split>`` int64 arrays: the sample permutation of each split (the
   current epoch's shuffle, needed to resume in the middle of an epoch).
-* ``header.json``: a uint8 array holding UTF-8 JSON: format version, the plan
-  fingerprint (BluePrint repr, name/shape/dtype/region/offset of every tensor of
-  the train_base plan, total arena bytes, the byte range of each saved region),
-  seed, settings reprs, the task's spec (to rebuild it), epoch, resume position,
-  history, ReduceLROnPlateau's state, and a SHA-256 over the array bytes in a
-  fixed (sorted key) order.
+* ``header.json``: a uint8 array holding UTF-8 JSON: format and version, the plan
+  fingerprint (the BluePrint as data, name/shape/dtype/region/offset of every
+  tensor of the train_base plan, total arena bytes, the byte range of each saved
+  region), ``config`` (every setting as data: ``TaskConfig.to_dict()``), ``run``
+  (epoch, resume position, history, ReduceLROnPlateau's state), and a SHA-256 over
+  the array bytes in a fixed (sorted key) order. Version 1 files (settings as reprs
+  and a "spec") are read and upgraded to this form on load.
 
 Why npz + JSON: the file is inspectable with NumPy alone
 (``np.load(path)["region_W"]``, ``json.loads(bytes(np.load(path)["header.json"]))``),
@@ -31,6 +32,9 @@ Writes are atomic: a temporary file in the same folder, flushed and fsynced,
 then ``os.replace``; a crash mid-save leaves the previous checkpoint intact.
 Loading validates everything before it writes a single byte, so a failed load
 leaves the task byte-for-byte unchanged.
+
+This module never imports the task: ``save`` and ``load_state`` take any compiled object with
+public ``phases``, ``config``, ``runner`` and ``run_state`` (a DeepLearningTask is one).
 """
 from __future__ import annotations
 
@@ -39,20 +43,24 @@ import io
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .checks import as_flag
-from .errors import CheckpointError
-from .files import with_default_mode
-from .memory.dtensor import DTensor, tensor_view, torch_layout
-from .memory.region import Region
-from .result import EpochRecord
-from .task import Phase
+from ..checks import as_flag
+from ..config import PLAN_OPTIONS, STRICT_FIELDS, TaskConfig, describe_value
+from ..errors import CheckpointError
+from ..files import with_default_mode
+from ..memory.dtensor import DTensor, tensor_view, torch_layout
+from ..memory.region import Region
+from ..phases import Phase
+from ..result import EpochRecord
+from .trainer import RunState, plateau_start
 
 FORMAT = "renaissance_nb.checkpoint"
-VERSION = 1
+VERSION = 2
+"""2: the config as data (TaskConfig.to_dict) and the run state apart; 1 (read and upgraded): settings as reprs."""
 HEADER_KEY = "header.json"
 
 # (array key, first region, last region): contiguous region ranges carrying state.
@@ -72,67 +80,59 @@ __all__ = ["save", "load_state", "read_header", "read_state_dict", "fingerprint"
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-def _require_compiled(task: Any, op: str) -> None:
-    from .deep_task import DeepLearningTask
-
-    if not isinstance(task, DeepLearningTask):
+def _parts(task: Any, op: str) -> tuple[TaskConfig, Any, RunState]:
+    """The config, runner and run state of a compiled task; a CheckpointError or PhaseError otherwise."""
+    phases = getattr(task, "phases", None)
+    if not all(hasattr(task, k) for k in ("config", "runner", "run_state")) or phases is None:
         raise CheckpointError(f"{op}: task={type(task).__name__} is invalid; expected a DeepLearningTask. "
                               "Fix: pass the DeepLearningTask to save or restore.")
-    task._require(op, Phase.COMPILED, hint="Fix: call task.compile() first (build the task the same way "
+    phases.require(op, Phase.COMPILED, hint="Fix: call task.compile() first (build the task the same way "
                                             "as the one that was saved).")
+    return task.config, task.runner, task.run_state
 
 
-def fingerprint(task: Any) -> dict[str, Any]:
+def fingerprint(config: TaskConfig, runner: Any) -> dict[str, Any]:
     """What must match between the saved task and the one restored into."""
-    plan = task.plans["train_base"]
+    plan = runner.compiled.plan
     tensors = [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "region": t.region.name,
                 "offset": int(t.offset), **({"pitch": t.pitch} if t.pitch is not None else {})} for t in plan]
-    ranges = {key: list(task.memory.region_range(a, b)) for key, a, b in STATE_RANGES}
-    return {"blueprint": repr(task._model), "tensors": tensors, "total_bytes": int(plan.total_bytes),
+    ranges = {key: list(plan.region_range(a, b)) for key, a, b in STATE_RANGES}
+    assert config.model is not None  # compiled
+    return {"blueprint": config.model.to_dict(), "tensors": tensors, "total_bytes": int(plan.total_bytes),
             "ranges": ranges}
 
 
-def _setting_spec(obj: Any) -> dict[str, Any] | None:
-    if obj is None:
-        return None
-    return {"class": type(obj).__name__, "settings": {k: (list(v) if isinstance(v, tuple) else v)
-                                                     for k, v in obj.settings().items()}}
+def config_record(config: TaskConfig) -> dict[str, Any]:
+    """``config.to_dict()`` as JSON reads it back (lists for tuples), for comparing with a file's."""
+    return json.loads(json.dumps(config.to_dict()))
 
 
-def spec(task: Any) -> dict[str, Any]:
-    """Everything needed to rebuild the task around new data: model and settings, structured."""
-    return {"blueprint": task._model.to_dict(), "loss": _setting_spec(task._loss),
-            "optimizer": _setting_spec(task._optimizer), "scheduler": _setting_spec(task._scheduler),
-            "total_epochs": task._epochs, "seed": task._seed, "batch_size": task._batch,
-            "val_batch_size": task._val_batch, "shuffle": task._shuffle, "channels_last": task._channels_last,
-            "sample_shape": list(task._splits.train.sample_shape), "val_fraction": task._val_fraction,
-            "name": task.name,
-            "options": {"fuse": task._fuse, "liveness": task._liveness, "nan_check": task._nan_check,
-                        "nan_policy": task._nan_policy, "zero_grad": task._zero_grad, "pad_rows": task._pad_rows},
-            "autosave": {"every": None if task._save_every is None else list(task._save_every),
-                         "best": task._save_best,
-                         "best_by": None if task._save_best_by is None else list(task._save_best_by)},
-            **_training_extras(task)}
-
-
-def _training_extras(task: Any) -> dict[str, Any]:
-    """EMA, gradient clipping, progressive resizing and augmentation: settings that change what training
-    does (JSON-ready; a checkpoint saved before they were recorded holds none of them: they were off)."""
-    r = task._resolution
-    return {"ema": task._ema, "clip_grad_norm": task._clip_norm,
-            "train_resolution": None if r is None else [list(r[0]), list(r[1]), r[2]],
-            "augment": {"crop_pad": task._crop_pad, "flip": task._flip}}
+def run_record(state: RunState) -> dict[str, Any]:
+    at = state.resume_at or state.live_at  # mid-epoch: after a stop, or from a step callback inside run()
+    return {"epoch": int(state.epoch), "resume_at": None if at is None else [int(v) for v in at],
+            "resume_seconds": state.seconds_into_epoch(),
+            "history": [dict(r.__dict__) for r in state.result.history],
+            "interrupted": bool(state.result.interrupted),
+            "plateau": state.plateau}  # ReduceLROnPlateau's state; its lowered rates are in the table (region S)
 
 
 EXTRAS_OFF = {"ema": None, "clip_grad_norm": None, "train_resolution": None,
-              "augment": {"crop_pad": 0, "flip": False}}
+              "augment": {"crop_pad": 0, "flip": False}, "channels_last": False}
+"""What a version-1 file without these records trained with (they did not exist yet: off)."""
 
 
-def _settings(task: Any) -> dict[str, Any]:
-    return {"seed": task._seed, "optimizer": repr(task._optimizer), "loss": repr(task._loss),
-            "scheduler": repr(task._scheduler), "total_epochs": task._epochs, "batch_size": task._batch,
-            "val_batch_size": task._val_batch, "shuffle": task._shuffle, "n_train": len(task._splits.train),
-            "n_val": 0 if task._splits.val is None else len(task._splits.val), **_training_extras(task)}
+def _upgraded(header: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 header in version 2's form: its spec and settings as the config, its run fields as run."""
+    spec, settings = header.get("spec"), header.get("settings", {})
+    if not isinstance(spec, dict) or not isinstance(settings, dict):
+        raise TypeError("a version-1 header without a task spec")
+    config = {**EXTRAS_OFF, **spec, "n_train": settings.get("n_train"), "n_val": settings.get("n_val")}
+    run = {k: header[k] for k in ("epoch", "resume_at", "resume_seconds", "history", "interrupted", "plateau")
+           if k in header}
+    fp = dict(header.get("fingerprint") or {})
+    fp["blueprint"] = spec.get("blueprint")
+    return {"format": FORMAT, "version": VERSION, "written_as": 1, "fingerprint": fp, "config": config,
+            "run": run, "sha256": header.get("sha256")}
 
 
 def _digest(arrays: dict[str, np.ndarray]) -> str:
@@ -144,13 +144,13 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _state_arrays(task: Any) -> dict[str, np.ndarray]:
-    buf = task._arena.bytes
+def _state_arrays(runner: Any) -> dict[str, np.ndarray]:
+    buf, plan = runner.arena.bytes, runner.compiled.plan
     out = {}
     for key, first, last in STATE_RANGES:
-        a, b = task.memory.region_range(first, last)
+        a, b = plan.region_range(first, last)
         out[f"region_{key}"] = buf[a:b].copy()
-    for split, perm in sorted(task._env.perms.items()):
+    for split, perm in sorted(runner.perms.items()):
         out[f"perm_{split}"] = np.asarray(perm, dtype=np.int64).copy()
     return out
 
@@ -158,7 +158,7 @@ def _state_arrays(task: Any) -> dict[str, np.ndarray]:
 # ---- save ------------------------------------------------------------------------------------
 def save(task: Any, path: str | os.PathLike) -> str:
     """Write the state of a compiled task to ``path`` atomically; returns the path."""
-    _require_compiled(task, "save")
+    config, runner, state = _parts(task, "save")
     given = path
     try:
         path = os.fspath(path)
@@ -167,21 +167,13 @@ def save(task: Any, path: str | os.PathLike) -> str:
     if not isinstance(path, str) or not path or os.path.isdir(path):
         raise CheckpointError(f"save: path={given!r} is invalid; expected a file name (not a folder). "
                               "Fix: pass e.g. 'run.npz'.")
-    arrays = _state_arrays(task)
-    at = task._resume_at or task._live_at  # mid-epoch: after a stop, or from a step callback inside run()
-    header = {
-        "format": FORMAT, "version": VERSION,
-        "fingerprint": fingerprint(task),
-        "settings": _settings(task),
-        "spec": spec(task),
-        "epoch": int(task._epoch),
-        "resume_at": None if at is None else [int(v) for v in at],
-        "resume_seconds": task._seconds_into_epoch(),
-        "history": [dict(r.__dict__) for r in task.result.history],
-        "interrupted": bool(task.result.interrupted),
-        "plateau": task._plateau,  # ReduceLROnPlateau's state; its lowered rates are in the table (region S)
-        "sha256": _digest(arrays),
-    }
+    runner.drain_transfers()  # a background copy may still be writing an input buffer
+    if state.live_at is not None:  # called from a step callback on a device: its state is current
+        runner.replay.download_all()
+    arrays = _state_arrays(runner)
+    from .. import __version__
+    header = {"format": FORMAT, "version": VERSION, "library": __version__, "fingerprint": fingerprint(config, runner),
+              "config": config.to_dict(), "run": run_record(state), "sha256": _digest(arrays)}
     blob = np.frombuffer(json.dumps(header, sort_keys=True).encode("utf-8"), np.uint8)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -262,19 +254,30 @@ def _read(path: str | os.PathLike, op: str) -> tuple[dict[str, Any], dict[str, n
         raise CheckpointError(f"{op}: {p!r} is not a renaissance_nb checkpoint (format "
                               f"{header.get('format') if isinstance(header, dict) else None!r}). "
                               "Fix: pass a file written by checkpoint.save().")
-    if header.get("version") != VERSION:
-        raise CheckpointError(f"{op}: {p!r} has format version {header.get('version')!r}; this library reads "
-                              f"version {VERSION}. Fix: load it with the renaissance_nb version that wrote it.")
+    version = header.get("version")
+    if version not in (1, VERSION):
+        by = f" by renaissance_nb {header['library']}" if isinstance(header.get("library"), str) else ""
+        raise CheckpointError(f"{op}: {p!r} was written{by} in checkpoint format version {version!r}; this library "
+                              f"reads versions 1 and {VERSION}. Fix: load it with the renaissance_nb version that "
+                              "wrote it.")
     digest = _digest(arrays)
     if digest != header.get("sha256"):
         raise CheckpointError(f"{op}: checksum mismatch in {p!r}: the arrays hash to {digest[:16]}..., the header "
                               f"records {str(header.get('sha256'))[:16]}...; the file is corrupted. "
                               "Fix: restore from another checkpoint.")
+    if version == 1:
+        try:
+            header = _upgraded(header)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{op}: {p!r} was written in checkpoint format version 1 and its header cannot be "
+                                  f"read as that version's ({exc}). Fix: load it with the renaissance_nb version that "
+                                  "wrote it, or restore from another checkpoint.") from None
     return header, arrays
 
 
 def read_header(path: str | os.PathLike) -> dict[str, Any]:
-    """The validated JSON header of a checkpoint (for inspection)."""
+    """The validated JSON header of a checkpoint (for inspection), in this version's form (a version-1
+    header is upgraded; ``written_as`` then says so)."""
     return _read(path, "read_header")[0]
 
 
@@ -322,10 +325,6 @@ def _rows(tensor: dict[str, Any]) -> str:
     return f"rows padded to {tensor['pitch']}" if tensor.get("pitch") else "contiguous rows"
 
 
-PLAN_OPTIONS = ("fuse", "liveness", "pad_rows")
-"""The options() switches that change the plan's layout, which a checkpoint's bytes follow."""
-
-
 def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, Any],
                          saved_options: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> None:
     fix = "Fix: build the task exactly as the saved one (same model, data shapes, batch size, optimizer)."
@@ -361,40 +360,49 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
         raise CheckpointError(f"{op}: {p!r} belongs to a different plan: region ranges differ "
                               f"({saved.get('ranges')} vs {now['ranges']}). {fix}")
     if saved.get("blueprint") != now["blueprint"]:
-        raise CheckpointError(f"{op}: {p!r} was saved from another model:\n{saved.get('blueprint')}\n"
-                              f"but this task's model is:\n{now['blueprint']}\n{fix}")
+        raise CheckpointError(f"{op}: {p!r} was saved from another model:\n{_model_text(saved.get('blueprint'))}\n"
+                              f"but this task's model is:\n{_model_text(now['blueprint'])}\n{fix}")
+
+
+def _model_text(record: Any) -> str:
+    """A BluePrint record as its repr (the record itself where it does not rebuild)."""
+    from ..blueprint import BluePrint
+    try:
+        return repr(BluePrint.from_dict(record))
+    except Exception:  # noqa: BLE001 - a hand-edited record: show it as it is
+        return repr(record)
 
 
 FRESH_PLATEAU: dict[str, float] = {}
-"""_validated's answer for a ReduceLROnPlateau state to start afresh once the checkpoint's table is in."""
+"""_loaded_plateau's answer for a ReduceLROnPlateau state to start afresh once the checkpoint's table is in."""
 
 
-def _brief(value: Any, limit: int = 160) -> str:
-    """A setting's repr for a message, cut short (a loss with 1,000 class weights is 20,000 characters)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + " ...)"
+@dataclass
+class _Loaded:
+    """Everything load_state checked, ready to commit: the bytes to copy and the run's position."""
+
+    writes: list[tuple[np.ndarray, np.ndarray]]
+    epoch: int
+    resume_at: tuple[int, int] | None
+    resume_seconds: float
+    history: list[EpochRecord]
+    interrupted: bool
+    plateau: dict[str, float] | None
 
 
-def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray], p: str, strict: bool, op: str
-               ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int, tuple[int, int] | None, float, list[EpochRecord],
-                          dict[str, float] | None]:
-    """Everything load_state checks before it writes: the bytes to copy and the run's position."""
-    options = {k: getattr(task, f"_{k}") for k in PLAN_OPTIONS}
-    _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(task),
-                         (header.get("spec") or {}).get("options"), options)
-    if strict:
-        saved, now = dict(header.get("settings", {})), _settings(task)
-        if isinstance(saved.get("optimizer"), str):  # saved for a few commits with the default spelt out
-            saved["optimizer"] = saved["optimizer"].replace(", maximize=False)", ")")
-        for k in now:
-            if saved.get(k, EXTRAS_OFF.get(k)) != now[k]:
-                was, here = _brief(saved.get(k)), _brief(now[k])
-                raise CheckpointError(f"{op}: setting {k} differs: {was} in {p!r} vs {here} in this task; resuming "
-                                      f"would not reproduce the saved run. Fix: build the task with {k}={was}, or "
-                                      "pass strict=False to load anyway.")
-    # shapes of every array
-    buf = task._arena.bytes
-    plan = task.memory
+def _check_settings(op: str, p: str, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """strict: every setting a resumed run must share (STRICT_FIELDS) equal as data."""
+    for k in STRICT_FIELDS:
+        if saved.get(k, EXTRAS_OFF.get(k)) != now[k]:
+            was, here = describe_value(saved.get(k)), describe_value(now[k])
+            raise CheckpointError(f"{op}: setting {k} differs: {was} in {p!r} vs {here} in this task; resuming "
+                                  f"would not reproduce the saved run. Fix: build the task with {k}={was}, or "
+                                  "pass strict=False to load anyway.")
+
+
+def _writes(op: str, p: str, arrays: dict[str, np.ndarray], runner: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(destination, source) of every saved range and data order, each checked against this plan."""
+    buf, plan = runner.arena.bytes, runner.compiled.plan
     writes: list[tuple[np.ndarray, np.ndarray]] = []
     for key, first, last in STATE_RANGES:
         name = f"region_{key}"
@@ -405,7 +413,7 @@ def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray],
             raise CheckpointError(f"{op}: {p!r} entry {name} is {got}, expected uint8({b - a},). "
                                   "Fix: restore from a checkpoint of this plan.")
         writes.append((buf[a:b], arr))
-    for split, perm in task._env.perms.items():
+    for split, perm in runner.perms.items():
         name = f"perm_{split}"
         arr = arrays.get(name)
         if arr is None or arr.shape != perm.shape or arr.dtype != np.int64:
@@ -415,25 +423,43 @@ def _validated(task: Any, header: dict[str, Any], arrays: dict[str, np.ndarray],
             raise CheckpointError(f"{op}: {p!r} entry {name} is not a permutation. Fix: restore from another "
                                   "checkpoint.")
         writes.append((perm, arr))
-    epoch = int(header["epoch"])
-    resume = header.get("resume_at")
+    return writes
+
+
+def _loaded_plateau(run: dict[str, Any], saved: dict[str, Any], now: dict[str, Any], config: TaskConfig
+                    ) -> dict[str, float] | None:
+    plateau = run.get("plateau")
+    if not hasattr(config.scheduler, "initial_state"):  # this task's schedule keeps no state (strict=False)
+        return None
+    if plateau is not None and saved.get("scheduler") == now["scheduler"]:
+        return {k: float(plateau[k]) for k in ("best", "lr")} | {k: int(plateau[k]) for k in ("bad", "cooldown")}
+    return FRESH_PLATEAU  # saved with another schedule or monitor (strict=False): start afresh from the rate in force
+
+
+def _validated(op: str, p: str, header: dict[str, Any], arrays: dict[str, np.ndarray], strict: bool,
+               config: TaskConfig, runner: Any) -> _Loaded:
+    """Everything load_state checks before it writes."""
+    saved, now = header.get("config") or {}, config_record(config)
+    _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(config, runner), saved.get("options"),
+                         {k: getattr(config, k) for k in PLAN_OPTIONS})
+    if strict:
+        _check_settings(op, p, saved, now)
+    writes = _writes(op, p, arrays, runner)
+    run = header["run"]
+    epoch = int(run["epoch"])
+    resume = run.get("resume_at")
     resume_at = None if resume is None else (int(resume[0]), int(resume[1]))
-    resume_seconds = float(header.get("resume_seconds", 0.0)) if resume_at else 0.0
-    history = [EpochRecord(**r) for r in header.get("history", [])]
-    if not 0 <= epoch <= task._epochs or len(history) != epoch:
+    resume_seconds = float(run.get("resume_seconds", 0.0)) if resume_at else 0.0
+    history = [EpochRecord(**r) for r in run.get("history", [])]
+    if not 0 <= epoch <= config.total_epochs or len(history) != epoch:
         raise CheckpointError(f"{op}: {p!r} records epoch {epoch} with {len(history)} history rows for a task of "
-                              f"{task._epochs} epochs. Fix: restore from another checkpoint.")
-    if resume_at is not None and (resume_at[0] != epoch or not 0 <= resume_at[1] <= task.steps_per_epoch):
+                              f"{config.total_epochs} epochs. Fix: restore from another checkpoint.")
+    spe = config.steps_per_epoch
+    if resume_at is not None and (resume_at[0] != epoch or not 0 <= resume_at[1] <= spe):
         raise CheckpointError(f"{op}: {p!r} resumes at step {resume_at[1]} of epoch {resume_at[0] + 1}, outside "
-                              f"epoch {epoch + 1} of {task.steps_per_epoch} steps. Fix: restore from another checkpoint.")
-    plateau, sched = header.get("plateau"), task._scheduler
-    if not hasattr(sched, "initial_state"):  # this task's schedule keeps no state (strict=False can get here)
-        plateau = None
-    elif plateau is not None and (header.get("settings") or {}).get("scheduler") == repr(sched):
-        plateau = {k: float(plateau[k]) for k in ("best", "lr")} | {k: int(plateau[k]) for k in ("bad", "cooldown")}
-    else:  # saved with another schedule or monitor (strict=False): start afresh from the rate in force
-        plateau = FRESH_PLATEAU
-    return writes, epoch, resume_at, resume_seconds, history, plateau
+                              f"epoch {epoch + 1} of {spe} steps. Fix: restore from another checkpoint.")
+    return _Loaded(writes, epoch, resume_at, resume_seconds, history, bool(run.get("interrupted", False)),
+                   _loaded_plateau(run, saved, now, config))
 
 
 def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> Any:
@@ -449,34 +475,103 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
     from there on, until its first reduction.
     """
     op = "load_state"
-    _require_compiled(task, op)
+    config, runner, state = _parts(task, op)
     as_flag(strict, op, "strict", CheckpointError, "pass strict=False to allow other settings, or leave it out")
     header, arrays = _read(path, op)
     p = os.fspath(path)
     try:  # a header edited by hand (the checksum covers the arrays): any shape it has is this error
-        writes, epoch, resume_at, resume_seconds, history, plateau = _validated(task, header, arrays, p, strict, op)
+        loaded = _validated(op, p, header, arrays, strict, config, runner)
     except CheckpointError:
         raise
     except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
         raise CheckpointError(f"{op}: the header of {p!r} is malformed ({type(exc).__name__}: {exc}). "
                               "Fix: restore from another checkpoint.") from None
-    # ---- commit: nothing below can fail on a validated file
-    for dst, src in writes:
-        dst[...] = src
-    task._epoch = epoch
-    task._resume_at = resume_at
-    task._torn_at = None  # a step left half done before the load is gone with the state it tore
-    if task._loss.weight_ is not None:  # the task's own loss, even when strict=False loaded another's
-        task.executor.view("train_base", "loss.weight")[...] = task._loss.class_weights
-    if plateau is FRESH_PLATEAU:  # the loaded table's rate at the next step holds from there on, as
-        table = task.executor.view("train_base", "lr_table")  # a plateau schedule's constant rate
-        step = min(int(task.executor.view("train_base", "step")[0]), len(table) - 1)
-        table[step:] = table[step]
-        plateau = task._plateau_start(float(table[step]))
-    task._plateau = plateau
-    task._partial_seconds = resume_seconds
-    task.result.history = history
-    task.result.interrupted = bool(header.get("interrupted", False))
-    steps = int(task.executor.view("train_base", "step")[0])
-    task.result.step_losses = task.executor.view("train_base", "loss_log")[:steps].copy()
+    _commit(loaded, config, runner, state)
     return task
+
+
+def _commit(loaded: _Loaded, config: TaskConfig, runner: Any, state: RunState) -> None:
+    """Nothing here can fail on a validated file."""
+    for dst, src in loaded.writes:
+        dst[...] = src
+    state.epoch, state.resume_at = loaded.epoch, loaded.resume_at
+    state.torn_at = None  # a step left half done before the load is gone with the state it tore
+    if config.loss.weight_ is not None:  # the task's own loss, even when strict=False loaded another's
+        runner.view("loss.weight")[...] = config.loss.class_weights
+    plateau = loaded.plateau
+    if plateau is FRESH_PLATEAU:  # the loaded table's rate at the next step holds from there on, as
+        table = runner.view("lr_table")  # a plateau schedule's constant rate
+        step = min(int(runner.view("step")[0]), len(table) - 1)
+        table[step:] = table[step]
+        plateau = plateau_start(config, float(table[step]))
+    state.plateau = plateau
+    state.partial_seconds = loaded.resume_seconds
+    state.result.history = loaded.history
+    state.result.interrupted = loaded.interrupted
+    steps = int(runner.view("step")[0])
+    state.result.step_losses = runner.view("loss_log")[:steps].copy()
+
+
+# ---- rebuilding a task's config from a file -----------------------------------------------------------
+def _sample_shape_of(data: Any) -> tuple[int, ...] | None:
+    """The sample shape of what a load was given, when it says (a DataSplits, a Dataset, or an (X, y) pair)."""
+    from ..data.arrays import DataSplits, Dataset
+    if isinstance(data, (DataSplits, Dataset)):
+        return tuple(data.sample_shape)
+    if isinstance(data, tuple) and data and hasattr(data[0], "shape"):
+        return tuple(int(d) for d in data[0].shape[1:])
+    return None
+
+
+def _with_data(cfg: TaskConfig, record: dict[str, Any], data: Any, p: str) -> TaskConfig:
+    """``cfg`` around ``data`` as the saved task held its own: same batch sizes, held-out share and layout."""
+    from .. import config_checks as check
+    from ..data.arrays import DataSplits
+    # channels_last: a checkpoint from before it existed trained on its data as given (False); a task's
+    # own splits, already moved, are taken as they are (the trained sample shape is in the record)
+    cl, trained = record.get("channels_last", False), tuple(record.get("sample_shape") or ())
+    moved = cl and _sample_shape_of(data) == trained and len(set(trained)) > 1  # C == H == W: follow the flag
+    # a validation set held out by val_fraction= is held out again, unless data brings one (task.splits)
+    fraction = record.get("val_fraction") if not (isinstance(data, DataSplits) and data.val is not None) else None
+    fields = check.data(data, batch_size=record["batch_size"], val_batch_size=record["val_batch_size"],
+                        shuffle=record["shuffle"], channels_last=False if moved else cl, val_fraction=fraction)
+    cfg = cfg.with_(**{**fields, "channels_last": cl})
+    sizes = (record.get("n_train"), record.get("n_val"))
+    s = cfg.data
+    assert s is not None
+    now = (len(s.train), 0 if s.val is None else len(s.val))
+    if None not in sizes and tuple(sizes) != now:  # the plan's shapes (the loss log, the last batches) follow them
+        raise CheckpointError(f"load: {p!r} was trained on {sizes[0]} training and {sizes[1]} validation "
+                              f"samples; data has {now[0]} and {now[1]}, and the plan's shapes follow the data. "
+                              "Fix: pass the data it was trained on to resume (the saved task's splits, "
+                              "validation set included); for the weights alone (inference, fine-tuning), build a "
+                              "task on this data and call task.load_weights(path).")
+    return cfg
+
+
+CONFIG_NEEDS = ("blueprint", "loss", "optimizer", "scheduler", "total_epochs", "seed", "batch_size",
+                "val_batch_size", "shuffle", "options")
+
+
+def config_for(path: str | os.PathLike, data: Any) -> TaskConfig:
+    """The config a checkpoint records, around ``data``: what ``DeepLearningTask.load`` builds and compiles."""
+    from ..errors import ConfigError, RenaissanceError
+    header = read_header(path)
+    p = os.fspath(path)
+    record = header.get("config")
+    lacking = [k for k in CONFIG_NEEDS if k not in record] if isinstance(record, dict) else list(CONFIG_NEEDS)
+    if lacking:  # a header edited by hand: the checksum covers the arrays only
+        raise CheckpointError(f"load: the task config in {p!r} lacks {', '.join(lacking)}. Fix: build the task "
+                              "yourself and call task.load_state(path).")
+    try:  # a config edited by hand: any shape it has is this error
+        return _with_data(TaskConfig.from_dict(record), record, data, p)
+    except ConfigError as exc:
+        if "cannot rebuild" not in str(exc):
+            raise
+        raise CheckpointError(f"load: {p!r} records {exc}. Fix: build the task yourself and call "
+                              "task.load_state(path).") from None
+    except RenaissanceError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        raise CheckpointError(f"load: the task config in {p!r} is malformed ({type(exc).__name__}: {exc}). "
+                              "Fix: build the task yourself and call task.load_state(path).") from None

@@ -1,0 +1,234 @@
+"""The task's three calls over the five stages, as pure functions of a TaskConfig.
+
+    plan_stage(config)                    -> Planned   stages 1-2: ArchPlan, shapes of six variants, max slots
+    lock_stage(config, planned)           -> Locked    stages 3-4: zero-shape graphs, then six MemoryPlans
+    compile_stage(config, planned, locked) -> CompiledPlan  stage 5: the GraphAtlas (binding is the runner's)
+
+Each returns a frozen value with ``as_text()`` and ``summary()`` (after JAX's Traced -> Lowered ->
+Compiled); the widgets draw exactly these values. The checks of settings that only the data can
+judge (channels-last images, class weights, batch norm on one value) run here, at plan().
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import TaskConfig
+from ..data.arrays import looks_channels_last
+from ..errors import ConfigError, bad_argument
+from ..memory.liveness import Lifetimes
+from ..memory.plan import MemoryPlan
+from ..text import bytes_versus, human_bytes, plural
+from ..train.callbacks import lacking_field
+from ..train.schedulers import ReduceLROnPlateau
+from .layers import ArchPlan, StepOptions, plan_architecture
+from .stages import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
+                     create_memory_plans, derive_all_shapes, graph_lifetimes, share_or_clone, variant_specs)
+
+MAX_STEPS = 2**26
+"""The most training steps a task plans: its per-step learning-rate table and its per-step loss log
+(float32 each, in the arena, and in a checkpoint) are then 256 MiB each. 67 million steps is
+140,000 epochs of full MNIST at batch 128."""
+
+NO_DATA = "plan: no data was set. Fix: task.data(datasets.default_mnist()) or task.data(train=(X, y))."
+
+
+def learning_rates(config: TaskConfig) -> np.ndarray:
+    """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr)."""
+    spe, total = config.steps_per_epoch, config.total_steps
+    if total > MAX_STEPS:
+        raise bad_argument(ConfigError, "total_epochs", "epochs", config.total_epochs,
+                           f"at most {MAX_STEPS // spe} epochs of {spe} steps: the step reads its learning rate "
+                           f"from a float32 table of one value per step and logs its loss in another, and "
+                           f"{total} steps would need {human_bytes(8 * total)}",
+                           "train for fewer epochs, or with a larger batch size")
+    opt, sched = config.optimizer, config.scheduler
+    if sched is None:
+        return np.full(total, opt.lr_, np.float32)
+    base = sched.base_lr_
+    if base is not None and opt.lr_ not in (base, type(opt)().lr_):
+        raise ConfigError(f"plan: two learning rates: {type(opt).__name__}(lr={opt.lr_!r}) and "
+                          f"{type(sched).__name__}(base_lr={base!r}); the schedule would scale "
+                          "base_lr and ignore the optimizer's. Fix: drop base_lr to schedule the optimizer's lr "
+                          "(as PyTorch does), or set the same value in both.")
+    return sched.table(spe, config.total_epochs, opt.lr_)
+
+
+# ---- the stage values ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Planned:
+    """plan(): stages 1-2. The layers after fusion, every variant's tensors, the slot sizes."""
+
+    arch: ArchPlan
+    shapes: AllShapes
+    max_slot_bytes: tuple[int, ...]
+
+    def summary(self) -> str:
+        used = sum(s.used for s in self.shapes.specs.values())
+        return (f"Planned: {plural(len(self.arch.layers), 'layer')}, {plural(len(self.max_slot_bytes), 'tensor')} "
+                f"in {used} of {len(self.shapes.specs)} variants, {human_bytes(sum(self.max_slot_bytes))} of slots")
+
+    def as_text(self) -> str:
+        return f"{self.summary()}\n{self.arch!r}\n{self.shapes!r}"
+
+
+@dataclass(frozen=True)
+class Locked:
+    """lock_memory(): stages 3-4. The zero-shape graphs and the six plans sharing one placement."""
+
+    graphs: Graphs
+    lifetimes: Lifetimes | None
+    plans: dict[str, MemoryPlan]
+
+    @property
+    def memory(self) -> MemoryPlan:
+        return self.plans["train_base"]
+
+    def registered_graphs(self) -> dict[str, tuple[list[Any], Any]]:
+        """The built graphs by GraphId, as TaskBase lists hand-registered ones: name -> (nodes, stream)."""
+        g = self.graphs
+        return {f"{kind}/{gid.name}": (graph.nodes(gid), gid.stream)
+                for kind, graph in (("train", g.train), ("inference", g.inference)) for gid in graph.ids()}
+
+    def summary(self) -> str:
+        m = self.memory
+        return (f"Locked: {len(self.graphs.train)}+{len(self.graphs.inference)} train+inference nodes, "
+                f"arena {human_bytes(m.total_bytes)} over {plural(len(self.plans), 'variant plan')}")
+
+    def as_text(self) -> str:
+        return f"{self.summary()}\n{self.memory.summary()}\n{self.graphs!r}"
+
+
+# ---- the stages ---------------------------------------------------------------------------------------
+def _sample_checks(config: TaskConfig, arch: ArchPlan, sample: tuple[int, ...]) -> None:
+    if config.train_resolution is not None and len(sample) != 3:
+        raise ConfigError(f"plan: train_resolution needs image data (N, C, H, W); the samples are {sample}. "
+                          "Fix: load images with layout='image', or drop train_resolution().")
+    if arch.reads_image_layout and config.channels_last is None and looks_channels_last(sample):
+        c, h, w = sample
+        raise ConfigError(f"plan: the training images are shaped {sample}, which looks like channels-last "
+                          f"(H, W, C) = ({c}, {h}, {w}); the model reads (N, C, H, W) as PyTorch does, so it "
+                          f"would see {c} channels of {h}x{w} images. Fix: task.data(..., channels_last=True) "
+                          "converts them; task.data(..., channels_last=False) says they are (N, C, H, W).")
+    if (config.crop_pad or config.flip) and len(sample) != 3:
+        raise ConfigError(f"plan: augment(crop_pad={config.crop_pad}, flip={config.flip}) needs image data "
+                          f"(N, C, H, W); the samples are {sample}. Fix: load images with layout='image', or "
+                          "drop augment().")
+    weights = config.loss.weight_
+    classes = config.data.train.num_classes if config.data else 0
+    if weights is not None and len(weights) != classes:
+        raise ConfigError(f"plan: the loss has {len(weights)} class weights (CrossEntropyLoss(weight=...)); the "
+                          f"data has {classes} classes. Fix: give one weight per class, in class order.")
+
+
+def plan_stage(config: TaskConfig) -> Planned:
+    """Stages 1-2 after the checks only the data can settle."""
+    if config.model is None:
+        raise ConfigError("plan: no model was set. Fix: task.model(seq(fc(128), relu(), fc(10))).")
+    s = config.data
+    if s is None:
+        raise ConfigError(NO_DATA)
+    learning_rates(config)  # validates the schedule against the data (e.g. warmup longer than training)
+    sched = config.scheduler
+    if isinstance(sched, ReduceLROnPlateau) and sched.monitor_ not in config.record_fields():
+        raise lacking_field(f"plan: {sched!r}", sched.monitor_)
+    arch = plan_architecture(config.model, config.fuse)
+    sample = tuple(s.train.sample_shape)
+    _sample_checks(config, arch, sample)
+    first = low = None
+    if config.train_resolution is not None:
+        (h0, w0), (h1, w1), _ = config.train_resolution
+        first, low = (sample[0], h0, w0), (sample[0], h1, w1)
+    specs = variant_specs(len(s.train), len(s.val) if s.val is not None else 0, config.batch_size, config.val_batch,
+                          sample, lowres_shape=low, train_shape=first)
+    shapes = derive_all_shapes(arch, specs, s.train.num_classes, config.optimizer.state, config.total_steps,
+                               ema=config.ema is not None, clip=config.clip_grad_norm is not None,
+                               class_weights=config.loss.weight_ is not None)
+    _check_batch_norm_values(config, arch, shapes)
+    return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)))
+
+
+def _check_batch_norm_values(config: TaskConfig, arch: ArchPlan, shapes: AllShapes) -> None:
+    """Batch norm in training needs more than one value per channel in every batch, as in PyTorch
+    (one value normalises to 0 and passes no gradient): a training batch of one sample is
+    refused where a BN sees no spatial extent (after fc or gap, or at 1x1 maps)."""
+    bns = {layer.name for layer in arch.layers if layer.kind == "bn"}
+    trains: tuple[str, ...] = ("train_base", "train_last", "train_lowres", "train_lowres_last")
+    batch, res = config.batch_size, config.train_resolution
+    if res is not None:  # epochs before the boundary train at the first size, the rest at the second
+        trains = trains[:2] * (res[2] > 0) + trains[2:] * (res[2] < config.total_epochs)
+    for v in trains:
+        spec = shapes.specs[v]
+        if not spec.used or spec.batch > 1:
+            continue
+        for name, x, _ in shapes.tables[v].layer_shapes:
+            if name in bns and math.prod(x[:-1]) == 1:
+                if spec.batch == batch:
+                    where, fix = f"with batch_size={batch},", "a batch size above 1"
+                else:
+                    n = len(config.data.train) if config.data else 0
+                    where = (f"batch_size={batch} leaves a last training batch of 1 sample ({n} samples), where")
+                    fix = "a batch size that does not divide len(train) - 1, or drop one training sample"
+                size = "" if res is None else f" at the training size {spec.input_shape[-2:]}"
+                raise ConfigError(f"plan: {where} {name} would see one value per channel{size}: batch norm "
+                                  f"needs more than one in training (as in PyTorch). Fix: {fix}.")
+
+
+def step_options(config: TaskConfig) -> StepOptions:
+    """What the emitted graphs depend on besides the layers."""
+    assert config.data is not None  # plan_stage checked it
+    return StepOptions(config.loss.label_smoothing_, tuple(sorted(config.optimizer.graph_params().items())),
+                       zero_grad=config.zero_grad, nan_check=config.nan_check, nan_policy=config.nan_policy,
+                       ema_decay=config.ema, clip_norm=config.clip_grad_norm,
+                       image=len(config.data.train.sample_shape) == 3,
+                       crop_pad=config.crop_pad, flip=config.flip, prefetch=config.prefetch)
+
+
+def lock_stage(config: TaskConfig, planned: Planned) -> Locked:
+    """Stage 3 (graphs: they need only tensor ids) before stage 4 (placement, which packs by their liveness)."""
+    ids = planned.shapes.tables["train_base"].ids
+    graphs = build_computation_graph(planned.arch, ids, step_options(config), ("G_BN_BIAS", "G_DEEP_CONV"))
+    lifetimes = graph_lifetimes(graphs) if config.liveness else None
+    plans = create_memory_plans(planned.shapes, list(planned.max_slot_bytes), lifetimes, config.pad_rows)
+    return Locked(graphs, lifetimes, plans)
+
+
+def _plan_notes(config: TaskConfig, memory: MemoryPlan) -> list[str]:
+    notes = []
+    if not config.zero_grad:
+        notes.append("ZERO_GRAD elided: every gradient is written exactly once per step (the GEMM "
+                     "overwrites it), so zeroing the G range would be a wasted pass; "
+                     "options(zero_grad=True) puts it back.")
+    padded = [t for t in memory if t.pitch is not None and t.region.family == "W"]
+    if padded:
+        rows = ", ".join(f"{t.name} {t.shape[1]} -> {t.pitch}" for t in padded)
+        notes.append(f"padded rows: {rows} floats per row, and alike in their gradient, moment and EMA "
+                     "copies (rows a multiple of 4 KiB apart alias in the cache and slow the matrix "
+                     "products); options(pad_rows=False) stores them contiguous.")
+    if config.liveness:
+        notes.append("liveness reuse: F/T tensors whose lifetimes never meet share bytes: arena "
+                     f"{bytes_versus(memory.total_bytes, memory.bytes_without_reuse, 'without reuse')}.")
+    return notes
+
+
+def compile_stage(config: TaskConfig, planned: Planned, locked: Locked) -> CompiledPlan:
+    """Stage 5: the atlas (which (graph, GraphId, ShapeId) triples are bound, shared where shapes agree)."""
+    specs, table = planned.shapes.specs, planned.shapes.tables["train_base"]
+    atlas = share_or_clone(specs, locked.graphs, locked.plans, config.zero_grad, config.nan_check)
+    return CompiledPlan(planned.arch, planned.shapes, list(planned.max_slot_bytes), locked.memory.lifetimes,
+                        locked.plans, locked.graphs, atlas, table.ids, table.params,
+                        _plan_notes(config, locked.memory))
+
+
+def describe_compiled(compiled: Any) -> list[str]:
+    """The atlas lines of a task summary."""
+    a = compiled.atlas
+    lines = [f"atlas: {len(a.entries)} entries over {len(a.variants)} variants -> "
+             f"{len(a.captures)} distinct bound graphs; ShapeIds "
+             + ", ".join(f"s{k}={'any' if v is None else v}" for k, v in a.shape_ids.items())]
+    if a.collapsed:
+        lines.append("variants collapsed: " + ", ".join(f"{k} -> {v}" for k, v in a.collapsed.items()))
+    return lines + [f"note: {n}" for n in compiled.notes]

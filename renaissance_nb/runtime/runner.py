@@ -1,0 +1,148 @@
+"""The Runner: a compiled plan made runnable.
+
+It owns the arena, the bind environment (seed, data sources, sample orders), the host
+executor (every atlas capture bound once, views by name) and who replays the steps: that
+executor on the CPU, the captured CUDA graphs on a GPU. It initialises the weights as
+PyTorch does and answers the few questions the trainer, inference and checkpoints ask
+of the bound step (a view, a pass over the validation data, the data order of an epoch).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+import numpy as np
+
+from ..compiler.ids import GraphId
+from ..compiler.pipeline import learning_rates
+from ..compiler.stages import CompiledPlan
+from ..config import TaskConfig
+from ..errors import DeviceError
+from ..kernels import blas
+from ..kernels.cpu import BindEnv
+from ..train.rng import Philox, StreamId
+from .arena import Arena
+from .replay import EpochSchedule, Executor, StepPrograms
+
+
+class Runner:
+    """The bound step of one compiled task; ``replay`` is who runs it (CPU executor or GPU)."""
+
+    def __init__(self, config: TaskConfig, compiled: CompiledPlan) -> None:
+        from ..gpu.device import resolve_device
+        assert config.data is not None  # plan_stage refused a task without data
+        kind = resolve_device(config.device)
+        self.config, self.compiled = config, compiled
+        self.arena = Arena(compiled.plan)
+        s = config.data
+        sources = {"train": (s.train.x, s.train.y)}
+        perms = {"train": np.arange(len(s.train), dtype=np.int64)}
+        if s.val is not None:
+            sources["val"] = (s.val.x, s.val.y)
+            perms["val"] = np.arange(len(s.val), dtype=np.int64)
+        self.env = BindEnv(config.seed, sources, perms, self.arena.range_view, self.arena.locate)
+        if config.device == "auto" and kind == "cpu":
+            from ..gpu.device import probe
+            compiled.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
+        self.executor = Executor(compiled, self.arena, self.env)
+        self._initialise()
+        self.replay, self.device_kind = self._start_device(kind)
+
+    def _start_device(self, kind: str) -> tuple[StepPrograms, str]:
+        """Who replays: the GPU backend when the device resolved to CUDA and it starts, else this host."""
+        config, compiled = self.config, self.compiled
+        if kind == "cuda":
+            from ..gpu.executor import GpuExecutor
+            try:  # the probe found a GPU; the backend can still fail to start (no NVRTC, cuBLAS, memory)
+                gpu = GpuExecutor(compiled, self.executor, self.env, config.nan_policy, config.device_data,
+                                  capture=config.device_capture)
+            except Exception as exc:  # noqa: BLE001 - auto falls back on any of them, and says why
+                if config.device == "cuda":
+                    if isinstance(exc, DeviceError):
+                        raise
+                    raise DeviceError(f"device('cuda'): the GPU backend failed to start: {type(exc).__name__}: "
+                                      f"{exc}. Fix: check CuPy's install (python -c 'import cupy; cupy.show_config()')"
+                                      ", or use device('auto') to fall back to the CPU.") from exc
+                compiled.notes.append(f"device: auto chose the CPU: {exc}")
+            else:
+                compiled.notes.append(f"device: CUDA, {len(gpu.atlas.captures)} atlas entries captured as CUDA "
+                                      f"graphs on one device arena, data={gpu.data}, capture={gpu.capture}; "
+                                      "the host arena mirrors the device's at epoch ends.")
+                return gpu, "cuda"
+        compiled.notes.append(f"device: CPU, {blas.describe()}.")
+        return self.executor, "cpu"
+
+    def _initialise(self) -> None:
+        """PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for fc and conv weights and
+        biases, drawn from Philox's INIT stream; BN weight 1, bias 0, running stats 0 and 1;
+        EMA weights start equal to the weights."""
+        config, ex = self.config, self.executor
+        rng = Philox(config.seed)
+        offset = 0
+        for p in self.compiled.params:
+            view = ex.view("train_base", p.name)
+            if p.init == "uniform":
+                bound = 1.0 / math.sqrt(p.fan_in)
+                u = rng.uniform(view.size, int(StreamId.INIT), offset)
+                view[...] = ((2.0 * u.astype(np.float64) - 1.0) * bound).astype(np.float32).reshape(view.shape)
+                offset += Philox.blocks_needed(view.size)
+            else:
+                view.fill(1.0 if p.init == "ones" else 0.0)
+            if config.ema is not None:
+                ex.view("train_base", f"{p.name}@ema")[...] = view
+        for v in ex.views.values():
+            v[self.compiled.ids["ones"]].fill(1.0)
+        ex.view("train_base", "lr_table")[: config.total_steps] = learning_rates(config)
+        if config.loss.weight_ is not None:
+            ex.view("train_base", "loss.weight")[...] = config.loss.class_weights
+
+    # ---- what the trainer, inference and checkpoints ask --------------------------------------------
+    def view(self, name: str, variant: str = "train_base") -> np.ndarray:
+        """The host view of a tensor (the canonical copy between runs)."""
+        return self.executor.view(variant, name)
+
+    @property
+    def perms(self) -> dict[str, np.ndarray]:
+        """The sample order of each split (the running epoch's shuffle)."""
+        return self.env.perms
+
+    def drain_transfers(self) -> None:
+        """Wait for background batch copies still writing an input buffer (after a stop, before a save)."""
+        if not self.config.prefetch:
+            return
+        from ..kernels.transfer import buffer_slot
+        for name in ("I_A.data", "I_B.data"):
+            buffer_slot(self.view(name)).wait()
+
+    def fold_bn(self, replay: StepPrograms | None = None) -> None:
+        """Batch norm's inference parameters from its running statistics (before any inference pass)."""
+        for k in (replay or self.replay).kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS):
+            k()
+
+    def run_eval(self, sched: EpochSchedule) -> np.ndarray:
+        """One pass over the validation data; the metric sums (loss, top-1, top-5, count)."""
+        rx = self.replay
+        self.fold_bn()
+        cursor, aug = self.view("cursor", "val_base"), self.view("aug.offset", "val_base")
+        sums = self.view("metrics.sum", "val_base")
+        cursor[0] = 0
+        aug[0] = 0
+        rx.push(cursor, aug)
+        sched.replay()
+        rx.pull(sums)
+        return sums.copy()
+
+    def shuffle_into(self, split: str, epoch: int) -> None:
+        """The sample order of ``epoch``: a Philox permutation keyed by (seed, epoch), or the identity."""
+        perm = self.env.perms[split]
+        n = perm.shape[0]
+        if self.config.shuffle:
+            offset = epoch * Philox.blocks_needed(n, words_per_item=2)
+            perm[:] = Philox(self.config.seed).permutation(n, int(StreamId.SHUFFLE), offset)
+        else:
+            perm[:] = np.arange(n)
+
+    @property
+    def gpu(self) -> Any:
+        """The GPU executor when the step replays on a device, else None."""
+        return None if self.replay is self.executor else cast(Any, self.replay)

@@ -1,0 +1,387 @@
+"""The Trainer: the run state of a compiled task and the epoch loop over its replayed step.
+
+RunState is what a checkpoint keeps besides the arena: the epochs finished, where an
+interrupted epoch resumes, a step left half done, ReduceLROnPlateau's state, the timers and
+the history. The loop is split as it reads: start (callbacks, resume rules), per epoch a
+beginning (data order, prologue), the step loop (``for kernel in program: kernel()``, a
+check every 16 steps), an end (validation, the record, the schedule, autosave), and the
+handling of an interrupt (Ctrl-C, a callback's exception, a kernel's error).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..config import TaskConfig
+from ..errors import NumericalError, PhaseError
+from ..kernels import blas
+from ..progress import make_progress
+from ..result import EpochRecord, TrainingResult
+from ..train.callbacks import call_each, lacking_field
+from ..train.schedulers import ReduceLROnPlateau, plateau_step
+from .interrupt import StopFlag
+from .replay import EpochSchedule, batch_variants
+from .runner import Runner
+
+Callback = Callable[[str, Any], None]
+
+
+@dataclass
+class RunState:
+    """Where training stands: what a checkpoint saves besides the arena, and what run() resumes from."""
+
+    epoch: int = 0  # epochs finished
+    resume_at: tuple[int, int] | None = None  # (epoch, next step) after an interrupt
+    live_at: tuple[int, int] | None = None  # (epoch, next step) while run() calls a step callback
+    epoch_t0: float = 0.0  # perf_counter() when the running epoch started, less the seconds carried into it
+    partial_seconds: float = 0.0  # the seconds the epoch resume_at points into ran before it stopped
+    torn_at: tuple[int, int] | None = None  # (epoch, step) a run stopped inside of: not resumable
+    plateau: dict[str, float] | None = None  # ReduceLROnPlateau's state (best, bad, cooldown, lr)
+    running: bool = False  # run() is on the stack: no second run() or reset() from a callback
+    result: TrainingResult = field(default_factory=TrainingResult)
+
+    def check_not_running(self, operation: str, phase: Any) -> None:
+        """run() and reset() from inside a run (a callback, a widget message pumped by one) would
+        interleave two loops over one arena."""
+        if self.running:
+            raise PhaseError(operation, f"{phase} (running)", f"{phase} (not running)",
+                             f"{operation}() was called while run() is training (from a callback?). Fix: call it "
+                             "after run() returns, or stop the run first (Ctrl-C / the stop button).")
+
+    def seconds_into_epoch(self) -> float:
+        """Wall seconds the epoch a resume would continue has run: after a stop, or from a step
+        callback inside run() (what a checkpoint keeps, so a resumed epoch reports its whole time)."""
+        if self.resume_at is not None:
+            return self.partial_seconds
+        return time.perf_counter() - self.epoch_t0 if self.live_at is not None else 0.0
+
+    def steps_before(self, epoch: int, now: int) -> int:
+        """The finished updates before ``epoch`` (0-based): the last record's running total, or ``now``
+        when the history does not end just before it (edited by hand)."""
+        h = self.result.history
+        if not h:
+            return 0 if epoch == 0 else now
+        return h[-1].steps if h[-1].epoch == epoch else now
+
+
+def plateau_start(config: TaskConfig, lr: float | None = None) -> dict[str, float]:
+    """ReduceLROnPlateau's first state: the rate in force ``lr``, by default the schedule's base."""
+    sched = config.scheduler
+    assert isinstance(sched, ReduceLROnPlateau)
+    base = (config.optimizer.lr_ if sched.base_lr_ is None else sched.base_lr_) if lr is None else lr
+    return sched.initial_state(base)
+
+
+@dataclass
+class _Schedules:
+    """The epoch programs of a run: training at each resolution, validation of raw and EMA weights."""
+
+    base: EpochSchedule
+    low: EpochSchedule
+    boundary: int  # the first epoch at the second resolution
+    val: EpochSchedule | None
+    ema: EpochSchedule | None
+
+    def train(self, epoch: int) -> EpochSchedule:
+        return self.low if epoch >= self.boundary else self.base
+
+
+def _schedules(config: TaskConfig, runner: Runner) -> _Schedules:
+    s, rx, b = config.data, runner.replay, config.batch_size
+    assert s is not None  # compiled tasks have data
+    base = rx.train_schedule(batch_variants(len(s.train), b, "train_base", "train_last"))
+    low, boundary = base, config.total_epochs + 1
+    if config.train_resolution is not None:
+        boundary = config.train_resolution[2]
+        low = rx.train_schedule(batch_variants(len(s.train), b, "train_lowres", "train_lowres_last"))
+    val = ema = None
+    if s.val is not None:
+        val_vs = batch_variants(len(s.val), config.val_batch, "val_base", "val_last")
+        val = rx.eval_schedule(val_vs)
+        if config.ema is not None:
+            ema = rx.eval_schedule(val_vs, ema=True)
+    return _Schedules(base, low, boundary, val, ema)
+
+
+class Trainer:
+    """Runs epochs of a Runner's step and keeps the RunState; ``save`` writes a checkpoint (autosave)."""
+
+    def __init__(self, runner: Runner, state: RunState, save: Callable[[str], str]) -> None:
+        self.runner, self.state, self.save = runner, state, save
+
+    def run(self, config: TaskConfig, more: int | None, progress: str, resume: bool,
+            callbacks: Sequence[Callback], owner: Any) -> TrainingResult:
+        """Train to ``config.total_epochs`` (or ``more`` epochs); ``owner`` is what "start" callbacks see."""
+        end = self._start(config, more, resume, callbacks, owner)
+        _EpochLoop(self, config, callbacks, progress, end).run()
+        return self.state.result
+
+    def _start(self, config: TaskConfig, more: int | None, resume: bool, callbacks: Sequence[Callback],
+               owner: Any) -> int:
+        """The "start" callbacks, which may refuse or stop before anything changes; then the resume rules.
+        Returns the epoch the run ends at."""
+        st = self.state
+        fields = config.record_fields()
+        by = config.save_best_by
+        if config.save_best and by is not None and by[0] not in fields:
+            raise lacking_field("save_best", by[0])
+        stopped = call_each(callbacks, "start", {"epoch": st.epoch, "total_epochs": config.total_epochs,
+                                                 "steps_per_epoch": config.steps_per_epoch, "fields": fields,
+                                                 "task": owner})
+        if stopped is None:  # a run refused or stopped at "start" leaves an interrupted one interrupted
+            st.result.interrupted = False
+        st.result.stopped = stopped
+        if not resume:
+            st.resume_at = None
+        if st.torn_at is not None:
+            e, i = st.torn_at
+            st.torn_at = None
+            warnings.warn(f"run: the last run stopped inside step {i + 1} of epoch {e + 1} (a second Ctrl-C, or an "
+                          "error raised by a kernel such as the NaN check), so that step is half done; epoch "
+                          f"{e + 1} starts over from its first batch on the weights as they are, and this run will "
+                          "not reproduce an uninterrupted one. Fix: task.load_state(path) from a checkpoint to "
+                          "continue exactly, or task.reset() to train from the start.", stacklevel=5)
+        end = config.total_epochs if more is None else min(config.total_epochs, st.epoch + more)
+        if stopped is not None:  # a callback stopped the run before its first step
+            return st.epoch
+        if end <= st.epoch and st.resume_at is None:
+            warnings.warn(f"run: all total_epochs={config.total_epochs} epochs are trained, so there is nothing to "
+                          "run: the learning-rate schedule and the plan are compiled for that many. Fix: to train "
+                          "longer, build a task with a larger total_epochs and copy the weights in with "
+                          "new_task.load_state_dict(task.state_dict()) (the optimizer's moments and any EMA start "
+                          "over from them).", stacklevel=5)
+        return end
+
+    def autosave(self, config: TaskConfig, name: str, rec: EpochRecord) -> None:
+        """save_every / save_best after an epoch, as the config says now (they can change in any phase)."""
+        import os
+
+        from ..errors import CheckpointError
+        due = []
+        if config.save_every and rec.epoch % config.save_every[0] == 0:
+            due.append(("save_every", config.save_every[1]))
+        by = config.save_best_by  # a field the records have: run() checked it before its first step
+        result = self.state.result
+        best = result.best_epoch if by is None else result.best_by(*by)
+        if config.save_best and best == rec.epoch:
+            due.append(("save_best", config.save_best))
+        for setting, template in due:
+            p = template.format(name=name, epoch=rec.epoch)
+            folder = os.path.dirname(os.path.abspath(p))
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError as exc:
+                raise CheckpointError(f"{setting}: cannot make the folder {folder!r} for {p!r} ({exc.strerror}). "
+                                      f"Fix: task.{setting}(...) with a path in a folder you can write to.") from None
+            self.save(p)
+
+    def plateau_step(self, config: TaskConfig, rec: EpochRecord) -> None:
+        """ReduceLROnPlateau at an epoch's end: feed it the record's metric; a reduction rewrites the
+        arena's table from the next step on (and the device's copy)."""
+        sched, st = config.scheduler, self.state
+        if not isinstance(sched, ReduceLROnPlateau) or st.plateau is None:
+            return
+        state = plateau_step(sched, st.plateau, float(getattr(rec, sched.monitor_)))
+        if state["lr"] != st.plateau["lr"]:
+            table, step = self.runner.view("lr_table"), self.runner.view("step")
+            table[int(step[0]):] = np.float32(state["lr"])
+            self.runner.replay.push(table)
+        st.plateau = state
+
+    def raise_halted(self) -> None:
+        """A device backend stopped updating at a non-finite value (its NaN flag is 2): report it, and
+        clear the flag so that the task can train again (the epoch starts over, as after a CPU halt)."""
+        rx = self.runner.replay
+        rx.download_all()
+        flag = self.runner.view("nan.flag")
+        flag[0] = 0
+        rx.push(flag)
+        step = int(self.runner.view("step")[0])
+        raise NumericalError(f"step {step + 1}: a non-finite gradient or loss (found on the GPU, which stopped "
+                             "updating there; the host checks every 16 steps, and the steps run since then replaced "
+                             "that step's gradients and loss, so they are not named). The weights and moments are "
+                             f"those before step {step + 1}; the EMA weights, batch-norm statistics and dropout "
+                             "offsets moved on with those steps' forward passes. Fix: lower the learning rate, check "
+                             "the data for extreme values, or use options(nan_policy='skip'); task.load_state(path) "
+                             "of a checkpoint continues exactly.")
+
+
+class _EpochLoop:
+    """One run() of the epoch loop; its locals are where a failure leaves the run (step ``pos`` of
+    ``epoch``, the last step boundary reached, or inside a step's kernels when ``inside``)."""
+
+    def __init__(self, trainer: Trainer, config: TaskConfig, callbacks: Sequence[Callback], progress: str,
+                 end: int) -> None:
+        self.t, self.config, self.callbacks, self.end = trainer, config, callbacks, end
+        self.st, self.runner, self.rx = trainer.state, trainer.runner, trainer.runner.replay
+        self.sched = _schedules(config, self.runner)
+        v = self.runner.view
+        self.aug_offset, self.cursor, self.acc = v("aug.offset"), v("cursor"), v("metrics.sum")
+        self.step_counter, self.lr_table, self.result_view = v("step"), v("lr_table"), v("result")
+        self.nan_flag = v("nan.flag")  # 2: a device backend stopped updating at a non-finite value
+        # what a device backend copies back every 16 steps, in one hand-over: the loss and the NaN flag, and
+        # for callbacks the step counter, the loss log (the live monitor reads it) and the clip's last norm
+        seen = [self.step_counter, v("loss_log")] + ([v("clip.norm")] if config.clip_grad_norm is not None else [])
+        self.watched = (self.result_view, self.nan_flag) + (tuple(seen) if callbacks else ())
+        first = self.sched.train(self.st.epoch)
+        at = self.st.resume_at
+        done = at[1] if at is not None and at[0] == self.st.epoch else 0
+        self.prog = make_progress(progress, total=(end - self.st.epoch) * first.batches, desc=config.name,
+                                  steps_per_epoch=first.batches, epoch=self.st.epoch + 1, step=done)
+        self.stop = StopFlag()
+        self.epoch, self.pos, self.inside, self.first = self.st.epoch, None, False, True
+        self.shown = 0
+
+    def run(self) -> None:
+        self.rx.upload_all()
+        with self.stop, blas.own_cores(), self.prog.armed():  # armed: a first step that compiles says so
+            try:
+                while self.st.epoch < self.end:
+                    if not self._epoch():
+                        break
+            except BaseException as exc:  # a callback, a save or a second Ctrl-C failed between two steps
+                self._interrupted(exc)
+                raise
+        self._finish()
+
+    def _epoch(self) -> bool:
+        """One epoch; False when the run stops after (or inside) it."""
+        self.epoch = epoch = self.st.epoch
+        sched = self.sched.train(epoch)
+        start = self._begin_epoch(epoch, sched)
+        self._steps(epoch, sched, start)
+        if self.st.resume_at is not None:
+            self.st.result.interrupted = True
+            self.prog.stopped(epoch + 1, self.pos, sched.batches, self.st.result.stopped or "Ctrl-C")
+            return False
+        return self._end_epoch(epoch, sched)
+
+    def _begin_epoch(self, epoch: int, sched: EpochSchedule) -> int:
+        """The data order and input buffer of ``epoch``, or its state after a stop; its first step."""
+        st, rx, runner = self.st, self.rx, self.runner
+        st.epoch_t0 = time.perf_counter()
+        start = 0
+        if st.resume_at is not None and st.resume_at[0] == epoch:
+            start = st.resume_at[1]
+            st.epoch_t0 -= st.partial_seconds  # the epoch's time includes its steps before the stop
+            rx.set_perm("train", runner.perms["train"])  # a load_state wrote the host's order only
+        else:
+            runner.shuffle_into("train", epoch)
+            rx.set_perm("train", runner.perms["train"])
+            self.cursor[0] = 0
+            self.aug_offset[0] = epoch * len(runner.perms["train"])
+            rx.push(self.cursor, self.aug_offset)
+            began = st.steps_before(epoch, int(self.step_counter[0]))
+            if began != self.step_counter[0]:  # an epoch begun before (a stop or a torn step inside it, then a
+                self.step_counter[0] = began    # load): the schedule, the loss log and the step counts replay
+                rx.push(self.step_counter)      # its positions
+            for k in sched.prologue:
+                k()
+        st.resume_at, st.partial_seconds = None, 0.0
+        return start
+
+    def _steps(self, epoch: int, sched: EpochSchedule, start: int) -> None:
+        """The replay: every step's kernels in order; every 16 steps the device's loss and NaN flag, the
+        progress and the step callbacks; a stop request ends the epoch at this step boundary."""
+        st, steps = self.st, sched.steps
+        self.pos = self.shown = start  # shown: the steps of this epoch the progress has counted
+        for i in range(start, sched.batches):
+            self.inside = True
+            for k in steps[i]:
+                k()
+            self.inside, self.pos = False, i + 1
+            if self.first:  # the kernels are compiled or loaded now
+                self.prog.disarm()
+                self.first = False
+            if (i & 15) == 15:
+                self._check(epoch, self.pos - self.shown)
+                self.shown = self.pos
+            if self.stop.requested:
+                st.resume_at = (epoch, i + 1)
+                st.partial_seconds = time.perf_counter() - st.epoch_t0
+                break
+
+    def _check(self, epoch: int, advanced: int) -> None:
+        st = self.st
+        self.rx.pull(*self.watched)
+        if self.nan_flag[0] == 2:
+            self.t.raise_halted()
+        loss = float(self.result_view[0])
+        self.prog.update(advanced, loss)
+        st.live_at = (epoch, self.pos)  # a save() from a callback records where to resume
+        why = call_each(self.callbacks, "step", {"epoch": epoch + 1, "step": int(self.step_counter[0]), "loss": loss})
+        if why is not None:  # a stop at this step boundary, as Ctrl-C's
+            st.result.stopped, self.stop.requested = why, True
+        st.live_at = None
+
+    def _end_epoch(self, epoch: int, sched: EpochSchedule) -> bool:
+        """Validation, the epoch's record, the schedule, autosave and the "epoch" callbacks."""
+        st, rx, runner = self.st, self.rx, self.runner
+        rx.pull(self.result_view, self.acc, self.step_counter, self.nan_flag)
+        if self.nan_flag[0] == 2:
+            self.t.raise_halted()
+        self.prog.update(sched.batches - self.shown, float(self.result_view[0]))
+        train = self.acc.copy()
+        try:
+            val = runner.run_eval(self.sched.val) if self.sched.val else None
+            emav = runner.run_eval(self.sched.ema) if self.sched.ema else None
+        finally:  # the val passes share the metric sums: a resume after a failure here reads them
+            self.acc[...] = train
+            rx.push(self.acc)
+        steps = int(self.step_counter[0])
+        lr = float(self.lr_table[min(steps, len(self.lr_table)) - 1]) if steps else 0.0
+        rec = EpochRecord(epoch + 1, *_means(train), *_means(val), lr, time.perf_counter() - st.epoch_t0, steps,
+                          *_means(emav))
+        st.result.history.append(rec)
+        st.epoch += 1
+        self.pos = None
+        self.t.plateau_step(self.config, rec)
+        rx.download_all()
+        self.t.autosave(self.config, self.config.name, rec)
+        self.prog.epoch(rec)
+        why = call_each(self.callbacks, "epoch", rec)
+        if why is not None:  # after this epoch, which is whole
+            st.result.stopped = why
+            self.prog.note(why)
+            return False
+        return True
+
+    def _interrupted(self, exc: BaseException) -> None:
+        """Where a failure leaves the run: resumable at the last step boundary, or a torn step."""
+        st = self.st
+        st.live_at = None
+        pos = self.pos
+        # inside a step, or a device halt found at a check (the steps since ran without updates)
+        if pos is not None and (self.inside or isinstance(exc, NumericalError)):
+            st.torn_at, pos = (self.epoch, pos), None
+        if pos is not None:
+            try:
+                self.rx.download_all()  # a device backend's state is what resumes
+            except Exception:  # noqa: BLE001 - the host copy is stale: the epoch starts over
+                pos = None
+        if pos is not None:
+            st.resume_at = (self.epoch, pos)
+            st.partial_seconds = time.perf_counter() - st.epoch_t0
+            st.result.interrupted = True
+        self.prog.close()
+
+    def _finish(self) -> None:
+        st = self.st
+        self.prog.close()
+        self.rx.download_all()
+        self.runner.drain_transfers()
+        st.result.step_losses = self.runner.view("loss_log")[: int(self.step_counter[0])].copy()
+        why = call_each(self.callbacks, "end", {"epoch": st.epoch, "interrupted": st.result.interrupted,
+                                                "stopped": st.result.stopped})
+        st.result.stopped = st.result.stopped or why
+
+
+def _means(sums: np.ndarray | None) -> tuple[float | None, float | None, float | None]:
+    """(loss, top-1, top-5) from the metric sums (loss, top-1, top-5, count); Nones without a pass."""
+    if sums is None:
+        return None, None, None
+    return sums[0] / sums[3], sums[1] / sums[3], sums[2] / sums[3]
