@@ -24,8 +24,9 @@ from .runtime import checkpoint
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import SGD, Adam, AdamW
 from .train.callbacks import EarlyStopping, StopTraining
+from .train.plateau import ReduceLROnPlateau
 from .train.schedulers import (ConstantLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, ExponentialLR,
-                               LinearLR, MultiStepLR, OneCycleLR, PolynomialLR, ReduceLROnPlateau, Scheduler, StepLR)
+                               LinearLR, MultiStepLR, OneCycleLR, PolynomialLR, Scheduler, StepLR)
 
 __version__ = "0.1.0"
 

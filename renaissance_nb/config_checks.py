@@ -13,7 +13,8 @@ from .data.arrays import DataSplits, Dataset, channels_first, checked_splits, he
 from .errors import ConfigError, DataError, DeviceError, bad_argument
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import Optimizer
-from .train.schedulers import PLATEAU_METRICS, Scheduler, metric_direction
+from .train.plateau import PLATEAU_METRICS, metric_direction
+from .train.schedulers import Scheduler
 from .train.settings import LR_MAX
 
 Fields = dict[str, Any]

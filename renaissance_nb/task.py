@@ -39,7 +39,8 @@ from .text import human_bytes, plural
 from .train.callbacks import checked_callbacks
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import Optimizer
-from .train.schedulers import ReduceLROnPlateau, Scheduler
+from .train.plateau import ReduceLROnPlateau
+from .train.schedulers import Scheduler
 
 _arguments_checked = arguments_checked(ConfigError, call="task.")
 """Task builders: a misspelt keyword or a setting passed by position is a ConfigError."""

@@ -412,7 +412,7 @@ def test_new_schedules_train_save_and_load_with_their_settings(tmp_path, sched):
 def test_plateau_steps_as_torch(mode, threshold_mode, patience, cooldown, min_lr, eps):
     """plateau_step against torch's ReduceLROnPlateau fed the same metrics (ties, NaN, long plateaus)."""
     torch = pytest.importorskip("torch")
-    from renaissance_nb.train.schedulers import ReduceLROnPlateau, plateau_step
+    from renaissance_nb.train.plateau import ReduceLROnPlateau, plateau_step
     rng = np.random.default_rng(3)
     metrics = np.round(rng.standard_normal(80).cumsum() * 0.1, 2)  # rounded: ties happen
     metrics[[10, 11, 40]] = np.nan
@@ -438,7 +438,7 @@ def test_plateau_lowers_the_arena_table_and_resumes_exactly(tmp_path):
     """The task feeds each epoch's record to the schedule; a reduction rewrites the table the step reads
     from the next step on; a checkpoint keeps the schedule's state, and a resumed run is byte-identical."""
     import renaissance_nb as rnb
-    from renaissance_nb.train.schedulers import ReduceLROnPlateau
+    from renaissance_nb.train.plateau import ReduceLROnPlateau
 
     torch = pytest.importorskip("torch")
     x = np.random.default_rng(1).standard_normal((60, 6)).astype(np.float32)
@@ -472,7 +472,7 @@ def test_plateau_lowers_the_arena_table_and_resumes_exactly(tmp_path):
 
 
 def test_plateau_settings_are_checked():
-    from renaissance_nb.train.schedulers import ReduceLROnPlateau
+    from renaissance_nb.train.plateau import ReduceLROnPlateau
     assert repr(ReduceLROnPlateau(patience=2)) == (
         "ReduceLROnPlateau(monitor='val_loss', mode=None, factor=0.1, patience=2, threshold=0.0001, "
         "threshold_mode='rel', cooldown=0, min_lr=0.0, eps=1e-08)")
@@ -491,7 +491,7 @@ def test_plateau_after_a_strict_false_load_starts_from_the_rate_in_force(tmp_pat
     starts afresh, and the restored table's rate at the next step holds until the first reduction (a
     reduction used to raise the rate above the restored cosine's)."""
     import renaissance_nb as rnb
-    from renaissance_nb.train.schedulers import ReduceLROnPlateau
+    from renaissance_nb.train.plateau import ReduceLROnPlateau
     x = np.random.default_rng(1).standard_normal((60, 6)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
 

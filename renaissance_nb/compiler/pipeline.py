@@ -23,8 +23,9 @@ from ..memory.liveness import Lifetimes
 from ..memory.plan import MemoryPlan
 from ..text import bytes_versus, human_bytes, plural
 from ..train.callbacks import lacking_field
-from ..train.schedulers import ReduceLROnPlateau
-from .layers import ArchPlan, StepOptions, plan_architecture
+from ..train.plateau import ReduceLROnPlateau
+from .emit import StepOptions
+from .layers import ArchPlan, plan_architecture
 from .stages import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
                      create_memory_plans, derive_all_shapes, graph_lifetimes, share_or_clone, variant_specs)
 

@@ -27,8 +27,8 @@ from ..memory.region import PARAM_FAMILIES
 from .atlas import GraphAtlas, build_atlas
 from .graph import ComputationGraph, GraphNode
 from .ids import GraphId
-from .layers import (ArchPlan, StepOptions, TensorTable, emit_inference_graph, emit_training_graph,
-                     tensor_table)
+from .emit import StepOptions, emit_inference_graph, emit_training_graph
+from .layers import ArchPlan, TensorTable, tensor_table
 
 VARIANTS = ("train_base", "train_last", "train_lowres", "train_lowres_last", "val_base", "val_last")
 

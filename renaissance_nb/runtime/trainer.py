@@ -22,7 +22,7 @@ from ..kernels import blas
 from ..progress import make_progress
 from ..result import EpochRecord, TrainingResult
 from ..train.callbacks import call_each, lacking_field
-from ..train.schedulers import ReduceLROnPlateau, plateau_step
+from ..train.plateau import ReduceLROnPlateau, plateau_step
 from .interrupt import StopFlag
 from .replay import EpochSchedule, batch_variants
 from .runner import Runner

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from ..checks import arguments_checked, as_flag, as_float, as_int
 from ..errors import ConfigError, bad_argument
-from .schedulers import PLATEAU_METRICS, metric_direction
+from .plateau import PLATEAU_METRICS, metric_direction
 
 
 def _early_stopping(monitor: str = "val_loss", *, patience: int = 3, mode: str | None = None, min_delta: float = 0.0,

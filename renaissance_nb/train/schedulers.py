@@ -19,21 +19,22 @@ Conventions (all documented choices, each PyTorch-expressible):
   constants, so it is torch's ``OneCycleLR(..., cycle_momentum=False)``, with ``max_lr`` = base_lr.
 * ``ReduceLROnPlateau`` is the one schedule a table cannot hold ahead: its table is the constant
   base_lr, and at each epoch's end the task lowers the arena's copy from the next step on
-  (``plateau_step``, torch's rule fed the monitored metric of that epoch's record).
+  (``plateau_step``, torch's rule fed the monitored metric of that epoch's record): see plateau.py.
 * Every table is computed in float64 and cast to float32 once.
 * ``base_lr`` defaults to the optimizer's ``lr``, as in PyTorch, where a scheduler scales
   the rate the optimizer was built with; ``base_lr(v)`` sets another one explicitly.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from renaissance_nb.checks import as_flag, as_float, as_int
+from renaissance_nb.checks import as_flag
 from renaissance_nb.errors import ConfigError, bad_argument
+from renaissance_nb.train.schedule_checks import (check_count, check_nonneg, check_positive, check_real,
+                                                  check_unit_interval)
 from renaissance_nb.train.settings import LR_MAX, Settings
 
 __all__ = [
@@ -47,55 +48,17 @@ __all__ = [
     "LinearLR",
     "CosineAnnealingWarmRestarts",
     "OneCycleLR",
-    "ReduceLROnPlateau",
 ]
 
 _S = TypeVar("_S", bound="Scheduler")
 _EPOCH_PARAMS = frozenset({"warmup", "step_size", "milestones", "total_iters", "T_0"})
 
 
-# --------------------------------------------------------------------------- validation helpers
+# --------------------------------------------------------------------------- step counts and reprs
 
 
 DEFAULT_LR = 1e-3
 """The base of a table computed on its own, without an optimizer: torch.optim.Adam's default lr."""
-
-
-def _real(where: str, name: str, value: Any, expected: str, fix: str) -> float:
-    v = as_float(value)
-    if v is None:
-        raise bad_argument(ConfigError, where, name, value, expected, fix)
-    return v
-
-
-def _nonneg(where: str, name: str, value: Any, fix: str, high: float | None = None) -> float:
-    expected = "a finite number >= 0" if high is None else f"a finite number in [0, {high}]"
-    v = _real(where, name, value, expected, fix)
-    if v < 0 or (high is not None and v > high):
-        raise bad_argument(ConfigError, where, name, value, expected, fix)
-    return v
-
-
-def _positive(where: str, name: str, value: Any, fix: str) -> float:
-    v = _real(where, name, value, "a finite number > 0", fix)
-    if v <= 0:
-        raise bad_argument(ConfigError, where, name, value, "a finite number > 0", fix)
-    return v
-
-
-def _unit_interval(where: str, name: str, value: Any, lo_open: bool, fix: str) -> float:
-    expected = "a number in (0, 1]" if lo_open else "a number in [0, 1]"
-    v = _real(where, name, value, expected, fix)
-    if v > 1 or v < 0 or (lo_open and v == 0):
-        raise bad_argument(ConfigError, where, name, value, expected, fix)
-    return v
-
-
-def _count(where: str, name: str, value: Any, fix: str) -> int:
-    v = as_int(value)
-    if v is None or v < 1:
-        raise bad_argument(ConfigError, where, name, value, "an integer >= 1", fix)
-    return v
 
 
 _STEPS_CAP = 2**62
@@ -160,13 +123,13 @@ class Scheduler(Settings):
     def _check_base_lr(self, v: Any) -> float | None:
         if v is None:
             return None
-        return _nonneg(self._where("base_lr"), "base_lr", v, "pass a learning rate such as 1e-3", high=LR_MAX)
+        return check_nonneg(self._where("base_lr"), "base_lr", v, "pass a learning rate such as 1e-3", high=LR_MAX)
 
     def _check_warmup(self, v: Any) -> float:
-        return _nonneg(self._where("warmup"), "warmup", v, "pass the warmup length in epochs, e.g. 1, or 0 for none")
+        return check_nonneg(self._where("warmup"), "warmup", v, "pass the warmup length in epochs, e.g. 1, or 0 for none")
 
     def _check_warmup_start_factor(self, v: Any) -> float:
-        return _unit_interval(self._where("warmup_start_factor"), "warmup_start_factor", v, True,
+        return check_unit_interval(self._where("warmup_start_factor"), "warmup_start_factor", v, True,
                               "pass a fraction of base_lr such as 0.1")
 
     # ---- compilation
@@ -180,9 +143,9 @@ class Scheduler(Settings):
         if self.base_lr_ is None:
             return self._with("base_lr", lr).table(steps_per_epoch, total_epochs)
         base = self.base_lr_
-        spe = _count(f"{type(self).__name__}.table", "steps_per_epoch", steps_per_epoch,
+        spe = check_count(f"{type(self).__name__}.table", "steps_per_epoch", steps_per_epoch,
                      "pass the number of batches per epoch (>= 1)")
-        epochs = _count(f"{type(self).__name__}.table", "total_epochs", total_epochs,
+        epochs = check_count(f"{type(self).__name__}.table", "total_epochs", total_epochs,
                         "pass the number of training epochs (>= 1)")
         total = spe * epochs
         w = self.warmup_steps(spe)
@@ -243,7 +206,7 @@ class CosineAnnealingLR(Scheduler):
         return self._with("eta_min", v)
 
     def _check_eta_min(self, v: Any) -> float:
-        return _nonneg(self._where("eta_min"), "eta_min", v, "pass a minimum learning rate such as 0.0")
+        return check_nonneg(self._where("eta_min"), "eta_min", v, "pass a minimum learning rate such as 0.0")
 
     def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         return self.eta_min_ + (base - self.eta_min_) * (1.0 + np.cos(np.pi * k / horizon)) / 2.0
@@ -266,10 +229,10 @@ class StepLR(Scheduler):
         return self._with("gamma", v)
 
     def _check_step_size(self, v: Any) -> float:
-        return _positive(self._where("step_size"), "step_size", v, "pass the decay period in epochs, e.g. 30")
+        return check_positive(self._where("step_size"), "step_size", v, "pass the decay period in epochs, e.g. 30")
 
     def _check_gamma(self, v: Any) -> float:
-        return _positive(self._where("gamma"), "gamma", v, "pass a decay factor such as 0.1")
+        return check_positive(self._where("gamma"), "gamma", v, "pass a decay factor such as 0.1")
 
     def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         size = _steps(self.step_size_, spe)
@@ -302,13 +265,13 @@ class MultiStepLR(Scheduler):
             items = tuple(v)
         except TypeError:
             raise bad_argument(ConfigError, where, "milestones", v, expected, fix) from None
-        out = tuple(_positive(where, "milestones", m, fix) for m in items)
+        out = tuple(check_positive(where, "milestones", m, fix) for m in items)
         if not out or any(b <= a for a, b in zip(out, out[1:])):
             raise bad_argument(ConfigError, where, "milestones", v, expected, fix)
         return out
 
     def _check_gamma(self, v: Any) -> float:
-        return _positive(self._where("gamma"), "gamma", v, "pass a decay factor such as 0.1")
+        return check_positive(self._where("gamma"), "gamma", v, "pass a decay factor such as 0.1")
 
     def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         if not self.milestones_:
@@ -331,7 +294,7 @@ class ExponentialLR(Scheduler):
         return self._with("gamma", v)
 
     def _check_gamma(self, v: Any) -> float:
-        return _positive(self._where("gamma"), "gamma", v, "pass a per-epoch decay factor such as 0.95")
+        return check_positive(self._where("gamma"), "gamma", v, "pass a per-epoch decay factor such as 0.95")
 
     def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         return base * (self.gamma_ ** (1.0 / spe)) ** k.astype(np.float64)
@@ -354,12 +317,12 @@ class ConstantLR(Scheduler):
         return self._with("total_iters", epochs)
 
     def _check_factor(self, v: Any) -> float:
-        return _unit_interval(self._where("factor"), "factor", v, False, "pass a multiplier such as 1/3")
+        return check_unit_interval(self._where("factor"), "factor", v, False, "pass a multiplier such as 1/3")
 
     def _check_total_iters(self, v: Any) -> float:
         # > 0: torch's ConstantLR(total_iters=0) keeps the factor forever in its chainable form
         # but not in its closed form, so 0 has no single PyTorch meaning.
-        return _positive(self._where("total_iters"), "total_iters", v, "pass a duration in epochs such as 5")
+        return check_positive(self._where("total_iters"), "total_iters", v, "pass a duration in epochs such as 5")
 
     def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         n = _steps(self.total_iters_, spe)
@@ -388,10 +351,10 @@ class PolynomialLR(Scheduler):
     def _check_total_iters(self, v: Any) -> float | None:
         if v is None:
             return None
-        return _positive(self._where("total_iters"), "total_iters", v, "pass epochs such as 10, or None")
+        return check_positive(self._where("total_iters"), "total_iters", v, "pass epochs such as 10, or None")
 
     def _check_power(self, v: Any) -> float:
-        return _nonneg(self._where("power"), "power", v, "pass an exponent such as 1.0")
+        return check_nonneg(self._where("power"), "power", v, "pass an exponent such as 1.0")
 
     def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         n = horizon if self.total_iters_ is None else _steps(self.total_iters_, spe)
@@ -432,13 +395,13 @@ class LinearLR(Scheduler):
         return self._with("total_iters", epochs)
 
     def _check_start_factor(self, v: Any) -> float:
-        return _unit_interval(self._where("start_factor"), "start_factor", v, True, "pass a multiplier such as 1/3")
+        return check_unit_interval(self._where("start_factor"), "start_factor", v, True, "pass a multiplier such as 1/3")
 
     def _check_end_factor(self, v: Any) -> float:
-        return _unit_interval(self._where("end_factor"), "end_factor", v, False, "pass a multiplier such as 1.0 or 0")
+        return check_unit_interval(self._where("end_factor"), "end_factor", v, False, "pass a multiplier such as 1.0 or 0")
 
     def _check_total_iters(self, v: Any) -> float:
-        return _positive(self._where("total_iters"), "total_iters", v, "pass a duration in epochs such as 5")
+        return check_positive(self._where("total_iters"), "total_iters", v, "pass a duration in epochs such as 5")
 
     def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         n = _whole_steps(self._where("total_iters"), "total_iters", self.total_iters_, spe, "use a longer total_iters")
@@ -469,17 +432,17 @@ class CosineAnnealingWarmRestarts(Scheduler):
         return self._with("eta_min", v)
 
     def _check_T_0(self, v: Any) -> float:  # noqa: N802
-        return _positive(self._where("T_0"), "T_0", v, "pass the first cycle's length in epochs, e.g. 10")
+        return check_positive(self._where("T_0"), "T_0", v, "pass the first cycle's length in epochs, e.g. 10")
 
     def _check_T_mult(self, v: Any) -> int:  # noqa: N802
-        n = _count(self._where("T_mult"), "T_mult", v, "pass an integer factor such as 1 or 2")
+        n = check_count(self._where("T_mult"), "T_mult", v, "pass an integer factor such as 1 or 2")
         if n > 2**31 - 1:  # cycle lengths are step counts
             raise bad_argument(ConfigError, self._where("T_mult"), "T_mult", v, "an integer in [1, 2**31)",
                                "pass an integer factor such as 1 or 2")
         return n
 
     def _check_eta_min(self, v: Any) -> float:
-        return _nonneg(self._where("eta_min"), "eta_min", v, "pass a minimum learning rate such as 0.0")
+        return check_nonneg(self._where("eta_min"), "eta_min", v, "pass a minimum learning rate such as 0.0")
 
     def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
         t0 = _whole_steps(self._where("T_0"), "T_0", self.T_0_, spe, "use a longer T_0")
@@ -546,7 +509,7 @@ class OneCycleLR(Scheduler):
 
     def _check_pct_start(self, v: Any) -> float:
         where, fix = self._where("pct_start"), "pass a share of the steps such as 0.3"
-        f = _real(where, "pct_start", v, "a number in (0, 1)", fix)
+        f = check_real(where, "pct_start", v, "a number in (0, 1)", fix)
         if not 0 < f < 1:
             raise bad_argument(ConfigError, where, "pct_start", v, "a number in (0, 1)", fix)
         return f
@@ -558,10 +521,10 @@ class OneCycleLR(Scheduler):
         return str(v)
 
     def _check_div_factor(self, v: Any) -> float:
-        return _positive(self._where("div_factor"), "div_factor", v, "pass a divisor such as 25")
+        return check_positive(self._where("div_factor"), "div_factor", v, "pass a divisor such as 25")
 
     def _check_final_div_factor(self, v: Any) -> float:
-        return _positive(self._where("final_div_factor"), "final_div_factor", v, "pass a divisor such as 1e4")
+        return check_positive(self._where("final_div_factor"), "final_div_factor", v, "pass a divisor such as 1e4")
 
     def _check_three_phase(self, v: Any) -> bool:
         return as_flag(v, self._where("three_phase"), "three_phase", ConfigError, "pass three_phase=True")
@@ -597,163 +560,3 @@ class OneCycleLR(Scheduler):
 
     def __repr__(self) -> str:
         return super().__repr__().replace(", cycle_momentum=False", "").replace(", warmup=0 epochs", "")
-
-
-def metric_direction(field: str) -> str:
-    """'min' for a loss, 'max' for a top-k: which way an EpochRecord field improves."""
-    return "min" if field.endswith("_loss") else "max"
-
-
-PLATEAU_METRICS = ("val_loss", "val_top1", "val_top5", "train_loss", "train_top1", "train_top5", "ema_loss",
-                   "ema_top1", "ema_top5")
-"""What ReduceLROnPlateau can watch: the fields of an epoch's EpochRecord."""
-
-
-@dataclass(frozen=True, init=False, repr=False)
-class ReduceLROnPlateau(Scheduler):
-    """torch ReduceLROnPlateau, stepped at each epoch's end with the ``monitor`` field of its record (default
-    the validation loss): after more than ``patience`` epochs without an improvement (by ``threshold``,
-    relative or absolute), the rate becomes ``max(lr * factor, min_lr)`` from the next step on, then rests
-    ``cooldown`` epochs. The table the step reads starts as the constant base_lr; the task lowers it in
-    the arena, so ``task.read("lr_table")`` has the rates in force and ``lr_table()`` the plan."""
-
-    monitor_: str = "val_loss"
-    mode_: str | None = None  # None: "min" for a loss, "max" for a top-k (the monitor's direction)
-    factor_: float = 0.1
-    patience_: int = 10
-    threshold_: float = 1e-4
-    threshold_mode_: str = "rel"
-    cooldown_: int = 0
-    min_lr_: float = 0.0
-    eps_: float = 1e-8
-    _OWN: ClassVar[tuple[str, ...]] = ("monitor", "mode", "factor", "patience", "threshold", "threshold_mode",
-                                       "cooldown", "min_lr", "eps")
-
-    def monitor(self: _S, v: str) -> _S:
-        """The EpochRecord field to watch: 'val_loss' (default), 'val_top1', 'train_loss', 'ema_loss'..."""
-        return self._with("monitor", v)
-
-    def mode(self: _S, v: str | None) -> _S:
-        """'min' or 'max'; None (default) picks by the monitor: 'min' for a loss, 'max' for a top-k."""
-        return self._with("mode", v)
-
-    @property
-    def direction(self) -> str:
-        """The mode in force: ``mode``, or the monitor's own direction."""
-        return self.mode_ or metric_direction(self.monitor_)
-
-    def factor(self: _S, v: float) -> _S:
-        """The multiplier of each reduction, in (0, 1)."""
-        return self._with("factor", v)
-
-    def patience(self: _S, v: int) -> _S:
-        """Epochs without improvement tolerated before a reduction (>= 0)."""
-        return self._with("patience", v)
-
-    def threshold(self: _S, v: float) -> _S:
-        """How much better counts as better (>= 0; relative or absolute by threshold_mode)."""
-        return self._with("threshold", v)
-
-    def threshold_mode(self: _S, v: str) -> _S:
-        """'rel' (default) or 'abs'."""
-        return self._with("threshold_mode", v)
-
-    def cooldown(self: _S, v: int) -> _S:
-        """Epochs after a reduction before epochs count as bad again (>= 0)."""
-        return self._with("cooldown", v)
-
-    def min_lr(self: _S, v: float) -> _S:
-        """The floor of the reductions (>= 0)."""
-        return self._with("min_lr", v)
-
-    def eps(self: _S, v: float) -> _S:
-        """A reduction smaller than this is skipped (>= 0)."""
-        return self._with("eps", v)
-
-    def _choice(self, name: str, v: Any, choices: tuple[str, ...]) -> str:
-        if not isinstance(v, str) or v not in choices:  # an array's `in` is element-wise
-            raise bad_argument(ConfigError, self._where(name), name, v, "one of " + ", ".join(map(repr, choices)),
-                               f"pass {name}={choices[0]!r}")
-        return str(v)
-
-    def _check_monitor(self, v: Any) -> str:
-        return self._choice("monitor", v, PLATEAU_METRICS)
-
-    def _check_mode(self, v: Any) -> str | None:
-        return None if v is None else self._choice("mode", v, ("min", "max"))
-
-    def _check_threshold_mode(self, v: Any) -> str:
-        return self._choice("threshold_mode", v, ("rel", "abs"))
-
-    def _check_factor(self, v: Any) -> float:
-        f = _real(self._where("factor"), "factor", v, "a number in (0, 1)", "pass e.g. factor=0.1")
-        if not 0 < f < 1:  # torch: factor >= 1 is an error
-            raise bad_argument(ConfigError, self._where("factor"), "factor", v, "a number in (0, 1)",
-                               "pass e.g. factor=0.1")
-        return f
-
-    def _check_patience(self, v: Any) -> int:
-        return self._epochs_count("patience", v)
-
-    def _check_cooldown(self, v: Any) -> int:
-        return self._epochs_count("cooldown", v)
-
-    def _epochs_count(self, name: str, v: Any) -> int:
-        n = as_int(v)
-        if n is None or not 0 <= n <= 2**31 - 1:
-            raise bad_argument(ConfigError, self._where(name), name, v, "a whole number of epochs >= 0",
-                               f"pass e.g. {name}=2")
-        return n
-
-    def _check_threshold(self, v: Any) -> float:
-        return _nonneg(self._where("threshold"), "threshold", v, "pass e.g. threshold=1e-4")
-
-    def _check_min_lr(self, v: Any) -> float:
-        return _nonneg(self._where("min_lr"), "min_lr", v, "pass e.g. min_lr=1e-6", high=LR_MAX)
-
-    def _check_eps(self, v: Any) -> float:
-        return _nonneg(self._where("eps"), "eps", v, "pass e.g. eps=1e-8")
-
-    def _check_warmup(self, v: Any) -> float:
-        w = super()._check_warmup(v)
-        if w:  # torch's ReduceLROnPlateau is no chainable schedule either (SequentialLR refuses it)
-            raise bad_argument(ConfigError, self._where("warmup"), "warmup", v,
-                               "0: ReduceLROnPlateau starts at base_lr and only lowers it",
-                               "drop warmup, or use a table schedule such as CosineAnnealingLR().warmup(1)")
-        return w
-
-    def _main(self, k: np.ndarray, horizon: int, spe: int, base: float) -> np.ndarray:
-        return np.full(k.shape, base, dtype=np.float64)
-
-    def initial_state(self, base_lr: float) -> dict[str, float]:
-        """torch's state before the first step: the best metric so far, bad epochs, cooldown left, and the
-        rate in force (float64, as torch keeps it in the param group)."""
-        return {"best": math.inf if self.direction == "min" else -math.inf, "bad": 0, "cooldown": 0,
-                "lr": float(base_lr)}
-
-    def __repr__(self) -> str:
-        return super().__repr__().replace(", warmup=0 epochs", "")
-
-
-def plateau_step(s: ReduceLROnPlateau, state: dict[str, float], metric: float) -> dict[str, float]:
-    """torch ReduceLROnPlateau.step(metric): the state after one epoch (a new dict). A NaN metric is
-    never better, as in torch."""
-    state = dict(state)
-    best = state["best"]
-    if s.direction == "min":
-        better = metric < (best * (1.0 - s.threshold_) if s.threshold_mode_ == "rel" else best - s.threshold_)
-    else:
-        better = metric > (best * (1.0 + s.threshold_) if s.threshold_mode_ == "rel" else best + s.threshold_)
-    if better:
-        state["best"], state["bad"] = float(metric), 0
-    else:
-        state["bad"] += 1
-    if state["cooldown"] > 0:
-        state["cooldown"] -= 1
-        state["bad"] = 0
-    if state["bad"] > s.patience_:
-        new = max(state["lr"] * s.factor_, s.min_lr_)
-        if state["lr"] - new > s.eps_:
-            state["lr"] = new
-        state["cooldown"], state["bad"] = s.cooldown_, 0
-    return state
