@@ -88,3 +88,21 @@ class PhaseMachine:
 
     def restore(self, snap: tuple[Phase, list[Transition]]) -> None:
         self.phase, self.transitions = snap[0], list(snap[1])
+
+
+class Phased:
+    """``phase``, ``transitions`` and the ``_require`` guard of a task that holds its PhaseMachine as
+    ``self.phases`` (TaskBase and DeepLearningTask both do)."""
+
+    phases: PhaseMachine
+
+    @property
+    def phase(self) -> Phase:
+        return self.phases.phase
+
+    @property
+    def transitions(self) -> list[Transition]:
+        return self.phases.transitions
+
+    def _require(self, operation: str, *phases: Phase, hint: str = "") -> None:
+        self.phases.require(operation, *phases, hint=hint)

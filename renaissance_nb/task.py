@@ -28,7 +28,7 @@ from .data.arrays import DataSplits, Dataset
 from .errors import CheckpointError, ConfigError, PhaseError, PlanError
 from .memory.dtensor import DTensor
 from .memory.plan import MemoryPlan
-from .phases import Phase, PhaseMachine, Transition
+from .phases import Phase, Phased, PhaseMachine
 from .progress import progress_kind
 from .result import TrainingResult
 from .runtime.inference import Inference
@@ -46,7 +46,7 @@ _arguments_checked = arguments_checked(ConfigError, call="task.")
 """Task builders: a misspelt keyword or a setting passed by position is a ConfigError."""
 
 
-class DeepLearningTask:
+class DeepLearningTask(Phased):
     """Model, data, loss, optimizer and schedule, compiled into one replayable step."""
 
     def __init__(self, name: str = "task", *, config: TaskConfig | None = None) -> None:
@@ -369,14 +369,6 @@ class DeepLearningTask:
         self._config = self._config.with_(name=name)
 
     @property
-    def phase(self) -> Phase:
-        return self.phases.phase
-
-    @property
-    def transitions(self) -> list[Transition]:
-        return self.phases.transitions
-
-    @property
     def result(self) -> TrainingResult:
         return self.run_state.result
 
@@ -448,9 +440,6 @@ class DeepLearningTask:
     def config(self) -> TaskConfig:
         """Every setting, as one frozen value (builder calls replace it)."""
         return self._config
-
-    def _require(self, operation: str, *phases: Phase, hint: str = "") -> None:
-        self.phases.require(operation, *phases, hint=hint)
 
     def lr_table(self) -> np.ndarray:
         """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr).

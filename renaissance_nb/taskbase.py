@@ -22,7 +22,7 @@ from .kernels.cpu import BindEnv
 from .memory.dtensor import DTensor
 from .memory.liveness import Lifetimes
 from .memory.plan import MemoryPlan
-from .phases import PHASE_ALLOWS, Phase, PhaseMachine, Transition
+from .phases import PHASE_ALLOWS, Phase, Phased, PhaseMachine, Transition
 from .runtime.arena import Arena
 from .runtime.bind import BoundGraph, bind, check_nodes
 from .runtime.tensors import TensorIO
@@ -31,7 +31,7 @@ from .text import plural
 __all__ = ["TaskBase", "Phase", "PHASE_ALLOWS", "Transition"]
 
 
-class TaskBase:
+class TaskBase(Phased):
     """A task driven by hand: allocate tensors, lock memory, add graphs, compile, run."""
 
     def __init__(self, name: str = "task") -> None:
@@ -42,18 +42,6 @@ class TaskBase:
         self._bound: dict[str, BoundGraph] = {}
         self.arena: Arena | None = None
         self._tensors: TensorIO | None = None
-
-    # ---- the phase machine ----------------------------------------------------------
-    @property
-    def phase(self) -> Phase:
-        return self.phases.phase
-
-    @property
-    def transitions(self) -> list[Transition]:
-        return self.phases.transitions
-
-    def _require(self, operation: str, *phases: Phase, hint: str = "") -> None:
-        self.phases.require(operation, *phases, hint=hint)
 
     # ---- PLANNING -----------------------------------------------------------------
     def alloc(self, shape: Sequence[int], dtype: Any = "float32", region: Any = None, name: str | None = None) -> DTensor:

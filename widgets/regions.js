@@ -68,6 +68,7 @@ function render({ model, el }) {
         h("div", { class: "rnb-title" }, "Arena"),
         h("div", { class: "rnb-sub" }, `${v.arena_human} in one allocation · ${plural(v.n_tensors, "tensor")} in ${plural(v.regions.length, "region")} · ${v.reuse_text}`)),
       h("span", { class: "rnb-stat" }, h("b", {}, v.arena_human), h("span", {}, "arena"))));
+    if (v.empty_text) el.append(h("div", { class: "rnb-note rnb-empty-regions" }, v.empty_text));
     if (v.variants.length > 1) {
       const seg = h("div", { class: "rnb-seg rnb-variant-switch" });
       for (const name of v.variants) {

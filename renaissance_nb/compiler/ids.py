@@ -65,6 +65,11 @@ class GraphId(IntEnum):
         """Ids about several devices or AMP: they stay empty on one CPU."""
         return self in MULTI_DEVICE_OR_AMP
 
+    @property
+    def reserved_for(self) -> str | None:
+        """The feature of the original a reserved GraphId belongs to (no graph here fills it), else None."""
+        return RESERVED.get(self)
+
 
 DEFAULT_STREAM: dict[GraphId, StreamKind] = {
     GraphId.TRANSFER_A: StreamKind.TRANS,
@@ -108,6 +113,20 @@ MULTI_DEVICE_OR_AMP = frozenset({
     GraphId.FIRST_COMM, GraphId.DEEP_COMM, GraphId.STATS_COMM, GraphId.VAL_RESULT_COMM,
     GraphId.CAST_MAIN_FP32_TO_FP16, GraphId.CAST_EMA_FP32_TO_FP16,
 })
+
+
+RESERVED: dict[GraphId, str] = {
+    GraphId.FIRST_COMM: "data-parallel training: all-reduce of the first layer's gradients",
+    GraphId.DEEP_COMM: "data-parallel training: all-reduce of the deep layers' gradients",
+    GraphId.STATS_COMM: "data-parallel training: all-reduce of batch-norm statistics",
+    GraphId.VAL_RESULT_COMM: "data-parallel training: all-reduce of validation metrics",
+    GraphId.UPDATE_STATS: "data-parallel training: batch-norm statistics after their all-reduce",
+    GraphId.CAST_MAIN_FP32_TO_FP16: "mixed precision (AMP): fp16 copy of the weights",
+    GraphId.CAST_EMA_FP32_TO_FP16: "mixed precision (AMP): fp16 copy of the EMA weights",
+    GraphId.LARS_NORMS: "LARS: per-layer norms",
+}
+"""GraphIds of the original kept in the enum that no graph of this library fills: the emitters never
+put a node in them, and the atlas binds nothing for them."""
 
 
 def as_graph_id(value: Any, where: str, argument: str = "gid") -> GraphId:

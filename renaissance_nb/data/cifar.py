@@ -160,6 +160,24 @@ def _safe_member_path(name: str) -> PurePosixPath | None:
     return p
 
 
+def _check_members(members: list[tarfile.TarInfo], archive: Path, where: str) -> None:
+    """Every member a relative path to a regular file or folder, before anything is written."""
+    for m in members:
+        rel = _safe_member_path(m.name)
+        if rel is None:
+            raise bad_argument(
+                DownloadError, where, "archive", str(archive),
+                f"members with relative paths inside the archive; {m.name!r} is absolute or contains '..'",
+                "do not use this archive: get cifar-10-binary.tar.gz from the official page",
+            )
+        if not (m.isfile() or m.isdir()):
+            raise bad_argument(
+                DownloadError, where, "archive", str(archive),
+                f"only regular files and folders; {m.name!r} is a link or special file",
+                "do not use this archive: get cifar-10-binary.tar.gz from the official page",
+            )
+
+
 def extract_cifar10(archive: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
     """Unpack ``cifar-10-batches-bin/`` from ``archive`` into ``root`` safely; return the folder.
 
@@ -193,20 +211,7 @@ def extract_cifar10(archive: str | os.PathLike[str], root: str | os.PathLike[str
                         DownloadError, where, "archive", str(archive), f"a complete .tar.gz archive ({exc})",
                         f"the archive is truncated or corrupted: delete {archive} and download it again",
                     ) from None
-                for m in members:
-                    rel = _safe_member_path(m.name)
-                    if rel is None:
-                        raise bad_argument(
-                            DownloadError, where, "archive", str(archive),
-                            f"members with relative paths inside the archive; {m.name!r} is absolute or contains '..'",
-                            "do not use this archive: get cifar-10-binary.tar.gz from the official page",
-                        )
-                    if not (m.isfile() or m.isdir()):
-                        raise bad_argument(
-                            DownloadError, where, "archive", str(archive),
-                            f"only regular files and folders; {m.name!r} is a link or special file",
-                            "do not use this archive: get cifar-10-binary.tar.gz from the official page",
-                        )
+                _check_members(members, archive, where)
                 found: set[str] = set()
                 for m in members:
                     rel = _safe_member_path(m.name)

@@ -154,7 +154,8 @@ def regions_html(view: dict[str, Any], variant: str | None = None) -> str:
             f"<span class='rnb-grow rnb-muted'>{esc(view['reuse_text'])}{same}</span></div>"
             f"{arena_svg(view)}{family_legend(view)}<div class='rnb-h'>Regions · tensors at their offsets "
             f"({esc(variant or view['variants'][0])}; light part = slot bytes this variant leaves unused)</div>"
-            f"{region_rows_svg(view, variant)}</div>")
+            f"{region_rows_svg(view, variant)}"
+            f"<div class='rnb-note rnb-empty-regions'>{esc(view.get('empty_text', ''))}</div></div>")
 
 
 def _fit(text: str, width: float, char: float = 5.6) -> str:

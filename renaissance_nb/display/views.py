@@ -16,7 +16,7 @@ from ..compiler.ids import GraphId
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
 from ..text import bytes_versus, human_bytes, plural
-from ..memory.region import FAMILIES
+from ..memory.region import FAMILIES, Region
 from .theme import capture_color, capture_ink, clock, family_color, region_color, shape_text, stream_color
 
 PHASES = ("PLANNING", "MEMORY_LOCKED", "COMPILED")
@@ -179,7 +179,23 @@ def region_view(obj: Any) -> dict[str, Any]:
             "reuse_text": reuse_text(ref),
             "offsets_text": f"same offsets in all {plural(len(variants), 'variant')}" if len(variants) > 1 else "",
             "offsets_identical": same, "regions": regions, "tensors": tensors, "families": families,
-            "n_tensors": len(ref)}
+            "n_tensors": len(ref), "empty_text": empty_regions_text(ref)}
+
+
+def empty_regions_text(plan: MemoryPlan) -> str:
+    """The named regions this plan leaves empty: the reserved ones by the feature they await, the rest
+    as unused by this model (68 regions plus the END sentinel in all, as in the original)."""
+    empty = [r for r in Region if r is not Region.END and not plan.regions.get(r, None)]
+    reserved: dict[str, list[str]] = {}
+    for r in empty:
+        if r.reserved_for:
+            reserved.setdefault(r.reserved_for.split(":")[0], []).append(r.name)
+    unused = [r.name for r in empty if not r.reserved_for]
+    bits = [f"{plural(len(names), 'reserved region')} for {what} ({', '.join(names)})"
+            for what, names in reserved.items()]
+    if unused:
+        bits.append(f"{plural(len(unused), 'region')} this model does not use ({', '.join(unused)})")
+    return f"{plural(len(empty), 'of 68 regions is', 'of 68 regions are')} empty: " + "; ".join(bits) if empty else ""
 
 
 # ---- memory: lifetimes -------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ a kernel module, so the modules import this one and never each other's tables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class BindEnv:
     batch: int = 0
 
 
-F = Callable[..., object]
+F = TypeVar("F", bound=Callable[..., object])
 
 
 def registrar(table: dict[str, F]) -> Callable[[str], Callable[[F], F]]:
@@ -42,7 +42,7 @@ def registrar(table: dict[str, F]) -> Callable[[str], Callable[[F], F]]:
     return kernel
 
 
-def join_tables(*tables: dict[str, F]) -> dict[str, F]:
+def join_tables(*tables: Mapping[str, F]) -> dict[str, F]:
     """One table from the modules' own, in order; an op in two of them is a programming error."""
     joined: dict[str, F] = {}
     for t in tables:

@@ -112,6 +112,11 @@ class Region(IntEnum):
         """
         return self.family in ("F", "T")
 
+    @property
+    def reserved_for(self) -> str | None:
+        """The feature of the original a reserved region belongs to (no model here fills it), else None."""
+        return RESERVED.get(self)
+
 
 NUM_REGIONS = 68
 """Named regions (the enum has one more slot: the END sentinel)."""
@@ -143,3 +148,15 @@ PARAM_KINDS: tuple[str, ...] = ("BN_BIAS", "BN_WEIGHT", "FC_BIAS", "FC_WEIGHT", 
 def param_region(family: str, kind: str) -> Region:
     """The region of a parameter kind in a family, e.g. ('G', 'FC_WEIGHT') -> G_FC_WEIGHT."""
     return Region[f"{family}_{kind}"]
+
+
+_AMP = "mixed precision (AMP): fp16 copies and working buffers"
+RESERVED: dict[Region, str] = {
+    **{r: _AMP for r in Region if r.name.endswith("_FP16") or r.family == "A"},
+    **{r: "LARS: per-layer weight and gradient norms" for r in Region if r.family == "N"},
+    Region.R_PREDICTED_LABEL: "stored predictions (predict() takes the argmax of the logits instead)",
+    Region.S_SCALAR_INT8: "int8 scalars (quantisation)",
+    Region.T_TEMP_INT8: "int8 temporaries (quantisation)",
+}
+"""Regions of the original kept in the enum, with their place in the address order, that no model
+of this library fills: the features they serve are not built. A plan never allocates in them."""

@@ -563,6 +563,7 @@ def config_for(path: str | os.PathLike, data: Any) -> TaskConfig:
     if lacking:  # a header edited by hand: the checksum covers the arrays only
         raise CheckpointError(f"load: the task config in {p!r} lacks {', '.join(lacking)}. Fix: build the task "
                               "yourself and call task.load_state(path).")
+    assert isinstance(record, dict)  # lacking lists every key of anything else
     try:  # a config edited by hand: any shape it has is this error
         return _with_data(TaskConfig.from_dict(record), record, data, p)
     except ConfigError as exc:

@@ -233,7 +233,8 @@ class _EpochLoop:
         self.prog = make_progress(progress, total=(end - self.st.epoch) * first.batches, desc=config.name,
                                   steps_per_epoch=first.batches, epoch=self.st.epoch + 1, step=done)
         self.stop = StopFlag()
-        self.epoch, self.pos, self.inside, self.first = self.st.epoch, None, False, True
+        self.epoch, self.inside, self.first = self.st.epoch, False, True
+        self.pos: int | None = None  # None between epochs
         self.shown = 0
 
     def run(self) -> None:
@@ -256,7 +257,7 @@ class _EpochLoop:
         self._steps(epoch, sched, start)
         if self.st.resume_at is not None:
             self.st.result.interrupted = True
-            self.prog.stopped(epoch + 1, self.pos, sched.batches, self.st.result.stopped or "Ctrl-C")
+            self.prog.stopped(epoch + 1, self.pos or 0, sched.batches, self.st.result.stopped or "Ctrl-C")
             return False
         return self._end_epoch(epoch, sched)
 
@@ -307,6 +308,7 @@ class _EpochLoop:
 
     def _check(self, epoch: int, advanced: int) -> None:
         st = self.st
+        assert self.pos is not None  # a step boundary
         self.rx.pull(*self.watched)
         if self.nan_flag[0] == 2:
             self.t.raise_halted()
@@ -334,8 +336,9 @@ class _EpochLoop:
             rx.push(self.acc)
         steps = int(self.step_counter[0])
         lr = float(self.lr_table[min(steps, len(self.lr_table)) - 1]) if steps else 0.0
-        rec = EpochRecord(epoch + 1, *_means(train), *_means(val), lr, time.perf_counter() - st.epoch_t0, steps,
-                          *_means(emav))
+        t_loss, t_top1, t_top5 = (float(v) for v in train[:3] / train[3])
+        rec = EpochRecord(epoch + 1, t_loss, t_top1, t_top5, *_means(val), lr, time.perf_counter() - st.epoch_t0,
+                          steps, *_means(emav))
         st.result.history.append(rec)
         st.epoch += 1
         self.pos = None
