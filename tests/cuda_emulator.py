@@ -111,6 +111,12 @@ class CaptureError(RuntimeError):
     """What CUDA would refuse during a stream capture."""
 
 
+CAPTURE_GLOBAL, CAPTURE_THREAD_LOCAL, CAPTURE_RELAXED = 0, 1, 2
+"""cudaStreamCaptureMode's values; CuPy's begin_capture() defaults to relaxed."""
+CAPTURE_MODES_SEEN: list[int] = []
+"""The mode of every capture begun, in order (what a test reads to see the executor's choice)."""
+
+
 class EmuGraph:
     """A captured graph: the recorded work, in the order it was queued."""
 
@@ -140,6 +146,7 @@ class EmuStream:
         self.ptr = EmuStream._count
         self.capture: EmuGraph | None = None
         self.origin = False  # began the capture it takes part in
+        self.mode = CAPTURE_RELAXED  # of the capture it began
         self.joined = True   # a forked stream's work so far is joined back into the origin
         self.queued = 0      # work recorded so far (what an event records a point in)
 
@@ -159,9 +166,11 @@ class EmuStream:
         if not self.origin:
             self.joined = False
 
-    def begin_capture(self) -> None:
+    def begin_capture(self, mode: int | None = None) -> None:
         if self.capture is not None:
             raise CaptureError("begin_capture: the stream is already capturing")
+        self.mode = CAPTURE_RELAXED if mode is None else mode  # CuPy's default
+        CAPTURE_MODES_SEEN.append(self.mode)
         self.capture, self.origin = EmuGraph(), True
         _CAPTURING.append(self)
 
@@ -226,8 +235,17 @@ def current_stream() -> EmuStream:
 
 
 def _not_capturing(what: str) -> None:
+    """Calls that conflict with any capture: synchronisation, copies from pageable host memory."""
     if _CAPTURING:
         raise CaptureError(f"{what} while a stream is capturing")
+
+
+def _safe_while_capturing(what: str) -> None:
+    """"Potentially unsafe" calls (allocations): refused unless every capture under way is relaxed, as
+    CUDA refuses them in global and thread-local mode (one thread here: the two are alike)."""
+    if any(s.mode != CAPTURE_RELAXED for s in _CAPTURING):
+        raise CaptureError(f"cudaErrorStreamCaptureUnsupported: {what} while a stream captures in "
+                           f"{'global' if any(s.mode == CAPTURE_GLOBAL for s in _CAPTURING) else 'thread-local'} mode")
 
 
 class EmulatedModule:
@@ -320,15 +338,16 @@ def numpy_memory_ops() -> MemoryOps:
     return MemoryOps(memcpy, memcpy, memset0, fill, add)
 
 
-def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34) -> DeviceRuntime:
+def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34,
+                     capture_mode: int = CAPTURE_THREAD_LOCAL) -> DeviceRuntime:
     """CuPy's stand-in for GpuExecutor: "device" arrays are NumPy arrays of their own."""
 
     def alloc(n: int) -> np.ndarray:
-        _not_capturing("allocation")
+        _safe_while_capturing("an allocation")
         return np.zeros(n, np.uint8)
 
     def asarray(x: np.ndarray) -> np.ndarray:
-        _not_capturing("allocation")
+        _safe_while_capturing("an allocation")
         return np.array(x, copy=True)
 
     def same_array(dev: np.ndarray, host: np.ndarray, what: str) -> None:
@@ -356,11 +375,12 @@ def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34) -> Devic
         return module
 
     def pinned(n: int) -> bytearray:
-        _not_capturing("a pinned allocation")
+        _safe_while_capturing("a pinned allocation")
         return bytearray(n)
 
     return DeviceRuntime(zeros=alloc, asarray=asarray, ptr=lambda a: a.ctypes.data, upload=upload,
                          download=download, stream=new_stream, event=EmuEvent,
                          synchronize=lambda: _not_capturing("a device synchronisation"),
                          free_bytes=lambda: free_bytes, pinned=pinned, module=module_of,
-                         gemm=lambda workspace: NumpyGemm(), memory_ops=numpy_memory_ops)
+                         gemm=lambda workspace: NumpyGemm(), memory_ops=numpy_memory_ops,
+                         capture_mode=capture_mode)

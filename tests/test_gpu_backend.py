@@ -400,7 +400,7 @@ def test_the_stand_in_enforces_cudas_capture_rules(module) -> None:  # type: ign
     x = np.zeros(4, np.float32)
     fill = module.get_function("rnb_advance")  # counter[0] += n
     counter = np.zeros(1, np.int64)
-    p.begin_capture()
+    p.begin_capture(cuda_emulator.CAPTURE_THREAD_LOCAL)
     fork.record(p)
     side.wait_event(fork)
     with side:
@@ -423,6 +423,45 @@ def test_the_stand_in_enforces_cudas_capture_rules(module) -> None:  # type: ign
     graph.launch(p)
     graph.launch(p)
     assert counter[0] == 10
+    p.begin_capture()  # CuPy's default, relaxed: an allocation goes through (the risk thread-local closes)
+    rt.zeros(8)
+    with pytest.raises(cuda_emulator.CaptureError):
+        p.synchronize()  # conflicts with any capture
+    p.end_capture()
+
+
+def _allocating_ops(rt):  # type: ignore[no-untyped-def]
+    """The stand-in's memory ops, with a memset whose launch allocates first (as a CuPy call that
+    grows the memory pool inside a launcher would)."""
+    plain = rt.memory_ops
+
+    def ops():  # type: ignore[no-untyped-def]
+        base = plain()
+
+        def memset0(views):  # type: ignore[no-untyped-def]
+            launch = base.memset0(views)
+            return lambda stream: (rt.zeros(64), launch(stream))
+        return type(base)(base.memcpy, base.h2d, memset0, base.fill, base.add)
+    return ops
+
+
+def test_every_capture_is_thread_local_and_an_allocation_inside_one_is_refused(module) -> None:  # type: ignore[no-untyped-def]
+    """#29: captures begin in thread-local mode (CuPy's default is relaxed), so a launcher that
+    allocates while capturing fails at compile() instead of leaving a pool pointer in the graph."""
+    from dataclasses import replace
+
+    t = mlp_task(epochs=2, zero_grad=True).compile()
+    cuda_emulator.CAPTURE_MODES_SEEN.clear()
+    GpuExecutor(t.compiled, t.executor, t.runner.env, "raise", "device", runtime=cuda_emulator.emulated_runtime(module))
+    seen = set(cuda_emulator.CAPTURE_MODES_SEEN)
+    assert seen == {cuda_emulator.CAPTURE_THREAD_LOCAL}, seen
+    strict = cuda_emulator.emulated_runtime(module)
+    with pytest.raises(cuda_emulator.CaptureError, match="allocation while a stream captures in thread-local mode"):
+        GpuExecutor(t.compiled, t.executor, t.runner.env, "raise", "device",
+                    runtime=replace(strict, memory_ops=_allocating_ops(strict)))
+    relaxed = cuda_emulator.emulated_runtime(module, capture_mode=cuda_emulator.CAPTURE_RELAXED)
+    GpuExecutor(t.compiled, t.executor, t.runner.env, "raise", "device",  # relaxed lets it through unseen
+                runtime=replace(relaxed, memory_ops=_allocating_ops(relaxed)))
 
 
 def test_data_auto_streams_through_pinned_memory_when_the_gpu_is_small(module) -> None:  # type: ignore[no-untyped-def]

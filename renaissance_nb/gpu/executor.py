@@ -172,7 +172,7 @@ class GpuExecutor(StepPrograms):
     def _capture(self, launchers: list[Any], stream: Any) -> Any:
         p = self.primary
         with p:
-            p.begin_capture()
+            p.begin_capture(self.rt.capture_mode)  # thread-local: allocations and syncs are refused
             try:
                 self._fork.record(p)
                 stream.wait_event(self._fork)
@@ -271,7 +271,7 @@ class GpuExecutor(StepPrograms):
         input buffer the next step reads; this step reads the other one)."""
         p, trans = self.primary, self.streams[StreamKind.TRANS]
         with p:
-            p.begin_capture()
+            p.begin_capture(self.rt.capture_mode)  # thread-local: allocations and syncs are refused
             forked: list[Any] = []
             try:
                 for i in idxs:

@@ -34,6 +34,14 @@ class DeviceRuntime:
     module: Callable[[str, tuple], Any]              # compiled kernels: get_function(name)(grid, block, args)
     gemm: Callable[[Any], Any]                       # workspace -> an object with bind(c, a, b)
     memory_ops: Callable[[], MemoryOps]
+    capture_mode: int = 1  # cudaStreamCaptureModeThreadLocal: see CAPTURE_MODE
+
+
+CAPTURE_MODE = 1
+"""cudaStreamCaptureModeThreadLocal, the mode every capture begins in (the original's): while this thread
+captures, CUDA refuses the "potentially unsafe" calls (cudaMalloc from a pool that grows, a synchronising
+copy), so a launcher that would allocate or sync cannot leave a pointer in the graph that the pool later
+reuses. CuPy's default is relaxed (0 = global, 1 = thread-local, 2 = relaxed), which lets them through."""
 
 
 def cupy_runtime() -> DeviceRuntime:
@@ -64,4 +72,5 @@ def cupy_runtime() -> DeviceRuntime:
         module=lambda code, options: cupy.RawModule(code=code, options=options),
         gemm=Gemm,
         memory_ops=cupy_memory_ops,
+        capture_mode=cupy.cuda.runtime.streamCaptureModeThreadLocal,
     )
