@@ -42,7 +42,6 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +50,7 @@ import numpy as np
 from ..checks import as_flag
 from ..config import PLAN_OPTIONS, STRICT_FIELDS, TaskConfig, describe_value
 from ..errors import CheckpointError
-from ..files import with_default_mode
+from ..files import write_atomically
 from ..memory.dtensor import DTensor, tensor_view, torch_layout
 from ..memory.region import Region
 from ..phases import Phase
@@ -159,14 +158,6 @@ def _state_arrays(runner: Any) -> dict[str, np.ndarray]:
 def save(task: Any, path: str | os.PathLike) -> str:
     """Write the state of a compiled task to ``path`` atomically; returns the path."""
     config, runner, state = _parts(task, "save")
-    given = path
-    try:
-        path = os.fspath(path)
-    except TypeError:
-        path = None
-    if not isinstance(path, str) or not path or os.path.isdir(path):
-        raise CheckpointError(f"save: path={given!r} is invalid; expected a file name (not a folder). "
-                              "Fix: pass e.g. 'run.npz'.")
     runner.drain_transfers()  # a background copy may still be writing an input buffer
     if state.live_at is not None:  # called from a step callback on a device: its state is current
         runner.replay.download_all()
@@ -175,41 +166,8 @@ def save(task: Any, path: str | os.PathLike) -> str:
     header = {"format": FORMAT, "version": VERSION, "library": __version__, "fingerprint": fingerprint(config, runner),
               "config": config.to_dict(), "run": run_record(state), "sha256": _digest(arrays)}
     blob = np.frombuffer(json.dumps(header, sort_keys=True).encode("utf-8"), np.uint8)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CheckpointError(f"save: the folder {folder!r} of path {path!r} does not exist. "
-                              "Fix: create it first (os.makedirs) or save elsewhere.")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".ckpt-", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise CheckpointError(f"save: cannot write in the folder {folder!r} of path {path!r} ({exc.strerror}). "
-                              "Fix: save to a folder you can write to.") from None
-    try:
-        with_default_mode(tmp)  # mkstemp's file is owner-only; a checkpoint is a file like any other
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays, **{HEADER_KEY: blob})
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.replace(tmp, path)
-        except (OSError, ValueError) as exc:  # a name the file system refuses ("embedded null byte", too long...)
-            raise CheckpointError(f"save: cannot write {path!r} ({getattr(exc, 'strerror', None) or exc}). "
-                                  "Fix: save under another name.") from None
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable (POSIX); harmless where unsupported
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-    return path
+    return write_atomically(path, lambda f: np.savez(f, **arrays, **{HEADER_KEY: blob}), op="save",
+                            error=CheckpointError, example="run.npz", verb="save")
 
 
 # ---- load ------------------------------------------------------------------------------------
