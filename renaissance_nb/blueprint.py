@@ -69,6 +69,19 @@ class BluePrint:
             return Named(d["named"], BluePrint.from_dict(d["body"]))
         raise BluePrintError(f"from_dict: {d!r} is not a BluePrint description. Fix: pass BluePrint.to_dict() output.")
 
+    @staticmethod
+    def from_torch(module: Any, weights: bool = False) -> Any:
+        """The BluePrint of a ``torch.nn.Sequential`` of Linear, Conv2d, BatchNorm1d/2d, activations
+        (ReLU, GELU, SiLU, Tanh, Sigmoid, LeakyReLU), MaxPool2d/AvgPool2d, AdaptiveAvgPool2d(1),
+        Flatten, Dropout (nested Sequentials too), to plan and inspect a model written in PyTorch. With
+        ``weights=True``: ``(blueprint, state_dict)``, the module's weights under this library's names
+        for ``task.load_state_dict(state_dict)`` once the task is compiled (same logits in eval mode).
+        Any other layer is a BluePrintError naming its position and class."""
+        from .export.from_torch import describe_sequential
+        description, state = describe_sequential(module, weights)
+        blueprint = BluePrint.from_dict(description)
+        return (blueprint, state) if weights else blueprint
+
     def _lines(self) -> list[str]:
         raise NotImplementedError
 

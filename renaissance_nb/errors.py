@@ -65,6 +65,11 @@ class DownloadError(RenaissanceError, OSError):
     """A data set could not be downloaded or failed its checksum."""
 
 
+class ExportError(RenaissanceError, ValueError):
+    """A model or its weights could not be written in, or read from, another framework's format
+    (safetensors, ONNX, PyTorch modules), or the package that format needs is missing."""
+
+
 def describe(value: Any) -> str:
     """A short, safe rendering of a user's value for an error message."""
     try:

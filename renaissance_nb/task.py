@@ -26,6 +26,7 @@ from .compiler.layers import ArchPlan
 from .config import TaskConfig
 from .data.arrays import DataSplits, Dataset
 from .errors import CheckpointError, ConfigError, PhaseError, PlanError
+from .export import export_onnx, save_safetensors
 from .memory.dtensor import DTensor
 from .memory.plan import MemoryPlan
 from .phases import Phase, Phased, PhaseMachine
@@ -329,15 +330,17 @@ class DeepLearningTask(Phased):
         self._inference("load_state_dict").load_state_dict(state)
 
     def load_weights(self, path: str, *, ema: bool = False) -> "DeepLearningTask":
-        """The parameters and batch-norm statistics of a checkpoint, into this compiled task, which may
-        be built on other data or another optimizer (inference, fine-tuning): the model must match.
-        Training state (moments, history, data order) is not loaded: ``load_state`` resumes a run.
-        ``ema=True`` takes the checkpoint's EMA weights instead (a task saved with ``ema()`` on)."""
-        from .runtime.checkpoint import read_state_dict
+        """The parameters and BN statistics of a checkpoint (.npz) or a .safetensors file (save_weights', or
+        a torch nn.Sequential's), into this compiled task, which may be built on other data or optimizer:
+        the model must match. Training state (moments, history, data order) is not loaded: ``load_state``
+        resumes a run. ``ema=True`` takes a checkpoint's EMA weights instead (saved with ``ema()`` on)."""
+        from .export import read_weights
         self._require("load_weights", Phase.COMPILED, hint="Call task.compile() first.")
         ema = as_flag(ema, "load_weights", "ema", ConfigError, "pass task.load_weights(path, ema=True)")
-        self.load_state_dict(read_state_dict(path, ema=ema, op="load_weights"))
+        self.load_state_dict(read_weights(path, self._inference("load_weights").param_shapes(), ema=ema))
         return self
+    save_weights = save_safetensors  # (path, *, ema=False): the weights as .safetensors (export/weights.py)
+    export_onnx = export_onnx  # (path, *, ema=False): the inference graph as ONNX (export/onnx_export.py)
 
     # ---- checkpoints --------------------------------------------------------------------------------
     def save(self, path: str) -> str:

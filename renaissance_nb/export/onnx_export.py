@@ -1,0 +1,137 @@
+"""The compiled inference graph as an ONNX model, for onnxruntime, TensorRT, OpenVINO or a browser.
+
+The graph is read from ``task.compiled.arch`` (the ArchPlan the inference graph was emitted from:
+layers in order, fused activations marked on their producer, add2's residual sums as ``add``
+layers) and the weights from ``task.state_dict()`` (PyTorch's layouts, which are ONNX's: Gemm
+with transB=1 for fc, Conv's (out, in, k, k)). Dropout is the identity in inference and emits
+nothing; batch norm is a BatchNormalization node on its running statistics, as ``predict_logits``
+uses them.
+
+The model takes what ``predict_logits`` takes, as the model was trained: ``input`` shaped
+(N, *sample_shape), images (N, C, H, W) as in PyTorch (the arena's channels-last layout is internal),
+with a dynamic batch dimension ``N``, and gives ``logits`` (N, classes) before softmax.
+
+Opset 17 (onnxruntime 1.13 and later, every runtime of the last years): GELU is written as its erf
+form and SiLU as x * sigmoid(x), since their own ops came in opsets 20 and 22.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import ExportError
+from ..files import write_atomically
+from .packages import need
+
+OPSET = 17
+INPUT, OUTPUT = "input", "logits"
+ACT_OPS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
+"""Activations that are one ONNX op of the same name; leaky_relu, silu and gelu are built below."""
+
+
+class _Graph:
+    """Nodes and initializers of the ONNX graph, built layer by layer from the ArchPlan."""
+
+    def __init__(self, helper: Any, numpy_helper: Any, state: dict[str, np.ndarray]) -> None:
+        self.h, self.nh, self.state = helper, numpy_helper, state
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self.names: dict[str, str] = {"input": INPUT}  # ArchPlan tensor -> ONNX value
+
+    def node(self, op: str, ins: list[str], out: str, **attrs: Any) -> str:
+        self.nodes.append(self.h.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    def const(self, name: str, value: np.ndarray) -> str:
+        self.inits.append(self.nh.from_array(np.ascontiguousarray(value, dtype=np.float32), name))
+        return name
+
+    def weight(self, layer: str, role: str) -> str:
+        return self.const(f"{layer}.{role}", self.state[f"{layer}.{role}"])
+
+    def act(self, kind: str, slope: float, x: str, out: str) -> str:
+        if kind in ACT_OPS:
+            return self.node(ACT_OPS[kind], [x], out)
+        if kind == "leaky_relu":
+            return self.node("LeakyRelu", [x], out, alpha=float(slope))
+        if kind == "silu":
+            return self.node("Mul", [x, self.node("Sigmoid", [x], f"{out}.sigmoid")], out)
+        if kind == "gelu":  # 0.5 * x * (1 + erf(x / sqrt(2))), PyTorch's approximate='none'
+            half = self.const(f"{out}.half", np.array(0.5, np.float32))
+            root = self.const(f"{out}.sqrt2", np.array(math.sqrt(2.0), np.float32))
+            one = self.const(f"{out}.one", np.array(1.0, np.float32))
+            erf = self.node("Erf", [self.node("Div", [x, root], f"{out}.scaled")], f"{out}.erf")
+            gate = self.node("Mul", [half, self.node("Add", [erf, one], f"{out}.gate")], f"{out}.half_gate")
+            return self.node("Mul", [x, gate], out)
+        raise ExportError(f"export_onnx: activation {kind!r} has no ONNX form here. Fix: report it; use relu, "
+                          "tanh, sigmoid, leaky_relu, silu or gelu.")
+
+    def layer(self, layer: Any) -> None:
+        """Emit one ArchLayer; its output is ``layer.output`` (the input's value where it is the identity)."""
+        p, kind, name = layer.p, layer.kind, layer.name
+        xs = [self.names[t] for t in layer.inputs]
+        x = xs[0]
+        fused = p.get("act", "none") if kind != "act" else "none"  # an activation the compiler fused into it
+        out = layer.output if fused == "none" else f"{layer.output}.pre"
+        if kind in ("fc", "conv"):
+            ins = [x, self.weight(name, "weight")] + ([self.weight(name, "bias")] if p["bias"] else [])
+            y = (self.node("Gemm", ins, out, transB=1) if kind == "fc" else
+                 self.node("Conv", ins, out, kernel_shape=[p["k"]] * 2, strides=[p["s"]] * 2, pads=[p["p"]] * 4))
+        elif kind == "bn":
+            ins = [x] + [self.weight(name, r) for r in ("weight", "bias", "running_mean", "running_var")]
+            y = self.node("BatchNormalization", ins, out, epsilon=float(p["eps"]))
+        elif kind == "act":
+            y = self.act(p["act"], p["slope"], x, out)
+        elif kind == "dropout":
+            y = x  # the identity in inference: nothing to compute
+        elif kind == "flatten":
+            y = self.node("Flatten", [x], out, axis=1)
+        elif kind in ("maxpool", "avgpool"):
+            extra = {"count_include_pad": 1} if kind == "avgpool" else {}
+            y = self.node("MaxPool" if kind == "maxpool" else "AveragePool", [x], out, kernel_shape=[p["k"]] * 2,
+                          strides=[p["s"]] * 2, pads=[p["p"]] * 4, **extra)
+        elif kind == "gap":
+            y = self.node("Flatten", [self.node("GlobalAveragePool", [x], f"{out}.nc11")], out, axis=1)
+        elif kind == "add":
+            y = self.node("Add", xs, out)
+        else:
+            raise ExportError(f"export_onnx: layer {name} ({kind}) has no ONNX form here. Fix: report it.")
+        self.names[layer.output] = y if fused == "none" else self.act(fused, p["slope"], y, layer.output)
+
+
+def onnx_model(task: Any, *, ema: bool = False) -> Any:
+    """The ONNX ModelProto of a compiled task's inference graph, checked by
+    ``onnx.checker.check_model(full_check=True)``."""
+    state = task.state_dict(ema=ema)  # first: a task not compiled is told so, whatever is installed
+    onnx = need("onnx", "export_onnx")
+    from onnx import helper, numpy_helper
+    g = _Graph(helper, numpy_helper, state)
+    arch = task.compiled.arch
+    for layer in arch.layers:
+        g.layer(layer)
+    g.node("Identity", [g.names[arch.output]], OUTPUT)
+    sample, classes = tuple(task.splits.train.sample_shape), task.splits.train.num_classes
+    graph = helper.make_graph(
+        g.nodes, task.name or "renaissance_nb",
+        [helper.make_tensor_value_info(INPUT, onnx.TensorProto.FLOAT, ["N", *sample])],
+        [helper.make_tensor_value_info(OUTPUT, onnx.TensorProto.FLOAT, ["N", classes])], g.inits)
+    from .. import __version__
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="renaissance_nb",
+                              producer_version=__version__, doc_string=repr(arch.blueprint))
+    model.ir_version = 8  # opset 17's IR version: the oldest runtimes that run opset 17 read it
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def export_onnx(task: Any, path: str | os.PathLike, *, ema: bool = False) -> str:
+    """Write the compiled task's inference graph to ``path`` as ONNX (opset 17): input ``input``
+    shaped (N, *sample_shape), images (N, C, H, W), N dynamic; output ``logits`` (N, classes), as
+    ``predict_logits`` gives them; dropout removed, batch norm on its running statistics. Written
+    atomically; returns the path. ``ema=True``: with the EMA weights. Needs the ``[export]`` extra."""
+    model = onnx_model(task, ema=ema)
+    blob = model.SerializeToString()
+    return write_atomically(path, lambda f: f.write(blob), op="export_onnx", error=ExportError,
+                            example="model.onnx")
