@@ -77,6 +77,9 @@ def describe(value: Any) -> str:
 
         if isinstance(value, np.ndarray):
             return f"array(shape={value.shape}, dtype={value.dtype})"
+        if type(value).__name__ == "Tensor" and hasattr(value, "requires_grad"):  # torch's repr spans lines
+            grad = ", requires_grad=True" if value.requires_grad else ""
+            return f"tensor(shape={tuple(value.shape)}, dtype={value.dtype}, device={value.device}{grad})"
     except ImportError:  # pragma: no cover - numpy is a hard dependency
         pass
     text = repr(value)

@@ -76,6 +76,7 @@ def _as_array(value: Any, where: str, argument: str) -> np.ndarray:
             DataError, where, argument, value, "an array-like of numbers (NumPy array or nested list)",
             f"pass {argument} as a NumPy array, e.g. np.asarray(...)",
         )
+    _check_tensor(value, where, argument)
     try:
         return np.asarray(value)
     except (ValueError, TypeError) as exc:
@@ -84,6 +85,21 @@ def _as_array(value: Any, where: str, argument: str) -> np.ndarray:
             f"an array-like of numbers with a regular shape (NumPy said: {exc})",
             "make every sample the same shape and pass a NumPy array",
         ) from None
+
+
+def _check_tensor(value: Any, where: str, argument: str) -> None:
+    """A torch tensor is read as NumPy reads it, but one that requires grad or lives on a GPU cannot be
+    (torch raises a RuntimeError or TypeError): refused here by name, with the call that makes it one
+    that can. Not detached silently: the data given to training or inference has no gradient to keep,
+    so a tensor that requires one is more likely a mistake (a model's output passed as data)."""
+    if not hasattr(value, "detach") or not hasattr(value, "requires_grad"):
+        return
+    device = getattr(getattr(value, "device", None), "type", "cpu")
+    if value.requires_grad or device != "cpu":
+        why = "requires grad" if value.requires_grad else f"is on the {device} device"
+        fix = f"pass {argument}.detach().cpu()" if argument.isidentifier() else "pass the tensor's .detach().cpu()"
+        raise bad_argument(DataError, where, argument, value, f"a CPU tensor without grad, or an array (this tensor "
+                           f"{why}, and NumPy cannot read it)", fix)
 
 
 def _all_finite(x: np.ndarray, chunk: int = 1 << 22) -> bool:

@@ -138,9 +138,10 @@ class Inference:
             raise bad_argument(DataError, op, "x", x, f"images shaped (N, {', '.join(map(str, want))}) as in "
                                "training (N, C, H, W)", f"reshape it, e.g. X.reshape(-1, {', '.join(map(str, want))})"
                                " for flat rows, or X.transpose(0, 3, 1, 2) for channels-last images")
-        if int(np.prod(got)) != int(np.prod(want)):
-            raise bad_argument(DataError, op, "x", x, f"samples shaped {want}",
-                               "pass data shaped like the training data")
+        fix = (f"reshape it as training's, x.reshape(-1, {', '.join(map(str, want))})"
+               if int(np.prod(got)) == int(np.prod(want)) else "pass data shaped like the training data")
+        raise bad_argument(DataError, op, "x", x, f"samples of shape {want} like the training data (as data() "
+                           "takes them)", fix)
 
     # ---- parameters -----------------------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
