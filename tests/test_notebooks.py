@@ -30,10 +30,11 @@ EXPECTED_WIDGETS = {
     "05_training_and_determinism.ipynb": 1,
     "06_static_vs_dynamic.ipynb": 0,
     "07_on_a_gpu.ipynb": 1,
+    "08_image_models.ipynb": 2,
 }
 
 
-def test_all_seven_notebooks_exist() -> None:
+def test_all_notebooks_are_listed() -> None:
     assert [p.name for p in NOTEBOOKS] == list(EXPECTED_WIDGETS)
 
 
