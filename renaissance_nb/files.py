@@ -40,7 +40,7 @@ def with_default_mode(path: str | os.PathLike[str], folder: bool = False) -> Non
         pass
 
 
-def write_atomically(path: Any, write: Callable[[BinaryIO], None], *, op: str, error: type[Exception],
+def write_atomically(path: Any, write: Callable[[BinaryIO], object], *, op: str, error: type[Exception],
                      example: str, verb: str = "write") -> str:
     """Write a file through ``write(f)`` into a temporary file in the same folder, fsync it, then
     ``os.replace`` it onto ``path``: a failure at any point (a full disk, a refused name, an exception
