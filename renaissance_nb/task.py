@@ -472,6 +472,10 @@ class DeepLearningTask(Phased):
         from .display import dashboard
         return dashboard(self)
 
+    def _ipython_display_(self) -> None:  # the static dashboard, then the live one (display.show)
+        from .display import show
+        show(self)
+
     def _repr_mimebundle_(self, include=None, exclude=None):  # type: ignore[no-untyped-def]
         try:
             from .display import dashboard_bundle

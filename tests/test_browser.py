@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "artifacts" / "screenshots"
+SHOTS = Path(os.environ.get("RNB_SCREENSHOTS", ROOT / "artifacts" / "screenshots"))
 CHROMIUM = os.environ.get("RNB_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -161,17 +161,38 @@ def test_dashboard_rendered(page) -> None:  # type: ignore[no-untyped-def]
     assert tabs == ["Phases", "BluePrint", "Variants", "Memory", "Graph", "Atlas", "Training"]
     assert dash.locator(".rnb-phase-view[data-phase='COMPILED']").count() == 1
     _shot(dash, "01_dashboard_phases.png")
-    # a button in the wrong phase: the same call as the API, its PhaseError shown in the widget
-    dash.locator(".rnb-phase-view button[data-action='lock_memory']").click()
-    err = dash.locator(".rnb-phase-view .rnb-error[data-error='PhaseError']")
-    err.wait_for(timeout=15_000)
-    assert "needs phase PLANNING" in err.inner_text()
+    # a button is enabled only where its call can succeed: in COMPILED only reset()
+    for action in ("plan", "lock_memory", "compile"):
+        assert dash.locator(f".rnb-phase-view button[data-action='{action}']").is_disabled(), action
+    assert dash.locator(".rnb-phase-view button[data-action='reset']").is_enabled()
     dash.locator(".lm-TabBar-tab", has_text="Memory").click()
     dash.locator(".rnb-region-map [data-tensor]").first.wait_for(state="visible", timeout=30_000)
     _shot(dash, "02_dashboard_memory.png")
     dash.locator(".lm-TabBar-tab", has_text="Training").click()
     dash.locator(".rnb-monitor").wait_for(state="visible", timeout=30_000)
     _shot(dash, "03_dashboard_training.png")
+    page.wait_for_timeout(3500)  # two polls of every view: the chosen tab stays chosen
+    assert dash.locator(".lm-TabBar-tab.lm-mod-current").inner_text() == "Training"
+
+
+def test_phase_view_follows_its_task(page) -> None:  # type: ignore[no-untyped-def]
+    """The PhaseView displayed in PLANNING shows COMPILED once compile() ran in a later cell, no refresh."""
+    view = _standalone(page, "rnb-phase-view")
+    page.wait_for_function("() => [...document.querySelectorAll('.rnb-phase-view')]"
+                           ".every(v => v.dataset.phase === 'COMPILED')", timeout=15_000)
+    assert view.locator("button[data-action='plan']").is_disabled()
+
+
+def test_reset_asks_first(page) -> None:  # type: ignore[no-untyped-def]
+    view = _standalone(page, "rnb-phase-view")
+    view.locator("button[data-action='reset']").click()
+    box = view.locator(".rnb-confirm[data-confirm='reset']")
+    box.wait_for(timeout=5_000)
+    assert "trained weights" in box.inner_text() and "3 epochs" in box.inner_text()
+    _shot(view, "04b_reset_confirm.png")
+    box.locator("button[data-confirm-no]").click()
+    page.wait_for_timeout(2000)
+    assert view.get_attribute("data-phase") == "COMPILED"
 
 
 def test_phase_view_rendered(page) -> None:  # type: ignore[no-untyped-def]
@@ -248,3 +269,29 @@ def test_training_curves_rendered(page) -> None:  # type: ignore[no-untyped-def]
 def test_full_page_screenshot(page) -> None:  # type: ignore[no-untyped-def]
     page.screenshot(path=str(SHOTS / "00_notebook.png"))
     assert not getattr(page, "page_errors", []), page.page_errors
+
+
+def test_saved_notebook_keeps_its_pictures(page) -> None:  # type: ignore[no-untyped-def]
+    """Save, restart the kernel, reopen: every view shows its static copy, never "model not found"."""
+    live = page.locator(".jp-OutputArea-child .rnb-live").count()  # before: the live views drawn
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_timeout(1500)
+    page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+    page.wait_for_timeout(1500)
+    page.reload(wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+    page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                           " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                           " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel", timeout=90_000)
+    page.wait_for_timeout(4000)  # the widget manager has tried to restore every model by now
+    body = page.locator(".jp-NotebookPanel").inner_text()
+    assert "model not found" not in body and "Error displaying widget" not in body
+    copies = page.locator(".rnb-static-copy:visible")
+    views = copies.evaluate_all("cs => cs.map(c => c.dataset.view)")
+    assert views.count("Dashboard") == 2 and {"PhaseView", "RegionMap", "LifetimeView", "GraphView", "AtlasView",
+                                              "TrainingMonitor", "BluePrintView", "VariantsView"} <= set(views), views
+    assert all(h > 40 for h in copies.evaluate_all("cs => cs.map(c => c.getBoundingClientRect().height)"))
+    visible_errors = page.locator(".jp-OutputArea-output.jupyter-widgets:visible").all_inner_texts()
+    assert not [t for t in visible_errors if t.strip()], visible_errors
+    assert live >= 10
+    page.screenshot(path=str(SHOTS / "10_reopened_notebook.png"), full_page=True)

@@ -105,7 +105,7 @@ def test_only_the_two_lazy_imports_reach_display() -> None:
             elif isinstance(n, ast.Import) and any("display" in a.name.split(".") for a in n.names):
                 hits.append((path.name, "import", tuple(a.name for a in n.names), n.col_offset > 0))
     assert all(lazy for *_, lazy in hits), f"module-level imports of the display layer: {hits}"
-    assert {names for _, _, names, _ in hits} <= {("dashboard",), ("dashboard_bundle",)}, hits
+    assert {names for _, _, names, _ in hits} <= {("dashboard",), ("dashboard_bundle",), ("show",)}, hits
 
 
 # ---- views ----------------------------------------------------------------------------------------------
@@ -450,8 +450,9 @@ def test_css_is_scoped() -> None:
     selectors = re.findall(r"(?m)^([^{}@/*\n][^{}\n]*)\{", css)
     assert selectors
     for sel in selectors:
-        for part in sel.split(","):
-            assert part.strip().startswith(".rnb"), f"unscoped selector: {part.strip()}"
+        for part in sel.split(","):  # the output swap reaches outside .rnb, only next to a static copy
+            assert part.strip().startswith(".rnb") or ":has(.rnb-static-copy)" in part, \
+                f"unscoped selector: {part.strip()}"
 
 
 def test_wheel_ships_the_widgets() -> None:
@@ -509,3 +510,38 @@ def test_step_curve_blocks_gaps_and_the_short_last_block() -> None:
     assert views.step_curve(np.array([1.0, np.nan, 5.0, 7.0]), 2) == [None, 6.0]  # a diverged block is a gap
     assert views.step_curve(np.array([1.0, 2.0, 3.0, 4.0, 5.0]), 2, mean=False) == [2.0, 4.0, 5.0]
     assert views.step_curve(np.array([np.inf, 1.0], np.float32), 1) == [None, 1.0]
+
+
+def test_lifetimes_show_every_region_and_every_access_of_the_plan(trained: DeepLearningTask) -> None:
+    """Every region of the plan is drawn, the persistent ones alive over the whole step, and every read
+    and write of every node (the optimizer's W/G/M/V, the NaN check's G, declared operands) appears."""
+    from renaissance_nb.compiler.stages import labelled_programs
+    from renaissance_nb.compiler.touches import node_access
+
+    v = views.lifetime_view(trained)
+    plan = views.plans_of(trained)[v["variant"]]
+    drawn = {t["id"]: t for t in v["tensors"]}
+    assert {t["region"] for t in v["tensors"]} == {r.name for r, span in plan.regions.items() if span.size}
+    for family in "WGMV":
+        assert any(t["region"].startswith(family + "_") and t["persistent"] for t in v["tensors"]), family
+    last = max(b for t in v["tensors"] for _, b in t["intervals"])
+    t0 = 0
+    opt_seen = False
+    for _, nodes in labelled_programs(trained.graphs):
+        for i, (_, n) in enumerate(nodes):
+            r, w = node_access(n, plan)
+            assert set(n.inputs) <= r and set(n.outputs) <= w
+            for tid in r:
+                assert t0 + i in drawn[tid]["reads"], (n.op, plan[tid].name)
+            for tid in w:
+                assert t0 + i in drawn[tid]["writes"], (n.op, plan[tid].name)
+            if n.op == "optimizer":
+                opt_seen = True
+                names = {plan[tid].name for tid in r}
+                assert {"fc1.weight", "fc1.weight@grad"} <= names and any(x.startswith("fc1.weight@") and
+                                                                          x != "fc1.weight@grad" for x in names)
+                assert "fc1.weight" in {plan[tid].name for tid in w}
+        t0 += len(nodes) + 1
+    assert opt_seen
+    w = next(t for t in v["tensors"] if t["name"] == "fc1.weight")
+    assert w["intervals"] == [[0, last]], "a weight lives through the whole step, optimizer included"

@@ -150,9 +150,14 @@ def test_monitor_replaces_its_static_copy_when_a_run_ends(monkeypatch: pytest.Mo
             self.shown.append(data)
 
     handles: list[Handle] = []
+    live: list[dict] = []
 
-    def fake_display(data: dict, raw: bool = False, display_id: object = None) -> Handle:
-        assert raw and display_id is True
+    def fake_display(data: dict, raw: bool = False, display_id: object = None) -> Handle | None:
+        assert raw
+        if display_id is None:  # the live widget: an output of its own, after the static copy
+            live.append(data)
+            return None
+        assert display_id is True
         handles.append(Handle(data))
         return handles[-1]
 
@@ -161,10 +166,13 @@ def test_monitor_replaces_its_static_copy_when_a_run_ends(monkeypatch: pytest.Mo
     mon = TrainingMonitor(t)
     mon._ipython_display_()
     (h,) = handles
-    assert WIDGET_MIME in h.shown[0] and "Not trained yet" in h.shown[0]["text/html"]
+    (view,) = live
+    assert WIDGET_MIME in view and "text/html" not in view, "the live output holds the widget, not a second copy"
+    assert WIDGET_MIME not in h.shown[0] and "Not trained yet" in h.shown[0]["text/html"]
+    assert "rnb-static-copy" in h.shown[0]["text/html"]
     t.run(callbacks=[mon], progress=False)
-    assert len(h.shown) == 2, "one update, when the run ends (not per epoch: the live view would flicker)"
-    assert WIDGET_MIME in h.shown[1] and "train loss" in h.shown[1]["text/html"]
+    assert len(h.shown) == 2, "one update, when the run ends (not per epoch)"
+    assert "train loss" in h.shown[1]["text/html"]
     assert "Not trained yet" not in h.shown[1]["text/html"] and "epoch 1/1" in h.shown[1]["text/plain"]
 
 

@@ -189,3 +189,26 @@ def test_the_monitor_follows_plateau_reductions_and_an_early_stop() -> None:
     assert res.stopped and len(res.history) == 4 and seen == [1, 2, 3, 4]  # every callback saw the last epoch
     assert sorted({np.float32(v) for v in monitor.lr}) == list(np.float32([1e-4, 1e-3, 1e-2, 0.1]))
     assert monitor.status == "paused"
+
+
+def test_dashboard_keeps_the_chosen_tab_and_follows_the_task() -> None:
+    from renaissance_nb.display import Dashboard
+
+    t = mlp(epochs=1)
+    d = Dashboard(t)
+    try:
+        assert d._titles[:3] == ["Phases", "BluePrint", "Variants"]
+        d.select("Memory")
+        t.compile()  # in code, not from the widget: the phase view's poll notices, the dashboard follows
+        d.phases._on_poll(d.phases, {"poll": 1}, [])
+        assert d.tabs.titles[d.tabs.selected_index] == "Memory"
+        assert d.phases.view["current"] == "COMPILED"
+        names = {a["name"]: a["enabled"] for a in d.phases.view["actions"]}
+        assert names == {"plan": False, "lock_memory": False, "compile": False, "reset": True}
+        d.select("Training")
+        d.monitor.run(1)  # a run from the widget ends: the tab stays
+        assert d.tabs.titles[d.tabs.selected_index] == "Training"
+        reset = next(a for a in d.phases.view["actions"] if a["name"] == "reset")
+        assert "trained weights" in reset["confirm"] and "1 epoch" in reset["confirm"]
+    finally:
+        d.close()

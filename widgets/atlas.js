@@ -3,6 +3,7 @@
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-atlas");
+  liveView(model, el);
 
   function draw() {
     const v = model.get("view") || {};

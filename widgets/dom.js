@@ -24,3 +24,17 @@ function s(tag, attrs = {}, text) {
   if (text != null) e.textContent = text;
   return e;
 }
+
+// Every live view: marked "rnb-live" (the static copy shown before it in a notebook then hides, see
+// renaissance.css), and polling its task every 1.5 s while it is in the page, so it follows phase calls,
+// runs, reset and load made anywhere (Python re-reads the task only when its mark changed).
+function liveView(model, el) {
+  el.classList.add("rnb-live");
+  let seen = false, waited = 0;
+  const timer = setInterval(() => {
+    if (el.isConnected) {
+      seen = true;
+      if (!document.hidden) model.send({ poll: 1 });
+    } else if (seen || (waited += 1) > 40) clearInterval(timer);
+  }, 1500);
+}

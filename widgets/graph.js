@@ -7,6 +7,7 @@ const STREAMS = { TRANS: "#d06ba6", COMP_1: "#3b6fb6", COMP_2: "#2f9c95", COMP_3
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-graph");
+  liveView(model, el);
   const controls = h("div", { class: "rnb-row" });
   const chips = h("div", { class: "rnb-row", style: { margin: "8px 0" } });
   const note = h("div");

@@ -12,6 +12,7 @@ const esc = (x) => String(x).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-lifetimes");
+  liveView(model, el);
   const tip = h("div", { class: "rnb-tip" });
   tip.style.display = "none";
   document.body.append(tip);
@@ -99,7 +100,8 @@ function render({ model, el }) {
             + `<span class="rnb-k">region</span>${esc(t.region)}<br>`
             + `<span class="rnb-k">shape</span>(${t.shape.join(", ")}) ${esc(t.dtype)}<br>`
             + `<span class="rnb-k">offset</span>${t.offset.toLocaleString()} · ${human(t.slot_bytes)}<br>`
-            + `<span class="rnb-k">live</span>steps ${a}–${b}`
+            + `<span class="rnb-k">live</span>steps ${a}–${b}` + (t.persistent ? " (kept across steps)" : "")
+            + `<br><span class="rnb-k">read</span>${(t.reads || []).length} steps · <span class="rnb-k">written</span>${(t.writes || []).length} steps`
             + (stepA.op ? `<br><span class="rnb-k">from</span>${esc(stepA.op)} (${esc(stepA.layer)}, ${esc(stepA.gid)})` : "")
             + (stepB.op ? `<br><span class="rnb-k">to</span>${esc(stepB.op)} (${esc(stepB.layer)}, ${esc(stepB.gid)})` : "")
             + `<br><span class="rnb-k">bytes</span>` + (friends.length ? `shared with ${friends.map(esc).join(", ")}` : "its own, not shared"));
@@ -110,6 +112,14 @@ function render({ model, el }) {
         });
         list.push(r);
         svg.append(r);
+      }
+      // where the step touches it: writes dark, reads light (the optimizer, NaN check, clip and EMA too)
+      const y0 = Y(t.offset), hh = Math.max(Y(t.offset + t.slot_bytes) - Y(t.offset), 2.5);
+      for (const [steps, cls] of [[t.reads || [], "rnb-life-read"], [t.writes || [], "rnb-life-write"]]) {
+        for (const k of steps) {
+          svg.append(s("rect", { class: cls, x: X(k) + 0.5, y: y0, width: Math.max(X(k + 1) - X(k) - 1, 1.5), height: hh,
+            "data-tensor": t.name, "data-step": k, "pointer-events": "none" }));
+        }
       }
       boxes.set(t.id, list);
     }

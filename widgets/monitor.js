@@ -83,6 +83,7 @@ function chart(title, key, series) {
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-monitor");
+  liveView(model, el);
   const status = h("span", { class: "rnb-pill", "data-status": "" });
   const bar = h("div", { class: "rnb-bar" }, h("div", { style: { width: "0%" } }));
   const count = h("span", { class: "rnb-muted", style: { fontVariantNumeric: "tabular-nums" } });

@@ -3,6 +3,7 @@
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-phase-view");
+  liveView(model, el);
   const diagram = h("div", { class: "rnb-phase-diagram-wrap" });
   const actions = h("div", { class: "rnb-row rnb-phase-actions" });
   const error = h("div", { class: "rnb-phase-error" });
@@ -12,6 +13,16 @@ function render({ model, el }) {
     h("div", { class: "rnb-sub" }, "A task moves one way: memory is laid out once, then graphs are bound, then it runs. "
       + "Each button makes the same call as the API."),
     diagram, actions, error, h("div", { class: "rnb-h" }, "History"), history);
+
+  const confirm = h("div", { class: "rnb-confirm-wrap" });
+  el.append(confirm);
+  function confirmBox(a, go) {
+    confirm.replaceChildren(h("div", { class: "rnb-confirm", "data-confirm": a.name },
+      h("span", {}, a.confirm + " "),
+      h("button", { class: "rnb-btn rnb-danger", "data-confirm-yes": a.name,
+        onclick: () => { confirm.replaceChildren(); go(); } }, `yes, ${a.label}`),
+      h("button", { class: "rnb-btn", "data-confirm-no": a.name, onclick: () => confirm.replaceChildren() }, "cancel")));
+  }
 
   function draw() {
     const v = model.get("view") || {};
@@ -23,7 +34,11 @@ function render({ model, el }) {
       const b = h("button", {
         class: "rnb-btn" + (a.next ? " rnb-primary" : ""), "data-action": a.name, title: a.doc,
         disabled: busy || !a.enabled,
-        onclick: () => { model.send({ action: a.name }); },
+        onclick: () => {
+          // reset() throws away the plan, the weights and the history: ask first, saying what goes
+          if (a.confirm) { confirmBox(a, () => model.send({ action: a.name })); return; }
+          model.send({ action: a.name });
+        },
       }, a.label);
       actions.append(b);
     }

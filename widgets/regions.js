@@ -35,6 +35,7 @@ const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-region-map");
+  liveView(model, el);
   const tip = tooltip();
 
   function tensorCard(t, variant) {

@@ -52,6 +52,16 @@ def dashboard_bundle(task: Any) -> dict[str, Any]:
     return _board.bundle(task)
 
 
+def show(task: Any) -> None:
+    """Display a task in a notebook: its static dashboard, then the live one; never raises."""
+    from IPython.display import display
+
+    if _board is None:  # no ipywidgets/anywidget: the static view still shows
+        display(static_bundle(task), raw=True)
+        return
+    _board.show(task)
+
+
 def static_bundle(task: Any) -> dict[str, Any]:
     """text/plain and the static dashboard HTML; never raises."""
     text = repr(task)
@@ -69,4 +79,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["dashboard", "dashboard_bundle", "static_bundle", "dashboard_html", *_WIDGETS]
+__all__ = ["dashboard", "dashboard_bundle", "show", "static_bundle", "dashboard_html", *_WIDGETS]

@@ -7,7 +7,34 @@ import anywidget
 import traitlets
 
 from ._assets import css
-from .static import wrap
+from .static import static_copy, wrap
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def live_bundle(widget: Any) -> dict[str, Any]:
+    """The widget-view output of a displayed widget: the live view and one line of text, no HTML (the
+    static copy is an output of its own, shown before it; see ``show_with_copy``)."""
+    data = widget._repr_mimebundle_()
+    data = data[0] if isinstance(data, tuple) else data
+    return {k: v for k, v in (data or {}).items() if k in (WIDGET_VIEW, "text/plain")}
+
+
+def show_with_copy(copy: dict[str, Any], live: dict[str, Any]) -> Any:
+    """Display a view as two outputs: its static copy (under a display id, returned, so it can be kept
+    true), then the live widget.
+
+    Why two: a front end shows one mime type per output, and Jupyter's ones prefer the widget view
+    whenever they can, even where its model is gone (a reopened notebook after a kernel restart: "model
+    not found"; nbconvert's HTML with saved widget state, drawn only by a CDN script). Kept apart, the
+    static copy is always in the page, and the style sheet both carry decides: the copy hides once the
+    live view next to it has drawn (``.rnb-live``), the live output hides while it has not.
+    """
+    from IPython.display import display
+
+    handle = display(copy, raw=True, display_id=True)
+    display(live, raw=True)
+    return handle
 
 
 class OneLine:
@@ -40,15 +67,31 @@ class ViewWidget(OneLine, anywidget.AnyWidget):
     def __init__(self, source: Any, **kwargs: Any) -> None:
         self.source = source
         self._listeners: list[Callable[[Any], None]] = []
+        self._shown: list[Any] = []  # display handles of this view's static copies
+        self._mark: tuple = ()
         super().__init__(**kwargs)
         self.refresh()
+        self.on_msg(self._on_poll)
 
     def make_view(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def refresh(self) -> None:
-        """Read the artifact again (after a phase change or a run)."""
+        """Read the artifact again (after a phase change or a run), and keep its static copies true."""
+        self._mark = self.task_mark()
         self.view = self.make_view()
+        self.update_copies()
+
+    def stale(self) -> bool:
+        """Whether the task moved on since this view last read it."""
+        return self.task_mark() != self._mark
+
+    def _on_poll(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """The front end asks every 1.5 s while shown: a view follows its task (phase calls, compile, run,
+        reset, load, made in code or by another widget) without a refresh button."""
+        if isinstance(content, dict) and content.get("poll") and self.stale():
+            self.refresh()
+            self._changed()
 
     def task_mark(self) -> tuple:
         """What changes when the task moves on (its phase, phase calls, epochs trained, settings): an
@@ -57,7 +100,8 @@ class ViewWidget(OneLine, anywidget.AnyWidget):
         history = getattr(getattr(s, "result", None), "history", None) or ()
         settings = getattr(s, "settings", None)
         return (str(getattr(s, "phase", "")), len(getattr(s, "transitions", ()) or ()), len(history),
-                repr(settings) if isinstance(settings, dict) else "")
+                repr(settings) if isinstance(settings, dict) else "", id(getattr(s, "result", None)),
+                bool(getattr(getattr(s, "result", None), "interrupted", False)))
 
     def static_html(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -65,6 +109,21 @@ class ViewWidget(OneLine, anywidget.AnyWidget):
     def _repr_html_(self) -> str:
         """The static fallback kept in the notebook next to the widget (nbconvert, GitHub)."""
         return wrap(self.static_html())
+
+    def copy_bundle(self) -> dict[str, Any]:
+        """The static copy's output: the view as HTML, marked so the style sheet can swap it."""
+        return {"text/plain": repr(self), "text/html": static_copy(self._repr_html_(), type(self).__name__)}
+
+    def _ipython_display_(self) -> None:
+        self._shown.append(show_with_copy(self.copy_bundle(), live_bundle(self)))
+
+    def update_copies(self) -> None:
+        """Put the view as it is now into every static copy shown (nbclient and nbconvert apply it to the
+        saved notebook; a live front end keeps the widget in front of it)."""
+        if self._shown:
+            bundle = self.copy_bundle()
+            for handle in self._shown:
+                handle.update(bundle, raw=True)
 
     def on_change(self, callback: Callable[[Any], None]) -> None:
         """Call ``callback(self)`` after this widget changed the task (a button was pressed)."""

@@ -7,7 +7,7 @@ import ipywidgets as w
 
 from ..text import plural
 from . import static, views
-from ._base import OneLine
+from ._base import OneLine, live_bundle, show_with_copy
 
 
 class _HTMLView(OneLine, w.HTML):
@@ -16,7 +16,9 @@ class _HTMLView(OneLine, w.HTML):
     def __init__(self, task: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source = task
+        self._shown: list[Any] = []  # display handles of the static copies
         self.add_class("rnb-html-view")
+        self.add_class("rnb-live")
         self.refresh()
 
     def render(self) -> str:  # pragma: no cover - abstract
@@ -24,9 +26,17 @@ class _HTMLView(OneLine, w.HTML):
 
     def refresh(self) -> None:
         self.value = static.wrap(self.render())
+        for handle in self._shown:
+            handle.update(self.copy_bundle(), raw=True)
 
     def _repr_html_(self) -> str:
         return static.wrap(self.render())
+
+    def copy_bundle(self) -> dict[str, Any]:
+        return {"text/plain": repr(self), "text/html": static.static_copy(self._repr_html_(), type(self).__name__)}
+
+    def _ipython_display_(self) -> None:
+        self._shown.append(show_with_copy(self.copy_bundle(), live_bundle(self)))
 
 
 class BluePrintView(_HTMLView):

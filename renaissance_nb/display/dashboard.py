@@ -1,7 +1,8 @@
 """The dashboard: a header and tabs (Phases, BluePrint, Variants, Memory, Graph, Atlas, Training).
 
-What ``task`` as the last line of a cell, or ``task.inspect()``, shows. Pressing a
-phase button or running from the Training tab re-reads the task into every tab.
+What ``task`` as the last line of a cell, or ``task.inspect()``, shows. Its views follow the task
+(each polls it while shown, see ViewWidget._on_poll); a change re-reads the task into every tab,
+keeping the tab the user chose.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import ipywidgets as w
 
 from . import static, views
-from ._base import OneLine
+from ._base import OneLine, ViewWidget, live_bundle, show_with_copy
 from .atlas import AtlasView
 from .blueprint import BluePrintView, VariantsView
 from .graphview import GraphView
@@ -28,12 +29,9 @@ class Dashboard(OneLine, w.VBox):
         super().__init__(**kwargs)
         self.task = task
         self.add_class("rnb-dashboard")
+        self.add_class("rnb-live")
         self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
         self.header.add_class("rnb-dashboard-header")
-        self.reload = w.Button(description="↻ refresh", tooltip="read the task again (after calls made in code)",
-                               layout=w.Layout(width="auto", margin="4px 0 0 0"))
-        self.reload.add_class("rnb-refresh")
-        self.reload.on_click(lambda _: self.refresh())
         self.phases = PhaseView(task)
         self.phases.on_change(lambda _: self.refresh())
         self.monitor = TrainingMonitor(task, controls=views.is_deep(task))
@@ -41,7 +39,9 @@ class Dashboard(OneLine, w.VBox):
         self.tabs = w.Tab()
         self.tabs.add_class("rnb-tabs")
         self._titles: list[str] = []
-        self.children = [w.HBox([self.header, self.reload]), self.tabs]
+        self._made: tuple = ()  # which views the tabs hold: rebuilt only when this changes
+        self._shown: list[Any] = []  # display handles of the static copies
+        self.children = [self.header, self.tabs]
         self.refresh()
 
     def _build(self) -> list[tuple[str, w.Widget]]:
@@ -65,23 +65,55 @@ class Dashboard(OneLine, w.VBox):
             items.append(("Training", self.monitor))
         return items
 
+    def _made_now(self) -> tuple:
+        """What the tabs can show now: a view appears when its stage value does (and goes on reset())."""
+        t = self.task
+        return (views.is_deep(t), bool(views.plans_of(t)), bool(views.graphs_of(t)), views.atlas_of(t) is not None)
+
     def refresh(self) -> None:
-        """Re-read the task into the header and every tab (keeps the selected tab)."""
+        """Re-read the task into the header and every tab, keeping the tab the user chose (by title)."""
         self.header.value = static.wrap(static.header_html(self.task))
+        made = self._made_now()
+        if made == self._made:  # the same views: each re-reads the task in place
+            for view in self._views(self.tabs):
+                if not isinstance(view, ViewWidget) or view.stale() or \
+                        view in (self.phases, self.monitor):
+                    view.refresh()
+        else:
+            self._rebuild(made)
+        for handle in self._shown:
+            handle.update(self.copy_bundle(), raw=True)
+
+    def _rebuild(self, made: tuple) -> None:
+        chosen = self._titles[self.tabs.selected_index] if self.tabs.selected_index is not None and \
+            self.tabs.selected_index < len(self._titles) else None
         self.phases.refresh()
         self.monitor.refresh()
-        keep = self.tabs.selected_index
         old = [c for c in self.tabs.children if c not in (self.phases, self.monitor)]
-        items = []
-        for title, make in self._safe(self._build):
-            items.append((title, make))
-        self.tabs.children = [c for _, c in items]
+        items = self._safe(self._build)
         self._titles = [title for title, _ in items]
-        self.tabs.titles = tuple(self._titles)
-        if keep is not None and keep < len(items):
-            self.tabs.selected_index = keep
+        self._made = made
+        with self.tabs.hold_sync():
+            self.tabs.children = [c for _, c in items]
+            self.tabs.titles = tuple(self._titles)
+            self.tabs.selected_index = self._titles.index(chosen) if chosen in self._titles else 0
+        self.tabs.send_state("selected_index")  # the front end resets it when the children change
         for c in old:
             self._close_tree(c)
+
+    @staticmethod
+    def _views(widget: w.Widget) -> list[Any]:
+        """Every view under a widget (the Memory tab holds two): what has a source and refresh()."""
+        if hasattr(widget, "source") and hasattr(widget, "refresh"):
+            return [widget]
+        return [v for c in getattr(widget, "children", ()) for v in Dashboard._views(c)]
+
+    def copy_bundle(self) -> dict[str, Any]:
+        """The static copy's output: every view of the task as HTML (foldable sections)."""
+        return {"text/plain": repr(self), "text/html": static.static_copy(self._repr_html_(), "Dashboard")}
+
+    def _ipython_display_(self) -> None:
+        self._shown.append(show_with_copy(self.copy_bundle(), live_bundle(self)))
 
     def _safe(self, build: Any) -> list[tuple[str, w.Widget]]:
         try:
@@ -130,6 +162,20 @@ def _note(text: str) -> w.HTML:
 
 def _error(exc: BaseException) -> w.HTML:
     return w.HTML(static.wrap(f"<div class='rnb-error'><b>{type(exc).__name__}</b>{static.esc(str(exc))}</div>"))
+
+
+def show(task: Any) -> None:
+    """What a notebook shows for a task: the static dashboard, then the live one (``show_with_copy``)."""
+    from . import static_bundle
+
+    try:
+        board = Dashboard(task)
+    except Exception:
+        from IPython.display import display
+
+        display(static_bundle(task), raw=True)
+        return
+    board._ipython_display_()
 
 
 def bundle(task: Any) -> dict[str, Any]:

@@ -52,7 +52,6 @@ class TrainingMonitor(ViewWidget):
     error = traitlets.Dict().tag(sync=True)
 
     def __init__(self, task: Any, controls: bool = False, **kwargs: Any) -> None:
-        self._shown: list[Any] = []  # display handles of the outputs this monitor was displayed in
         super().__init__(task, controls=controls, **kwargs)
         self.on_msg(self._on_msg)
 
@@ -82,24 +81,6 @@ class TrainingMonitor(ViewWidget):
         val = "" if last["val_top1"] is None else f", val top-1 {100 * last['val_top1']:.2f}%"
         return f"epoch {last['epoch']}/{v['total_epochs']}, train loss {static.metric_text(last['train_loss'], '.4f')}{val}"
 
-    # ---- the static copy in a saved notebook ------------------------------------------------------
-    def _ipython_display_(self) -> None:
-        """Display under a display id, so that the end of a run can replace the static copy."""
-        from IPython.display import display
-
-        self._shown.append(display(self._bundle(), raw=True, display_id=True))
-
-    def _bundle(self) -> dict[str, Any]:
-        data = self._repr_mimebundle_()
-        data = data[0] if isinstance(data, tuple) else data
-        return {**(data or {}), "text/plain": repr(self), "text/html": self._repr_html_()}
-
-    def _update_shown(self) -> None:
-        """Put the curves into every output showing this monitor (the live view redraws once)."""
-        for handle in self._shown:
-            if handle is not None:
-                handle.update(self._bundle(), raw=True)
-
     # ---- the callback the engine calls ------------------------------------------------------------
     _last_push = 0.0
 
@@ -118,8 +99,7 @@ class TrainingMonitor(ViewWidget):
         elif event == "start" and isinstance(payload, dict):
             self.status = "running"
         elif event == "end":  # the run is over (done, stopped early or interrupted): read it all again
-            self.refresh()
-            self._update_shown()
+            self.refresh()  # and the static copies (ViewWidget.update_copies)
 
     def _rates_in_force(self) -> None:
         """The lr curve again: ReduceLROnPlateau lowers the arena's table as an epoch ends."""
@@ -169,8 +149,6 @@ class TrainingMonitor(ViewWidget):
             finally:
                 self._in_run = False
             self.status = "error" if failed else self._run_status  # as the refresh just read the task
-            if failed:  # a run that failed sent no "end"
-                self._update_shown()
             self._changed()
         return result
 

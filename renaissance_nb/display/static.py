@@ -21,6 +21,12 @@ def wrap(body: str, cls: str = "") -> str:
     return f"<div class='rnb rnb-static {cls}'><style>{css()}</style>{body}</div>"
 
 
+def static_copy(html: str, view: str) -> str:
+    """The static copy of a live view (``html`` as ``wrap`` made it), an output of its own (see
+    display._base.show_with_copy)."""
+    return f"<div class='rnb-static-copy' data-view='{esc(view)}'>{html}</div>"
+
+
 # ---- phases ----------------------------------------------------------------------------------------
 def phase_svg(view: dict[str, Any]) -> str:
     bw, bh, gap, top = 176, 54, 108, 28

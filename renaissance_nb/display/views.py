@@ -100,27 +100,42 @@ def phase_view(task: Any) -> dict[str, Any]:
     if deep:
         actions = [
             {"name": "plan", "label": "plan()", "next": current == "PLANNING" and not planned,
-             "enabled": True, "doc": "stages 1-2: layers and the tensors of all six variants"},
+             "enabled": current == "PLANNING" and not planned,
+             "doc": "stages 1-2: layers and the tensors of all six variants"},
             {"name": "lock_memory", "label": "lock_memory()", "next": current == "PLANNING" and planned,
-             "enabled": True, "doc": "stages 3-4: graphs built, six MemoryPlans finalized"},
+             "enabled": current == "PLANNING", "doc": "stages 3-4: graphs built, six MemoryPlans finalized"},
             {"name": "compile", "label": "compile()", "next": current == "MEMORY_LOCKED",
              "enabled": current != "COMPILED", "doc": "stage 5 (and any stage before it not done yet): atlas "
                                                        "filled, graphs bound, arena created"},
             {"name": "reset", "label": "reset()", "next": False, "enabled": current != "PLANNING" or planned,
-             "doc": "discard the plan and go back to PLANNING (settings stay)"},
+             "doc": "discard the plan and go back to PLANNING (settings stay)", "confirm": reset_discards(task)},
         ]
         arrows = ["lock_memory()", "compile()"]
     else:
         actions = [
             {"name": "finalize_memory", "label": "finalize_memory()", "next": current == "PLANNING",
-             "enabled": True, "doc": "fix every offset and lock the layout"},
+             "enabled": current == "PLANNING", "doc": "fix every offset and lock the layout"},
             {"name": "compile", "label": "compile()", "next": current == "MEMORY_LOCKED",
-             "enabled": current != "PLANNING", "doc": "create the arena and bind every graph"},
+             "enabled": current == "MEMORY_LOCKED", "doc": "create the arena and bind every graph"},
         ]
         arrows = ["finalize_memory()", "compile()"]
     return {"task": getattr(task, "name", "task"), "kind": type(task).__name__, "current": current,
             "phases": phases, "arrows": arrows, "history": history, "actions": actions, "planned": planned,
             "colors": {"done": "#4f9d4a", "current": "#3b6fb6", "todo": "#b9bec7"}}
+
+
+def reset_discards(task: Any) -> str:
+    """What reset() throws away, for the question the phase view asks before it calls it."""
+    lost = []
+    if getattr(task, "arch", None) is not None:
+        lost.append("the plan")
+    if getattr(task, "compiled", None) is not None:
+        lost.append("the arena and its trained weights")
+    history = getattr(getattr(task, "result", None), "history", None) or ()
+    if history:
+        lost.append(f"the training history ({plural(len(history), 'epoch')})")
+    what = ", ".join(lost) if lost else "nothing yet"
+    return f"reset() discards {what} and goes back to PLANNING; the settings stay. Save a checkpoint first to keep them."
 
 
 # ---- memory: regions and tensors ----------------------------------------------------------------
@@ -259,6 +274,30 @@ def _timeline_labels(obj: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any
     return steps[:-1], programs
 
 
+def accesses(obj: Any, plan: MemoryPlan) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """tensor id -> the timeline steps that read it, and those that write it, the region-wide operands of
+    the optimizer, NaN check, clipping and EMA included (compiler.touches.node_access)."""
+    from ..compiler.touches import node_access
+
+    graphs = getattr(obj, "graphs", None)
+    try:
+        programs_ = _programs(graphs) if graphs is not None and hasattr(graphs, "train") else _hand_programs(obj)
+    except Exception:
+        return {}, {}
+    reads: dict[int, list[int]] = {}
+    writes: dict[int, list[int]] = {}
+    t0 = 0
+    for _, nodes, length in programs_:
+        for i, (_, n) in enumerate(nodes or ()):
+            r, w = node_access(n, plan)
+            for tid in r:
+                reads.setdefault(tid, []).append(t0 + i)
+            for tid in w:
+                writes.setdefault(tid, []).append(t0 + i)
+        t0 += length + 1
+    return reads, writes
+
+
 def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
     """Step order x offset: one box per tensor interval, and which tensors share bytes.
 
@@ -286,15 +325,20 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
         partners.setdefault(p["a_id"], []).append(p["b"])
         partners.setdefault(p["b_id"], []).append(p["a"])
     tensors = []
-    t_max = 0
+    reads, writes = accesses(obj, plan)
+    t_max = max((e for iv in life.values() for _, e in iv), default=0)
+    t_max = max([t_max, len(steps) - 1, *(t for ts in (*reads.values(), *writes.values()) for t in ts)])
     for t in plan:
         iv = life.get(t.id)
+        persistent = not t.region.reusable  # state that outlives the step: weights, grads, moments, EMA...
+        if persistent:
+            iv = [(0, t_max)]
         if not iv:
             continue
-        t_max = max(t_max, max(e for _, e in iv))
         tensors.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
                         "offset": t.offset, "slot_bytes": t.slot_bytes, "shape": list(t.shape), "dtype": t.dtype,
                         "intervals": [[int(a), int(b)] for a, b in iv], "reusable": t.region.reusable,
+                        "persistent": persistent, "reads": reads.get(t.id, []), "writes": writes.get(t.id, []),
                         "shares": partners.get(t.id, []), "color": region_color(t.region.name)})
     if not steps and tensors:
         steps = [{"t": i, "op": "", "layer": "", "gid": "", "stream": "", "color": "#8a8f98"}

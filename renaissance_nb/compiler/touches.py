@@ -1,0 +1,63 @@
+"""What a node reads and writes, its region-wide operands included: one place for their meaning.
+
+A graph node lists tensor ids, but the ops that sweep whole regions (the optimizer over W, G, M and V,
+the NaN check and gradient clipping over G, zero_grad, the EMA over E and the BN statistics) declare
+only a flag or a counter; the kernels reach the rest through ``range_view(first, last)`` (see
+kernels/operands.py: optimizer_ranges, ema_ranges). The views (lifetimes, atlas) and their tests read
+the full set from here, so what is drawn is what the kernels touch.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+_PARAMS = {f: (f"{f}_BN_BIAS", f"{f}_DEEP_CONV") for f in "WGMVE"}
+_BN_NEXT, _BN_PREV = ("B_NEXT_MEAN", "B_NEXT_VAR"), ("B_PREV_MEAN", "B_PREV_VAR")
+
+Span = tuple[str, str]  # (first region, last region), as range_view takes them
+
+RANGE_OPS: dict[str, tuple[tuple[Span | str, ...], tuple[Span | str, ...]]] = {
+    # op: (regions read, regions written); "params" means the node's own first/last parameters
+    "optimizer": ((_PARAMS["W"], _PARAMS["G"], _PARAMS["M"], _PARAMS["V"]),
+                  (_PARAMS["W"], _PARAMS["M"], _PARAMS["V"])),
+    "ema_update": ((_PARAMS["E"], _PARAMS["W"], _BN_NEXT, _BN_PREV), (_PARAMS["E"], _BN_NEXT)),
+    "nan_check": (("params",), ()),
+    "clip_grad_norm": (("params",), ("params",)),
+    "zero_range": ((), ("params",)),
+    "allreduce_mean": (("params",), ("params",)),
+}
+
+
+def region_spans(node: Any) -> tuple[list[Span], list[Span]]:
+    """The (first, last) region spans a node reads and writes beyond its declared tensors."""
+    reads, writes = RANGE_OPS.get(node.op, ((), ()))
+    p = dict(node.params)
+
+    def spans(items: Iterable[Span | str]) -> list[Span]:
+        out = []
+        for s in items:
+            if s == "params":
+                if "first" in p and "last" in p:
+                    out.append((str(p["first"]), str(p["last"])))
+            else:
+                out.append(s)  # type: ignore[arg-type]
+        return out
+
+    return spans(reads), spans(writes)
+
+
+def _ids_in(plan: Any, spans: list[Span]) -> set[int]:
+    """The tensors of a finalized MemoryPlan that lie in the byte ranges of ``spans``."""
+    out: set[int] = set()
+    for first, last in spans:
+        try:
+            a, b = plan.region_range(first, last)
+        except Exception:  # a plan without that range (reserved regions): nothing there to touch
+            continue
+        out.update(t.id for t in plan if a <= t.offset < b and t.slot_bytes)
+    return out
+
+
+def node_access(node: Any, plan: Any) -> tuple[set[int], set[int]]:
+    """(tensor ids read, tensor ids written) by ``node`` in ``plan``: declared ones plus its ranges."""
+    r_spans, w_spans = region_spans(node)
+    return set(node.inputs) | _ids_in(plan, r_spans), set(node.outputs) | _ids_in(plan, w_spans)
