@@ -9,10 +9,19 @@ reduce within themselves, runs its grid with one thread a block. Wrappers and ct
 are generated from the kernels' own parameter lists, so a call from the GPU kernel table
 with a wrong argument count fails here as it would on a GPU.
 
-:class:`EmulatedExecutor` binds the GPU kernel table (renaissance_nb/gpu/kernels.py) over a
-second NumPy arena, with NumPy stand-ins for cuBLAS and the memory operations, and
-implements the host hand-over, so ``DeepLearningTask.run()`` drives it exactly as it
-drives the CUDA executor: only capture, streams and events are left out.
+:func:`emulated_runtime` stands in for CuPy under the real GpuExecutor: NumPy arrays as device
+memory, NumPy stand-ins for cuBLAS and the memory operations, and streams, events and graph
+captures with CUDA's rules (work on a capturing stream is recorded, not run; forks must be joined;
+no syncs, host copies or, in thread-local and global mode, allocations inside a capture).
+
+Work runs when it is queued (one valid order), and a race detector checks that the order was
+guaranteed: each stream, event and replayed graph branch carries a vector clock (an event record
+snapshots its stream's clock, a wait joins it, a host synchronize joins the host's), every access
+(a kernel's const pointers read, its others written; a GEMM's operands and workspace; copies,
+fills, uploads, downloads) is compared with the earlier conflicting accesses of other streams, and
+one not ordered after them raises :class:`RaceError` naming both entries (the executor's
+``declare``). An entry's accesses to the arena must also lie inside the ranges it declared
+(gpu/deps.py), which checks the dependency analysis against what the kernels really touch.
 """
 from __future__ import annotations
 
@@ -117,31 +126,178 @@ CAPTURE_MODES_SEEN: list[int] = []
 """The mode of every capture begun, in order (what a test reads to see the executor's choice)."""
 
 
-class EmuGraph:
-    """A captured graph: the recorded work, in the order it was queued."""
+Range = tuple[int, int]
+Accesses = tuple[tuple[Range, ...], tuple[Range, ...]]  # (reads, writes): absolute byte ranges
+NO_ACCESS: Accesses = ((), ())
+
+
+def span(a: Any) -> Range:
+    """The bytes an array (a NumPy stand-in for a device array, or a host buffer) spans."""
+    arr = np.asarray(a)
+    if arr.size == 0:
+        return 0, 0
+    lo = arr.ctypes.data + sum((n - 1) * st for n, st in zip(arr.shape, arr.strides) if st < 0)
+    hi = arr.ctypes.data + sum((n - 1) * st for n, st in zip(arr.shape, arr.strides) if st > 0) + arr.itemsize
+    return int(lo), int(hi)
+
+
+def accesses(reads: tuple = (), writes: tuple = ()) -> Accesses:
+    return tuple(span(a) for a in reads), tuple(span(a) for a in writes)
+
+
+class RaceError(AssertionError):
+    """Two accesses to the same bytes, at least one a write, with no happens-before order between them
+    (what would race on a GPU), or an entry touching arena bytes outside what it declared."""
+
+
+def _join(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
+    out = dict(a)
+    for k, v in b.items():
+        if out.get(k, 0) < v:
+            out[k] = v
+    return out
+
+
+_TIDS = iter(range(1, 1 << 62))
+
+
+class Lane:
+    """A sequence of work in order: a stream, or one of a replayed graph's branches (a fresh lane per
+    launch). ``vc`` is its vector clock: lane id -> the last of that lane's operations ordered before."""
+
+    def __init__(self, vc: dict[int, int] | None = None) -> None:
+        self.tid = next(_TIDS)
+        self.vc = dict(vc or {})
+        self.label = ""  # the entry it runs (the executor's declare)
+        self.declared: tuple[Range, tuple[Range, ...], tuple[Range, ...]] | None = None
+
+
+class Host:
+    vc: dict[int, int] = {}  # what the host thread has waited for (synchronize calls)
+
+
+class RaceDetector:
+    """Happens-before checking of every access the stand-in carries out (vector clocks, FastTrack-like):
+    each record is (range, is_write, lane id, that lane's clock at the access, label, op)."""
 
     def __init__(self) -> None:
-        self.nodes: list[tuple[str, Callable[[], None]]] = []
+        self.enabled = True
+        self.records: list[tuple[int, int, bool, int, int, str, str]] = []
+        self.checked = 0
+
+    def access(self, lane: Lane, op: str, acc: Accesses) -> None:
+        if not self.enabled:
+            return
+        reads, writes = acc
+        for write, ranges in ((False, reads), (True, writes)):
+            for lo, hi in ranges:
+                if hi > lo:
+                    self._one(lane, op, lo, hi, write)
+
+    def _one(self, lane: Lane, op: str, lo: int, hi: int, write: bool) -> None:
+        self._check_declared(lane, op, lo, hi, write)
+        vc, keep = lane.vc, []
+        for rec in self.records:
+            a, b, w, tid, epoch, label, rop = rec
+            if a < hi and lo < b:
+                ordered = epoch <= vc.get(tid, 0)
+                if not ordered and (w or write):
+                    self.records = []  # a fresh start for the next test
+                    raise RaceError(
+                        f"race: {lane.label or 'host hand-over'} ({op}) {'writes' if write else 'reads'} bytes "
+                        f"[{max(a, lo) - self._base}, {min(b, hi) - self._base}) that {label or 'host hand-over'} "
+                        f"({rop}) {'wrote' if w else 'read'} on another stream, with no event between "
+                        f"'{label or 'host hand-over'}' and '{lane.label or 'host hand-over'}'")
+                if ordered and lo <= a and b <= hi and (write or not w):
+                    continue  # subsumed: whatever is ordered after this access is ordered after it
+            keep.append(rec)
+        keep.append((lo, hi, write, lane.tid, vc.get(lane.tid, 0), lane.label, op))
+        self.records = keep
+        self.checked += 1
+
+    _base = 0
+
+    def _check_declared(self, lane: Lane, op: str, lo: int, hi: int, write: bool) -> None:
+        if lane.declared is None:
+            return
+        (s, e), reads, writes = lane.declared
+        if hi <= s or e <= lo:
+            return  # not the arena: scratch, data sets, staging
+        self._base = s
+        allowed = writes if write else reads + writes
+        if not any(a <= lo and hi <= b for a, b in allowed):
+            raise RaceError(f"{lane.label} ({op}) {'writes' if write else 'reads'} arena bytes [{lo - s}, {hi - s}) "
+                            f"outside the ranges it declared")
+
+
+DETECTOR = RaceDetector()
+
+
+def _run_on(lane: Lane, name: str, fn: Callable[[], None], acc: Accesses) -> None:
+    lane.vc = _join(lane.vc, Host.vc)  # the host queued it after what it had waited for
+    lane.vc[lane.tid] = lane.vc.get(lane.tid, 0) + 1
+    DETECTOR.access(lane, name, acc)
+    fn()
+
+
+class EmuGraph:
+    """A captured graph: the recorded work and the event records and waits between its streams, in the
+    order they were queued. A launch replays it with a fresh lane per captured side stream, so what the
+    work may overlap is what the capture's forks and joins allow, as on a GPU."""
+
+    def __init__(self, origin: "EmuStream") -> None:
+        self.origin = origin  # the stream that began the capture: a launch puts its place on the launching stream
+        self.steps: list[tuple[str, "EmuStream", Any]] = []  # (kind, stream, payload)
+
+    @property
+    def nodes(self) -> list[tuple[str, Callable[[], None]]]:
+        return [(p[0], p[1]) for kind, _, p in self.steps if kind == "op"]
 
     def launch(self, stream: "EmuStream") -> None:
-        for name, fn in self.nodes:
-            stream.enqueue(name, fn)
+        if stream.capture is not None:
+            raise CaptureError("graph.launch: a child graph inside a capture is not emulated")
+        stream.vc = _join(stream.vc, Host.vc)
+        lanes: dict[int, Lane] = {}
+        origin = self.origin
+        events: dict[int, dict[int, int]] = {}
+        for kind, s, payload in self.steps:
+            lane = stream if s is origin else lanes.setdefault(id(s), Lane())
+            if kind == "op":
+                _run_on(lane, *payload)
+            elif kind == "record":
+                events[id(payload)] = dict(lane.vc)
+            elif kind == "wait":
+                lane.vc = _join(lane.vc, events[id(payload)])  # recorded earlier in this capture (wait_event)
+            else:  # declare
+                lane.label, lane.declared = payload
+        # every branch was joined back into the origin (end_capture checks it): the origin's clock holds them
 
     def debug_dot_str(self) -> str:
-        lines = ["digraph emulated {"]
-        for i, (name, _) in enumerate(self.nodes):
-            lines.append(f'  n{i} [label="{name}"];')
-            if i:
-                lines.append(f"  n{i - 1} -> n{i};")
+        """Ops as nodes; an edge from each op to the next on its stream and across each event wait."""
+        lines, last, at_record = ["digraph emulated {"], {}, {}
+        pending: dict[int, list[int]] = {}
+        n = 0
+        for kind, s, payload in self.steps:
+            if kind == "op":
+                lines.append(f'  n{n} [label="{payload[0]}"];')
+                for src in pending.pop(id(s), []) + ([last[id(s)]] if id(s) in last else []):
+                    lines.append(f"  n{src} -> n{n};")
+                last[id(s)] = n
+                n += 1
+            elif kind == "record" and id(s) in last:
+                at_record[id(payload)] = last[id(s)]
+            elif kind == "wait" and id(payload) in at_record:
+                pending.setdefault(id(s), []).append(at_record[id(payload)])
         return "\n".join(lines + ["}"])
 
 
-class EmuStream:
+class EmuStream(Lane):
     """A stream: runs work at once, or records it while it takes part in a capture."""
 
     _count = 0
 
     def __init__(self) -> None:
+        super().__init__()
         EmuStream._count += 1
         self.ptr = EmuStream._count
         self.capture: EmuGraph | None = None
@@ -157,21 +313,28 @@ class EmuStream:
     def __exit__(self, *exc: Any) -> None:
         _CURRENT.pop()
 
-    def enqueue(self, name: str, fn: Callable[[], None]) -> None:
+    def enqueue(self, name: str, fn: Callable[[], None], acc: Accesses = NO_ACCESS) -> None:
         if self.capture is None:
-            fn()
+            _run_on(self, name, fn, acc)
             return
-        self.capture.nodes.append((name, fn))
+        self.capture.steps.append(("op", self, (name, fn, acc)))
         self.queued += 1
         if not self.origin:
             self.joined = False
+
+    def declare(self, label: str, scope: Range, reads: tuple[Range, ...], writes: tuple[Range, ...]) -> None:
+        payload = (label, (scope, tuple(reads), tuple(writes)))
+        if self.capture is None:
+            self.label, self.declared = payload
+        else:
+            self.capture.steps.append(("declare", self, payload))
 
     def begin_capture(self, mode: int | None = None) -> None:
         if self.capture is not None:
             raise CaptureError("begin_capture: the stream is already capturing")
         self.mode = CAPTURE_RELAXED if mode is None else mode  # CuPy's default
         CAPTURE_MODES_SEEN.append(self.mode)
-        self.capture, self.origin = EmuGraph(), True
+        self.capture, self.origin = EmuGraph(self), True
         _CAPTURING.append(self)
 
     def end_capture(self) -> EmuGraph:
@@ -195,6 +358,13 @@ class EmuStream:
             if self.capture is not None:
                 raise CaptureError("wait_event: an event recorded in another capture")
             self.capture, self.joined = event.capture, True  # the stream joins the capture: a fork
+        if self.capture is None:
+            self.vc = _join(self.vc, event.vc)
+            return
+        if event.capture is not self.capture:
+            raise CaptureError("cudaErrorStreamCaptureIsolation: a capturing stream waits on an event recorded "
+                               "outside the capture")
+        self.capture.steps.append(("wait", self, event))
         side = event.stream
         if self.origin and side is not None and side is not self and event.queued == side.queued:
             side.joined = True  # everything the forked stream queued is before this point: a join
@@ -202,6 +372,7 @@ class EmuStream:
     def synchronize(self) -> None:
         if self.capture is not None:
             raise CaptureError("synchronize: the stream is capturing")
+        Host.vc = _join(Host.vc, self.vc)
 
 
 class EmuEvent:
@@ -209,13 +380,20 @@ class EmuEvent:
         self.capture: EmuGraph | None = None
         self.stream: EmuStream | None = None
         self.queued = 0
+        self.vc: dict[int, int] = {}
 
     def record(self, stream: EmuStream) -> None:
         self.capture, self.stream, self.queued = stream.capture, stream, stream.queued
+        if stream.capture is None:
+            stream.vc = _join(stream.vc, Host.vc)
+            self.vc = dict(stream.vc)
+        else:
+            stream.capture.steps.append(("record", stream, self))
 
     def synchronize(self) -> None:
         if self.capture is not None and any(s.capture is self.capture for s in _CAPTURING):
             raise CaptureError("event.synchronize: the event was recorded in a capture still in progress")
+        Host.vc = _join(Host.vc, self.vc)
 
 
 _STREAMS: "weakref.WeakSet[EmuStream]" = weakref.WeakSet()  # every stream made, while it lives
@@ -228,6 +406,13 @@ def new_stream() -> EmuStream:
     s = EmuStream()
     _STREAMS.add(s)
     return s
+
+
+def device_synchronize() -> None:
+    """cudaDeviceSynchronize: the host waits for every stream."""
+    _not_capturing("a device synchronisation")
+    for s in [NULL_STREAM, *_STREAMS]:
+        Host.vc = _join(Host.vc, s.vc)
 
 
 def current_stream() -> EmuStream:
@@ -264,12 +449,13 @@ class EmulatedModule:
         def launch(grid: tuple, block: tuple, args: tuple) -> None:
             if len(args) != len(params):
                 raise TypeError(f"{name} takes {len(params)} arguments ({[p for _, p in params]}), got {len(args)}")
-            conv = []
+            conv, reads, writes = [], [], []
             for (ctype, pname), a in zip(params, args):
                 if ctype.endswith("*"):
                     if not isinstance(a, np.ndarray):
                         raise TypeError(f"{name}: {pname} must be an array, got {type(a).__name__}")
                     conv.append(a.ctypes.data)
+                    (reads if ctype.startswith("const") else writes).append(a)  # a non-const pointer may write
                 else:
                     if isinstance(a, np.ndarray):
                         raise TypeError(f"{name}: {pname} must be a scalar, got an array")
@@ -279,7 +465,7 @@ class EmulatedModule:
             def run() -> None:
                 fn(g, b, *conv)
                 self.launches[name] = self.launches.get(name, 0) + 1
-            current_stream().enqueue(name, run)
+            current_stream().enqueue(name, run, accesses(reads, writes))
         return launch
 
 
@@ -303,12 +489,22 @@ def cublas_sgemm(ta: int, tb: int, m: int, n: int, k: int, pa: int, lda: int, pb
 
 class NumpyGemm:
     """cuBLAS's stand-in: the backend's own cublasSgemm arguments (sgemm_args), carried out on
-    the host by cublas_sgemm, queued on the given stream."""
+    the host by cublas_sgemm, queued on the given stream. Its workspace is an access of every GEMM
+    (cuBLAS may use it), so two GEMMs sharing one on two streams at once are a race."""
+
+    def __init__(self, workspace: np.ndarray | None = None) -> None:
+        self.workspace = workspace
+        self.streams: set[int] = set()  # the streams its GEMMs were queued on
 
     def bind(self, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> Any:
         args = sgemm_args(c, a, b, lambda x: x.ctypes.data)
         keep = (a, b, c)  # the addresses stay valid while the launcher lives
-        return lambda stream: stream.enqueue("sgemm", lambda: (cublas_sgemm(*args), keep))
+        acc = accesses((a, b), (c,) + (() if self.workspace is None else (self.workspace,)))
+
+        def launch(stream: EmuStream) -> None:
+            self.streams.add(stream.ptr)
+            stream.enqueue("sgemm", lambda: (cublas_sgemm(*args), keep), acc)
+        return launch
 
     def close(self) -> None:
         pass
@@ -319,22 +515,22 @@ def numpy_memory_ops() -> MemoryOps:
         if dst.nbytes != src.nbytes:
             raise ValueError(f"memcpy of {src.nbytes} bytes into {dst.nbytes}")
         d, s = dst.reshape(-1).view(np.uint8), src.reshape(-1).view(np.uint8)
-        return lambda stream: stream.enqueue("memcpy", lambda: np.copyto(d, s))
+        return lambda stream: stream.enqueue("memcpy", lambda: np.copyto(d, s), accesses((s,), (d,)))
 
     def memset0(views: list[np.ndarray]) -> Any:
         def launch(stream: EmuStream) -> None:
             for v in views:
-                stream.enqueue("memset", lambda v=v: v.fill(0))
+                stream.enqueue("memset", lambda v=v: v.fill(0), accesses((), (v,)))
         return launch
 
     def fill(views: list[np.ndarray], value: float) -> Any:
         def launch(stream: EmuStream) -> None:
             for v in views:
-                stream.enqueue("fill", lambda v=v: v.fill(value))
+                stream.enqueue("fill", lambda v=v: v.fill(value), accesses((), (v,)))
         return launch
 
     def add(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Any:
-        return lambda stream: stream.enqueue("add", lambda: np.add(a, b, out=c))
+        return lambda stream: stream.enqueue("add", lambda: np.add(a, b, out=c), accesses((a, b), (c,)))
     return MemoryOps(memcpy, memcpy, memset0, fill, add)
 
 
@@ -361,14 +557,15 @@ def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34,
     def upload(dst: np.ndarray, src: np.ndarray, stream: EmuStream) -> None:
         _not_capturing("a copy from pageable host memory")
         same_array(dst, src, "set")
-        np.copyto(dst, src)
+        stream.enqueue("upload", lambda: np.copyto(dst, src), accesses((), (dst,)))
 
     def download(src: np.ndarray, dst: np.ndarray, stream: EmuStream) -> None:
         _not_capturing("a copy to pageable host memory")
         same_array(src, dst, "get(out=)")
         if not dst.flags.c_contiguous:
             raise ValueError("get(out=): the host array must be C-contiguous")
-        np.copyto(dst, src)
+        stream.enqueue("download", lambda: np.copyto(dst, src), accesses((src,), ()))
+        stream.synchronize()  # as cupy_runtime's download
 
     def module_of(code: str, options: tuple) -> EmulatedModule:
         assert code == kernel_source(), "the executor compiles the package's CUDA source"
@@ -380,7 +577,7 @@ def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34,
 
     return DeviceRuntime(zeros=alloc, asarray=asarray, ptr=lambda a: a.ctypes.data, upload=upload,
                          download=download, stream=new_stream, event=EmuEvent,
-                         synchronize=lambda: _not_capturing("a device synchronisation"),
+                         synchronize=device_synchronize,
                          free_bytes=lambda: free_bytes, pinned=pinned, module=module_of,
-                         gemm=lambda workspace: NumpyGemm(), memory_ops=numpy_memory_ops,
-                         capture_mode=capture_mode)
+                         gemm=NumpyGemm, memory_ops=numpy_memory_ops, capture_mode=capture_mode,
+                         declare=lambda stream, *what: stream.declare(*what))

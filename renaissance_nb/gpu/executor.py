@@ -10,9 +10,10 @@ Compile time, in order:
    before the capture ends;
 4. the host arena is uploaded again, undoing what the warm-ups changed.
 
-A step is then a handful of graph launches. TRANSFER graphs go to the TRANS stream so the
-next batch's gather overlaps the current step; the graphs that read an input buffer wait
-for that buffer's transfer event first.
+A step is then a handful of graph launches, each on its GraphId's stream (TRANS, COMP_1..3,
+UPDATE), each stream waiting only for the events its byte conflicts require (gpu/deps.py,
+gpu/streams.py): the next batch's transfer, the metrics and the EMA overlap the rest.
+capture="step" captures the same fork/join structure into one graph per step program.
 """
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ from ..memory.dtensor import ALIGNMENT, span_bytes, tensor_view
 from ..memory.region import Region
 from ..runtime.replay import Executor, Program, StepPrograms
 from .cublas import WORKSPACE_BYTES
+from .deps import StepGraph, capture_accesses, program_edges, step_graph
 from .kernels import NVRTC_OPTIONS, GpuBindEnv, bind_launchers, kernel_source, unsupported_ops
 from .runtime import DeviceRuntime, cupy_runtime
+from .streams import ALL, StreamGemms, StreamOrder
 
 
 DATA_MODES = ("auto", "device", "pinned")
@@ -67,10 +70,12 @@ class GpuExecutor(StepPrograms):
     launches and events, as the atlas reads); ``"step"`` captures each distinct step program
     once more as one graph of its own (a step is one launch: less host work and no gaps
     between graphs). ``runtime`` is CuPy's (gpu/runtime.py) unless a test passes its CPU stand-in.
+    ``drop_edge`` is for tests only: (GraphId name, GraphId name), one dependency edge left out.
     """
 
     def __init__(self, compiled: Any, host: Executor, env: BindEnv, nan_policy: str = "raise",
-                 data: str = "auto", runtime: DeviceRuntime | None = None, capture: str = "entry") -> None:
+                 data: str = "auto", runtime: DeviceRuntime | None = None, capture: str = "entry",
+                 drop_edge: tuple[str, str] | None = None) -> None:
         check_supported(compiled)
         if capture not in CAPTURE_MODES:
             raise DeviceError(f"device: capture={capture!r} is invalid; expected one of {CAPTURE_MODES}. Fix: pass "
@@ -87,7 +92,10 @@ class GpuExecutor(StepPrograms):
         self._host_base = host.arena.bytes.ctypes.data
         self.views = {v: [tensor_view(self.bytes, t) for t in p] for v, p in compiled.plans.items()}
         self.module = rt.module(kernel_source(), NVRTC_OPTIONS)
-        self.gemm = rt.gemm(rt.zeros(WORKSPACE_BYTES))
+        self.primary = rt.stream()
+        self.streams = {kind: rt.stream() for kind in StreamKind}
+        self.gemm = StreamGemms(rt.gemm, rt.zeros, [s for k, s in self.streams.items() if k is not StreamKind.TRANS],
+                                WORKSPACE_BYTES)
         self.data = choose_data_mode(data, env.sources, rt.free_bytes)
         if not any(n.op == "transfer" for g in (compiled.graphs.train, compiled.graphs.inference)
                    for gid in g.ids() for n in g.nodes(gid)):
@@ -102,13 +110,15 @@ class GpuExecutor(StepPrograms):
             self.sources, self.perms = {}, {}
         self._pinned: list[Any] = []
         self._scratch_bufs: list[Any] = []
-        self.primary = rt.stream()
-        self.streams = {kind: rt.stream() for kind in StreamKind}
         self._fork, self._join = rt.event(), rt.event()
-        self._ready = {b: rt.event() for b in "AB"}
-        self._done = {b: rt.event() for b in "AB"}
-        self._trans_join = rt.event()
         self._staged: dict[int, Any] = {}  # step mode: per transfer entry, "its staging was last read here"
+        self.accesses = capture_accesses(compiled)
+        self.drop_edge = drop_edge
+        self.order = StreamOrder(self.accesses, [k.gid.name for k in self.atlas.captures], rt.event, drop_edge)
+        base = rt.ptr(self.bytes)
+        self._scope = (base, base + plan.total_bytes)
+        self._declared = [tuple(tuple((base + a, base + b) for a, b in rs) for rs in (acc.reads, acc.writes))
+                          for acc in self.accesses]
         self.program_graphs: dict[tuple, Any] = {}
         self.graphs: list[Any] = []
         self._bind(compiled, env, nan_policy)
@@ -150,6 +160,11 @@ class GpuExecutor(StepPrograms):
     def _stream_of(self, idx: int) -> Any:
         return self.streams[self.atlas.captures[idx].gid.stream]
 
+    def _declare(self, idx: int, stream: Any) -> None:
+        """Tell the runtime which entry the work queued next on ``stream`` is (the CPU stand-in checks it)."""
+        reads, writes = self._declared[idx]
+        self.rt.declare(stream, self.names[idx], self._scope, reads, writes)
+
     def _capture_all(self) -> None:
         """Warm up each bound graph, capture it, then restore the arena the warm-ups changed."""
         # The arena, scratch and data copies above ran on CuPy's current (legacy) stream, which the
@@ -162,21 +177,23 @@ class GpuExecutor(StepPrograms):
             stream = self._stream_of(idx)
             self.upload_all()  # every warm-up starts from the initial state (cursors at 0)
             self.primary.synchronize()
+            self._declare(idx, stream)
             for f in launchers:
                 f(stream)
             stream.synchronize()
-            self.graphs.append(self._capture(launchers, stream))
+            self.graphs.append(self._capture(idx, stream))
         self.upload_all()
         self.primary.synchronize()
 
-    def _capture(self, launchers: list[Any], stream: Any) -> Any:
+    def _capture(self, idx: int, stream: Any) -> Any:
         p = self.primary
         with p:
             p.begin_capture(self.rt.capture_mode)  # thread-local: allocations and syncs are refused
             try:
                 self._fork.record(p)
                 stream.wait_event(self._fork)
-                for f in launchers:
+                self._declare(idx, stream)
+                for f in self.launchers[idx]:
                     f(stream)
             except BaseException:
                 self._abandon_capture([stream])
@@ -206,38 +223,34 @@ class GpuExecutor(StepPrograms):
         g = self.graphs[idx]
         return "" if g is None else g.debug_dot_str()
 
+    def stream_graph(self, variant: str = "train_base") -> StepGraph:
+        """A training step of ``variant`` as the device runs it, for the graph view: its entries (GraphId,
+        stream, bytes read and written), the streams, and the event edges inside the step and from the
+        step before (gpu/deps.py step_graph: the edges this executor orders by, drop_edge aside)."""
+        gids = [variant] * 3
+        return step_graph(self.compiled, self.train_step_gids(gids, 1), self.train_step_gids(gids, 0))
+
     # ---- step programs -------------------------------------------------------------------------
     def kernels(self, variant: str, gid: GraphId) -> Program:
+        """One closure: wait for the conflicting launches on other streams, launch the entry's graph on
+        its own stream, record its event (gpu/streams.py)."""
         idx = self.entry(variant, gid)
         if idx < 0 or not self.launchers[idx]:
             return []
-        graph, p = self.graphs[idx], self.primary
+        graph, stream, order = self.graphs[idx], self._stream_of(idx), self.order
         if graph is None:  # e.g. the val transfer of a task without val data: fail only if run
             missing = self.launchers[idx][0]
-            return [lambda: missing(p)]
-        name = gid.name
-        if name in ("TRANSFER_A", "TRANSFER_B"):
-            buf = name[-1]
-            ready, done, trans = self._ready[buf], self._done[buf], self.streams[StreamKind.TRANS]
-            prepare = getattr(self.launchers[idx][0], "prepare", None)
+            return [lambda: missing(stream)]
+        prepare = getattr(self.launchers[idx][0], "prepare", None)
 
-            def transfer() -> None:  # after everything queued so far (the last reader of buf), off the primary
-                if prepare is not None:  # pinned staging: the copy out of it two steps ago must be done
-                    done.synchronize()
-                    prepare()
-                ready.record(p)
-                trans.wait_event(ready)
-                graph.launch(trans)
-                done.record(trans)
-            return [transfer]
-        if name.endswith(("_A", "_B")):
-            done = self._done[name[-1]]
-
-            def reads_buffer() -> None:
-                p.wait_event(done)
-                graph.launch(p)
-            return [reads_buffer]
-        return [lambda: graph.launch(p)]
+        def launch() -> None:
+            if prepare is not None:  # pinned staging: the copy out of it at this entry's last launch is done
+                order.event(idx).synchronize()
+                prepare()
+            order.before(idx, stream)
+            graph.launch(stream)
+            order.after(idx, stream)
+        return [launch]
 
     def _program(self, key: tuple, gids: list[tuple[str, GraphId]]) -> Program:
         """capture="step": the whole program as one graph (captured on first use); else per entry."""
@@ -248,50 +261,53 @@ class GpuExecutor(StepPrograms):
             return super()._program(key, gids)
         graph = self._capture_program(idxs)
         self.program_graphs[key] = graph
-        p = self.primary
+        p, order = self.primary, self.order
         staged = [(self._staged.setdefault(i, self.rt.event()), prep) for i in idxs
                   if (prep := getattr(self.launchers[i][0], "prepare", None)) is not None]
-        if not staged:
-            self._programs[key] = [lambda: graph.launch(p)]
-            return self._programs[key]
 
         def step() -> None:  # pinned staging: the graph that last copied out of it must be done
             for event, prepare in staged:
                 event.synchronize()
                 prepare()
+            order.before(ALL, p)  # after any entry run on its own (batch-norm folding, inference)
             graph.launch(p)
+            order.after(ALL, p)
             for event, _ in staged:
                 event.record(p)
         self._programs[key] = [step]
         return self._programs[key]
 
     def _capture_program(self, idxs: list[int]) -> Any:
-        """One graph: each entry forked onto its stream and joined back in program order, except
-        transfers, which run beside the rest on TRANS and are joined at the end (they fill the
-        input buffer the next step reads; this step reads the other one)."""
-        p, trans = self.primary, self.streams[StreamKind.TRANS]
+        """One graph: each entry on its stream after the entries its byte conflicts require (the
+        program's edges, gpu/deps.py), forked from the primary stream and joined back at the end."""
+        names = [self.atlas.captures[i].gid.name for i in idxs]
+        preds: list[list[int]] = [[] for _ in idxs]
+        for a, b in program_edges([self.accesses[i] for i in idxs]).within:
+            if (names[a], names[b]) != self.drop_edge:
+                preds[b].append(a)
+        p, start = self.primary, self.rt.event()
+        done = [self.rt.event() for _ in idxs]
+        last: dict[int, tuple[Any, int]] = {}  # id(stream) -> (stream, its last entry so far)
         with p:
             p.begin_capture(self.rt.capture_mode)  # thread-local: allocations and syncs are refused
-            forked: list[Any] = []
             try:
-                for i in idxs:
+                start.record(p)
+                for j, i in enumerate(idxs):
                     stream = self._stream_of(i)
-                    self._fork.record(p)
-                    stream.wait_event(self._fork)
-                    forked.append(stream)
+                    if id(stream) not in last:
+                        stream.wait_event(start)
+                    for a in preds[j]:
+                        if self._stream_of(idxs[a]) is not stream:
+                            stream.wait_event(done[a])
+                    last[id(stream)] = (stream, j)
+                    self._declare(i, stream)
                     for f in self.launchers[i]:
                         f(stream)
-                    if stream is trans:
-                        continue
-                    self._join.record(stream)
-                    p.wait_event(self._join)
-                    forked.remove(stream)
-                if trans in forked:
-                    self._trans_join.record(trans)
-                    p.wait_event(self._trans_join)
-                    forked = [s for s in forked if s is not trans]
+                    done[j].record(stream)
+                for stream, j in last.values():
+                    p.wait_event(done[j])
             except BaseException:
-                self._abandon_capture(forked)
+                self._abandon_capture([s for s, _ in last.values()])
                 raise
             return p.end_capture()
 
@@ -308,28 +324,39 @@ class GpuExecutor(StepPrograms):
                               "task.executor.view(), not copies.")
         return a, a + n
 
+    # Each runs on the primary stream after every stream's work, and every stream's next entry waits
+    # for it (StreamOrder's ALL): the host writes or reads bytes that any entry may use.
     def upload_all(self) -> None:
-        self.rt.upload(self.bytes, self._host_bytes, self.primary)
+        self._hand_over(lambda: self.rt.upload(self.bytes, self._host_bytes, self.primary))
 
     def download_all(self) -> None:
         self.rt.synchronize()
-        self.rt.download(self.bytes, self._host_bytes, self.primary)
+        self._hand_over(lambda: self.rt.download(self.bytes, self._host_bytes, self.primary))
 
     def push(self, *views: np.ndarray) -> None:
-        for v in views:
-            a, b = self._span(v)
-            self.rt.upload(self.bytes[a:b], self._host_bytes[a:b], self.primary)
+        def copy() -> None:
+            for v in views:
+                a, b = self._span(v)
+                self.rt.upload(self.bytes[a:b], self._host_bytes[a:b], self.primary)
+        self._hand_over(copy)
 
     def pull(self, *views: np.ndarray) -> None:
-        for v in views:
-            a, b = self._span(v)
-            self.rt.download(self.bytes[a:b], self._host_bytes[a:b], self.primary)
+        def copy() -> None:
+            for v in views:
+                a, b = self._span(v)
+                self.rt.download(self.bytes[a:b], self._host_bytes[a:b], self.primary)
+        self._hand_over(copy)
+
+    def _hand_over(self, copy: Callable[[], None]) -> None:
+        self.order.before(ALL, self.primary)
+        copy()
+        self.order.after(ALL, self.primary)
 
     def set_perm(self, source: str, perm: np.ndarray) -> None:
         """data="device" keeps a device copy of each order; with "pinned" the host gathers with the
         host's order (updated in place by the task), so there is nothing to copy."""
-        if source in self.perms:
-            self.rt.upload(self.perms[source], perm, self.primary)
+        if source in self.perms:  # after the transfers that gathered with the old order
+            self._hand_over(lambda: self.rt.upload(self.perms[source], perm, self.primary))
 
     def close(self) -> None:
         self.rt.synchronize()

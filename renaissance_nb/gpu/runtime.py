@@ -35,6 +35,10 @@ class DeviceRuntime:
     gemm: Callable[[Any], Any]                       # workspace -> an object with bind(c, a, b)
     memory_ops: Callable[[], MemoryOps]
     capture_mode: int = 1  # cudaStreamCaptureModeThreadLocal: see CAPTURE_MODE
+    # (stream, entry name, arena (start, end), reads, writes): the arena byte ranges the work queued next
+    # on the stream belongs to, as absolute addresses. Nothing on CUDA; the CPU stand-in checks every
+    # access against them and orders the accesses of different streams (a race detector).
+    declare: Callable[..., None] = lambda stream, name, scope, reads, writes: None
 
 
 CAPTURE_MODE = 1
