@@ -2,7 +2,7 @@
 
     python benchmarks/mlp_cpu.py                 # batch 128 and 32, 3 interleaved rounds
     python benchmarks/mlp_cpu.py --quick         # fewer samples, for a smoke run
-    python benchmarks/mlp_cpu.py --markdown FILE # also write the results table (README)
+    python benchmarks/mlp_cpu.py --markdown FILE # also write the results table (docs/benchmarks.md)
     python benchmarks/mlp_cpu.py --openblas      # also our replay on NumPy's threaded matmul
 
 Each contender runs in its own process (``--same-process`` puts them in this one), and the
