@@ -16,6 +16,7 @@ from . import __version__, datasets
 from .blueprint import fc, relu, seq
 from .task import DeepLearningTask
 from .errors import RenaissanceError
+from .mpi import launch_command, under_mpiexec
 from .text import bytes_versus, human_bytes
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW
@@ -38,7 +39,8 @@ def build_task(args: argparse.Namespace) -> DeepLearningTask:
             .scheduler(CosineAnnealingLR().warmup(min(1, args.epochs - 1) if args.epochs > 1 else 0))
             .total_epochs(args.epochs)
             .seed(args.seed)
-            .device(args.device))
+            .device(args.device)
+            .distributed("mpi" if under_mpiexec() else None))
 
 
 def train(args: argparse.Namespace) -> int:
@@ -129,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--download", action="store_true", help="download MNIST into --mnist DIR if missing")
     tr.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                     help="where the step replays: cpu (default), cuda (CUDA graphs via CuPy), auto")
+    tr.add_argument("--nproc", type=int, default=1, metavar="N",
+                    help="data-parallel MPI ranks, started with mpiexec; --batch-size stays the global batch "
+                         "(default %(default)s)")
     ex = sub.add_parser("export", help="write a checkpoint's model as ONNX and/or its weights as safetensors")
     ex.add_argument("checkpoint", metavar="CHECKPOINT", help="a .npz file written by task.save() or autosave")
     ex.add_argument("--onnx", metavar="PATH", help="write the inference graph as ONNX (opset 17, dynamic batch)")
@@ -146,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.download and not args.mnist:
         tr.error("--download needs --mnist DIR, the folder to download MNIST into")
+    if args.nproc > 1 and not under_mpiexec():
+        return _launch(args.nproc, sys.argv[1:] if argv is None else list(argv))
+    if under_mpiexec():
+        return _rank_main(args)
     try:
         return train(args)
     except RenaissanceError as exc:
@@ -154,6 +163,35 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before or after the run (the run itself stops at a step and returns)
         print("interrupted by Ctrl-C", file=sys.stderr)
         return INTERRUPTED
+
+
+def _launch(nproc: int, argv: list[str]) -> int:
+    """``--nproc N``: the same command under mpiexec (the mpich wheel's), whose exit status it returns."""
+    import subprocess
+    rest = [a for i, a in enumerate(argv) if not a.startswith("--nproc") and (i == 0 or argv[i - 1] != "--nproc")]
+    try:
+        command = launch_command(nproc, ["-m", "renaissance_nb", *rest])
+    except RenaissanceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:  # mpiexec forwards Ctrl-C to the ranks, which stop at one step boundary
+        return INTERRUPTED
+
+
+def _rank_main(args: argparse.Namespace) -> int:
+    """One rank under mpiexec: only rank 0 prints; an error on any rank ends every rank with its message."""
+    from .mpi import world
+    w = world()
+    if w.rank:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the life of this process
+    try:
+        return train(args)
+    except RenaissanceError as exc:
+        print(f"error (rank {w.rank}): {_as_flags(str(exc))}", file=sys.stderr, flush=True)
+        w.abort(1)
+        return 1
 
 
 _FLAGS = (("pass download=True", "add --download"),

@@ -68,6 +68,8 @@ class TaskConfig:
     save_every: tuple[int, str] | None = None
     save_best: str | None = None
     save_best_by: tuple[str, str] | None = None  # (EpochRecord field, 'min' or 'max'); None: top-1
+    distributed: str | None = None  # 'mpi': data-parallel over the MPI ranks (renaissance_nb/mpi.py)
+    ranks: int = 1  # the ranks the global batch is split over (COMM_WORLD's size when distributed)
 
     def with_(self, **changes: Any) -> "TaskConfig":
         return replace(self, **changes)
@@ -76,6 +78,11 @@ class TaskConfig:
     @property
     def val_batch(self) -> int:
         return self.val_batch_size or self.batch_size
+
+    @property
+    def local_batch(self) -> int:
+        """The samples one rank takes of each global batch (``batch_size`` on one process)."""
+        return self.batch_size // self.ranks
 
     @property
     def steps_per_epoch(self) -> int:
@@ -128,6 +135,7 @@ class TaskConfig:
             "augment": {"crop_pad": self.crop_pad, "flip": self.flip},
             "options": {k: v for k, v in self.options().items() if k != "prefetch"},
             "device": {"device": self.device, "data": self.device_data, "capture": self.device_capture},
+            "distributed": None if self.distributed is None else {"backend": self.distributed, "ranks": self.ranks},
             "autosave": {"every": None if self.save_every is None else list(self.save_every),
                          "best": self.save_best,
                          "best_by": None if self.save_best_by is None else list(self.save_best_by)},

@@ -246,3 +246,11 @@ def save_best(path: Any = "checkpoints/{name}-best.npz", *, monitor: Any = None,
     if path is not None:
         path_template("save_best", path, "e.g. 'checkpoints/{name}-best.npz'")
     return {"save_best": path, "save_best_by": by if path is not None else None}
+
+
+def distributed(backend: Any = "mpi") -> Fields:
+    """'mpi': data-parallel over COMM_WORLD (MPI starts here, on the first call); None: one process."""
+    from .mpi import check_backend, world
+    if check_backend(backend) is None:
+        return {"distributed": None, "ranks": 1}
+    return {"distributed": backend, "ranks": world().size}

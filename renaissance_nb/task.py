@@ -186,6 +186,11 @@ class DeepLearningTask(Phased):
         return self._set("device", lambda: check.device(device, data=data, capture=capture))
 
     @_arguments_checked
+    def distributed(self, backend: str | None = "mpi") -> "DeepLearningTask":
+        """Data-parallel over the ranks of mpiexec, batch_size the global batch (docs/scaling.md); None: one process."""
+        return self._set("distributed", lambda: check.distributed(backend))
+
+    @_arguments_checked
     def save_every(self, epochs: int | None, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":
         """Checkpoint every ``epochs`` epochs (None: stop); ``path`` may use {name} and {epoch}. Not part of
         the plan, so it can change in any phase; checkpoints record it, and ``load()`` keeps saving."""

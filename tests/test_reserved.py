@@ -37,4 +37,18 @@ def test_no_graph_puts_a_node_in_a_reserved_graph_id(locked_tasks) -> None:
         for graph in (task.graphs.train, task.graphs.inference):
             filled = {gid for gid in GraphId if graph.nodes(gid)}
             assert not {g for g in filled if g.reserved_for}, task.name
-    assert GraphId.DEEP_COMM.reserved_for and GraphId.OPTIMIZER.reserved_for is None
+    assert GraphId.FIRST_COMM.reserved_for and GraphId.OPTIMIZER.reserved_for is None
+    assert GraphId.DEEP_COMM.reserved_for is None  # filled by a distributed task
+
+
+def test_a_distributed_plan_fills_deep_comm_with_one_all_reduce_of_the_gradient_region(locked_tasks) -> None:
+    mlp = locked_tasks[0]
+    assert not mlp.graphs.train.nodes(GraphId.DEEP_COMM)  # one process: nothing to reduce
+    two = DeepLearningTask(config=mlp.config.with_(distributed="mpi", ranks=2)).lock_memory()  # as under mpiexec -n 2
+    (node,) = two.graphs.train.nodes(GraphId.DEEP_COMM)
+    assert (node.op, node.p["first"], node.p["last"], node.p["ranks"]) == ("allreduce_mean", "G_BN_BIAS",
+                                                                          "G_DEEP_CONV", 2)
+    a, b = two.memory.region_range(Region.G_BN_BIAS, Region.G_DEEP_CONV)
+    grads = [t for t in two.memory if t.region.family == "G"]
+    assert grads and all(a <= t.offset < b for t in grads)  # the slab holds every gradient
+    assert two.planned.shapes.specs["train_base"].batch == 8  # the global batch 16 split over 2 ranks

@@ -30,6 +30,7 @@ class StepOptions:
     crop_pad: int = 0
     flip: bool = False
     prefetch: bool = True
+    ranks: int = 1  # data-parallel ranks: above 1, DEEP_COMM all-reduces the gradient region
 
 
 class _Emitter:
@@ -212,6 +213,9 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
         e.backward(g, gid, layer, data_any, seen)
     for ab in ("A", "B"):
         e.backward(g, GraphId[f"FIRST_LAYER_BWD_{ab}"], first, ids[f"I_{ab}.data"], dict(seen))
+    if opts.ranks > 1:  # one slab: every gradient (the G range) summed over the ranks and scaled by 1/ranks
+        g.append(GraphId.DEEP_COMM, node("allreduce_mean", [], [], "grads", first=g_range[0], last=g_range[1],
+                                         ranks=opts.ranks))
     if opts.zero_grad:
         g.append(GraphId.ZERO_GRAD, node("zero_range", [], [], "grads", first=g_range[0], last=g_range[1]))
     if opts.nan_check:

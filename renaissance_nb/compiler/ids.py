@@ -117,7 +117,6 @@ MULTI_DEVICE_OR_AMP = frozenset({
 
 RESERVED: dict[GraphId, str] = {
     GraphId.FIRST_COMM: "data-parallel training: all-reduce of the first layer's gradients",
-    GraphId.DEEP_COMM: "data-parallel training: all-reduce of the deep layers' gradients",
     GraphId.STATS_COMM: "data-parallel training: all-reduce of batch-norm statistics",
     GraphId.VAL_RESULT_COMM: "data-parallel training: all-reduce of validation metrics",
     GraphId.UPDATE_STATS: "data-parallel training: batch-norm statistics after their all-reduce",
@@ -126,7 +125,8 @@ RESERVED: dict[GraphId, str] = {
     GraphId.LARS_NORMS: "LARS: per-layer norms",
 }
 """GraphIds of the original kept in the enum that no graph of this library fills: the emitters never
-put a node in them, and the atlas binds nothing for them."""
+put a node in them, and the atlas binds nothing for them. DEEP_COMM is filled on a distributed task:
+one in-place all-reduce of the whole gradient region (compiler/emit.py)."""
 
 
 def as_graph_id(value: Any, where: str, argument: str = "gid") -> GraphId:

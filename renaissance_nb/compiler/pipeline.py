@@ -132,6 +132,9 @@ def plan_stage(config: TaskConfig) -> Planned:
     s = config.data
     if s is None:
         raise ConfigError(NO_DATA)
+    if config.ranks > 1 and config.device == "cuda":
+        raise ConfigError("plan: distributed('mpi') runs on the CPU; the GPU's all-reduce (NCCL) is not built yet. "
+                          "Fix: device('cpu'), or train on one process.")
     learning_rates(config)  # validates the schedule against the data (e.g. warmup longer than training)
     sched = config.scheduler
     if isinstance(sched, ReduceLROnPlateau) and sched.monitor_ not in config.record_fields():
@@ -143,13 +146,43 @@ def plan_stage(config: TaskConfig) -> Planned:
     if config.train_resolution is not None:
         (h0, w0), (h1, w1), _ = config.train_resolution
         first, low = (sample[0], h0, w0), (sample[0], h1, w1)
-    specs = variant_specs(len(s.train), len(s.val) if s.val is not None else 0, config.batch_size, config.val_batch,
+    n_train, batch = local_sizes(config)
+    specs = variant_specs(n_train, len(s.val) if s.val is not None else 0, batch, config.val_batch,
                           sample, lowres_shape=low, train_shape=first)
     shapes = derive_all_shapes(arch, specs, s.train.num_classes, config.optimizer.state, config.total_steps,
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
                                class_weights=config.loss.weight_ is not None)
     _check_batch_norm_values(config, arch, shapes)
     return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)))
+
+
+def local_sizes(config: TaskConfig) -> tuple[int, int]:
+    """(training samples, batch) of one rank: every global batch, the last partial one too, is split
+    into equal contiguous shards, so a rank's plan is the same on every rank and the mean of the
+    ranks' mean gradients is the global batch's mean gradient."""
+    assert config.data is not None
+    n, batch, ranks = len(config.data.train), config.batch_size, config.ranks
+    if ranks == 1:
+        return n, batch
+    last = n % batch
+    if batch % ranks or last % ranks:
+        what = (f"batch_size={batch}" if batch % ranks else
+                f"the last batch of an epoch ({n} samples = {n // batch} x {batch} + {last})")
+        raise ConfigError(f"plan: {what} does not split evenly over {ranks} ranks: every rank takes an equal "
+                          "contiguous shard of each global batch, so that the ranks' plans are alike and the "
+                          "averaged gradient is the global batch's. Fix: a batch_size that is a multiple of "
+                          f"{ranks} and leaves a last batch that is one (or none), e.g. "
+                          f"{_fitting_batch(n, batch, ranks)}, or another number of ranks.")
+    return n // ranks, batch // ranks
+
+
+def _fitting_batch(n: int, batch: int, ranks: int) -> int:
+    """The batch size nearest ``batch`` whose batches, the last one too, split over ``ranks``."""
+    for d in range(0, batch):
+        for b in (batch - d, batch + d):
+            if b >= ranks and b % ranks == 0 and (n % b) % ranks == 0:
+                return b
+    return ranks
 
 
 def _check_batch_norm_values(config: TaskConfig, arch: ArchPlan, shapes: AllShapes) -> None:
@@ -185,7 +218,7 @@ def step_options(config: TaskConfig) -> StepOptions:
                        zero_grad=config.zero_grad, nan_check=config.nan_check, nan_policy=config.nan_policy,
                        ema_decay=config.ema, clip_norm=config.clip_grad_norm,
                        image=len(config.data.train.sample_shape) == 3,
-                       crop_pad=config.crop_pad, flip=config.flip, prefetch=config.prefetch)
+                       crop_pad=config.crop_pad, flip=config.flip, prefetch=config.prefetch, ranks=config.ranks)
 
 
 def lock_stage(config: TaskConfig, planned: Planned) -> Locked:

@@ -7,7 +7,7 @@ a kernel module, so the modules import this one and never each other's tables.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -27,6 +27,9 @@ class BindEnv:
     range_view: Callable[[str, str, str], np.ndarray] | None = None
     locate: Callable[[str, int], str] | None = None
     batch: int = 0
+    comm: Any = None  # an mpi4py communicator on a distributed task (kernels/comm.py), else None
+    rank: int = 0
+    ranks: int = 1
 
 
 F = TypeVar("F", bound=Callable[..., object])

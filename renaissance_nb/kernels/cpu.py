@@ -23,6 +23,7 @@ from ..train.rng import StreamId, dropout_mask_into
 from . import blas, fused
 from .base import EMPTY_F32, EMPTY_F32_2D, Factory, join_tables, registrar
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
+from .comm import COMM_KERNELS, shard_table
 from .conv import CONV_KERNELS
 from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges
 from .passes import act_grad_colsum_pass, bias_act_pass
@@ -345,5 +346,5 @@ def ema_update(outs, ins, p, env):
     return run
 
 
-KERNELS: dict[str, Factory] = join_tables(DENSE_KERNELS, CONV_KERNELS, TRANSFER_KERNELS)
+KERNELS: dict[str, Factory] = shard_table(join_tables(DENSE_KERNELS, CONV_KERNELS, TRANSFER_KERNELS, COMM_KERNELS))
 """The complete CPU table, op name -> factory: the one place the kernel modules' tables are joined."""

@@ -156,7 +156,19 @@ def _state_arrays(runner: Any) -> dict[str, np.ndarray]:
 
 # ---- save ------------------------------------------------------------------------------------
 def save(task: Any, path: str | os.PathLike) -> str:
-    """Write the state of a compiled task to ``path`` atomically; returns the path."""
+    """Write the state of a compiled task to ``path`` atomically; returns the path. On a distributed
+    task every rank calls it: the state is made global, rank 0 writes, the others wait for the file."""
+    dp = _parts(task, "save")[1].dp
+    if dp is None:
+        return _save(task, path)
+    writer = dp.before_save(task.runner)
+    try:
+        return _save(task, path) if writer else os.fspath(path)
+    finally:
+        dp.after_save()
+
+
+def _save(task: Any, path: str | os.PathLike) -> str:
     config, runner, state = _parts(task, "save")
     runner.drain_transfers()  # a background copy may still be writing an input buffer
     if state.live_at is not None:  # called from a step callback on a device: its state is current
@@ -398,6 +410,12 @@ def _validated(op: str, p: str, header: dict[str, Any], arrays: dict[str, np.nda
                config: TaskConfig, runner: Any) -> _Loaded:
     """Everything load_state checks before it writes."""
     saved, now = header.get("config") or {}, config_record(config)
+    ranks = int((saved.get("distributed") or {}).get("ranks", 1))
+    if ranks != config.ranks:
+        raise CheckpointError(f"{op}: {p!r} was written by a run on {ranks} rank(s); this task runs on "
+                              f"{config.ranks}. A checkpoint resumes on the rank count that wrote it (each rank's "
+                              f"plan holds its shard of the batch). Fix: start with mpiexec -n {ranks}"
+                              + (", or load its weights alone with task.load_weights(path)." if ranks > 1 else "."))
     _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(config, runner), saved.get("options"),
                          {k: getattr(config, k) for k in PLAN_OPTIONS})
     if strict:
@@ -445,6 +463,8 @@ def load_state(task: Any, path: str | os.PathLike, *, strict: bool = True) -> An
         raise CheckpointError(f"{op}: the header of {p!r} is malformed ({type(exc).__name__}: {exc}). "
                               "Fix: restore from another checkpoint.") from None
     _commit(loaded, config, runner, state)
+    if runner.dp is not None:
+        runner.dp.after_load(runner)
     return task
 
 

@@ -9,7 +9,7 @@ and an epoch is a precomputed list of references to them, so the replay loop is
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from ..compiler.atlas import ACCUM_ID, GraphAtlas
 from ..compiler.stages import STEP_ORDER_A, CompiledPlan, swap_ab
 from ..compiler.ids import GraphId
+from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
 from .arena import Arena
 from .bind import BoundGraph, bind
@@ -31,6 +32,7 @@ class EpochSchedule:
     prologue: Program
     steps: list[Program]
     batches: int
+    variants: list[str] | None = None  # each batch's variant (training passes)
 
     def replay(self) -> None:
         """The whole pass: prologue, then every step's kernels in order."""
@@ -100,7 +102,7 @@ class StepPrograms:
             steps.append(self._program(("train", i % 2, v, nxt), self.train_step_gids(variants, i)))
         prologue = self._program(("train-pro", variants[0]),
                                  [(variants[0], GraphId.CLEAR_METRICS), (variants[0], GraphId.TRANSFER_A)])
-        return EpochSchedule(prologue, steps, len(variants))
+        return EpochSchedule(prologue, steps, len(variants), list(variants))
 
     def eval_schedule(self, variants: list[str], ema: bool = False) -> EpochSchedule:
         """Programs for one pass of inference over the validation data (INF_EMA with ema=True)."""
@@ -149,12 +151,16 @@ class Executor(StepPrograms):
         self.views = {v: arena.views(p) for v, p in compiled.plans.items()}
         graphs = {"train": compiled.graphs.train, "inference": compiled.graphs.inference}
         self.bound: list[BoundGraph] = []
+        self.outside_arena: list[tuple[str, BindBuffer]] = []
+        """(bound graph, buffer) for each buffer a kernel allocated at bind time outside the arena."""
         for key in self.atlas.captures:
             spec = compiled.shapes.specs[key.variant]
-            benv = BindEnv(env.seed, env.sources, env.perms, env.range_view, env.locate, spec.batch)
+            benv = replace(env, batch=spec.batch)
             nodes = graphs[key.graph].nodes(key.gid)
             name = f"{key.graph}/{key.gid.name}/s{key.shape_id}"
             self.bound.append(bind(name, nodes, self.views[key.variant], benv))
+            listed = {id(b) for _, b in self.outside_arena}  # benv may share env's list
+            self.outside_arena += [(name, b) for b in benv.outside_arena if id(b) not in listed]
 
     def kernels(self, variant: str, gid: GraphId) -> Program:
         """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""

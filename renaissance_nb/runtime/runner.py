@@ -17,11 +17,14 @@ from ..compiler.ids import GraphId
 from ..compiler.pipeline import learning_rates
 from ..compiler.stages import CompiledPlan
 from ..config import TaskConfig
-from ..errors import DeviceError
+from ..errors import ConfigError, DeviceError
 from ..kernels import blas
+from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
+from ..mpi import World, world
 from ..train.rng import Philox, StreamId
 from .arena import Arena
+from .data_parallel import DataParallel
 from .replay import EpochSchedule, Executor, StepPrograms
 
 
@@ -40,7 +43,15 @@ class Runner:
         if s.val is not None:
             sources["val"] = (s.val.x, s.val.y)
             perms["val"] = np.arange(len(s.val), dtype=np.int64)
-        self.env = BindEnv(config.seed, sources, perms, self.arena.range_view, self.arena.locate)
+        w: World | None = world() if config.distributed else None  # MPI's COMM_WORLD on a distributed task
+        self.dp = DataParallel(w) if w is not None else None
+        self.env = BindEnv(config.seed, sources, perms, self.arena.range_view, self.arena.locate,
+                           comm=w and w.comm, rank=w.rank if w else 0, ranks=config.ranks)
+        if w is not None and w.size != config.ranks:
+            raise ConfigError(f"compile: the task was planned for {config.ranks} ranks and runs on {w.size}. Fix: "
+                              "call distributed('mpi') in the process that runs it, under mpiexec -n N.")
+        if w is not None and kind == "cuda":
+            kind = "cpu"  # plan() refused device('cuda'): 'auto' stays on the CPU
         if config.device == "auto" and kind == "cpu":
             from ..gpu.device import probe
             compiled.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
@@ -100,6 +111,11 @@ class Runner:
     def view(self, name: str, variant: str = "train_base") -> np.ndarray:
         """The host view of a tensor (the canonical copy between runs)."""
         return self.executor.view(variant, name)
+
+    def bind_buffers(self) -> list[tuple[str, BindBuffer]]:
+        """(bound graph, buffer) for each buffer a kernel allocated at bind time outside the arena:
+        none for a compiled task (its kernels' scratch are arena tensors); hand-built nodes' show here."""
+        return list(self.executor.outside_arena)
 
     @property
     def perms(self) -> dict[str, np.ndarray]:

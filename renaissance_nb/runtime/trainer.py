@@ -117,6 +117,8 @@ class Trainer:
             callbacks: Sequence[Callback], owner: Any) -> TrainingResult:
         """Train to ``config.total_epochs`` (or ``more`` epochs); ``owner`` is what "start" callbacks see."""
         end = self._start(config, more, resume, callbacks, owner)
+        if self.runner.dp is not None and self.runner.dp.rank:
+            progress = "none"  # only rank 0 prints
         _EpochLoop(self, config, callbacks, progress, end).run()
         return self.state.result
 
@@ -270,12 +272,16 @@ class _EpochLoop:
             start = st.resume_at[1]
             st.epoch_t0 -= st.partial_seconds  # the epoch's time includes its steps before the stop
             rx.set_perm("train", runner.perms["train"])  # a load_state wrote the host's order only
+            if runner.dp is not None:  # a checkpoint holds rank 0's prefetched batch
+                runner.dp.regather(runner, sched, start, self.config.batch_size)
         else:
             runner.shuffle_into("train", epoch)
             rx.set_perm("train", runner.perms["train"])
             self.cursor[0] = 0
             self.aug_offset[0] = epoch * len(runner.perms["train"])
             rx.push(self.cursor, self.aug_offset)
+            if runner.dp is not None:
+                runner.dp.epoch_began()
             began = st.steps_before(epoch, int(self.step_counter[0]))
             if began != self.step_counter[0]:  # an epoch begun before (a stop or a torn step inside it, then a
                 self.step_counter[0] = began    # load): the schedule, the loss log and the step counts replay
@@ -301,10 +307,21 @@ class _EpochLoop:
             if (i & 15) == 15:
                 self._check(epoch, self.pos - self.shown)
                 self.shown = self.pos
-            if self.stop.requested:
+            if self._stopping(i, sched.batches):
                 st.resume_at = (epoch, i + 1)
                 st.partial_seconds = time.perf_counter() - st.epoch_t0
                 break
+
+    def _stopping(self, i: int, batches: int) -> bool:
+        """A stop at this boundary: on one process when asked; across ranks only at the 16-step checks
+        and an epoch's last step, and then on every rank when any asked (one agreed boundary)."""
+        dp = self.runner.dp
+        if dp is None:
+            return self.stop.requested
+        if (i & 15) != 15 and i != batches - 1:
+            return False
+        self.stop.requested = dp.stop_agreed(self.stop.requested)
+        return self.stop.requested
 
     def _check(self, epoch: int, advanced: int) -> None:
         st = self.st
@@ -327,7 +344,7 @@ class _EpochLoop:
         if self.nan_flag[0] == 2:
             self.t.raise_halted()
         self.prog.update(sched.batches - self.shown, float(self.result_view[0]))
-        train = self.acc.copy()
+        train = self.acc.copy() if runner.dp is None else runner.dp.global_sums(runner)
         try:
             val = runner.run_eval(self.sched.val) if self.sched.val else None
             emav = runner.run_eval(self.sched.ema) if self.sched.ema else None
@@ -377,6 +394,8 @@ class _EpochLoop:
         self.prog.close()
         self.rx.download_all()
         self.runner.drain_transfers()
+        if self.runner.dp is not None:
+            self.runner.dp.sync_log(self.runner)
         st.result.step_losses = self.runner.view("loss_log")[: int(self.step_counter[0])].copy()
         why = call_each(self.callbacks, "end", {"epoch": st.epoch, "interrupted": st.result.interrupted,
                                                 "stopped": st.result.stopped})

@@ -1,0 +1,106 @@
+"""Data-parallel kernels: the gradient all-reduce, and each rank's shard of a batch and of its random draws.
+
+``allreduce_mean``
+    ins ``[]``, outs ``[]``. Params: ``first``, ``last`` (the region range, the whole G range),
+    ``ranks``. One in-place ``Allreduce(IN_PLACE, SUM)`` of the float32 view of the range, then a
+    scale by 1/ranks: the mean of the ranks' mean gradients, which is the global batch's mean
+    gradient because every rank holds an equal share of it (compiler/pipeline.py local_sizes).
+    The bytes outside the range are not touched. Needs ``env.comm``.
+
+``sharded(factory)`` wraps the training transfers and dropout so that on rank k of R, with a local
+batch of b rows, the kernel sees exactly what a single process with the global batch sees for those
+rows: the rows ``perm[cursor + k*b : cursor + (k+1)*b]`` of one global permutation (a view of it,
+so an in-place reshuffle reaches it), augmentation blocks keyed by the global sample position, and
+the dropout mask's blocks at the global row offset; the cursor and the RNG offset then advance by the
+whole global batch, so their values are the same on every rank (and in a checkpoint). On one
+process (``env.ranks == 1``) the factory's kernel is returned unwrapped: nothing changes.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..errors import PlanError
+from .base import BindEnv, Factory, registrar
+
+COMM_KERNELS: dict[str, Factory] = {}
+"""This module's kernels: allreduce_mean."""
+kernel = registrar(COMM_KERNELS)
+
+
+@kernel("allreduce_mean")
+def allreduce_mean(outs, ins, p, env):
+    """Sum the range over the ranks in place, then scale it by 1/ranks."""
+    if env.comm is None:
+        raise PlanError("allreduce_mean: bound without a communicator. Fix: task.distributed('mpi') before plan(), "
+                        "under mpiexec.")
+    from mpi4py import MPI
+    view = env.range_view(p["first"], p["last"], "float32")
+    ranks = int(p["ranks"])
+    if ranks != env.comm.Get_size():
+        raise PlanError(f"allreduce_mean: planned for {ranks} ranks, run on {env.comm.Get_size()}.")
+    allreduce, inplace, total = env.comm.Allreduce, MPI.IN_PLACE, MPI.SUM
+    scale = np.float32(1.0 / ranks)
+
+    def run() -> None:
+        allreduce(inplace, view, op=total)
+        np.multiply(view, scale, out=view)
+    return run
+
+
+def sharded_transfer(factory: Factory) -> Factory:
+    """A training transfer reading this rank's shard of each global batch (see the module's doc)."""
+    def bind(outs, ins, p, env: BindEnv):  # type: ignore[no-untyped-def]
+        if env.ranks == 1 or p.get("source") != "train" or p.get("source") not in env.perms:
+            return factory(outs, ins, p, env)
+        b, k, ranks = int(outs[1].shape[0]), env.rank, env.ranks
+        perms = dict(env.perms, train=env.perms["train"][k * b:])  # a view: reshuffles in place reach it
+        cursor = ins[0]
+        if len(ins) < 2:
+            run = factory(outs, ins, p, replace(env, perms=perms))
+        else:
+            aug, mine = ins[1], np.zeros(1, np.int64)  # augmentation keyed by the global sample position
+            run = factory(outs, [cursor, mine, *ins[2:]], p, replace(env, perms=perms))
+
+            def at_rank() -> None:
+                mine[0] = aug[0] + k * b
+                run()
+                cursor[0] += (ranks - 1) * b
+            return at_rank
+        rest = (ranks - 1) * b
+
+        def advance() -> None:
+            run()
+            cursor[0] += rest
+        return advance
+    return bind
+
+
+def sharded_dropout(factory: Factory) -> Factory:
+    """Dropout drawing the global batch's mask blocks of this rank's rows (see the module's doc)."""
+    def bind(outs, ins, p, env: BindEnv):  # type: ignore[no-untyped-def]
+        if env.ranks == 1:
+            return factory(outs, ins, p, env)
+        x, offset = ins
+        blocks, k, ranks = (outs[1].size + 3) // 4, env.rank, env.ranks
+        mine = np.zeros(1, np.int64)
+        run = factory(outs, [x, mine], p, env)
+
+        def at_rank() -> None:
+            mine[0] = offset[0] + k * blocks
+            run()
+            offset[0] += ranks * blocks
+        return at_rank
+    return bind
+
+
+def shard_table(table: dict[str, Factory]) -> dict[str, Factory]:
+    """``table`` with its training transfers and dropout sharded by rank."""
+    out = dict(table)
+    for op in ("transfer", "transfer_image", "transfer_image_async"):
+        if op in out:
+            out[op] = sharded_transfer(out[op])
+    if "dropout_fwd" in out:
+        out["dropout_fwd"] = sharded_dropout(out["dropout_fwd"])
+    return out

@@ -1,0 +1,133 @@
+"""The MPI world of a data-parallel run: mpi4py imported only when distribution is asked for.
+
+Why a module of its own: ``import renaissance_nb`` must not load MPI (a single-process user never
+pays for it, nor needs the wheel), and the config checks, the runner, the checkpoint and the command
+line all ask the same few questions (which rank, how many, is this process under mpiexec, where is
+mpiexec). Everything here imports mpi4py lazily, inside the functions that need it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+
+BACKENDS = ("mpi",)
+LAUNCHER_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+"""What MPICH's hydra, Open MPI and PMIx set in every process they start."""
+
+
+def under_mpiexec() -> bool:
+    """True when a launcher started this process (its environment says so; MPI itself is not loaded)."""
+    size = os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE")
+    return (size is not None and size != "1") or "PMIX_RANK" in os.environ
+
+
+def mpiexec_path() -> str | None:
+    """The mpiexec next to this Python (the mpich wheel's bin/), else the first on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+
+
+def launch_command(nproc: int, argv: list[str]) -> list[str]:
+    """``mpiexec -n N python ...argv``; Open MPI also gets the flags it needs as root and on few cores."""
+    exe = mpiexec_path()
+    if exe is None:
+        raise ConfigError(f"--nproc {nproc}: no mpiexec was found next to {sys.executable} or on PATH. "
+                          "Fix: pip install 'renaissance_nb[mpi]' (mpi4py and the mpich wheel).")
+    flags: list[str] = []
+    if _is_open_mpi(exe):
+        flags = ["--oversubscribe"] + (["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0
+                                       else [])
+    return [exe, "-n", str(nproc), *flags, sys.executable, *argv]
+
+
+def _is_open_mpi(exe: str) -> bool:
+    real = os.path.realpath(exe)
+    return "orterun" in real or "prterun" in real or os.path.exists(os.path.join(os.path.dirname(real), "ompi_info"))
+
+
+@dataclass
+class World:
+    """COMM_WORLD of this process: its rank and size, and the few collectives the trainer needs."""
+
+    comm: Any
+    rank: int
+    size: int
+
+    def sum_(self, array: np.ndarray) -> np.ndarray:
+        """Sum ``array`` over the ranks, in place (every rank gets the same bytes)."""
+        from mpi4py import MPI
+        self.comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM)
+        return array
+
+    def any_(self, flag: bool) -> bool:
+        """True on every rank when it is True on one: a stop agreed at one step boundary."""
+        from mpi4py import MPI
+        return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
+
+    def digests(self, array: np.ndarray) -> list[str]:
+        """Every rank's SHA-256 of ``array``'s bytes, in rank order (the tests' weight check)."""
+        import hashlib
+        return list(self.comm.allgather(hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()))
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, code: int = 1) -> None:
+        self.comm.Abort(code)
+
+
+_WORLD: World | None = None
+_HOOKED = False
+
+
+def world() -> World:
+    """COMM_WORLD, MPI started on first use; a ConfigError when mpi4py or its MPI library is missing."""
+    global _WORLD
+    if _WORLD is None:
+        try:
+            from mpi4py import MPI
+        except ImportError as exc:
+            raise ConfigError(f"distributed('mpi'): mpi4py cannot be imported ({exc}). Fix: pip install "
+                              "'renaissance_nb[mpi]' (mpi4py and the mpich wheel), then start the script with "
+                              "mpiexec -n 2 python script.py.") from None
+        comm = MPI.COMM_WORLD
+        _WORLD = World(comm, comm.Get_rank(), comm.Get_size())
+        install_abort_hook(_WORLD)
+    return _WORLD
+
+
+def install_abort_hook(w: World) -> None:
+    """An uncaught exception on one rank prints its traceback, tagged with the rank, and aborts every
+    rank (``python -m mpi4py``'s rule): the others would otherwise wait in an all-reduce forever."""
+    global _HOOKED
+    if w.size < 2 or _HOOKED:
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb) -> None:  # type: ignore[no-untyped-def]
+        text = "".join(traceback.format_exception(kind, value, tb))
+        sys.stderr.write("".join(f"[rank {w.rank}] {line}\n" for line in text.rstrip().splitlines()))
+        sys.stderr.flush()
+        if issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, tb)
+        w.abort(130 if issubclass(kind, KeyboardInterrupt) else 1)
+
+    sys.excepthook = hook
+    _HOOKED = True
+
+
+def check_backend(backend: Any) -> str | None:
+    """``distributed(backend)``'s argument: 'mpi' or None (one process)."""
+    if backend is None or backend in BACKENDS:
+        return backend
+    from .errors import bad_argument
+    raise bad_argument(ConfigError, "distributed", "backend", backend, f"one of {BACKENDS} or None",
+                       "pass 'mpi' and start the script with mpiexec -n N python script.py")

@@ -1,0 +1,96 @@
+"""What the trainer and checkpoints do besides the step on a distributed task (MPI ranks).
+
+The step itself needs nothing from here: its DEEP_COMM node all-reduces the gradients, and the
+sharded transfers keep the data cursor and RNG offsets equal on every rank. What stays local to
+a rank is its metric sums and loss log (its own shard's loss) and its prefetched next batch. This
+module makes those global where they are read (epoch records, ``step_losses``, a checkpoint),
+agrees on a stop at one step boundary, and re-gathers each rank's batch after a resume, so that a
+checkpoint written by rank 0 resumes every rank byte-identically.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..compiler.ids import GraphId
+from ..mpi import World
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .replay import EpochSchedule
+    from .runner import Runner
+
+
+class DataParallel:
+    """One rank's side of the collectives outside the step."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.logged = 0  # the loss log holds the global mean loss of the steps before this one
+        self.metrics_global = False  # the metric sums are the global ones (an epoch's end reduced them)
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    def stop_agreed(self, requested: bool) -> bool:
+        """A stop every rank takes at this same step boundary when any rank asked for one."""
+        return self.world.any_(requested)
+
+    def global_sums(self, runner: "Runner") -> np.ndarray:
+        """The epoch's metric sums over every rank (loss sum, top-1, top-5, count), also left in the arena."""
+        acc = runner.view("metrics.sum")
+        if not self.metrics_global:
+            self.world.sum_(acc)
+            self.metrics_global = True
+        self.sync_log(runner)
+        return acc.copy()
+
+    def epoch_began(self) -> None:
+        self.metrics_global = False
+
+    def sync_log(self, runner: "Runner") -> None:
+        """The loss log's entries since the last sync: the ranks' mean losses averaged (equal shards:
+        the global batch's mean loss), the same bytes on every rank."""
+        log, step = runner.view("loss_log"), int(runner.view("step")[0])
+        if step > self.logged:
+            part = log[self.logged:step]
+            self.world.sum_(part)
+            np.multiply(part, np.float32(1.0 / self.world.size), out=part)
+        self.logged = step
+
+    def before_save(self, runner: "Runner") -> bool:
+        """Make the state rank 0 writes global (metric sums so far on rank 0, zero elsewhere, so that the
+        epoch's end still sums to the global ones); True on the rank that writes."""
+        self.sync_log(runner)
+        if not self.metrics_global:
+            acc = runner.view("metrics.sum")
+            mine = acc.copy()
+            self.world.sum_(acc)
+            if self.rank:
+                acc[...] = 0.0
+            del mine
+        return self.rank == 0
+
+    def after_save(self) -> None:
+        self.world.barrier()  # the file is complete before any rank reads it
+
+    def after_load(self, runner: "Runner") -> None:
+        """Rank 0's file loaded on every rank: its metric sums count once, its loss log is global."""
+        if self.rank:
+            runner.view("metrics.sum")[...] = 0.0
+        self.logged = int(runner.view("step")[0])
+        self.metrics_global = False
+
+    def regather(self, runner: "Runner", sched: "EpochSchedule", start: int, global_batch: int) -> None:
+        """Load this rank's shard of batch ``start`` again into the buffer step ``start`` reads (the
+        checkpoint holds rank 0's), leaving the cursor where it was."""
+        if sched.variants is None or start >= sched.batches:
+            return
+        runner.drain_transfers()
+        cursor = runner.view("cursor")
+        cursor[0] = start * global_batch
+        gid = GraphId.TRANSFER_A if start % 2 == 0 else GraphId.TRANSFER_B
+        for k in runner.replay.kernels(sched.variants[start], gid):
+            k()
+        runner.drain_transfers()
