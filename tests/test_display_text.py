@@ -65,9 +65,10 @@ def test_lifetimes_without_liveness_reuse_draw_every_box_unshared() -> None:
     life = graph_lifetimes(off.graphs)
     plan = off.plans["train_base"]
     assert v["ready"] and v["lifetimes_from"] == "graphs" and v["shared"] == []
-    assert {t["id"] for t in v["tensors"]} == {t.id for t in plan if t.id in life}
+    assert {t["id"] for t in v["tensors"]} == {t.id for t in plan if t.id in life or not t.region.reusable}
     for t in v["tensors"]:
-        assert [tuple(iv) for iv in t["intervals"]] == [tuple(iv) for iv in life[t["id"]]] and t["shares"] == []
+        want = life[t["id"]] if t["reusable"] else [(0, len(v["steps"]) - 1)]
+        assert [tuple(iv) for iv in t["intervals"]] == [tuple(iv) for iv in want] and t["shares"] == []
     assert [t["intervals"] for t in v["tensors"]] == [t["intervals"] for t in views.lifetime_view(on)["tensors"]]
     svg = static.lifetimes_svg(v)
     boxes = re.findall(r"<rect class='rnb-life-box' data-tensor='([^']+)' data-shared='(\d)'", svg)
