@@ -363,9 +363,9 @@ class DeepLearningTask(Phased):
     @classmethod
     def load(cls, path: str, data: Any, *, strict: bool = True) -> "DeepLearningTask":
         """A task rebuilt from a checkpoint's config around ``data``, compiled, its state restored: run() on."""
-        from .runtime import checkpoint
+        from .runtime import rebuild
         as_flag(strict, "load", "strict", CheckpointError, "pass strict=False to allow other settings, or leave it out")
-        return cls(config=checkpoint.config_for(path, data)).compile().load_state(path, strict=strict)
+        return cls(config=rebuild.config_for(path, data)).compile().load_state(path, strict=strict)
 
     # ---- read-only views ------------------------------------------------------------------------------
     @property

@@ -295,43 +295,66 @@ def _rows(tensor: dict[str, Any]) -> str:
     return f"rows padded to {tensor['pitch']}" if tensor.get("pitch") else "contiguous rows"
 
 
+def _state_key(region: str) -> str | None:
+    """The STATE_RANGES key of a region name, or None for a region that carries no state (F, T, G, ...)."""
+    try:
+        r = Region[region]
+    except KeyError:
+        return None
+    return next((k for k, first, last in STATE_RANGES if first <= r <= last), None)
+
+
+def _state_tensors(fp: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The fingerprint's tensors that carry state, by name, each with the bytes its slot spans in its
+    range (to the next tensor of the range, or the range's end)."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in fp.get("tensors", []):
+        key = _state_key(str(t.get("region")))
+        if key is not None:
+            out[t["name"]] = {**t, "key": key}
+    ends = {k: int(v[1]) for k, v in fp.get("ranges", {}).items()}
+    by_start = sorted(out.values(), key=lambda t: int(t["offset"]))
+    for i, t in enumerate(by_start):
+        later = [int(u["offset"]) for u in by_start[i + 1:] if u["key"] == t["key"]]
+        t["extent"] = (later[0] if later else ends.get(t["key"], int(t["offset"]))) - int(t["offset"])
+    return out
+
+
 def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, Any],
-                         saved_options: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> None:
+                         saved_options: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> bool:
+    """Refuses a checkpoint of another model or another state layout. The tensors that carry state (W, B,
+    E, M, V, I, S, R) must match by name, shape, dtype, region and row pitch; where the rest of the plan
+    moved them (temporaries packed otherwise, scratch a newer library plans), they are restored tensor by
+    tensor. Returns whether the state ranges lie exactly as saved (then they are copied whole)."""
     fix = "Fix: build the task exactly as the saved one (same model, data shapes, batch size, optimizer)."
     differ = {k: v for k, v in (saved_options or {}).items() if k in PLAN_OPTIONS and (options or {}).get(k, v) != v}
     if differ:  # the likeliest cause of any difference below: say it first
         fix = (f"Fix: build the task with options({', '.join(f'{k}={v!r}' for k, v in differ.items())}), as the "
                "checkpoint was saved, or use DeepLearningTask.load(path, data), which does.")
-    st, nt = saved.get("tensors", []), now["tensors"]
-    # Shapes, dtypes and regions first: a different offset is usually a consequence of those.
-    keys_by_pass = (("name", "shape", "dtype", "region", "pitch"), ("offset",))
-    for keys in keys_by_pass:
-        for i, (a, b) in enumerate(zip(st, nt)):
-            if all(a.get(k) == b.get(k) for k in keys):
-                continue
-            if a.get("name") != b.get("name"):
-                raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor #{i} is "
-                                      f"{a.get('name')!r} in the checkpoint but {b['name']!r} in this task. {fix}")
-            diffs = [f"{k} {a.get(k)!r} in the checkpoint vs {b[k]!r} in this task"
-                     for k in ("shape", "dtype", "region", "offset") if a.get(k) != b[k]]
-            if a.get("pitch") != b.get("pitch"):
-                diffs.insert(0, f"{_rows(a)} in the checkpoint vs {_rows(b)} in this task")
-                fix = (f"Fix: build the task with options(pad_rows={bool(a.get('pitch'))}), as the checkpoint was "
-                       "saved, or use DeepLearningTask.load(path, data), which does.")
-            raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor {b['name']!r} differs: "
+    st, nt = _state_tensors(saved), _state_tensors(now)
+    for name, b in nt.items():
+        a = st.get(name)
+        if a is None:
+            raise CheckpointError(f"{op}: {p!r} belongs to a different plan: it holds no tensor {name!r}, which this "
+                                  f"task keeps state in. {fix}")
+        diffs = [f"{k} {a.get(k)!r} in the checkpoint vs {b[k]!r} in this task"
+                 for k in ("shape", "dtype", "region") if a.get(k) != b[k]]
+        if a.get("pitch") != b.get("pitch"):
+            diffs.insert(0, f"{_rows(a)} in the checkpoint vs {_rows(b)} in this task")
+            fix = (f"Fix: build the task with options(pad_rows={bool(a.get('pitch'))}), as the checkpoint was "
+                   "saved, or use DeepLearningTask.load(path, data), which does.")
+        if diffs:
+            raise CheckpointError(f"{op}: {p!r} belongs to a different plan: tensor {name!r} differs: "
                                   + "; ".join(diffs) + f". {fix}")
-    if len(st) != len(nt):
-        raise CheckpointError(f"{op}: {p!r} belongs to a different plan: it holds {len(st)} tensors, this task "
-                              f"{len(nt)}. {fix}")
-    if saved.get("total_bytes") != now["total_bytes"]:
-        raise CheckpointError(f"{op}: {p!r} belongs to a different plan: arena of {saved.get('total_bytes')} bytes "
-                              f"in the checkpoint vs {now['total_bytes']} in this task. {fix}")
-    if saved.get("ranges") != now["ranges"]:
-        raise CheckpointError(f"{op}: {p!r} belongs to a different plan: region ranges differ "
-                              f"({saved.get('ranges')} vs {now['ranges']}). {fix}")
+    extra = sorted(set(st) - set(nt))
+    if extra:
+        raise CheckpointError(f"{op}: {p!r} belongs to a different plan: it keeps state in {extra[:5]}, which this "
+                              f"task does not have. {fix}")
     if saved.get("blueprint") != now["blueprint"]:
         raise CheckpointError(f"{op}: {p!r} was saved from another model:\n{_model_text(saved.get('blueprint'))}\n"
                               f"but this task's model is:\n{_model_text(now['blueprint'])}\n{fix}")
+    return saved.get("ranges") == now["ranges"] and all(
+        int(st[n]["offset"]) == int(nt[n]["offset"]) for n in nt)
 
 
 def _model_text(record: Any) -> str:
@@ -370,8 +393,9 @@ def _check_settings(op: str, p: str, saved: dict[str, Any], now: dict[str, Any])
                                   "pass strict=False to load anyway.")
 
 
-def _writes(op: str, p: str, arrays: dict[str, np.ndarray], runner: Any) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(destination, source) of every saved range and data order, each checked against this plan."""
+def _range_writes(op: str, p: str, arrays: dict[str, np.ndarray], runner: Any
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(destination, source) of every saved range, when the ranges lie exactly as saved."""
     buf, plan = runner.arena.bytes, runner.compiled.plan
     writes: list[tuple[np.ndarray, np.ndarray]] = []
     for key, first, last in STATE_RANGES:
@@ -383,6 +407,36 @@ def _writes(op: str, p: str, arrays: dict[str, np.ndarray], runner: Any) -> list
             raise CheckpointError(f"{op}: {p!r} entry {name} is {got}, expected uint8({b - a},). "
                                   "Fix: restore from a checkpoint of this plan.")
         writes.append((buf[a:b], arr))
+    return writes
+
+
+def _tensor_writes(op: str, p: str, arrays: dict[str, np.ndarray], runner: Any, saved_fp: dict[str, Any]
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(destination, source) of every state tensor, each from its place in the saved ranges to its place
+    in this arena (the plan moved them; _compare_fingerprint checked they are the same tensors)."""
+    buf, plan = runner.arena.bytes, runner.compiled.plan
+    saved = _state_tensors(saved_fp)
+    writes: list[tuple[np.ndarray, np.ndarray]] = []
+    for t in plan:
+        key = _state_key(t.region.name)
+        if key is None:
+            continue
+        s = saved[t.name]
+        arr = arrays.get(f"region_{key}")
+        start = int(s["offset"]) - int(saved_fp["ranges"][key][0])
+        n = min(int(s["extent"]), t.slot_bytes)
+        if arr is None or arr.dtype != np.uint8 or start < 0 or start + n > arr.shape[0]:
+            raise CheckpointError(f"{op}: {p!r} entry region_{key} does not hold {t.name!r} where its plan record "
+                                  "says. Fix: restore from another checkpoint.")
+        writes.append((buf[t.offset:t.offset + n], arr[start:start + n]))
+    return writes
+
+
+def _writes(op: str, p: str, arrays: dict[str, np.ndarray], runner: Any, saved_fp: dict[str, Any],
+            same_layout: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(destination, source) of the saved state and data orders, each checked against this plan."""
+    writes = (_range_writes(op, p, arrays, runner) if same_layout
+              else _tensor_writes(op, p, arrays, runner, saved_fp))
     for split, perm in runner.perms.items():
         name = f"perm_{split}"
         arr = arrays.get(name)
@@ -416,11 +470,12 @@ def _validated(op: str, p: str, header: dict[str, Any], arrays: dict[str, np.nda
                               f"{config.ranks}. A checkpoint resumes on the rank count that wrote it (each rank's "
                               f"plan holds its shard of the batch). Fix: start with mpiexec -n {ranks}"
                               + (", or load its weights alone with task.load_weights(path)." if ranks > 1 else "."))
-    _compare_fingerprint(op, p, header.get("fingerprint", {}), fingerprint(config, runner), saved.get("options"),
-                         {k: getattr(config, k) for k in PLAN_OPTIONS})
+    saved_fp = header.get("fingerprint", {})
+    same_layout = _compare_fingerprint(op, p, saved_fp, fingerprint(config, runner), saved.get("options"),
+                                       {k: getattr(config, k) for k in PLAN_OPTIONS})
     if strict:
         _check_settings(op, p, saved, now)
-    writes = _writes(op, p, arrays, runner)
+    writes = _writes(op, p, arrays, runner, saved_fp, same_layout)
     run = header["run"]
     epoch = int(run["epoch"])
     resume = run.get("resume_at")
@@ -488,69 +543,3 @@ def _commit(loaded: _Loaded, config: TaskConfig, runner: Any, state: RunState) -
     state.result.interrupted = loaded.interrupted
     steps = int(runner.view("step")[0])
     state.result.step_losses = runner.view("loss_log")[:steps].copy()
-
-
-# ---- rebuilding a task's config from a file -----------------------------------------------------------
-def _sample_shape_of(data: Any) -> tuple[int, ...] | None:
-    """The sample shape of what a load was given, when it says (a DataSplits, a Dataset, or an (X, y) pair)."""
-    from ..data.arrays import DataSplits, Dataset
-    if isinstance(data, (DataSplits, Dataset)):
-        return tuple(data.sample_shape)
-    if isinstance(data, tuple) and data and hasattr(data[0], "shape"):
-        return tuple(int(d) for d in data[0].shape[1:])
-    return None
-
-
-def _with_data(cfg: TaskConfig, record: dict[str, Any], data: Any, p: str) -> TaskConfig:
-    """``cfg`` around ``data`` as the saved task held its own: same batch sizes, held-out share and layout."""
-    from .. import config_checks as check
-    from ..data.arrays import DataSplits
-    # channels_last: a checkpoint from before it existed trained on its data as given (False); a task's
-    # own splits, already moved, are taken as they are (the trained sample shape is in the record)
-    cl, trained = record.get("channels_last", False), tuple(record.get("sample_shape") or ())
-    moved = cl and _sample_shape_of(data) == trained and len(set(trained)) > 1  # C == H == W: follow the flag
-    # a validation set held out by val_fraction= is held out again, unless data brings one (task.splits)
-    fraction = record.get("val_fraction") if not (isinstance(data, DataSplits) and data.val is not None) else None
-    fields = check.data(data, batch_size=record["batch_size"], val_batch_size=record["val_batch_size"],
-                        shuffle=record["shuffle"], channels_last=False if moved else cl, val_fraction=fraction)
-    cfg = cfg.with_(**{**fields, "channels_last": cl})
-    sizes = (record.get("n_train"), record.get("n_val"))
-    s = cfg.data
-    assert s is not None
-    now = (len(s.train), 0 if s.val is None else len(s.val))
-    if None not in sizes and tuple(sizes) != now:  # the plan's shapes (the loss log, the last batches) follow them
-        raise CheckpointError(f"load: {p!r} was trained on {sizes[0]} training and {sizes[1]} validation "
-                              f"samples; data has {now[0]} and {now[1]}, and the plan's shapes follow the data. "
-                              "Fix: pass the data it was trained on to resume (the saved task's splits, "
-                              "validation set included); for the weights alone (inference, fine-tuning), build a "
-                              "task on this data and call task.load_weights(path).")
-    return cfg
-
-
-CONFIG_NEEDS = ("blueprint", "loss", "optimizer", "scheduler", "total_epochs", "seed", "batch_size",
-                "val_batch_size", "shuffle", "options")
-
-
-def config_for(path: str | os.PathLike, data: Any) -> TaskConfig:
-    """The config a checkpoint records, around ``data``: what ``DeepLearningTask.load`` builds and compiles."""
-    from ..errors import ConfigError, RenaissanceError
-    header = read_header(path)
-    p = os.fspath(path)
-    record = header.get("config")
-    lacking = [k for k in CONFIG_NEEDS if k not in record] if isinstance(record, dict) else list(CONFIG_NEEDS)
-    if lacking:  # a header edited by hand: the checksum covers the arrays only
-        raise CheckpointError(f"load: the task config in {p!r} lacks {', '.join(lacking)}. Fix: build the task "
-                              "yourself and call task.load_state(path).")
-    assert isinstance(record, dict)  # lacking lists every key of anything else
-    try:  # a config edited by hand: any shape it has is this error
-        return _with_data(TaskConfig.from_dict(record), record, data, p)
-    except ConfigError as exc:
-        if "cannot rebuild" not in str(exc):
-            raise
-        raise CheckpointError(f"load: {p!r} records {exc}. Fix: build the task yourself and call "
-                              "task.load_state(path).") from None
-    except RenaissanceError:
-        raise
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
-        raise CheckpointError(f"load: the task config in {p!r} is malformed ({type(exc).__name__}: {exc}). "
-                              "Fix: build the task yourself and call task.load_state(path).") from None
