@@ -385,6 +385,22 @@ def _timed(f: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
+def stream_report() -> None:
+    """The seed MLP's training step as the executor runs it (gpu/deps.py, gpu/streams.py): each entry's
+    stream, the event edges, and the waits one epoch issued in entry mode."""
+    x, y = mnist_like(2048)
+    task = (rnb.DeepLearningTask("streams").model(rnb.seq(rnb.fc(1024), rnb.relu(), rnb.fc(10)))
+            .data(train=(x, y), batch_size=128).optimizer(rnb.AdamW()).total_epochs(1).seed(0).device("cuda"))
+    task.run(progress=False)
+    rx = task.runner.replay
+    sg = rx.stream_graph()
+    say("\n== streams: " + ", ".join(f"{r['gid']}@{r['stream']}" for r in sg.entries))
+    names = [r["gid"] for r in sg.entries]
+    for i, j, kind in sg.edges:
+        say(f"   {(sg.previous[i]['gid'] + ' (previous step)') if kind == 'across' else names[i]} -> {names[j]}")
+    say(f"   one epoch of {len(task.result.step_losses)} steps issued {rx.order.waits} event waits")
+
+
 def use_stand_in() -> None:
     """Serve device("cuda") with the tests' CPU stand-in for CuPy (tests/cuda_emulator.py, built by
     g++): a dry run of this script's GPU branch, to catch its own mistakes before device time is spent."""
@@ -421,6 +437,8 @@ def main() -> None:
     if not a.skip_tests:
         stage("tests", lambda: run_tests(not gpu))
     real = gpu and not STAND_IN
+    if gpu:
+        stage("stream edges", stream_report)
     if real:
         for b in (128, 512):
             stage(f"GEMM candidates at batch {b}", lambda b=b: gemm_candidates(b))

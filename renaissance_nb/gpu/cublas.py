@@ -139,8 +139,8 @@ class Gemm:
         def launch(stream: Any) -> None:
             check(lib.cublasSetStream_v2(h, ctypes.c_void_p(stream.ptr)), "cublasSetStream")
             # cublasSetStream resets the handle to cuBLAS's default workspace pool, which allocates
-            # inside a capture: set ours again. One is enough: the step's entries run one after
-            # another (only transfers, which have no GEMM, overlap them).
+            # inside a capture: set ours again. A workspace serves one GEMM at a time: the executor
+            # gives each stream that multiplies a Gemm of its own (gpu/streams.py StreamGemms).
             check(lib.cublasSetWorkspace_v2(h, *ws), "cublasSetWorkspace")
             check(lib.cublasSgemm_v2(h, *args), "cublasSgemm")
         return launch
