@@ -45,7 +45,7 @@ def region_spans(node: Any) -> tuple[list[Span], list[Span]]:
     return spans(reads), spans(writes)
 
 
-def _ids_in(plan: Any, spans: list[Span]) -> set[int]:
+def ids_in(plan: Any, spans: list[Span]) -> set[int]:
     """The tensors of a finalized MemoryPlan that lie in the byte ranges of ``spans``."""
     out: set[int] = set()
     for first, last in spans:
@@ -60,4 +60,4 @@ def _ids_in(plan: Any, spans: list[Span]) -> set[int]:
 def node_access(node: Any, plan: Any) -> tuple[set[int], set[int]]:
     """(tensor ids read, tensor ids written) by ``node`` in ``plan``: declared ones plus its ranges."""
     r_spans, w_spans = region_spans(node)
-    return set(node.inputs) | _ids_in(plan, r_spans), set(node.outputs) | _ids_in(plan, w_spans)
+    return set(node.inputs) | ids_in(plan, r_spans), set(node.outputs) | ids_in(plan, w_spans)
