@@ -546,3 +546,30 @@ def test_lifetimes_show_every_region_and_every_access_of_the_plan(trained: DeepL
     assert opt_seen
     w = next(t for t in v["tensors"] if t["name"] == "fc1.weight")
     assert w["intervals"] == [[0, last]], "a weight lives through the whole step, optimizer included"
+
+
+def test_atlas_detail_shows_every_access_of_the_plan(compiled: DeepLearningTask) -> None:
+    """The atlas detail of OPTIMIZER (and of every cell) lists every tensor each op reads and writes, the
+    ranges the optimizer and NaN check sweep included, and draws those ranges as operands."""
+    from renaissance_nb.compiler.touches import node_access
+
+    av = AtlasView(compiled)
+    plans, graphs = views.plans_of(compiled), views.graphs_of(compiled)
+    for variant, row in av.view["cells"].items():
+        for gid, cell in row.items():
+            d = av.select_cell(variant, gid)
+            nodes = graphs[cell["graph"]].nodes(rnb.GraphId[gid])
+            assert [a["op"] for a in d["access"]] == [n.op for n in nodes]
+            for a, n in zip(d["access"], nodes):
+                r, w = node_access(n, plans[variant])
+                assert set(n.inputs) <= r and set(n.outputs) <= w
+                assert sorted(a["reads"]) == sorted(plans[variant][t].name for t in r), (gid, n.op)
+                assert sorted(a["writes"]) == sorted(plans[variant][t].name for t in w), (gid, n.op)
+    d = av.select_cell("train_base", "OPTIMIZER")
+    opt = next(a for a in d["access"] if a["op"] == "optimizer")
+    assert {"fc1.weight", "fc1.weight@grad", "fc2.bias"} <= set(opt["reads"]) and "fc1.weight" in opt["writes"]
+    params = lambda names: [x for x in names if x.startswith("fc")]  # noqa: E731
+    assert len(params(opt["reads"])) == 16 and len(params(opt["writes"])) == 12  # 4 params: W, G, M, V / W, M, V
+    if d["svg"]:
+        for family in "WGMV":
+            assert f'id="span_{family}_BN_BIAS_{family}_DEEP_CONV"' in d["svg"], family

@@ -1,6 +1,19 @@
 // AtlasView: the GraphAtlas as a table of variants x GraphIds. Cells that share one bound
 // graph share a colour (hover one to light up the others); a click opens that graph below.
 
+// Every tensor each op reads and writes, the ranges swept by the optimizer, NaN check, clipping and EMA
+// included: the drawing's dashed range boxes, spelled out name by name.
+function accessTable(rows) {
+  const names = (xs) => h("td", { class: "rnb-mono rnb-access-names" }, xs.length ? xs.join(", ") : "—");
+  const table = h("table", { class: "rnb-table rnb-access" },
+    h("tr", {}, h("th", {}, "op"), h("th", {}, "layer"), h("th", {}, "reads"), h("th", {}, "writes")),
+    ...rows.map((r) => h("tr", { "data-op": r.op }, h("td", { class: "rnb-mono" }, h("b", {}, r.op)),
+      h("td", {}, r.layer), names(r.reads), names(r.writes))));
+  const total = rows.reduce((a, r) => a + r.reads.length + r.writes.length, 0);
+  return h("details", { class: "rnb-access-list", open: rows.length <= 4 },
+    h("summary", {}, `Every read and write: ${plural(rows.length, "op")}, ${plural(total, "access", "accesses")}`), table);
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-atlas");
   liveView(model, el);
@@ -70,6 +83,7 @@ function render({ model, el }) {
       const canvas = h("div", { class: "rnb-graph-canvas" });
       canvas.innerHTML = d.svg || d.table || "";
       detail.append(canvas);
+      if ((d.access || []).length) detail.append(accessTable(d.access));
     } else {
       detail.append(h("span", { class: "rnb-muted" }, "Click a cell to open its graph, drawn with the shapes of that variant."));
     }

@@ -10,6 +10,7 @@ from ..text import plural
 from . import static, views
 from ._assets import esm
 from ._base import ViewWidget
+from .access import access_rows
 from .graphdraw import default_collapsed, render_graph
 
 
@@ -64,4 +65,4 @@ class AtlasView(ViewWidget):
                        "captured": cell["captured"], "shape_id": cell["shape_id"], "stream": cell["stream"],
                        "shape": self.view["shape_ids"].get(str(cell["shape_id"]), ""), "n_nodes": len(nodes),
                        "shared_with": sharing, "svg": out["svg"] or "", "table": out["table"], "note": out["note"],
-                       "color": cell["color"], "ink": cell["ink"]}
+                       "color": cell["color"], "ink": cell["ink"], "access": access_rows(nodes, plan)}

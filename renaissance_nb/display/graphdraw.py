@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from ..compiler.ids import GraphId
 from ..memory.plan import MemoryPlan
 from ..text import plural
+from .access import range_operands
 from .theme import esc, family_color, shape_text, stream_color
 
 MAX_OPS_EXPANDED = 80
@@ -138,7 +139,24 @@ def graph_source(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None
                 if e not in edges:
                     edges.add(e)
                     g.edge(*e)
+        _draw_ranges(g, n, plan, op_id[k], edges)
     return g
+
+
+def _draw_ranges(g: Any, n: Any, plan: MemoryPlan | None, op: str, edges: set[tuple[str, str]]) -> None:
+    """The region ranges an op sweeps (optimizer over W/G/M/V, NaN check over G, EMA over E): one dashed
+    box per range, its tensors in the tooltip, so the drawing shows every operand the kernel touches."""
+    reads, writes = range_operands(n, plan)
+    for operand, is_write in [*((o, False) for o in reads), *((o, True) for o in writes)]:
+        nid = operand["key"]
+        g.node(nid, label=f"<<b>{esc(operand['label'])}</b><br/><font point-size='8' color='#475467'>"
+                          f"{esc(operand['span'])}<br/>{esc(operand['detail'])}</font>>",
+               shape="box", style="rounded,dashed,filled", fillcolor="white", color=operand["color"],
+               penwidth="1.8", id=nid, tooltip=", ".join(operand["names"]))
+        e = (op, nid) if is_write else (nid, op)
+        if e not in edges:
+            edges.add(e)
+            g.edge(*e, style="dashed", color=operand["color"])
 
 
 def graph_svg(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None = None,
@@ -219,20 +237,26 @@ def graph_table(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None 
         if layer in collapsed:
             continue
 
-        def fmt(ids: tuple[int, ...]) -> str:
+        ranges = range_operands(n, plan)
+
+        def fmt(ids: tuple[int, ...], spans: list[dict[str, Any]]) -> str:
             parts = []
             for t in ids:
                 name, shape, colour = _tensor_label(t, plan)
                 parts.append(f"<span class='rnb-tensor' style='border-color:{colour}' title='{esc(shape)}'>"
                              f"{esc(name)}<span class='rnb-muted'> #{t}</span></span>")
+            for o in spans:
+                parts.append(f"<span class='rnb-tensor rnb-range' style='border-color:{o['color']}' "
+                             f"title='{esc(', '.join(o['names']))}'>{esc(o['span'])}"
+                             f"<span class='rnb-muted'> {esc(o['detail'])}</span></span>")
             return " ".join(parts)
 
         colour = stream_color(g_id.stream.name)
         gid_cell = f"<td class='rnb-mono'>{esc(g_id.name)}</td>" if gid_column else ""
         rows.append(f"<tr><td><span class='rnb-pill' style='background:{colour}'>{esc(g_id.stream.name)}</span></td>"
                     f"{gid_cell}<td class='rnb-mono'><b>{esc(n.op)}</b>"
-                    f"<div class='rnb-muted'>{esc(_params_text(n))}</div></td><td>{fmt(n.inputs)}</td>"
-                    f"<td>{fmt(n.outputs)}</td></tr>")
+                    f"<div class='rnb-muted'>{esc(_params_text(n))}</div></td><td>{fmt(n.inputs, ranges[0])}</td>"
+                    f"<td>{fmt(n.outputs, ranges[1])}</td></tr>")
     head = f"<tr><th>stream</th>{'<th>GraphId</th>' if gid_column else ''}<th>op</th><th>reads</th><th>writes</th></tr>"
     return f"<table class='rnb-table rnb-graph-table'>{head}{''.join(rows)}</table>"
 
