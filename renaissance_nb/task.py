@@ -27,6 +27,7 @@ from .config import TaskConfig
 from .data.arrays import DataSplits, Dataset
 from .errors import CheckpointError, ConfigError, PhaseError, PlanError
 from .export import export_onnx, save_safetensors
+from .inspector import MemoryInspector
 from .memory.dtensor import DTensor
 from .memory.plan import MemoryPlan
 from .phases import Phase, Phased, PhaseMachine
@@ -410,6 +411,7 @@ class DeepLearningTask(Phased):
     executor = property(lambda self: None if self.runner is None else self.runner.executor)
     arena = property(lambda self: None if self.runner is None else self.runner.arena)
     device_kind = property(lambda self: None if self.runner is None else self.runner.device_kind)
+    memory_inspector = property(MemoryInspector.of, doc="Peak, what-if plans, diffs and fit (inspector/).")
 
     @property
     def memory(self) -> MemoryPlan:

@@ -142,14 +142,15 @@ def test_threaded_updates_and_probe_give_the_serial_bytes() -> None:
             f(w, g, m, lr, step, 0.9, 0.1, 1e-2, True, False)
         out.append((w, m))
     assert all(np.array_equal(x, y) for x, y in zip(*out))
+    parts = np.zeros(fused.PAR_CHUNKS, np.float32)
     for size in (0, 1, 7, 9, 1000):
         x = np.ones(size, np.float32)
-        assert fused.nonfinite_probe_par(x) == 0.0
+        assert fused.nonfinite_probe_par(x, parts) == 0.0
         for pos in sorted({0, size // 2, size - 1}) if size else ():
             for bad in (np.nan, np.inf, -np.inf):
                 y = x.copy()
                 y[pos] = bad
-                assert np.isnan(fused.nonfinite_probe_par(y)), (size, pos, bad)
+                assert np.isnan(fused.nonfinite_probe_par(y, parts)), (size, pos, bad)
 
 
 @needs_own

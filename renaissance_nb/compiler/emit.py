@@ -12,7 +12,7 @@ from typing import Any
 
 from .graph import ComputationGraph, node
 from .ids import GraphId
-from .layers import ArchLayer, ArchPlan
+from .layers import BN_BWD_SCRATCH, BN_FWD_SCRATCH, ArchLayer, ArchPlan
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ class _Emitter:
     def tid(self, name: str, data: int) -> int:
         return data if name == "input" else self.ids[name]
 
+    def scratch(self, layer: str, roles: tuple[str, ...]) -> tuple[str, ...]:
+        """Those of a kernel's scratch roles the tensor table planned for this layer."""
+        return tuple(r for r in roles if f"{layer}.{r}" in self.ids)
+
     def weight(self, layer: ArchLayer, role: str, ema: bool) -> int:
         return self.ids[f"{layer.name}.{role}" + ("@ema" if ema else "")]
 
@@ -64,8 +68,10 @@ class _Emitter:
             if training:
                 g.append(gid, node("bn_fwd", [x, ids[f"{layer.name}.weight"], ids[f"{layer.name}.bias"]],
                                    [y, ids[f"{layer.name}.mean"], ids[f"{layer.name}.invstd"],
-                                    ids[f"{layer.name}.running_mean"], ids[f"{layer.name}.running_var"]],
-                                   layer.name, momentum=p["momentum"], eps=p["eps"], act=p["act"]))
+                                    ids[f"{layer.name}.running_mean"], ids[f"{layer.name}.running_var"]]
+                                   + [ids[f"{layer.name}.{r}"] for r in BN_FWD_SCRATCH],
+                                   layer.name, momentum=p["momentum"], eps=p["eps"], act=p["act"],
+                                   scratch=BN_FWD_SCRATCH))
             else:
                 sfx = "@ema" if ema else ""
                 g.append(gid, node("bn_inf", [x, ids[f"{layer.name}.eq_scale{sfx}"], ids[f"{layer.name}.eq_bias{sfx}"]],
@@ -120,20 +126,24 @@ class _Emitter:
         if k == "fc":
             outs = [ids[f"{layer.name}.weight@grad"]] + ([ids[f"{layer.name}.bias@grad"]] if p["bias"] else [])
             outs += [dx] if dx is not None else []
-            g.append(gid, node("fc_bwd", [dy, x, ids[f"{layer.name}.weight"], y, ids["ones"]], outs, layer.name,
-                               act=p["act"], slope=p["slope"], bias=p["bias"], need_dx=dx is not None))
+            scratch = self.scratch(layer.name, ("bias_partials",) if p["bias"] else ())
+            g.append(gid, node("fc_bwd", [dy, x, ids[f"{layer.name}.weight"], y, ids["ones"]],
+                               outs + [ids[f"{layer.name}.{r}"] for r in scratch], layer.name, act=p["act"],
+                               slope=p["slope"], bias=p["bias"], need_dx=dx is not None, scratch=scratch))
         elif k == "conv":
             outs = [ids[f"{layer.name}.weight@grad"]] + ([ids[f"{layer.name}.bias@grad"]] if p["bias"] else [])
             if dx is not None:
                 outs += [dx, ids[f"{layer.name}.dcols"]]
-            g.append(gid, node("conv_bwd", [dy, x, ids[f"{layer.name}.weight"], ids[f"{layer.name}.cols"], y], outs,
-                               layer.name, k=p["k"], s=p["s"], p=p["p"], bias=p["bias"], act=p["act"],
-                               need_dx=dx is not None))
+            scratch = self.scratch(layer.name, ("bias_partials", "dw_partials"))
+            g.append(gid, node("conv_bwd", [dy, x, ids[f"{layer.name}.weight"], ids[f"{layer.name}.cols"], y],
+                               outs + [ids[f"{layer.name}.{r}"] for r in scratch], layer.name, k=p["k"], s=p["s"],
+                               p=p["p"], bias=p["bias"], act=p["act"], need_dx=dx is not None, scratch=scratch))
         elif k == "bn":
             g.append(gid, node("bn_bwd", [dy, x, y, ids[f"{layer.name}.weight"], ids[f"{layer.name}.mean"],
                                           ids[f"{layer.name}.invstd"]],
-                               [dx, ids[f"{layer.name}.weight@grad"], ids[f"{layer.name}.bias@grad"]], layer.name,
-                               act=p["act"]))
+                               [dx, ids[f"{layer.name}.weight@grad"], ids[f"{layer.name}.bias@grad"]]
+                               + [ids[f"{layer.name}.{r}"] for r in BN_BWD_SCRATCH], layer.name,
+                               act=p["act"], scratch=BN_BWD_SCRATCH))
         elif dx is None:
             return  # a parameter-free first layer has nothing to compute backwards
         elif k == "act":
@@ -168,8 +178,13 @@ def _transfer(g: ComputationGraph, ids: dict[str, int], ab: str, source: str, op
     if not opts.image:
         g.append(gid, node("transfer", [ids["cursor"]], [data, label], "data", source=source))
         return
-    op = "transfer_image_async" if opts.prefetch else "transfer_image"
-    g.append(gid, node(op, [ids["cursor"], ids["aug.offset"]], [data, label], "data", source=source,
+    if opts.prefetch:  # the claimed batch's (start, aug_base), kept for the background gather
+        g.append(gid, node("transfer_image_async", [ids["cursor"], ids["aug.offset"]],
+                           [data, label, ids[f"I_{ab}.claim"]], "data", source=source,
+                           crop_pad=opts.crop_pad if augment else 0, flip=opts.flip if augment else False,
+                           scratch=("claim",)))
+        return
+    g.append(gid, node("transfer_image", [ids["cursor"], ids["aug.offset"]], [data, label], "data", source=source,
                        crop_pad=opts.crop_pad if augment else 0, flip=opts.flip if augment else False))
 
 
@@ -220,8 +235,9 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
         g.append(GraphId.ZERO_GRAD, node("zero_range", [], [], "grads", first=g_range[0], last=g_range[1]))
     if opts.nan_check:
         g.append(GraphId.CAST_AND_CHECK, node("nan_check", [ids["result"], ids["step"]],
-                                              [ids["nan.flag"], ids["nan.skipped"]], "grads", policy=opts.nan_policy,
-                                              first=g_range[0], last=g_range[1]))
+                                              [ids["nan.flag"], ids["nan.skipped"], ids["nan.partials"]], "grads",
+                                              policy=opts.nan_policy, first=g_range[0], last=g_range[1],
+                                              scratch=("partials",)))
     if opts.clip_norm is not None:
         g.append(GraphId.CAST_AND_CHECK, node("clip_grad_norm", [ids["nan.flag"]],
                                               [ids["clip.norm"], ids["clip.partials"]], "grads",

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import PlanError
 from ..kernels.base import registrar
 from ..kernels.operands import (bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_geometry,
-                                pool_geometry, relu_code, rows)
+                                pool_geometry, relu_code, rows, split_scratch)
 from ..kernels.transfer import transfer_image as cpu_transfer_image
 from .base import GpuBindEnv, Launch, launch_grid, launch_single, sequence
 
@@ -214,7 +214,7 @@ def transfer_image(outs, ins, p, env):
     graph launch: same rows, same resize, same Philox crops and flips), then in the graph the
     copies up and the device cursor's advance."""
     cursor = ins[0]
-    x_out, y_out = outs
+    x_out, y_out = split_scratch(outs, p)[0]  # the CPU's prefetch claim tensor is not used here
     if env.cpu_env is None or p.get("source") not in env.cpu_env.sources:
         def missing(stream: Any) -> None:
             raise PlanError(f"transfer_image: no {p.get('source')!r} data was given to the task. Fix: pass "
@@ -223,7 +223,8 @@ def transfer_image(outs, ins, p, env):
         return missing
     sx, sy = env.pinned(x_out.shape, np.float32), env.pinned(y_out.shape, np.int32)
     host_ins = [env.host_twin(v) for v in ins]
-    gather = cpu_transfer_image([sx, sy], host_ins, p, env.cpu_env)
+    host_p = {k: v for k, v in p.items() if k != "scratch"}  # the staging buffers carry no claim tensor
+    gather = cpu_transfer_image([sx, sy], host_ins, host_p, env.cpu_env)
     launch = sequence(env.ops.h2d(x_out, sx), env.ops.h2d(y_out, sy),
                       launch_single(env, "rnb_advance", cursor, np.int64(y_out.shape[0])))
     launch.prepare = gather  # type: ignore[attr-defined]

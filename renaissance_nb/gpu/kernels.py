@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import DeviceError, PlanError
 from ..kernels.base import join_tables, registrar
 from ..kernels.fused import gather_batch
-from ..kernels.operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges
+from ..kernels.operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges, split_scratch
 from ..kernels.status import status_error
 from ..memory.dtensor import span_bytes
 from ..train.rng import StreamId
@@ -272,7 +272,7 @@ def zero_range(outs, ins, p, env):
 def nan_check(outs, ins, p, env):
     """Probe every gradient, then fold in the loss: flag 1 = skip this update, 2 = halted (policy raise)."""
     result, _step = ins
-    flag, skipped = outs
+    flag, skipped = split_scratch(outs, p)[0]  # the CPU's probe partials are not used here
     grads = env.range_view(p["first"], p["last"], "float32")
     policy = 1 if p.get("policy", "raise") == "skip" else 0
     return sequence(launch_grid(env, "rnb_nonfinite_probe", grads.size, grads, _i64(grads.size), flag),

@@ -17,6 +17,16 @@ EMPTY_F32 = np.zeros(0, np.float32)
 EMPTY_F32_2D = np.zeros((0, 0), np.float32)
 
 
+@dataclass(frozen=True)
+class BindBuffer:
+    """A buffer a kernel allocated at bind time outside the arena: what it is for, its size."""
+
+    what: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
 @dataclass
 class BindEnv:
     """What kernels may need besides their tensors: data sources, ranges, the seed."""
@@ -27,9 +37,20 @@ class BindEnv:
     range_view: Callable[[str, str, str], np.ndarray] | None = None
     locate: Callable[[str, int], str] | None = None
     batch: int = 0
+    outside_arena: list[BindBuffer] = field(default_factory=list)
     comm: Any = None  # an mpi4py communicator on a distributed task (kernels/comm.py), else None
     rank: int = 0
     ranks: int = 1
+
+    def scratch(self, what: str, shape: tuple[int, ...], dtype: object) -> np.ndarray:
+        """A kernel's working buffer for a node whose graph gives it none (a hand-built graph):
+        allocated once, here at bind time, outside the arena, and listed in ``outside_arena``
+        so the runner can say so. The compiler's graphs give every kernel its scratch as arena
+        tensors, so a compiled task lists none."""
+        buf = np.zeros(shape, dtype)
+        if buf.nbytes:
+            self.outside_arena.append(BindBuffer(what, tuple(buf.shape), buf.dtype.name, buf.nbytes))
+        return buf
 
 
 F = TypeVar("F", bound=Callable[..., object])

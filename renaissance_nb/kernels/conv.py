@@ -37,10 +37,10 @@ output's own), first max in row-major window order, NaN propagating, as PyTorch.
 
 Closures allocate nothing: GEMMs write into arena views (kernels/blas.py),
 the rest are numba loops. Batch-norm statistics and bias/BN reductions accumulate
-in float64; the few per-channel accumulators they need (at most 3*C values, and 16*C
-for the threaded batch-norm sums of kernels/conv_par.py) are allocated once at bind time,
-never per step. Where the products run on numba's threads (kernels/blas.py), im2col,
-col2im, pooling and batch norm are bound to their conv_par.py variants, which split the
+in float64; the per-channel accumulators they need (the sums, PAR_CHUNKS + 1 rows of 2*C, and the
+coefficients) are the layer's scratch tensors in the arena (compiler/layers.py BN_SCRATCH),
+never allocated per step; a hand-built node without them gets buffers the bind environment
+lists. Where the products run on numba's threads (kernels/blas.py), im2col, col2im, pooling and batch norm are bound to their conv_par.py variants, which split the
 same loops by images or rows.
 """
 from __future__ import annotations
@@ -49,15 +49,15 @@ import numpy as np
 
 from ..errors import PlanError
 from . import conv_par, conv_tiled, fused
-from .base import EMPTY_F32, Factory, Kernel, registrar
+from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
 from .blas import THREADED, gemm
 from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train_bwd_, bn_train_fwd_, col2im_,
                          gap_bwd_, gap_fwd_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
                          maxpool_fwd_)
 from .conv_loops import bn_grad_sums_, bn_shifted_sums_  # noqa: F401 - tests reach every loop through conv
 from .operands import (bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_geometry,
-                       pool_geometry, relu_code, rows)
-from .passes import act_grad_colsum_pass, bias_act_pass
+                       pool_geometry, relu_code, rows, split_scratch)
+from .passes import act_grad_colsum_pass, bias_act_pass, bias_partials
 
 CONV_KERNELS: dict[str, Factory] = {}
 """This module's kernels: conv, batch norm, pooling, global average pooling."""
@@ -168,12 +168,18 @@ def conv_bwd(outs, ins, p, env):
     k, s, pad, act, dy2, y2, cols, wmat, dw2, db, dx2, dcols = (o.k, o.s, o.pad, o.act, o.dy2, o.y2, o.cols,
                                                                  o.wmat, o.dw2, o.db, o.dx2, o.dcols)
     dx3 = o.dx.reshape(n, h, wd * cin) if dcols is not None else None
-    pre = act_grad_colsum_pass(dy2, y2, act, 0.0, db) if (act or db is not None) else (lambda: None)
+    scratch = split_scratch(outs, p)[1]
+    parts = bias_partials(scratch, db, env, "conv_bwd")
+    pre = act_grad_colsum_pass(dy2, y2, act, 0.0, db, parts) if (act or db is not None) else (lambda: None)
     x, w = ins[1], ins[2]
     remake: Kernel = lambda: None  # noqa: E731
     if conv_tiled.applies(x, w, cols, k, s, pad):  # the forward ran by tiles: cols holds its scratch
         if all(a is None or a.flags.c_contiguous for a in (dy2, o.dx, dcols)):
-            grads = conv_tiled.bind_bwd(x, dy2, w, dw2, cols, o.dx, dcols, k, s, pad, ho, wo)
+            dw_parts = scratch.get("dw_partials")
+            if dw_parts is None:  # a hand-built graph: one partial per other thread, outside the arena
+                dw_parts = env.scratch("conv_bwd: tiled weight-gradient partials",
+                                       (conv_tiled.max_threads(x.shape[0]) - 1, cout, k * k * cin), np.float32)
+            grads = conv_tiled.bind_bwd(x, dy2, w, dw2, cols, o.dx, dcols, k, s, pad, ho, wo, dw_parts)
 
             def run_tiled() -> None:
                 pre()
@@ -198,15 +204,38 @@ def conv_bwd(outs, ins, p, env):
 
 
 # ---- batch norm ------------------------------------------------------------------------------
+def _bn_sums(scratch: dict[str, np.ndarray], role: str, c: int, env: BindEnv) -> tuple[np.ndarray, np.ndarray]:
+    """(totals (2, C), block partials (PAR_CHUNKS, 2, C)) of a batch norm's float64 sums: rows 0 and
+    1.. of its planned (PAR_CHUNKS + 1, 2, C) scratch tensor (a buffer outside the arena for a
+    hand-built node that has none)."""
+    shape = (fused.PAR_CHUNKS + 1, 2, c)
+    buf = scratch.get(role)
+    if buf is None:
+        buf = env.scratch(f"batch norm {role}", shape, np.float64)
+    if buf.shape != shape or buf.dtype != np.float64:
+        raise PlanError(f"batch norm: scratch {role!r} has shape {buf.shape} ({buf.dtype}), expected {shape} float64.")
+    return buf[0], buf[1:]
+
+
+def _bn_coef(scratch: dict[str, np.ndarray], role: str, shape: tuple[int, int], dtype: np.dtype,
+             env: BindEnv) -> np.ndarray:
+    """A batch norm's per-channel coefficients (scale and shift forward, dx's three backward)."""
+    buf = scratch.get(role)
+    if buf is None:
+        buf = env.scratch(f"batch norm {role}", shape, dtype)
+    if buf.shape != shape or buf.dtype != dtype:
+        raise PlanError(f"batch norm: scratch {role!r} has shape {buf.shape} ({buf.dtype}), expected {shape} {dtype}.")
+    return buf
+
+
 @kernel("bn_fwd")
 def bn_fwd(outs, ins, p, env):
     """Training batch norm: batch statistics (float64), running stats as PyTorch, y = act(xhat*g + b)."""
     x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act = bn_fwd_operands(outs, ins, p)
-    c = x2.shape[1]
-    acc = np.zeros((2, c), np.float64)  # bind-time scratch: shifted sums
-    aff = np.zeros((2, c), x2.dtype)    # bind-time scratch: per-channel scale and shift
+    acc, parts = _bn_sums(split_scratch(outs, p)[1], "stat_sums", x2.shape[1], env)
+    aff = _bn_coef(split_scratch(outs, p)[1], "affine", (2, x2.shape[1]), x2.dtype, env)
     if THREADED:
-        parts, fp = np.zeros((fused.PAR_CHUNKS, 2, c), np.float64), conv_par.bn_train_fwd_par_
+        fp = conv_par.bn_train_fwd_par_
         return lambda: fp(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff, parts)
     f = bn_train_fwd_
     return lambda: f(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff)
@@ -215,11 +244,10 @@ def bn_fwd(outs, ins, p, env):
 @kernel("bn_bwd")
 def bn_bwd(outs, ins, p, env):
     dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act = bn_bwd_operands(outs, ins, p)
-    c = x2.shape[1]
-    acc = np.zeros((2, c), np.float64)
-    aff = np.zeros((3, c), np.float64)
+    acc, parts = _bn_sums(split_scratch(outs, p)[1], "grad_sums", x2.shape[1], env)
+    aff = _bn_coef(split_scratch(outs, p)[1], "grad_coef", (3, x2.shape[1]), np.dtype(np.float64), env)
     if THREADED:
-        parts, fp = np.zeros((fused.PAR_CHUNKS, 2, c), np.float64), conv_par.bn_train_bwd_par_
+        fp = conv_par.bn_train_bwd_par_
         return lambda: fp(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts)
     f = bn_train_bwd_
     return lambda: f(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff)

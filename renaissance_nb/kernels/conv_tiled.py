@@ -12,8 +12,8 @@ and used while they sit in L2:
   add dy_tile^T cols_tile into the thread's own dW partial (sgemm with beta 1), and for
   dx: dcols_tile = dy_tile W, scattered by col2im into the tile's images at once.
 
-Thread 0 sums into dW itself and the others into bind-time partials (cout x k*k*Cin floats
-each), added in thread order, so a machine and thread count give the same bytes every step;
+Thread 0 sums into dW itself and the others into partials (cout x k*k*Cin floats each, the
+layer's ``dw_partials`` arena tensor), added in thread order, so a machine and thread count give the same bytes every step;
 dW differs from one whole product in float32 rounding only, as the GEMM bands of
 kernels/blas.py do. Measured on the conv net's two deep layers (batch 128,
 caches evicted between runs, 2-core Xeon VM): the forward took 6.0 and 4.8 ms against 9.2
@@ -34,6 +34,7 @@ from typing import Callable
 import numba
 import numpy as np
 
+from ..errors import PlanError
 from . import blas
 from .blas import NO_TRANS, TRANS, sgemm_at
 from .conv_loops import col2im_, im2col_
@@ -55,11 +56,16 @@ def applies(x: np.ndarray, w: np.ndarray, cols: np.ndarray | None, k: int, s: in
     return all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in (x, w, cols))
 
 
-def plan_tiles(n: int, rows_per_image: int, width: int) -> tuple[int, int]:
+def max_threads(n: int) -> int:
+    """The threads a tiled convolution of n images uses at most here: numba's, one per image."""
+    return max(1, min(numba.get_num_threads(), n))
+
+
+def plan_tiles(n: int, rows_per_image: int, width: int, most: int | None = None) -> tuple[int, int]:
     """(threads, images per tile): one block of images per numba thread (at most one thread per
-    image), tiles of about TILE_BYTES of columns; threads * tile <= n, so the tiles' buffers
-    fit in the first rows of the (n * rows_per_image, width) columns region."""
-    threads = max(1, min(numba.get_num_threads(), n))
+    image, and at most ``most``), tiles of about TILE_BYTES of columns; threads * tile <= n, so
+    the tiles' buffers fit in the first rows of the (n * rows_per_image, width) columns region."""
+    threads = min(max_threads(n), most if most is not None else n)
     tile = max(1, min(n // threads, TILE_BYTES // max(1, rows_per_image * width * 4)))
     return threads, tile
 
@@ -154,12 +160,17 @@ def bind_fwd(x: np.ndarray, w: np.ndarray, y: np.ndarray, cols: np.ndarray, b: n
 
 def bind_bwd(x: np.ndarray, dy2: np.ndarray, w: np.ndarray, dw: np.ndarray, cols: np.ndarray,
              dx: np.ndarray | None, dcols: np.ndarray | None, k: int, s: int, pad: int, ho: int,
-             wo: int) -> Callable[[], None]:
-    """The tiled weight and input gradients of one conv_bwd node (after its pre-pass on dy)."""
+             wo: int, partials: np.ndarray) -> Callable[[], None]:
+    """The tiled weight and input gradients of one conv_bwd node (after its pre-pass on dy).
+    ``partials`` (P, Cout, k*k*Cin) float32 holds the dW partials of threads 1..P: the layer's
+    ``dw_partials`` arena tensor, so this runs on at most P + 1 threads."""
     n, h, wd, cin = x.shape
     cout = w.shape[0]
     kk = k * k * cin
-    threads, tile = plan_tiles(n, ho * wo, kk)
+    if partials.ndim != 3 or partials.shape[1:] != (cout, kk) or partials.dtype != np.float32:
+        raise PlanError(f"conv_bwd: the weight-gradient partials have shape {partials.shape} ({partials.dtype}), "
+                        f"expected (P, {cout}, {kk}) float32. Fix: plan them with the layer's tensors.")
+    threads, tile = plan_tiles(n, ho * wo, kk, partials.shape[0] + 1)
     size = threads * tile * ho * wo * kk
     scratch = cols.reshape(-1)[:size].reshape(threads, tile * ho * wo, kk)
     if dx is not None and dcols is not None:
@@ -167,7 +178,7 @@ def bind_bwd(x: np.ndarray, dy2: np.ndarray, w: np.ndarray, dw: np.ndarray, cols
         dx3 = dx.reshape(n, h, wd * cin)
     else:
         dscratch, dx3 = scratch[:0], np.zeros((0, 1, 1), np.float32)
-    parts = np.zeros((threads - 1, cout, kk), np.float32)  # bind-time scratch: the other threads' dW partials
+    parts = partials[:threads - 1]  # the other threads' dW partials
     x3, w2, dw2 = x.reshape(n, h, wd * cin), w.reshape(cout, kk), dw.reshape(cout, kk)
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, conv_bwd_tiles_

@@ -25,8 +25,8 @@ from .base import EMPTY_F32, EMPTY_F32_2D, Factory, join_tables, registrar
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
 from .conv import CONV_KERNELS
-from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges
-from .passes import act_grad_colsum_pass, bias_act_pass
+from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges, split_scratch
+from .passes import act_grad_colsum_pass, bias_act_pass, bias_partials
 from .status import status_error
 from .transfer import TRANSFER_KERNELS
 
@@ -63,7 +63,8 @@ def fc_bwd(outs, ins, p, env):
     (The graph's ones vector is the GPU's GEMV operand; the CPU sums in the pass instead.)"""
     dy, x, w, y, ones, dw, db, dx = fc_bwd_operands(outs, ins, p)
     act = ACT_CODES[p["act"]]
-    pre = act_grad_colsum_pass(dy, y, act, float(p["slope"]), db) if (act or db is not None) else None
+    parts = bias_partials(split_scratch(outs, p)[1], db, env, "fc_bwd")
+    pre = act_grad_colsum_pass(dy, y, act, float(p["slope"]), db, parts) if (act or db is not None) else None
     # dW and dx are equal work: side by side, one whole sgemm per thread (7% faster at batch 32)
     grads = blas.gemm_pair((dy.T, x, dw), (dy, w, dx)) if dx is not None else blas.gemm(dy.T, x, dw)
     if pre is None:
@@ -245,11 +246,15 @@ def nan_check(outs, ins, p, env):
     "skip": raise the flag so the optimizer skips this update, and count it.
     """
     result, step = ins
-    flag, skipped = outs
+    (flag, skipped), scratch = split_scratch(outs, p)
     grads = env.range_view(p["first"], p["last"], "float32")
     base_first, policy = p["first"], p.get("policy", "raise")
     find = fused.all_finite
-    probe = fused.nonfinite_probe_par if blas.THREADED else fused.nonfinite_probe
+    parts = scratch.get("partials")
+    if parts is None:  # a hand-built node without its partials tensor
+        parts = env.scratch("nan_check: probe partials", (fused.PAR_CHUNKS,), np.float32)
+    par, serial = fused.nonfinite_probe_par, fused.nonfinite_probe
+    probe = (lambda g: par(g, parts)) if blas.THREADED else serial
     locate = env.locate
 
     def run() -> None:

@@ -619,12 +619,16 @@ def nonfinite_probe(x):
 
 
 @par
-def nonfinite_probe_par(x):
-    """nonfinite_probe over PAR_CHUNKS chunks on numba's threads (the same answer: 0 or NaN)."""
-    s = np.float32(0.0)
+def nonfinite_probe_par(x, parts):
+    """nonfinite_probe over PAR_CHUNKS chunks on numba's threads (the same answer: 0 or NaN), each
+    chunk's into parts[c] (PAR_CHUNKS float32): a prange reduction would allocate its per-thread
+    array on every call."""
     for c in numba.prange(PAR_CHUNKS):
         lo, hi = chunk(x.shape[0], c)
-        s += nonfinite_probe(x[lo:hi])
+        parts[c] = nonfinite_probe(x[lo:hi])
+    s = np.float32(0.0)
+    for c in range(PAR_CHUNKS):
+        s += parts[c]
     return s
 
 

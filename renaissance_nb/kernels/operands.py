@@ -131,6 +131,19 @@ def operand_problem(op: str, ins: Sequence[Shape], outs: Sequence[Shape], p: dic
 
 
 # ---- operand unpacking shared by the CPU and GPU kernel tables ------------------------------------
+def split_scratch(outs: Sequence[Any], p: dict) -> tuple[list[Any], dict[str, Any]]:
+    """A node's outputs without its trailing scratch tensors, and the scratch by role. The
+    compiler lists the arena tensors a kernel works in (partial sums, per-channel coefficients)
+    as the node's last outputs and names their roles in ``p["scratch"]``, so they are planned,
+    placed and shown like any tensor; a backend that needs no scratch ignores them."""
+    roles = tuple(p.get("scratch", ()))
+    if not roles:
+        return list(outs), {}
+    if len(outs) < len(roles):
+        raise PlanError(f"node: scratch roles {roles} name more tensors than the node's {len(outs)} outputs.")
+    return list(outs[:len(outs) - len(roles)]), dict(zip(roles, outs[len(outs) - len(roles):]))
+
+
 def flat2d(a: Any) -> Any:
     """(N, ...) -> (N, rest), a view (NumPy or CuPy)."""
     return a.reshape(a.shape[0], -1)
@@ -204,6 +217,7 @@ class ConvBwd(NamedTuple):
 def conv_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> ConvBwd:
     k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
     dy, x, w = ins[0], ins[1], ins[2]
+    outs = split_scratch(outs, p)[0]
     cols = ins[3] if len(ins) > 3 else None
     y = ins[4] if len(ins) > 4 else None
     act = relu_code("conv_bwd", p)
@@ -245,7 +259,7 @@ def bn_fwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
     """(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act) of a bn_fwd node, checked,
     x and y as (rows, C) (shared by the CPU and GPU tables)."""
     x, gamma, beta = ins
-    y, mean, invstd, rmean, rvar = outs
+    y, mean, invstd, rmean, rvar = split_scratch(outs, p)[0]
     check_shape("bn_fwd", "y", y.shape, x.shape)
     c = x.shape[-1]
     for name, a in (("gamma", gamma), ("beta", beta), ("mean", mean), ("invstd", invstd),
@@ -262,7 +276,7 @@ def bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
     """(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act) of a bn_bwd node, checked, feature maps
     as (rows, C); y2 is x2 without a fused ReLU (shared by the CPU and GPU tables)."""
     dy, x, y, gamma, mean, invstd = ins
-    dx, dgamma, dbeta = outs
+    dx, dgamma, dbeta = split_scratch(outs, p)[0]
     check_shape("bn_bwd", "dx", dx.shape, x.shape)
     check_shape("bn_bwd", "dy", dy.shape, x.shape)
     act = relu_code("bn_bwd", p)
@@ -274,7 +288,7 @@ def fc_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
     """(dy, x, w, y, ones, dW, db or None, dx or None) of an fc_bwd node, x and dx flattened to 2-D
     (shared by the CPU and GPU kernel tables)."""
     dy, x, w, y, ones = ins
-    outs = list(outs)
+    outs = split_scratch(outs, p)[0]
     dw = outs.pop(0)
     db = outs.pop(0) if p["bias"] else None
     dx = flat2d(outs.pop(0)) if p["need_dx"] else None

@@ -45,6 +45,7 @@ from ..errors import PlanError, bad_argument
 from ..train.rng import StreamId
 from .augment import claim_batch, transfer_images_claimed, transfer_images_step
 from .base import BindEnv, Factory, registrar
+from .operands import split_scratch
 from .status import status_error
 
 __all__ = ["Prefetcher", "TransferSlot", "buffer_slot", "prefetcher_for"]
@@ -249,6 +250,7 @@ def _check_source(where: str, source: str, cursor: Any, aug_offset: Any, xs: Any
 def _bind_args(outs, ins, p: dict, env: BindEnv) -> dict[str, Any] | str:
     """Validate a transfer_image node and precompute the kernel's arguments (or the missing source name)."""
     where = "transfer_image"
+    outs, scratch = split_scratch(outs, p)
     if len(ins) not in (1, 2) or len(outs) != 2:
         raise PlanError(f"{where}: expected ins [cursor, aug_offset] and outs [x_out, y_out]; got "
                         f"{len(ins)} ins and {len(outs)} outs. Fix: emit the node with those tensors.")
@@ -311,7 +313,7 @@ def _bind_args(outs, ins, p: dict, env: BindEnv) -> dict[str, Any] | str:
         data=(xs, ys, perm, x4, y_out),
         rng=(seed & _MASK32, (seed >> 32) & _MASK32, int(StreamId.AUGMENT), pad, int(bool(flip)), float(fill)),
         tables=(yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, int(resize)),
-        x_out=x_out,
+        x_out=x_out, claim=scratch.get("claim"),
     )
 
 
@@ -352,7 +354,12 @@ def transfer_image_async(outs, ins, p, env):
     k0, k1, stream, pad, flip, fill = a["rng"]
     yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize = a["tables"]
     claim, gather = claim_batch, transfer_images_claimed
-    state = np.zeros(2, np.int64)  # (start, aug_base) of the claimed batch; owned by this closure
+    state = a["claim"]  # (start, aug_base) of the claimed batch: the buffer's I_*.claim arena tensor
+    if state is None:  # a hand-built node without one
+        state = env.scratch("transfer_image_async: claimed batch", (2,), np.int64)
+    elif state.shape != (2,) or state.dtype != np.int64:
+        raise PlanError(f"transfer_image_async: the claim tensor has shape {state.shape} ({state.dtype}), "
+                        "expected (2,) int64.")
     slot = buffer_slot(a["x_out"])
     pf = prefetcher_for(env)
     submit = pf.submit

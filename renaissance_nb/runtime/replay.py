@@ -17,6 +17,7 @@ import numpy as np
 from ..compiler.atlas import ACCUM_ID, GraphAtlas
 from ..compiler.stages import STEP_ORDER_A, CompiledPlan, swap_ab
 from ..compiler.ids import GraphId
+from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
 from .arena import Arena
 from .bind import BoundGraph, bind
@@ -150,12 +151,16 @@ class Executor(StepPrograms):
         self.views = {v: arena.views(p) for v, p in compiled.plans.items()}
         graphs = {"train": compiled.graphs.train, "inference": compiled.graphs.inference}
         self.bound: list[BoundGraph] = []
+        self.outside_arena: list[tuple[str, BindBuffer]] = []
+        """(bound graph, buffer) for each buffer a kernel allocated at bind time outside the arena."""
         for key in self.atlas.captures:
             spec = compiled.shapes.specs[key.variant]
             benv = replace(env, batch=spec.batch)
             nodes = graphs[key.graph].nodes(key.gid)
             name = f"{key.graph}/{key.gid.name}/s{key.shape_id}"
             self.bound.append(bind(name, nodes, self.views[key.variant], benv))
+            listed = {id(b) for _, b in self.outside_arena}  # benv may share env's list
+            self.outside_arena += [(name, b) for b in benv.outside_arena if id(b) not in listed]
 
     def kernels(self, variant: str, gid: GraphId) -> Program:
         """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""

@@ -19,6 +19,7 @@ from ..compiler.stages import CompiledPlan
 from ..config import TaskConfig
 from ..errors import ConfigError, DeviceError
 from ..kernels import blas
+from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
 from ..mpi import World, world
 from ..train.rng import Philox, StreamId
@@ -110,6 +111,11 @@ class Runner:
     def view(self, name: str, variant: str = "train_base") -> np.ndarray:
         """The host view of a tensor (the canonical copy between runs)."""
         return self.executor.view(variant, name)
+
+    def bind_buffers(self) -> list[tuple[str, BindBuffer]]:
+        """(bound graph, buffer) for each buffer a kernel allocated at bind time outside the arena:
+        none for a compiled task (its kernels' scratch are arena tensors); hand-built nodes' show here."""
+        return list(self.executor.outside_arena)
 
     @property
     def perms(self) -> dict[str, np.ndarray]:

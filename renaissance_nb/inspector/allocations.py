@@ -1,0 +1,192 @@
+"""What a replayed training step allocates: numba runtime (NRT) allocations and Python's.
+
+Why: "no allocation per step" is a claim of the product, so it is measured, not assumed. A
+replayed step is ``for kernel in program: kernel()``; every buffer a kernel writes is an arena
+view bound once (runtime/bind.py). What remains is numba's calling convention: a jitted function
+called from Python with a NumPy array boxes it into a native array struct whose ``meminfo`` is
+a small NRT record (``NRT_meminfo_new_from_pyobject``, one ``NRT_Allocate`` of about 50 bytes,
+freed when the call returns). So a step's NRT allocation count equals the number of array
+arguments its kernels hand to numba, all freed within the call; ``audit_allocations`` counts
+both and the net growth of each, and tracemalloc's (NRT allocates through PyMem_RawMalloc,
+which tracemalloc traces, so its net growth covers numba's buffers too).
+
+NRT counts only while numba's statistics are on: ``NUMBA_NRT_STATS=1`` before numba loads, or
+``enable_nrt_stats()`` here (the counters then start from that moment).
+"""
+from __future__ import annotations
+
+import contextlib
+import tracemalloc
+import types
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import numpy as np
+
+from ..runtime.replay import EpochSchedule, batch_variants
+from ..text import plural
+
+if TYPE_CHECKING:
+    from ..runtime.runner import Runner
+
+
+def enable_nrt_stats() -> bool:
+    """Turn numba's allocation counters on (a no-op when NUMBA_NRT_STATS=1 did); whether they count."""
+    from numba.core.runtime import _nrt_python
+    _nrt_python.memsys_enable_stats()
+    return bool(_nrt_python.memsys_stats_enabled())
+
+
+def nrt_counts() -> tuple[int, int]:
+    """(allocations, frees) numba's runtime has counted so far."""
+    from numba.core.runtime import rtsys
+    s = rtsys.get_allocation_stats()
+    return int(s.alloc), int(s.free)
+
+
+@dataclass(frozen=True)
+class StepAllocations:
+    """Allocations of ``steps`` replayed training steps after a warm-up pass."""
+
+    steps: int
+    nrt_allocs: int
+    nrt_frees: int
+    array_arguments: int
+    python_growth: int
+    per_kernel: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def nrt_net(self) -> int:
+        """NRT allocations not freed by the end (0: nothing held)."""
+        return self.nrt_allocs - self.nrt_frees
+
+    @property
+    def only_argument_records(self) -> bool:
+        """Every NRT allocation was the record of an array argument (no kernel allocated a buffer)."""
+        return self.nrt_allocs == self.array_arguments
+
+    def summary(self) -> str:
+        per = self.nrt_allocs / self.steps if self.steps else 0.0
+        what = ("all of them the records of array arguments, freed as each call returns"
+                if self.only_argument_records else f"{self.array_arguments} of them records of array arguments")
+        return (f"{plural(self.steps, 'step')}: {self.nrt_allocs} numba allocations ({per:.1f} per step), {what}; "
+                f"{self.nrt_net} held at the end; Python's traced memory grew by {self.python_growth} bytes")
+
+    def __repr__(self) -> str:
+        return f"<StepAllocations {self.summary()}>"
+
+
+def _dispatcher_type() -> type:
+    from numba.core.dispatcher import Dispatcher
+    return Dispatcher
+
+
+def _numba_cells(fn: Any, seen: set[int]) -> Iterator[Any]:
+    """Closure cells (recursively through nested closures) that hold numba dispatchers."""
+    if id(fn) in seen:
+        return
+    seen.add(id(fn))
+    dispatcher = _dispatcher_type()
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, dispatcher):
+            yield cell
+        elif isinstance(value, types.FunctionType):
+            yield from _numba_cells(value, seen)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, types.FunctionType):
+                    yield from _numba_cells(item, seen)
+
+
+@contextlib.contextmanager
+def counting_array_arguments(kernels: list[Callable[[], None]]) -> Iterator[list[int]]:
+    """While open, the numba functions the kernels call from Python count the NumPy arrays they are
+    handed (into the yielded one-item list); the kernels are restored afterwards."""
+    counter = [0]
+    cells, seen = [], set()
+    for k in kernels:
+        cells += list(_numba_cells(k, seen))
+    originals = [c.cell_contents for c in cells]
+
+    def counted(f: Any) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            counter[0] += sum(1 for a in args if isinstance(a, np.ndarray))
+            return f(*args)
+        return call
+    try:
+        for c, f in zip(cells, originals):
+            c.cell_contents = counted(f)
+        yield counter
+    finally:
+        for c, f in zip(cells, originals):
+            c.cell_contents = f
+
+
+def training_pass(runner: "Runner") -> tuple[EpochSchedule, Callable[[], None]]:
+    """The runner's training epoch as step programs, and a zero-allocation replay of it (cursor reset)."""
+    ex, config = runner.executor, runner.config
+    assert config.data is not None
+    variants = batch_variants(len(config.data.train), config.local_batch, "train_base", "train_last")
+    sched = ex.train_schedule(variants)
+    cursor = ex.view("train_base", "cursor")
+
+    def replay() -> None:
+        cursor[0] = 0
+        sched.replay()
+    return sched, replay
+
+
+def audit_allocations(runner: "Runner", steps: int = 100) -> StepAllocations:
+    """Replay whole training epochs of a compiled CPU task (one to warm up, then enough for ``steps``
+    steps) and count what they allocate: NRT allocations and frees, the array arguments handed to
+    numba, and the growth of Python's traced memory. The weights train on: use a throwaway task."""
+    from ..kernels.blas import own_cores
+    enable_nrt_stats()
+    sched, replay = training_pass(runner)
+    passes = -(-steps // sched.batches)
+
+    def run() -> None:
+        for _ in range(passes):
+            replay()
+    with own_cores():
+        replay()  # warm-up: compiles, fills caches
+        a0, f0 = nrt_counts()
+        run()
+        a1, f1 = nrt_counts()
+        growth = _traced_growth(run) - _traced_growth(lambda: None)
+        kernels = list(sched.prologue) + [k for prog in sched.steps for k in prog]
+        with counting_array_arguments(kernels) as counter:
+            run()
+        per_kernel = _per_kernel(sched, runner.executor.view("train_base", "cursor"))
+    return StepAllocations(passes * sched.batches, a1 - a0, f1 - f0, counter[0], growth, per_kernel)
+
+
+def _traced_growth(work: Callable[[], None]) -> int:
+    """How much Python's traced memory (NRT's buffers included) grew over ``work``; the caller
+    subtracts the growth of an empty call, which is the measurement's own integers."""
+    started = tracemalloc.is_tracing()
+    if not started:
+        tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        work()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        if not started:
+            tracemalloc.stop()
+
+
+def _per_kernel(sched: EpochSchedule, cursor: np.ndarray) -> dict[str, int]:
+    """NRT allocations per kernel (by its function's name) over one pass replayed in order."""
+    out: dict[str, int] = {}
+    cursor[0] = 0
+    for k in [*sched.prologue, *(k for prog in sched.steps for k in prog)]:
+        a0 = nrt_counts()[0]
+        k()
+        name = getattr(k, "__qualname__", type(k).__name__).replace(".<locals>", "")
+        out[name] = out.get(name, 0) + nrt_counts()[0] - a0
+    return out
