@@ -103,33 +103,39 @@ def lab(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def page(lab):  # type: ignore[no-untyped-def]
+def browser_context(lab):  # type: ignore[no-untyped-def]
+    """Headless Chromium, one context for every tab of this module."""
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        ctx = browser.new_context(viewport={"width": 1360, "height": 2000}, device_scale_factor=1)
-        pg = ctx.new_page()
-        errors: list[str] = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.goto(f"{lab}/lab/tree/01_tour.ipynb", wait_until="domcontentloaded", timeout=90_000)
-        pg.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
-        pg.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                             " && window.jupyterapp.shell.currentWidget.sessionContext"
-                             " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                             " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
-                             " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-                             timeout=120_000)
-        # JupyterLab's own "Run All Cells"; its promise settles when the last cell has run (or one failed)
-        pg.page_ran_all = pg.evaluate(  # type: ignore[attr-defined]
-            "window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        pg.wait_for_function("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-                             timeout=60_000)
-        pg.wait_for_timeout(1500)  # let the last widget views render
-        pg.page_errors = errors  # type: ignore[attr-defined]
-        yield pg
+        yield browser.new_context(viewport={"width": 1360, "height": 2000}, device_scale_factor=1)
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(lab, browser_context):  # type: ignore[no-untyped-def]
+    pg = browser_context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(f"{lab}/lab/tree/01_tour.ipynb", wait_until="domcontentloaded", timeout=90_000)
+    pg.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+    pg.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                         " && window.jupyterapp.shell.currentWidget.sessionContext"
+                         " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                         " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+                         " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+                         timeout=120_000)
+    # JupyterLab's own "Run All Cells"; its promise settles when the last cell has run (or one failed)
+    pg.page_ran_all = pg.evaluate(  # type: ignore[attr-defined]
+        "window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    pg.wait_for_function("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+                         timeout=60_000)
+    pg.wait_for_timeout(1500)  # let the last widget views render
+    pg.page_errors = errors  # type: ignore[attr-defined]
+    yield pg
+    pg.close()
 
 
 def _standalone(page, cls: str):  # type: ignore[no-untyped-def]
@@ -295,3 +301,84 @@ def test_saved_notebook_keeps_its_pictures(page) -> None:  # type: ignore[no-unt
     assert not [t for t in visible_errors if t.strip()], visible_errors
     assert live >= 10
     page.screenshot(path=str(SHOTS / "10_reopened_notebook.png"), full_page=True)
+
+
+_STOP_CELLS = [
+    "import numpy as np\n"
+    "from renaissance_nb import DeepLearningTask, datasets, fc, relu, seq\n"
+    "from renaissance_nb.display import TrainingMonitor\n"
+    "def make():\n"
+    "    return (DeepLearningTask('stop').model(seq(fc(1024), relu(), fc(1024), relu(), fc(10)))\n"
+    "            .data(datasets.default_mnist(), batch_size=16).total_epochs(10).seed(3))\n"
+    "task = make().compile()\n"
+    "monitor = TrainingMonitor(task)\n"
+    "monitor",
+    "task.run(callbacks=[monitor], progress=False)",
+    "rs = task.run_state\n"
+    "print('STOPPED', task.result.interrupted, rs.resume_at, rs.torn_at, task.steps_per_epoch,\n"
+    "      int(task.read('step')[0]))",
+    "task.run(progress=False)\n"
+    "other = make(); other.run(progress=False)\n"
+    "a, b = task.state_dict(), other.state_dict()\n"
+    "print('SAME', len(b), all(np.array_equal(a[k], b[k]) for k in b), task.result.interrupted)",
+]
+
+
+def _open_notebook(context, lab: str, name: str, cells: list[str]):  # type: ignore[no-untyped-def]
+    """A notebook written through the server's contents API, opened in a new tab of the same browser."""
+    import json
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                           "language": "python"}},
+          "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": src, "outputs": [],
+                     "execution_count": None} for i, src in enumerate(cells)]}
+    req = urllib.request.Request(f"{lab}/api/contents/{name}", method="PUT", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"type": "notebook", "format": "json", "content": nb}).encode())
+    urllib.request.urlopen(req, timeout=10).close()
+    pg = context.new_page()
+    pg.goto(f"{lab}/lab/tree/{name}", wait_until="domcontentloaded", timeout=90_000)
+    pg.wait_for_function(f"window.jupyterapp && window.jupyterapp.shell.currentWidget && "
+                         f"window.jupyterapp.shell.currentWidget.title.label === '{name}' && "
+                         f"{_KERNEL} && {_KERNEL}.status === 'idle'", timeout=120_000)
+    return pg
+
+
+_KERNEL = "window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel"
+
+
+def _run_cell(pg, index: int, wait: bool = True) -> str:  # type: ignore[no-untyped-def]
+    """Run cell ``index`` with JupyterLab's command; when ``wait``, its text output once the kernel is idle."""
+    pg.evaluate(f"() => {{ const nb = window.jupyterapp.shell.currentWidget.content; nb.activeCellIndex = {index};"
+                " window.jupyterapp.commands.execute('notebook:run-cell'); }")
+    if not wait:
+        return ""
+    pg.wait_for_function(f"() => {{ const c = window.jupyterapp.shell.currentWidget.content.model.cells.get({index});"
+                         f" return c.executionCount != null && {_KERNEL}.status === 'idle'; }}", timeout=240_000)
+    return pg.locator(".jp-Cell").nth(index).locator(".jp-OutputArea").inner_text()
+
+
+def test_stop_button_stops_at_a_step_boundary_and_resumes(browser_context, lab) -> None:  # type: ignore[no-untyped-def]
+    """The monitor's stop button during a real run: the kernel is interrupted, the trainer stops at a step
+    boundary as Ctrl-C does, run() resumes there and ends with the uninterrupted run's weights, bit for bit."""
+    pg = _open_notebook(browser_context, lab, "stop.ipynb", _STOP_CELLS)
+    try:
+        _run_cell(pg, 0)
+        mon = pg.locator(".rnb-monitor").first
+        mon.wait_for(timeout=30_000)
+        _run_cell(pg, 1, wait=False)
+        stop = mon.locator("button[data-action='stop']")
+        stop.wait_for(state="visible", timeout=60_000)
+        pg.wait_for_timeout(1500)  # some steps in
+        _shot(mon, "11_monitor_stop.png")
+        stop.click()
+        pg.wait_for_function(f"{_KERNEL}.status === 'idle'", timeout=240_000)
+        mon.locator(".rnb-pill[data-status='interrupted']").wait_for(timeout=15_000)
+        assert mon.locator("[data-stop-note]").count() == 0
+        words = _run_cell(pg, 2).split()
+        assert words[:2] == ["STOPPED", "True"], words
+        epoch, step = int(words[2].strip("(,")), int(words[3].strip(")"))
+        assert words[4:6] == ["None", "250"], words  # not torn; 4,000 digits / 16
+        assert 0 < step <= 250 and epoch < 10 and int(words[6]) == epoch * 250 + step, words
+        assert _run_cell(pg, 3).split() == ["SAME", "6", "True", "False"]
+    finally:
+        pg.close()

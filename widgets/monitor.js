@@ -146,6 +146,12 @@ function render({ model, el }) {
     time.value.textContent = times.length ? `${times[times.length - 1][1].toFixed(2)} ms` : "";
 
     buttons.replaceChildren();
+    if (st !== "running") stopping = false;
+    if (st === "running") {
+      buttons.append(h("button", { class: "rnb-btn rnb-danger", "data-action": "stop", disabled: stopping,
+        title: "Stop at the next step boundary, as Ctrl-C does: run() afterwards resumes exactly there",
+        onclick: stop }, stopping ? "stopping…" : "■ stop"));
+    }
     if (model.get("controls")) {
       const running = st === "running";
       buttons.append(
@@ -155,7 +161,26 @@ function render({ model, el }) {
           onclick: () => model.send({ action: "run" }) }, "run()"));
     }
     const err = model.get("error") || {};
-    error.replaceChildren(...(err.message ? [h("div", { class: "rnb-error" }, h("b", {}, err.type), err.message)] : []));
+    error.replaceChildren(...(err.message ? [h("div", { class: "rnb-error" }, h("b", {}, err.type), err.message)] : []),
+      ...(stopNote ? [h("div", { class: "rnb-note", "data-stop-note": "" }, stopNote)] : []));
+  }
+
+  // Stop = the kernel's interrupt (SIGINT), which the trainer turns into a stop at the next step boundary
+  // (runtime/interrupt.py), resumable like Ctrl-C. A message to the kernel would wait: the kernel reads
+  // widget messages only between cells, and run() holds it. The front end's kernel connection does not.
+  let stopping = false, stopNote = "";
+  async function stop() {
+    stopping = true; stopNote = ""; draw();
+    const kernel = model.widget_manager && model.widget_manager.kernel;
+    try {
+      if (!kernel || typeof kernel.interrupt !== "function") throw new Error("this front end gives widgets no kernel connection");
+      await kernel.interrupt();
+    } catch (e) {
+      stopping = false;
+      stopNote = `Could not interrupt the kernel (${e && e.message ? e.message : e}): use the notebook's interrupt ` +
+        "button (■); the run stops at the next step boundary and run() resumes there.";
+      draw();
+    }
   }
   draw();
   const events = ["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);

@@ -4,6 +4,10 @@
     display(monitor)
     task.run(callbacks=[monitor])      # the engine calls monitor("epoch", EpochRecord)
 
+While a run reports to it, the monitor shows a stop button: the front end interrupts the kernel through
+its own connection (a widget message would wait for run() to end), and the trainer turns that SIGINT
+into a stop at the next step boundary, resumable as Ctrl-C's (runtime/interrupt.py).
+
 The curves are drawn by the front end from a few synced lists; each epoch appends
 to them, and the view updates its SVG paths in place (no flicker, no re-render).
 The static copy a saved notebook keeps (nbconvert, GitHub) is read from the task when
