@@ -171,7 +171,20 @@ def test_atlas_view_groups_shared_captures(compiled: DeepLearningTask) -> None:
             counts[c["captured"]] = counts.get(c["captured"], 0) + 1
             assert c["captured"] == atlas.entry(c["variant"], __import__("renaissance_nb").GraphId[c["gid"]]).captured_index
     assert all(len(s) == 1 for s in colours.values()), "one colour per bound graph"
-    assert len({next(iter(s)) for s in colours.values()}) == len(colours), "different bound graphs, different colours"
+    # coloured by what a cell shares: the same colour <=> the same variants share the cell's bound graph;
+    # in one row, cells of one colour share one bound graph; a graph used by one cell only is grey
+    sharers: dict[int, set[str]] = {}
+    for v_name, row in v["cells"].items():
+        for c in row.values():
+            sharers.setdefault(c["captured"], set()).add(v_name)
+    by_colour: dict[str, set[frozenset[str]]] = {}
+    for cap, names in sharers.items():
+        by_colour.setdefault(next(iter(colours[cap])), set()).add(frozenset(names) if len(names) > 1 else frozenset())
+    assert all(len(p) == 1 for p in by_colour.values()) and len(by_colour) <= 11, by_colour
+    for gid in v["graph_ids"]:
+        row = [c for r in v["cells"].values() for g, c in r.items() if g == gid and c["shared_by"] > 1]
+        assert len({c["captured"] for c in row}) == len({c["color"] for c in row}), gid
+    assert len(v["patterns"]) == len(by_colour) - 1 >= 3
     for row in v["cells"].values():
         for c in row.values():
             assert c["shared_by"] == counts[c["captured"]]
@@ -573,3 +586,18 @@ def test_atlas_detail_shows_every_access_of_the_plan(compiled: DeepLearningTask)
     if d["svg"]:
         for family in "WGMV":
             assert f'id="span_{family}_BN_BIAS_{family}_DEEP_CONV"' in d["svg"], family
+
+
+def test_svg_ids_are_unique_per_drawing_and_captions_fit() -> None:
+    """Two phase diagrams in one page (one in a hidden tab) each point at their own arrowhead marker;
+    every line of the captions under the phases fits its column."""
+    task = small_task()
+    task.plan()  # PLANNING's longest caption: "settings fixed by plan(): reset() to change them"
+    v = views.phase_view(task)
+    a, b = static.phase_svg(v), static.phase_svg(v)
+    ids = [re.search(r"<marker id='([^']+)'", x).group(1) for x in (a, b)]  # type: ignore[union-attr]
+    assert ids[0] != ids[1] and f"url(#{ids[0]})" in a and f"url(#{ids[1]})" in b and f"url(#{ids[0]})" not in b
+    lines = re.findall(r"<text x='(\d+)' y='\d+' text-anchor='middle' font-size='11'[^>]*>([^<]*)</text>", a)
+    assert any("reset()" in t for _, t in lines)
+    for x, text in lines:  # about 6 px per character at 11 px: inside the drawing and its column
+        assert len(text) <= 27 and int(x) - 3.2 * len(text) >= 0, text

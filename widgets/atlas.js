@@ -29,7 +29,7 @@ function render({ model, el }) {
     const sids = Object.entries(v.shape_ids).map(([k, s]) => `s${k} = ${s}`).join(" · ");
     el.append(h("div", { class: "rnb-sub" },
       `${plural(v.entries, "entry", "entries")} over ${plural(v.variants.length, "variant")} → `, h("b", {}, plural(v.captures, "distinct bound graph")),
-      `. One colour = one bound graph; hover a cell to see who shares it, click to open it. ShapeIds: ${sids}`));
+      `. Cells of one colour share one bound graph (grey: used by that cell only); hover a cell to see who shares it, click to open it. ShapeIds: ${sids}`));
     if (Object.keys(v.collapsed).length) {
       el.append(h("div", { class: "rnb-sub" }, "Collapsed onto the same captures (same input shape): "
         + Object.entries(v.collapsed).map(([a, b]) => `${a} → ${b}`).join(", ")));
@@ -65,7 +65,11 @@ function render({ model, el }) {
     el.append(h("div", { style: { overflowX: "auto" } }, table));
     el.append(h("div", { class: "rnb-legend" },
       h("span", {}, h("b", {}, "#n"), " captured index"), h("span", {}, h("b", {}, "sK"), " ShapeId (s0: any shape)"),
-      h("span", {}, h("b", {}, "×m"), " entries sharing that bound graph")));
+      h("span", {}, h("b", {}, "×m"), " entries sharing that bound graph")),
+      h("div", { class: "rnb-legend rnb-share-legend" }, h("span", { class: "rnb-muted" }, "shared by:"),
+        ...(v.patterns || []).map((p) => h("span", { "data-pattern": p.variants.join(" ") },
+          h("span", { class: "rnb-swatch", style: { background: p.color, outline: `1px solid ${p.ink}` } }), p.variants.join(" = "))),
+        h("span", {}, h("span", { class: "rnb-swatch", style: { background: "#f6f8fa", outline: "1px solid #667085" } }), "this cell only")));
 
     const d = model.get("detail") || {};
     const detail = h("div", { class: "rnb-detail rnb-atlas-detail", "data-captured": d.captured ?? "" });

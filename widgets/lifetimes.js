@@ -126,9 +126,10 @@ function render({ model, el }) {
     el.append(svg);
 
     const legend = h("div", { class: "rnb-legend" });
-    const regs = new Map();
-    for (const t of tensors) regs.set(t.region, t.color);
-    for (const [r, c] of regs) legend.append(h("span", {}, h("span", { class: "rnb-swatch", style: { background: c } }), h("b", {}, r)));
+    for (const f of v.families || []) {  // one swatch per region family: the palette of every view
+      legend.append(h("span", { "data-family": f.family, title: f.regions.join(", ") },
+        h("span", { class: "rnb-swatch", style: { background: f.color } }), h("b", {}, f.family), ` ${f.name} · ${f.human}`));
+    }
     legend.append(h("span", {}, "· hover a box for the tensor, its region, offset, bytes and the ops that open and close its lifetime"));
     el.append(legend);
     if (v.shared.length) {

@@ -5,7 +5,7 @@
     RegionMap(task)           the arena by region and tensor, in any of the six variants
     LifetimeView(task)        step order x offset: which tensors share bytes after liveness reuse
     GraphView(task)           a ComputationGraph per GraphId, drawn with graphviz, collapsible per layer
-    AtlasView(task)           variants x GraphIds; one colour per bound graph; click to open it
+    AtlasView(task)           variants x GraphIds, coloured by the variants sharing a bound graph; click to open it
     TrainingMonitor(task)     live curves; pass it to task.run(callbacks=[monitor])
 
 The engine never imports this package except lazily from DeepLearningTask's

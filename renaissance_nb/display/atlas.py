@@ -1,4 +1,4 @@
-"""AtlasView: variants x GraphIds; cells sharing one bound graph share a colour; a click opens it."""
+"""AtlasView: variants x GraphIds, coloured by the variants that share a bound graph; a click opens it."""
 from __future__ import annotations
 
 from typing import Any

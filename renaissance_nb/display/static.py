@@ -6,6 +6,8 @@ JavaScript; the live widgets add clicking and switching on top.
 """
 from __future__ import annotations
 
+import itertools
+import textwrap
 from typing import Any
 
 from ..text import human_bytes, plural
@@ -28,11 +30,19 @@ def static_copy(html: str, view: str) -> str:
 
 
 # ---- phases ----------------------------------------------------------------------------------------
+_SVG_IDS = itertools.count(1)
+"""A fresh number per drawing: an id shared by two SVGs in one page resolves to the first, and a marker in
+a hidden tab (display: none) draws nothing, so every other diagram would lose its arrowheads."""
+
+
 def phase_svg(view: dict[str, Any]) -> str:
-    bw, bh, gap, top = 176, 54, 108, 28
-    parts = [f"<svg class='rnb-phase-diagram' viewBox='0 0 {W} 178' xmlns='http://www.w3.org/2000/svg' "
+    bw, bh, gap, top = 170, 54, 100, 28
+    lines = [[line for allow in ph["allows"][:4] for line in textwrap.wrap(allow, 27)] for ph in view["phases"]]
+    height = top + bh + 14 + 15 * max(map(len, lines), default=0)
+    arrow = f"rnb-arrow-{next(_SVG_IDS)}"
+    parts = [f"<svg class='rnb-phase-diagram' viewBox='0 0 {W} {height}' xmlns='http://www.w3.org/2000/svg' "
              "role='img' aria-label='phase diagram'>",
-             "<defs><marker id='rnb-arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' markerHeight='7' "
+             f"<defs><marker id='{arrow}' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' markerHeight='7' "
              "orient='auto'><path d='M0,0 L10,5 L0,10 z' fill='#98a2b3'/></marker></defs>"]
     x0 = (W - (3 * bw + 2 * gap)) / 2
     for i, ph in enumerate(view["phases"]):
@@ -48,13 +58,13 @@ def phase_svg(view: dict[str, Any]) -> str:
                      f"stroke='{colour}' stroke-width='{2.2 if state == 'current' else 1.4}'/>"
                      f"<text x='{x + bw / 2:.0f}' y='{top + 33}' text-anchor='middle' font-size='14' "
                      f"font-weight='700' fill='{ink}'>{mark}{esc(ph['name'])}</text></g>")
-        for k, allow in enumerate(ph["allows"][:4]):
+        for k, allow in enumerate(lines[i]):
             parts.append(f"<text x='{x + bw / 2:.0f}' y='{top + bh + 20 + 15 * k}' text-anchor='middle' "
                          f"font-size='11' fill='{'#475467' if state != 'todo' else '#98a2b3'}'>{esc(allow)}</text>")
         if i < 2:
             ax = x + bw + 6
             parts.append(f"<line x1='{ax:.0f}' y1='{top + bh / 2}' x2='{ax + gap - 12:.0f}' y2='{top + bh / 2}' "
-                         "stroke='#98a2b3' stroke-width='1.6' marker-end='url(#rnb-arrow)'/>"
+                         f"stroke='#98a2b3' stroke-width='1.6' marker-end='url(#{arrow})'/>"
                          f"<text x='{ax + (gap - 6) / 2:.0f}' y='{top + bh / 2 - 8}' text-anchor='middle' "
                          f"font-size='10.5' fill='#475467' font-family='monospace'>{esc(view['arrows'][i])}</text>")
     parts.append(f"<text x='{x0:.0f}' y='14' font-size='11' fill='#667085'>"
@@ -114,7 +124,8 @@ def arena_svg(view: dict[str, Any]) -> str:
 
 
 def family_legend(view: dict[str, Any]) -> str:
-    items = "".join(f"<span><span class='rnb-swatch' style='background:{f['color']}'></span><b>{esc(f['family'])}</b> "
+    items = "".join(f"<span title='{esc(', '.join(f.get('regions', ())))}'><span class='rnb-swatch' "
+                    f"style='background:{f['color']}'></span><b>{esc(f['family'])}</b> "
                     f"{esc(f['name'])} · {esc(f['human'])}</span>" for f in view["families"])
     return f"<div class='rnb-legend'>{items}</div>"
 
@@ -214,7 +225,7 @@ def lifetimes_html(view: dict[str, Any]) -> str:
     pairs = ("<br>Sharing bytes: " + ", ".join(f"{esc(p['a'])} ⇄ {esc(p['b'])}" for p in shared[:8])
              + (" …" if len(shared) > 8 else "")) if shared else ""
     return (f"<div class='rnb-lifetimes-static'><div class='rnb-sub'>{esc(view['summary'])}{pairs}</div>"
-            f"{lifetimes_svg(view)}</div>")
+            f"{lifetimes_svg(view)}{family_legend(view)}</div>")
 
 
 # ---- atlas -----------------------------------------------------------------------------------------------
@@ -249,8 +260,15 @@ def atlas_html(view: dict[str, Any]) -> str:
     return (f"<div class='rnb-atlas-static'><div class='rnb-sub'>{plural(view['entries'], 'entry', 'entries')} "
             f"over {plural(len(view['variants']), 'variant')} → <b>{plural(view['captures'], 'distinct bound graph')}"
             "</b>. Cells of one colour "
-            f"share one bound graph. ShapeIds: {sids}</div>{coll}<table class='rnb-atlas-table'>{head}{''.join(rows)}"
-            "</table></div>")
+            f"share one bound graph (grey: used by that cell only). ShapeIds: {sids}</div>{coll}<table class='rnb-atlas-table'>{head}{''.join(rows)}"
+            f"</table>{_share_legend(view)}</div>")
+
+
+def _share_legend(view: dict[str, Any]) -> str:
+    """Which variants each atlas colour stands for."""
+    items = "".join(f"<span><span class='rnb-swatch' style='background:{p['color']};outline:1px solid {p['ink']}'></span>"
+                    f"{esc(' = '.join(p['variants']))}</span>" for p in view.get("patterns", ()))
+    return f"<div class='rnb-legend rnb-share-legend'><span class='rnb-muted'>shared by:</span>{items}</div>"
 
 
 # ---- blueprint and variants ------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ live widget, the static SVG and the graphviz drawing.
 """
 from __future__ import annotations
 
-import colorsys
 import html
 import time
 
@@ -50,36 +49,22 @@ def family_color(family: str) -> str:
     return FAMILY_COLORS.get(family, "#8a8f98")
 
 
-def region_color(region: str) -> str:
-    """The family colour, lightened for gradient slots so features and their gradients differ."""
-    base = family_color(region.split("_", 1)[0])
-    if "GRAD" not in region:
-        return base
-    r, g, b = (int(base[i:i + 2], 16) for i in (1, 3, 5))
-    mix = lambda c: int(c + (255 - c) * 0.45)  # noqa: E731
-    return "#{:02x}{:02x}{:02x}".format(mix(r), mix(g), mix(b))
-
-
 def stream_color(stream: str) -> str:
     return STREAM_COLORS.get(stream, "#8a8f98")
 
 
-def capture_color(index: int) -> str:
-    """A distinct soft colour per captured index (golden-ratio hues), for the atlas."""
-    if index < 0:
-        return "transparent"
-    h = (index * 0.618033988749895 + 0.08) % 1.0
-    r, g, b = colorsys.hls_to_rgb(h, 0.86, 0.62)
-    return "#{:02x}{:02x}{:02x}".format(int(r * 255), int(g * 255), int(b * 255))
+# The atlas: a colour per set of variants sharing one bound graph (ten that stay apart, then again from
+# the first); a graph used by one cell only is paper-grey.
+SHARED_COLORS: tuple[tuple[str, str], ...] = (  # (fill, ink)
+    ("#cfe0f5", "#1f4f8f"), ("#fbd9bf", "#8a3f0c"), ("#cdebc9", "#24612a"), ("#e6dcf7", "#4f3590"),
+    ("#f7d0dc", "#8c2148"), ("#c9ecea", "#155e59"), ("#f3e7b5", "#6b5a10"), ("#e3d5c8", "#5e4128"),
+    ("#d5dae3", "#343b47"), ("#f9cfcb", "#8f241a"))
+UNSHARED = ("#f6f8fa", "#667085")
 
 
-def capture_ink(index: int) -> str:
-    """A darker shade of the capture colour, for borders and text."""
-    if index < 0:
-        return MUTED
-    h = (index * 0.618033988749895 + 0.08) % 1.0
-    r, g, b = colorsys.hls_to_rgb(h, 0.36, 0.55)
-    return "#{:02x}{:02x}{:02x}".format(int(r * 255), int(g * 255), int(b * 255))
+def share_colors(group: int | None) -> tuple[str, str]:
+    """(fill, ink) of an atlas cell: the ``group``-th sharing pattern, or None for a graph used once."""
+    return UNSHARED if group is None else SHARED_COLORS[group % len(SHARED_COLORS)]
 
 
 def esc(value: object) -> str:
@@ -106,5 +91,5 @@ def shape_text(shape: object) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-__all__ = ["FAMILY_COLORS", "STREAM_COLORS", "PHASE_COLORS", "family_color", "region_color", "stream_color", "capture_color",
-           "capture_ink", "esc", "clock", "duration", "shape_text", "human_bytes"]
+__all__ = ["FAMILY_COLORS", "STREAM_COLORS", "PHASE_COLORS", "family_color", "stream_color",
+           "share_colors", "SHARED_COLORS", "esc", "clock", "duration", "shape_text", "human_bytes"]

@@ -17,7 +17,7 @@ from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
 from ..text import bytes_versus, human_bytes, plural
 from ..memory.region import FAMILIES, Region
-from .theme import capture_color, capture_ink, clock, family_color, region_color, shape_text, stream_color
+from .theme import clock, family_color, shape_text, share_colors, stream_color
 
 PHASES = ("PLANNING", "MEMORY_LOCKED", "COMPILED")
 
@@ -339,7 +339,7 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
                         "offset": t.offset, "slot_bytes": t.slot_bytes, "shape": list(t.shape), "dtype": t.dtype,
                         "intervals": [[int(a), int(b)] for a, b in iv], "reusable": t.region.reusable,
                         "persistent": persistent, "reads": reads.get(t.id, []), "writes": writes.get(t.id, []),
-                        "shares": partners.get(t.id, []), "color": region_color(t.region.name)})
+                        "shares": partners.get(t.id, []), "color": family_color(t.region.family)})
     if not steps and tensors:
         steps = [{"t": i, "op": "", "layer": "", "gid": "", "stream": "", "color": "#8a8f98"}
                  for i in range(t_max + 1)]
@@ -353,7 +353,21 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
             "saved_human": human_bytes(max(0, plan.bytes_without_reuse - plan.total_bytes)),
             "arena_human": human_bytes(plan.total_bytes),
             "without_reuse_human": human_bytes(plan.bytes_without_reuse),
-            "summary": _lifetime_summary(plan, shared, bool(tensors))}
+            "summary": _lifetime_summary(plan, shared, bool(tensors)), "families": _families_drawn(tensors)}
+
+
+def _families_drawn(tensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The legend: one entry per region family drawn (the palette of every view), its regions and bytes."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in tensors:
+        f = out.setdefault(t["family"], {"family": t["family"], "name": FAMILIES.get(t["family"], t["family"]),
+                                         "color": family_color(t["family"]), "regions": [], "bytes": 0})
+        if t["region"] not in f["regions"]:
+            f["regions"].append(t["region"])
+        f["bytes"] += t["slot_bytes"]
+    for f in out.values():
+        f["human"] = human_bytes(f["bytes"])
+    return list(out.values())
 
 
 def _lifetime_summary(plan: MemoryPlan, shared: list[dict[str, Any]], any_lifetimes: bool) -> str:
@@ -377,20 +391,33 @@ def atlas_view(obj: Any) -> dict[str, Any]:
     uses: dict[int, int] = {}
     for e in atlas.entries.values():
         uses[e.captured_index] = uses.get(e.captured_index, 0) + 1
+    # coloured by what a cell shares: the variants one bound graph serves (a row's cells of one colour
+    # share it; the same colour in another row, the same variants share there); grey, used once
+    sharers: dict[int, list[str]] = {}
+    for (v, _), e in atlas.entries.items():
+        sharers.setdefault(e.captured_index, []).append(v)
+    patterns: dict[tuple[str, ...], int] = {}
+    for (v, _), e in sorted(atlas.entries.items(), key=lambda kv: -uses[kv[1].captured_index]):
+        if uses[e.captured_index] > 1:
+            patterns.setdefault(tuple(sorted(set(sharers[e.captured_index]), key=list(atlas.variants).index)),
+                                len(patterns))
     cells: dict[str, dict[str, Any]] = {}
     for (v, gid), e in atlas.entries.items():
+        pattern = tuple(sorted(set(sharers[e.captured_index]), key=list(atlas.variants).index))
+        color, ink = share_colors(patterns.get(pattern))
         cells.setdefault(v, {})[gid.name] = {
             "captured": e.captured_index, "shape_id": e.shape_id, "stream": e.stream.name, "graph": e.graph,
-            "gid": gid.name, "variant": v, "shared_by": uses[e.captured_index],
-            "color": capture_color(e.captured_index), "ink": capture_ink(e.captured_index),
-            "stream_color": stream_color(e.stream.name)}
+            "gid": gid.name, "variant": v, "shared_by": uses[e.captured_index], "pattern": list(pattern),
+            "color": color, "ink": ink, "stream_color": stream_color(e.stream.name)}
     gids = atlas.graph_ids()
     return {"ready": True, "variants": list(atlas.variants), "graph_ids": [g.name for g in gids],
             "streams": {g.name: g.stream.name for g in gids},
             "stream_colors": {g.stream.name: stream_color(g.stream.name) for g in gids},
             "cells": cells, "captures": len(atlas.captures), "entries": len(atlas.entries),
             "shape_ids": {str(k): shape_text(v) for k, v in atlas.shape_ids.items()},
-            "collapsed": dict(atlas.collapsed), "unused": sorted(atlas.unused)}
+            "collapsed": dict(atlas.collapsed), "unused": sorted(atlas.unused),
+            "patterns": [{"variants": list(p), "color": share_colors(k)[0], "ink": share_colors(k)[1]}
+                         for p, k in patterns.items()]}
 
 
 # ---- blueprint and variants ---------------------------------------------------------------------------
