@@ -26,10 +26,12 @@ class EpochRecord:
     ema_loss: float | None = None
     ema_top1: float | None = None
     ema_top5: float | None = None
+    first_step_seconds: float = 0.0  # a run's first step, in its first epoch: it compiles or loads the kernels
+    # (part of ``seconds``; 0.0 in every other epoch), so a view can tell step time from compile time
 
     def __post_init__(self) -> None:
         for f in ("train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5", "lr", "seconds",
-                  "ema_loss", "ema_top1", "ema_top5"):
+                  "ema_loss", "ema_top1", "ema_top5", "first_step_seconds"):
             v = getattr(self, f)
             if v is not None:
                 object.__setattr__(self, f, float(v))

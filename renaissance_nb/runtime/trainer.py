@@ -236,6 +236,7 @@ class _EpochLoop:
                                   steps_per_epoch=first.batches, epoch=self.st.epoch + 1, step=done)
         self.stop = StopFlag()
         self.epoch, self.inside, self.first = self.st.epoch, False, True
+        self.first_step_s = 0.0  # the run's first step (kernels compiled or loaded), told apart in its epoch
         self.pos: int | None = None  # None between epochs
         self.shown = 0
 
@@ -298,12 +299,13 @@ class _EpochLoop:
         self.pos = self.shown = start  # shown: the steps of this epoch the progress has counted
         for i in range(start, sched.batches):
             self.inside = True
+            t0 = time.perf_counter() if self.first else 0.0
             for k in steps[i]:
                 k()
             self.inside, self.pos = False, i + 1
             if self.first:  # the kernels are compiled or loaded now
                 self.prog.disarm()
-                self.first = False
+                self.first, self.first_step_s = False, time.perf_counter() - t0
             if (i & 15) == 15:
                 self._check(epoch, self.pos - self.shown)
                 self.shown = self.pos
@@ -355,7 +357,8 @@ class _EpochLoop:
         lr = float(self.lr_table[min(steps, len(self.lr_table)) - 1]) if steps else 0.0
         t_loss, t_top1, t_top5 = (float(v) for v in train[:3] / train[3])
         rec = EpochRecord(epoch + 1, t_loss, t_top1, t_top5, *_means(val), lr, time.perf_counter() - st.epoch_t0,
-                          steps, *_means(emav))
+                          steps, *_means(emav), first_step_seconds=self.first_step_s)
+        self.first_step_s = 0.0
         st.result.history.append(rec)
         st.epoch += 1
         self.pos = None
