@@ -212,3 +212,17 @@ def test_dashboard_keeps_the_chosen_tab_and_follows_the_task() -> None:
         assert "trained weights" in reset["confirm"] and "1 epoch" in reset["confirm"]
     finally:
         d.close()
+
+
+def test_monitor_tells_the_first_steps_compile_time_apart() -> None:
+    """The epoch records the monitor receives say how long a run's first step took (it compiles or loads the
+    kernels): part of its epoch's seconds, zero in the epochs after it and again in a resumed run's first."""
+    task = mlp(epochs=3)
+    mon = TrainingMonitor(task)
+    task.run(2, callbacks=[mon], progress=False)
+    task.run(callbacks=[mon], progress=False)
+    recs = mon.records
+    assert [r["epoch"] for r in recs] == [1, 2, 3]
+    assert 0 < recs[0]["first_step_seconds"] < recs[0]["seconds"] and recs[1]["first_step_seconds"] == 0.0
+    assert 0 < recs[2]["first_step_seconds"] < recs[2]["seconds"]  # run() again: its first step is timed apart
+    assert json.loads(json.dumps(recs)) == recs

@@ -1,7 +1,7 @@
 // TrainingMonitor: four small charts (loss, top-1, learning rate, step time) drawn once and
 // updated in place as epochs arrive, so the curves grow without flicker.
 
-const W = 360, H = 150, L = 44, R = 10, T = 10, B = 22;
+const W = 360, H = 160, L = 44, R = 10, T = 10, B = 32;
 
 // A round step (1, 2 or 5 times a power of ten) giving about n intervals over span.
 function niceStep(span, n) {
@@ -11,9 +11,19 @@ function niceStep(span, n) {
   return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * p;
 }
 
+// Ticks of a log axis: 1, 2 and 5 times each power of ten in [lo, hi] (only the powers when many).
+function logTicks(lo, hi) {
+  const out = [], many = Math.log10(hi / lo) > 2.5;
+  for (let p = Math.floor(Math.log10(lo)); p <= Math.ceil(Math.log10(hi)); p++) {
+    for (const m of many ? [1] : [1, 2, 5]) { const y = m * Math.pow(10, p); if (y >= lo * 0.999 && y <= hi * 1.001) out.push(y); }
+  }
+  return out;
+}
+
 // A chart whose axes, grid and series are SVG elements created once and then only updated.
-function chart(title, key, series) {
+function chart(title, key, series, xlabel = "epoch") {
   const value = h("span", {}, "");
+  const state = { log: false };
   const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, class: "rnb-chart-svg", "data-chart": key });
   const grid = s("g"), axes = s("g"), layer = s("g");
   svg.append(grid, axes, layer);
@@ -30,36 +40,53 @@ function chart(title, key, series) {
   svg.append(empty);
   const box = h("div", { class: "rnb-chart", "data-chart": key },
     h("div", { class: "rnb-chart-title" }, title, value), svg,
+    h("div", { class: "rnb-chart-note", "data-note": key }),
     h("div", { class: "rnb-legend", style: { margin: "0 0 2px 0" } },
       ...series.filter((x) => x.label).map((x) => h("span", {},
         h("span", { class: "rnb-swatch", style: { background: x.color } }), x.label))));
 
   function update(given, xmax, opts = {}) {
     // given: { name: [[x, y], ...] }; a diverged run's non-finite values arrive as null: left out (gaps)
-    const data = Object.fromEntries(Object.entries(given).map(([k, q]) => [k, q.filter(([, y]) => Number.isFinite(y))]));
+    const log = state.log;
+    const keep = ([, y]) => Number.isFinite(y) && (!log || y > 0);
+    const data = Object.fromEntries(Object.entries(given).map(([k, q]) => [k, q.filter(keep)]));
     const pts = Object.values(data).flat().concat(opts.bars || []);
     empty.style.display = pts.length ? "none" : "";
     let ymin = opts.ymin ?? Math.min(...pts.map((q) => q[1]));
     let ymax = opts.ymax ?? Math.max(...pts.map((q) => q[1]));
-    if (!pts.length) { ymin = 0; ymax = 1; }
-    if (ymax - ymin < 1e-12) { ymax += Math.abs(ymax) * 0.1 + 1e-6; ymin -= Math.abs(ymin) * 0.1; }
-    const pad = (ymax - ymin) * 0.08;
-    if (opts.ymin == null) ymin -= pad;
-    if (opts.ymax == null) ymax += pad;
+    if (!pts.length) { ymin = log ? 0.1 : 0; ymax = 1; }
+    let ticks;
+    if (log) {  // whole decades (or 1-2-5 steps inside one): the axis only moves when a curve leaves it
+      ymin = Math.pow(10, Math.floor(Math.log10(ymin) * 2) / 2);
+      ymax = Math.pow(10, Math.ceil(Math.log10(ymax) * 2) / 2);
+      if (ymax <= ymin) ymax = ymin * 10;
+      ticks = logTicks(ymin, ymax);
+    } else {  // the range snapped to round ticks: they stay put while the curve moves inside it
+      if (ymax - ymin < 1e-12) { ymax += Math.abs(ymax) * 0.1 + 1e-6; ymin -= Math.abs(ymin) * 0.1; }
+      const step = niceStep(ymax - ymin, 4);
+      if (opts.ymin == null) ymin = Math.floor(ymin / step - 0.05) * step;
+      if (opts.ymax == null) ymax = Math.ceil(ymax / step + 0.05) * step;
+      ticks = [];
+      for (let y = Math.ceil(ymin / step - 1e-9) * step; y <= ymax + step * 1e-6; y += step) ticks.push(Math.abs(y) < step * 1e-6 ? 0 : y);
+    }
     const X = (x) => L + (x / Math.max(xmax, 1e-9)) * (W - L - R);
-    const Y = (y) => T + (1 - (y - ymin) / (ymax - ymin)) * (H - T - B);
+    const Y = log ? (y) => T + (1 - Math.log10(y / ymin) / Math.log10(ymax / ymin)) * (H - T - B)
+      : (y) => T + (1 - (y - ymin) / (ymax - ymin)) * (H - T - B);
     grid.replaceChildren(); axes.replaceChildren();
-    const step = niceStep(ymax - ymin, 3);
-    const digits = Math.max(0, -Math.floor(Math.log10(step)));
-    for (let y = Math.ceil(ymin / step) * step; y <= ymax + step * 1e-6; y += step) {
+    const span = ticks.length > 1 ? ticks[1] - ticks[0] : 1;
+    const digits = Math.max(0, -Math.floor(Math.log10(span) + 1e-9));
+    for (const y of ticks) {
       grid.append(s("line", { x1: L, x2: W - R, y1: Y(y), y2: Y(y), stroke: "#eef0f3" }));
-      const label = Math.abs(y) < step * 1e-6 ? "0" : (step < 0.01 ? y.toExponential(1) : y.toFixed(Math.min(digits, 4)));
+      const label = y === 0 ? "0" : (log ? (y >= 0.01 && y < 1e4 ? String(+y.toPrecision(2)) : y.toExponential(0))
+        : (span < 0.01 ? y.toExponential(1) : y.toFixed(Math.min(digits, 4))));
       axes.append(s("text", { x: L - 5, y: Y(y) + 3.5, "text-anchor": "end", "font-size": 9.5, fill: "#667085" }, label));
     }
-    const xstep = xmax > 12 ? Math.ceil(xmax / 6) : 1;
+    const xstep = Math.max(1, niceStep(xmax, 6));
     for (let x = 0; x <= xmax + 1e-9; x += xstep) {
-      axes.append(s("text", { x: X(x), y: H - 6, "text-anchor": "middle", "font-size": 9.5, fill: "#667085" }, x));
+      axes.append(s("text", { x: X(x), y: H - B + 12, "text-anchor": "middle", "font-size": 9.5, fill: "#667085" }, +x.toFixed(6)));
     }
+    axes.append(s("text", { x: L + (W - L - R) / 2, y: H - 3, "text-anchor": "middle", "font-size": 10, fill: "#475467",
+      "data-axis": "x" }, xlabel));
     axes.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#c0c6d0" }));
     for (const sr of paths) {
       const q = data[sr.name] || [];
@@ -78,7 +105,7 @@ function chart(title, key, series) {
       axes.append(s("line", { x1: X(opts.marker), x2: X(opts.marker), y1: T, y2: H - B, stroke: "#98a2b3", "stroke-dasharray": "3 3" }));
     }
   }
-  return { box, update, value };
+  return { box, update, value, state, note: box.querySelector(".rnb-chart-note") };
 }
 
 function render({ model, el }) {
@@ -98,6 +125,9 @@ function render({ model, el }) {
     { name: "train", color: "#3b6fb6", dots_on: true, label: "train (epoch mean)" },
     { name: "val", color: "#e07b39", dash: "4 3", dots_on: true, label: "validation" }]);
   loss.box.querySelector(".rnb-legend").prepend(h("span", {}, h("span", { class: "rnb-swatch", style: { background: "#a9c0e4" } }), "per step"));
+  const logButton = h("button", { class: "rnb-btn rnb-quiet rnb-log-toggle", "data-action": "log", title: "loss on a log scale",
+    onclick: () => { loss.state.log = !loss.state.log; logButton.classList.toggle("rnb-active", loss.state.log); draw(); } }, "log");
+  loss.box.querySelector(".rnb-chart-title").append(logButton);
   const top1 = chart("top-1 accuracy (%)", "top1", [
     { name: "train", color: "#3b6fb6", dots_on: true, label: "train" },
     { name: "val", color: "#e07b39", dash: "4 3", dots_on: true, label: "validation" }]);
@@ -140,10 +170,18 @@ function render({ model, el }) {
     const lrPts = curve(sched, lrEvery, model.get("lr_steps") || sched.length * lrEvery);
     lr.update({ future: lrPts, done: lrPts.filter((p) => p[0] * spe <= stepsDone) }, xmax, { ymin: 0, marker: stepsDone ? stepsDone / spe : null });
     lr.value.textContent = last ? num(last.lr, (v) => v.toExponential(2)) : (sched.length ? num(sched[0], (v) => v.toExponential(2)) : "");
+    // a run's first step compiles or loads the kernels: told apart, not averaged into its epoch's steps
     let prev = 0;
-    const times = recs.map((r) => { const t = (1e3 * r.seconds) / Math.max(r.steps - prev, 1); prev = r.steps; return [r.epoch, t]; });
-    time.update({ t: [] }, xmax + 0.5, { ymin: 0, ymax: times.length ? Math.max(...times.map((q) => q[1])) * 1.2 : 1, bars: times });
+    const times = recs.map((r) => {
+      const first = r.first_step_seconds || 0, n = Math.max(r.steps - prev - (first > 0 ? 1 : 0), 1);
+      prev = r.steps;
+      return [r.epoch, (1e3 * (r.seconds - first)) / n];
+    });
+    time.update({ t: [] }, xmax + 0.5, { ymin: 0, bars: times });
     time.value.textContent = times.length ? `${times[times.length - 1][1].toFixed(2)} ms` : "";
+    const firsts = recs.filter((r) => (r.first_step_seconds || 0) > 0);
+    time.note.textContent = firsts.length ? "first step of a run (kernels compiled or loaded), not in the bars: " +
+      firsts.map((r) => `epoch ${r.epoch} ${r.first_step_seconds >= 1 ? r.first_step_seconds.toFixed(2) + " s" : (1e3 * r.first_step_seconds).toFixed(0) + " ms"}`).join(", ") : "";
 
     buttons.replaceChildren();
     if (st !== "running") stopping = false;
