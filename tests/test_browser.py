@@ -110,7 +110,7 @@ def browser_context(lab):  # type: ignore[no-untyped-def]
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield browser.new_context(viewport={"width": 1360, "height": 2000}, device_scale_factor=1)
+        yield browser.new_context(viewport={"width": 1280, "height": 2000}, device_scale_factor=1)
         browser.close()
 
 
@@ -250,6 +250,31 @@ def test_graph_view_rendered(page) -> None:  # type: ignore[no-untyped-def]
         canvas.locator("g.node#layer_fc2").wait_for(timeout=15_000)
     view.locator("button.rnb-chip[data-layer='fc2']").click()  # and unfold it again
     view.locator("button.rnb-chip:not(.rnb-off)[data-layer='fc2']").wait_for(timeout=15_000)
+    if mode == "svg":
+        _navigate_whole_step(page, view, canvas)
+
+
+def _navigate_whole_step(page, view, canvas) -> None:  # type: ignore[no-untyped-def]
+    """All GraphIds of the step: fitted to the width, zoomed, searched, an op's parameters shown whole."""
+    view.locator("select[data-role='gid']").select_option("")
+    page.wait_for_function("() => [...document.querySelectorAll('.rnb-graph:not(.rnb-dashboard .rnb-graph) "
+                           ".rnb-graph-canvas svg g.node')].some(g => g.id.startsWith('span_'))", timeout=30_000)
+    view.locator("button[data-action='fit']").click()
+    width = canvas.evaluate("c => [c.clientWidth, c.querySelector('svg').getBoundingClientRect().width]")
+    assert width[1] <= width[0], width
+    fitted = float(canvas.get_attribute("data-zoom"))
+    view.locator("button[data-action='zoom-in']").click()
+    assert float(canvas.get_attribute("data-zoom")) > fitted
+    view.locator("button[data-action='fit']").click()
+    view.locator("input.rnb-graph-search").fill("fc1.weight")
+    assert canvas.locator("g.node.rnb-hit").count() >= 1 and canvas.locator("g.node.rnb-near").count() >= 2
+    assert canvas.locator("g.edge.rnb-near").count() >= 2
+    _shot(view, "07b_graph_search.png")
+    view.locator("input.rnb-graph-search").fill("")
+    assert canvas.locator("g.node.rnb-hit").count() == 0
+    canvas.locator("g.node[id^='op']", has_text="optimizer").first.click()
+    assert "=" in view.locator(".rnb-graph-info").inner_text()
+    _shot(view, "07c_graph_whole_step.png")
 
 
 def test_atlas_click_opens_graph(page) -> None:  # type: ignore[no-untyped-def]

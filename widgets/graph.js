@@ -5,6 +5,92 @@ const safe = (name) => name.replace(/[^A-Za-z0-9_]/g, "_");
 
 const STREAMS = { TRANS: "#d06ba6", COMP_1: "#3b6fb6", COMP_2: "#2f9c95", COMP_3: "#a58fd6", UPDATE: "#e07b39" };
 
+// Fit, zoom, pan and search over a graphviz drawing. The SVG keeps its natural size in data-w/data-h;
+// zoom rescales width and height (the viewBox stays), drag pans the scrolling canvas, the search box
+// lights a tensor or op and its neighbours (graphviz titles its edges "a->b") and dims the rest.
+function navigator(canvas) {
+  let zoom = null;  // null: fit to width
+  const info = h("span", { class: "rnb-muted rnb-graph-info" });
+  const search = h("input", { class: "rnb-graph-search", type: "search", placeholder: "find a tensor or op…",
+    oninput: () => highlight(search.value.trim().toLowerCase()) });
+  const zoomText = h("span", { class: "rnb-muted rnb-zoom-text" });
+  const btn = (label, action, f, title) => h("button", { class: "rnb-btn rnb-quiet", "data-action": action, title, onclick: f }, label);
+  const bar = h("div", { class: "rnb-row rnb-graph-tools" }, search,
+    btn("fit", "fit", () => { zoom = null; apply(); }, "fit the drawing to the width"),
+    btn("−", "zoom-out", () => { zoom = scale() / 1.25; apply(); }, "zoom out"),
+    btn("+", "zoom-in", () => { zoom = scale() * 1.25; apply(); }, "zoom in"),
+    btn("1:1", "zoom-1", () => { zoom = 1; apply(); }, "natural size"), zoomText, info);
+  const svg = () => canvas.querySelector(":scope > svg");
+  function scale() {
+    const e = svg();
+    if (!e) return 1;
+    if (zoom != null) return zoom;
+    const avail = Math.max((canvas.clientWidth || 880) - 18, 200);
+    return Math.min(1, avail / Number(e.dataset.w));
+  }
+  function apply() {
+    const e = svg();
+    if (!e) return;
+    const k = Math.min(Math.max(scale(), 0.1), 4);
+    e.setAttribute("width", `${(Number(e.dataset.w) * k).toFixed(0)}px`);
+    e.setAttribute("height", `${(Number(e.dataset.h) * k).toFixed(0)}px`);
+    canvas.dataset.zoom = k.toFixed(3);
+    zoomText.textContent = `${Math.round(100 * k)}%`;
+  }
+  function highlight(q) {
+    const nodes = [...canvas.querySelectorAll("g.node")], edges = [...canvas.querySelectorAll("g.edge")];
+    for (const x of [...nodes, ...edges]) x.classList.remove("rnb-hit", "rnb-near");
+    canvas.classList.toggle("rnb-searching", !!q);
+    if (!q) { info.textContent = ""; return; }
+    const byName = new Map(nodes.map((n) => [n.querySelector("title")?.textContent, n]));
+    const hits = nodes.filter((n) => n.textContent.toLowerCase().includes(q) ||
+      (n.querySelector("a")?.getAttribute("xlink:title") || "").toLowerCase().includes(q));
+    const hitNames = new Set(hits.map((n) => n.querySelector("title")?.textContent));
+    for (const n of hits) n.classList.add("rnb-hit");
+    for (const e of edges) {
+      const [a, b] = (e.querySelector("title")?.textContent || "").split("->");
+      if (hitNames.has(a) || hitNames.has(b)) {
+        e.classList.add("rnb-near");
+        for (const end of [a, b]) if (!hitNames.has(end) && byName.has(end)) byName.get(end).classList.add("rnb-near");
+      }
+    }
+    info.textContent = hits.length ? `${plural(hits.length, "match", "matches")} and their neighbours` : "no match";
+    if (hits.length) hits[0].scrollIntoView({ block: "center", inline: "center" });
+  }
+  // drag to pan; a click on an op shows its full parameters (the drawing truncates them)
+  let drag = null;
+  canvas.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, y: ev.clientY, l: canvas.scrollLeft, t: canvas.scrollTop, moved: false }; });
+  window.addEventListener("mousemove", (ev) => {
+    if (!drag) return;
+    const dx = ev.clientX - drag.x, dy = ev.clientY - drag.y;
+    if (Math.abs(dx) + Math.abs(dy) > 3) { drag.moved = true; canvas.classList.add("rnb-panning"); }
+    canvas.scrollLeft = drag.l - dx; canvas.scrollTop = drag.t - dy;
+  });
+  window.addEventListener("mouseup", () => { drag = null; canvas.classList.remove("rnb-panning"); });
+  canvas.addEventListener("wheel", (ev) => {
+    if (!ev.ctrlKey) return;
+    ev.preventDefault();
+    zoom = scale() * (ev.deltaY < 0 ? 1.1 : 1 / 1.1);
+    apply();
+  }, { passive: false });
+  canvas.addEventListener("click", (ev) => {
+    const node = ev.target.closest && ev.target.closest("g.node");
+    if (!node || node.id.startsWith("layer_")) return;
+    info.textContent = node.querySelector("a")?.getAttribute("xlink:title") || "";
+    info.dataset.node = node.id;
+  }, true);
+  function adopt() {  // a new drawing arrived: remember its natural size, keep the zoom chosen
+    const e = svg();
+    bar.style.display = e ? "" : "none";
+    if (!e) return;
+    e.dataset.w = parseFloat(e.getAttribute("width")) || e.viewBox.baseVal.width;
+    e.dataset.h = parseFloat(e.getAttribute("height")) || e.viewBox.baseVal.height;
+    apply();
+    if (search.value.trim()) highlight(search.value.trim().toLowerCase());
+  }
+  return { bar, adopt, apply };
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-graph");
   liveView(model, el);
@@ -13,10 +99,11 @@ function render({ model, el }) {
   const note = h("div");
   const canvas = h("div", { class: "rnb-graph-canvas" });
   const legend = h("div", { class: "rnb-legend" });
+  const nav = navigator(canvas);
   el.append(h("div", { class: "rnb-title" }, "ComputationGraph"),
     h("div", { class: "rnb-sub" }, "Ops are boxes coloured by stream; tensors carry their name, id and the shape in the chosen variant's plan. "
-      + "Click a layer's frame (or its chip) to fold it."),
-    controls, chips, note, canvas, legend);
+      + "Click a layer's frame (or its chip) to fold it, an op for its full parameters; drag to pan, Ctrl+wheel to zoom."),
+    controls, chips, note, nav.bar, canvas, legend);
 
   function toggle(layer) {
     const c = new Set(model.get("collapsed"));
@@ -83,7 +170,9 @@ function render({ model, el }) {
     for (const th of canvas.querySelectorAll("th[data-layer]")) {
       th.style.cursor = "pointer";
       th.addEventListener("click", () => toggle(th.dataset.layer));
-    }    const cuda = model.get("cuda");
+    }
+    nav.adopt();
+    const cuda = model.get("cuda");
     if (cuda) {  // the CUDA graph captured from this ComputationGraph (GPU backend), below it
       const box = h("div", { class: "rnb-cuda" }, h("div", { class: "rnb-sub" }, model.get("cuda_caption")));
       const body = h("div");

@@ -109,9 +109,11 @@ def graph_source(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None
                 sub_label = f"<br/><font point-size='8'>{esc(ps)}</font>" if ps else ""
                 gid_label = f"<br/><font point-size='7'>{esc(g_id.name)}</font>" if gid is None else ""
                 g_label = f"<<b>{esc(n.op)}</b>{sub_label}{gid_label}>"
+                full = ", ".join(f"{k}={v}" for k, v in n.params)  # a click in the view shows it untruncated
                 sub.node(nid, label=g_label, shape="box", style="rounded,filled", fillcolor=colour,
                          fontcolor="white", color=colour, id=nid,
-                         tooltip=f"{n.op} on stream {g_id.stream.name}" + (f" ({g_id.name})" if gid is None else ""))
+                         tooltip=f"{n.op} on stream {g_id.stream.name}" + (f" ({g_id.name})" if gid is None else "")
+                         + (f" · {full}" if full else ""))
     drawn: set[int] = set()
     edges: set[tuple[str, str]] = set()
 
