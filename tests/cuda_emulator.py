@@ -536,7 +536,10 @@ def numpy_memory_ops() -> MemoryOps:
 
 def emulated_runtime(module: EmulatedModule, free_bytes: int = 1 << 34,
                      capture_mode: int = CAPTURE_THREAD_LOCAL) -> DeviceRuntime:
-    """CuPy's stand-in for GpuExecutor: "device" arrays are NumPy arrays of their own."""
+    """CuPy's stand-in for GpuExecutor: "device" arrays are NumPy arrays of their own. Each is a fresh
+    device: the race detector forgets the accesses of earlier ones (whose freed arrays NumPy may hand
+    out again at the same addresses, which would read as a race between two devices' streams)."""
+    DETECTOR.records = []
 
     def alloc(n: int) -> np.ndarray:
         _safe_while_capturing("an allocation")
