@@ -324,3 +324,20 @@ def test_task_repr_counts_epochs_in_words() -> None:
     assert repr(t).endswith(", 1 epoch trained>")
     t.run(1, progress=False)
     assert repr(t).endswith(", 2 epochs trained>")
+
+
+def test_region_rows_are_drawn_to_one_scale(compiled) -> None:  # type: ignore[no-untyped-def]
+    """A 1 KiB bias region must not look as full as a 100 KiB weight region: each row's length is its
+    region's size against the largest (issue #23, item 7)."""
+    import re
+
+    from renaissance_nb.display.static import region_rows_svg
+    view = views.region_view(compiled)
+    svg = region_rows_svg(view)
+    widths = {name: float(w) for name, w in re.findall(
+        r"<g data-region='(\w+)'><text[^>]*>\w+</text><rect x='\d+' y='[\d.]+' width='([\d.]+)'", svg)}
+    sizes = {r["region"]: r["size"] for r in view["regions"]}
+    big, small = max(sizes, key=sizes.get), min(sizes, key=sizes.get)
+    assert widths[big] > 20 * widths[small] or widths[small] == 6.0
+    assert abs(widths["W_FC_BIAS"] / widths["W_FC_WEIGHT"] - max(sizes["W_FC_BIAS"] / sizes["W_FC_WEIGHT"],
+                                                                  6 / widths["W_FC_WEIGHT"])) < 1e-3

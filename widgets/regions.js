@@ -115,12 +115,14 @@ function render({ model, el }) {
     }
     el.append(legend);
 
-    // one row per region: tensors at their offsets, scaled to the region
-    el.append(h("div", { class: "rnb-h" }, `Regions · tensors at their offsets in ${variant} (pale: slot bytes this variant leaves unused) · click a region`));
+    // one row per region: tensors at their offsets; a row's length is its region's size, against the largest
+    el.append(h("div", { class: "rnb-h" }, `Regions · tensors at their offsets in ${variant}; a row's length is its region's size (pale: slot bytes this variant leaves unused) · click a region`));
     const rows = h("div", { class: "rnb-region-rows" });
+    const largest = Math.max(1, ...v.regions.map((r) => r.size));
     for (const r of v.regions) {
       const track = h("div", {
         class: "rnb-region-track" + (r.region === selected ? " rnb-selected" : ""), "data-region": r.region,
+        style: { width: `max(6px, ${(r.size / largest) * 100}%)` },
         onclick: () => select(r.region),
       });
       for (const id of r.tensor_ids) {

@@ -131,22 +131,25 @@ def family_legend(view: dict[str, Any]) -> str:
 
 
 def region_rows_svg(view: dict[str, Any], variant: str | None = None) -> str:
-    """One row per region; inside it, its tensors at their offsets (scaled to the region)."""
+    """One row per region, its length the region's size against the largest; inside it, its tensors at
+    their offsets."""
     variant = variant or view["variants"][0]
     tensors = {t["id"]: t for t in view["tensors"]}
     row_h, name_w, size_w = 22, 170, 86
     track_w = W - name_w - size_w
     parts = [f"<svg class='rnb-region-rows-svg' viewBox='0 0 {W} {row_h * len(view['regions']) + 4}' "
              "xmlns='http://www.w3.org/2000/svg'>"]
+    largest = max((r["size"] for r in view["regions"]), default=1) or 1
     for i, r in enumerate(view["regions"]):
         y = i * row_h + 2
+        row_w = max(track_w * r["size"] / largest, 6)
         parts.append(f"<g data-region='{esc(r['region'])}'><text x='0' y='{y + 14}' font-size='11' "
                      f"font-family='monospace' fill='#1f2328'>{esc(r['region'])}</text>"
-                     f"<rect x='{name_w}' y='{y}' width='{track_w}' height='{row_h - 5}' rx='4' fill='#f2f4f7'/>")
+                     f"<rect x='{name_w}' y='{y}' width='{row_w:.1f}' height='{row_h - 5}' rx='4' fill='#f2f4f7'/>")
         for tid in r["tensor_ids"]:
             t = tensors[tid]
-            x = name_w + (t["offset"] - r["base"]) / max(r["size"], 1) * track_w
-            w = max(t["slot_bytes"] / max(r["size"], 1) * track_w - 1, 2)
+            x = name_w + (t["offset"] - r["base"]) / max(r["size"], 1) * row_w
+            w = max(t["slot_bytes"] / max(r["size"], 1) * row_w - 1, 2)
             used = t["nbytes"].get(variant, t["slot_bytes"]) / max(t["slot_bytes"], 1)
             parts.append(f"<g data-tensor='{tid}'><title>{esc(_tensor_title(t, variant))}</title>"
                          f"<rect x='{x:.1f}' y='{y + 1}' width='{w:.1f}' height='{row_h - 7}' rx='3' "
@@ -170,7 +173,8 @@ def regions_html(view: dict[str, Any], variant: str | None = None) -> str:
             f"<span class='rnb-stat'><b>{len(view['regions'])}</b><span>regions in use</span></span>"
             f"<span class='rnb-grow rnb-muted'>{esc(view['reuse_text'])}{same}</span></div>"
             f"{arena_svg(view)}{family_legend(view)}<div class='rnb-h'>Regions · tensors at their offsets "
-            f"({esc(variant or view['variants'][0])}; light part = slot bytes this variant leaves unused)</div>"
+            f"({esc(variant or view['variants'][0])}; a row's length is its region's size; light part = slot bytes "
+            "this variant leaves unused)</div>"
             f"{region_rows_svg(view, variant)}"
             f"<div class='rnb-note rnb-empty-regions'>{esc(view.get('empty_text', ''))}</div></div>")
 
