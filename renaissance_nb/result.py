@@ -40,8 +40,15 @@ class EpochRecord:
         val = "" if self.val_loss is None else (
             f"  val loss {self.val_loss:.4f} top1 {100 * self.val_top1:6.2f}% top5 {100 * self.val_top5:6.2f}%")
         ema = "" if self.ema_top1 is None else f"  ema top1 {100 * self.ema_top1:6.2f}%"
+        first = ("" if self.first_step_seconds < FIRST_STEP_SHOWN_S else
+                 f"  (first step {self.first_step_seconds:.1f}s: kernels compiled or loaded)")
         return (f"epoch {self.epoch:>3}  train loss {self.train_loss:.4f} top1 {100 * self.train_top1:6.2f}%"
-                f"{val}{ema}  lr {self.lr:.2e}  {self.seconds:6.2f}s")
+                f"{val}{ema}  lr {self.lr:.2e}  {self.seconds:6.2f}s{first}")
+
+
+FIRST_STEP_SHOWN_S = 0.5
+"""A run's first step longer than this is told apart in its epoch's line: numba compiled the kernels
+(seconds, after an install) or loaded them from its cache; a step itself takes milliseconds."""
 
 
 @dataclass

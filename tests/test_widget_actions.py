@@ -226,3 +226,13 @@ def test_monitor_tells_the_first_steps_compile_time_apart() -> None:
     assert 0 < recs[0]["first_step_seconds"] < recs[0]["seconds"] and recs[1]["first_step_seconds"] == 0.0
     assert 0 < recs[2]["first_step_seconds"] < recs[2]["seconds"]  # run() again: its first step is timed apart
     assert json.loads(json.dumps(recs)) == recs
+
+
+def test_the_epoch_line_tells_a_slow_first_step_apart() -> None:
+    """The CLI's and the progress bar's epoch line says how long the kernels took to compile or load
+    (#28: the compile time shown apart from training); a fast first step adds nothing."""
+    from renaissance_nb.result import FIRST_STEP_SHOWN_S, EpochRecord
+    rec = EpochRecord(1, 0.5, 0.9, 1.0, None, None, None, 1e-3, 12.4, 32, first_step_seconds=9.8)
+    assert rec.line().endswith("12.40s  (first step 9.8s: kernels compiled or loaded)")
+    quick = EpochRecord(1, 0.5, 0.9, 1.0, None, None, None, 1e-3, 0.4, 32, first_step_seconds=FIRST_STEP_SHOWN_S / 2)
+    assert quick.line().endswith("0.40s")
