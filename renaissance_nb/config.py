@@ -8,7 +8,7 @@ and rebuild it with ``from_dict``, which checks every value as the builder does.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .blueprint import BluePrint
@@ -169,10 +169,6 @@ class TaskConfig:
             fields_.update(check.save_best(autosave["best"], monitor=by[0], mode=by[1]))
         return cls(**fields_)
 
-    def describe(self, key: str) -> str:
-        """One to_dict() entry as a reader would write it (a loss as ``CrossEntropyLoss(...)``), for messages."""
-        return describe_value(self.to_dict().get(key))
-
 
 def _setting_dict(obj: Settings | None) -> dict[str, Any] | None:
     if obj is None:
@@ -202,6 +198,3 @@ def describe_value(v: Any, limit: int = 160) -> str:
     else:
         text = repr(v)
     return text if len(text) <= limit else text[: limit - 5] + " ...)"
-
-
-CONFIG_FIELDS = tuple(f.name for f in fields(TaskConfig))
