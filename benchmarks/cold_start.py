@@ -1,0 +1,72 @@
+"""First run after an install, against PyTorch's: wall clock of fresh processes, interleaved.
+
+    python benchmarks/cold_start.py [--pairs 3] [--epochs 1]
+
+Each pair runs ``python -m renaissance_nb train --epochs N`` with an empty numba cache (a new
+NUMBA_CACHE_DIR: what a first run after an install, or a new Binder or CI machine, pays) and the
+equivalent PyTorch eager job (benchmarks/cold_start_torch.py), in alternating order; then the same
+renaissance_nb command with that cache warm. Printed: the machine, CPU, BLAS and threads, every
+time, the medians and the ratios. Issue #28 asks cold <= 1.0x PyTorch and warm <= 0.55x.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wall(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    return time.perf_counter() - t0, out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+
+
+def machine() -> str:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    from renaissance_nb.kernels import blas
+    return f"{cpu} · {os.cpu_count()} logical CPUs · Python {platform.python_version()} · ours: {blas.describe()}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=1)
+    args = ap.parse_args()
+    ours = [sys.executable, "-m", "renaissance_nb", "train", "--epochs", str(args.epochs)]
+    torch_job = [sys.executable, str(ROOT / "benchmarks" / "cold_start_torch.py")]
+    base = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print(machine())
+    cold, theirs, warm = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.pairs):
+            cache = {**base, "NUMBA_CACHE_DIR": os.path.join(tmp, f"cache{k}")}
+            jobs = [("cold", ours, cache), ("torch", torch_job, base)]
+            for name, cmd, env in (jobs if k % 2 == 0 else jobs[::-1]):
+                s, last = wall(cmd, env)
+                (cold if name == "cold" else theirs).append(s)
+                print(f"pair {k + 1}: {name:5} {s:6.2f} s   {last}", flush=True)
+            s, last = wall(ours, cache)
+            warm.append(s)
+            print(f"pair {k + 1}: warm  {s:6.2f} s   {last}", flush=True)
+    med = {k: statistics.median(v) for k, v in (("cold", cold), ("torch", theirs), ("warm", warm))}
+    for k, v in (("cold", cold), ("torch", theirs), ("warm", warm)):
+        print(f"{k:5} median {med[k]:6.2f} s   spread {min(v):.2f}-{max(v):.2f}")
+    print(f"cold / PyTorch = {med['cold'] / med['torch']:.2f}   warm / PyTorch = {med['warm'] / med['torch']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
