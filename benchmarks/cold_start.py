@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import machine_line  # benchmarks/machine.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,14 +31,8 @@ def wall(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 
 def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
     from renaissance_nb.kernels import blas
-    return f"{cpu} · {os.cpu_count()} logical CPUs · Python {platform.python_version()} · ours: {blas.describe()}"
+    return f"{machine_line()} · ours: {blas.describe()}"
 
 
 def main() -> int:

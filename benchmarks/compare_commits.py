@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from machine import machine_line  # benchmarks/machine.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,13 +58,7 @@ def run_side(src: str, n: int, batch: int, epochs: int) -> dict:
 
 
 def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"{platform.node()} · {cpu} · {os.cpu_count()} logical CPUs · Python {platform.python_version()}"
+    return machine_line()
 
 
 def main() -> int:

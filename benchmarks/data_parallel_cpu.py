@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from machine import cpu_model  # benchmarks/machine.py
+
 
 def worker(epochs: int) -> dict:
     import numpy as np
@@ -83,7 +85,7 @@ def main() -> None:
     rows = {"1 process x 1 thread": run(me, 1), "1 process x 2 threads": run(me, 2),
             "2 ranks x 1 thread": run([mpiexec_path() or "mpiexec", "-n", "2", *me], 1)}
     two = rows["2 ranks x 1 thread"]
-    report = {"machine": platform.node(), "cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+    report = {"machine": platform.node(), "cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
               "epochs": args.epochs, "model": "784-1024-512-256-10 MLP, MNIST-5k (4,000 train), global batch 128",
               "rows": rows, "allreduce_ms_per_step": two["allreduce_ms"], "step_ms_2_ranks": two["step_ms"],
               "allreduce_fraction_of_step": two["allreduce_ms"] / two["step_ms"],
@@ -96,14 +98,6 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
     print(scaling_table(report))
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 if __name__ == "__main__":
