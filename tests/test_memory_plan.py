@@ -347,3 +347,21 @@ def test_compiled_tasks_have_no_live_overlaps(model, fuse) -> None:
     for tid in touched:
         if t.memory[tid].region.reusable:
             assert tid in t.memory.lifetimes, t.memory[tid].name
+
+
+def test_shared_bytes_lists_every_pair_of_temporaries_whose_slots_overlap() -> None:
+    """The one place that answers "which tensors share bytes" (views, notebooks): checked against every
+    pair of the plan, and none of them live at the same time."""
+    from renaissance_nb import DeepLearningTask, datasets, fc, relu, seq
+    plan = DeepLearningTask("s").model(seq(fc(64), relu(), fc(32), relu(), fc(10))).data(
+        datasets.default_mnist(), batch_size=64).lock_memory().memory
+    got = {(a.name, b.name, n) for a, b, n in plan.shared_bytes()}
+    temps = [t for t in plan if t.region.reusable]
+    want = set()
+    for a in temps:
+        for b in temps:
+            lo, hi = max(a.offset, b.offset), min(a.offset + a.slot_bytes, b.offset + b.slot_bytes)
+            if (a.offset, a.id) < (b.offset, b.id) and hi > lo:
+                want.add((a.name, b.name, hi - lo))
+    assert got == want and got  # liveness reuse shares some bytes here
+    assert plan.live_overlaps() == []

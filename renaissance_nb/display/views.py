@@ -312,14 +312,7 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
     labels = _timeline_labels(obj)
     steps, programs = labels if labels else ([], [])
     # tensors whose slots overlap in bytes: possible only because their lifetimes never meet
-    reusable = sorted((t for t in plan if t.region.reusable), key=lambda t: t.offset)
-    shared = []
-    for i, a in enumerate(reusable):
-        for b in reusable[i + 1:]:
-            if b.offset >= a.offset + a.slot_bytes:
-                break
-            shared.append({"a": a.name, "b": b.name, "a_id": a.id, "b_id": b.id,
-                           "bytes": min(a.offset + a.slot_bytes, b.offset + b.slot_bytes) - b.offset})
+    shared = [{"a": a.name, "b": b.name, "a_id": a.id, "b_id": b.id, "bytes": n} for a, b, n in plan.shared_bytes()]
     partners: dict[int, list[str]] = {}
     for p in shared:
         partners.setdefault(p["a_id"], []).append(p["b"])

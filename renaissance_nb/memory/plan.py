@@ -229,6 +229,19 @@ class MemoryPlan:
                 out[span.region.family] = out.get(span.region.family, 0) + span.size
         return out
 
+    def shared_bytes(self) -> list[tuple[DTensor, DTensor, int]]:
+        """Pairs of temporaries (F, T) whose slots overlap, lower offset first, with the bytes they share:
+        liveness reuse put them there because their lifetimes never meet (live_overlaps() checks that)."""
+        self._require_final("shared_bytes")
+        reusable = sorted((t for t in self._tensors if t.region.reusable), key=lambda t: t.offset)
+        out = []
+        for i, a in enumerate(reusable):
+            for b in reusable[i + 1:]:
+                if b.offset >= a.offset + a.slot_bytes:
+                    break
+                out.append((a, b, min(a.offset + a.slot_bytes, b.offset + b.slot_bytes) - b.offset))
+        return out
+
     def live_overlaps(self) -> list[tuple[str, str]]:
         """Pairs of tensors sharing bytes while both live; empty for a correct plan."""
         self._require_final("live_overlaps")
