@@ -19,12 +19,9 @@ import numpy as np
 from .errors import ConfigError
 
 BACKENDS = ("mpi",)
-LAUNCHER_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
-"""What MPICH's hydra, Open MPI and PMIx set in every process they start."""
-
-
 def under_mpiexec() -> bool:
-    """True when a launcher started this process (its environment says so; MPI itself is not loaded)."""
+    """True when a launcher started this process (its environment says so; MPI itself is not loaded):
+    MPICH's hydra sets PMI_SIZE, Open MPI OMPI_COMM_WORLD_SIZE, PMIx launchers PMIX_RANK."""
     size = os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE")
     return (size is not None and size != "1") or "PMIX_RANK" in os.environ
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..blueprint import ACTIVATIONS, Add2, BluePrint, Layer, Named, Repeat, Seq
 from ..errors import ShapeError
+from ..kernels.operands import PAR_CHUNKS, conv_tiles
 from ..memory.region import Region
 
 FUSABLE = {"fc": ("relu", "tanh", "sigmoid", "leaky_relu"), "conv": ("relu",), "bn": ("relu",)}
@@ -254,9 +255,6 @@ def _pool_out(where: str, n: int, k: int, s: int, p: int) -> int:
     return o
 
 
-SUM_CHUNKS = 8
-"""Row blocks of the CPU's threaded sums (kernels/fused.py PAR_CHUNKS): the partial-sum scratch
-of batch norm and of bias gradients holds one row per block, planned like any tensor."""
 CONV_DW_PARTIALS = 7
 """Weight-gradient partials of a tiled conv backward (kernels/conv_tiled.py): one per numba thread
 after the first, so the tiled backward runs on at most CONV_DW_PARTIALS + 1 threads."""
@@ -265,19 +263,14 @@ CLIP_BLOCKS = 264
 its partial sums, added in block order, give the same norm on every GPU."""
 
 
-BN_SCRATCH = (("stat_sums", (SUM_CHUNKS + 1, 2), "float64"), ("affine", (2,), "float32"),
-              ("grad_sums", (SUM_CHUNKS + 1, 2), "float64"), ("grad_coef", (3,), "float64"))
+BN_SCRATCH = (("stat_sums", (PAR_CHUNKS + 1, 2), "float64"), ("affine", (2,), "float32"),
+              ("grad_sums", (PAR_CHUNKS + 1, 2), "float64"), ("grad_coef", (3,), "float64"))
 """A batch norm's scratch, (role, leading shape, dtype), C channels last: the forward's shifted
 sums (row 0 the total, then one row per block) and affine scale/shift; the backward's gradient
 sums and dx coefficients."""
 BN_FWD_SCRATCH = ("stat_sums", "affine")
 BN_BWD_SCRATCH = ("grad_sums", "grad_coef")
 
-
-def conv_tiles(k: int, s: int, p: int, cin: int) -> bool:
-    """Whether a conv can run by tiles on the CPU (kernels/conv_tiled.py), which needs dW partials:
-    an im2col convolution (not a 1x1, stride-1, unpadded product) of more than one input channel."""
-    return cin >= 2 and not (k == 1 and s == 1 and p == 0)
 
 
 class _LayerTensors:
@@ -365,7 +358,7 @@ class _LayerTensors:
 
     def bias_partials(self, layer: str, out: int) -> None:
         """The float64 row-block sums of a bias gradient (the backward pre-pass's scratch)."""
-        self.t.add(f"{layer}.bias_partials", (SUM_CHUNKS, out), "float64", Region.T_TEMP_FP32)
+        self.t.add(f"{layer}.bias_partials", (PAR_CHUNKS, out), "float64", Region.T_TEMP_FP32)
 
     def bn(self, idx: int, layer: ArchLayer, x: tuple[int, ...]) -> tuple[int, ...]:
         t, f32, n = self.t, "float32", layer.name
@@ -437,7 +430,7 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         t.add("loss.weight", (num_classes,), f32, Region.S_SCALAR_FP32)
     for name in ("step", "cursor", "rng.offset", "aug.offset", "nan.flag", "nan.skipped"):
         t.add(name, (1,), "int64", Region.S_SCALAR_INT32)
-    t.add("nan.partials", (SUM_CHUNKS,), f32, Region.T_TEMP_FP32)  # the NaN probe's per-block results
+    t.add("nan.partials", (PAR_CHUNKS,), f32, Region.T_TEMP_FP32)  # the NaN probe's per-block results
     if len(sample_shape) == 3:  # image batches: each buffer's claimed (start, aug_base) for prefetching
         t.add("I_A.claim", (2,), "int64", Region.S_SCALAR_INT32)
         t.add("I_B.claim", (2,), "int64", Region.S_SCALAR_INT32)

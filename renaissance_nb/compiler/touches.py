@@ -27,9 +27,24 @@ RANGE_OPS: dict[str, tuple[tuple[Span | str, ...], tuple[Span | str, ...]]] = {
 }
 
 
+IN_PLACE_INPUTS: dict[str, tuple[int, ...]] = {
+    "transfer": (0,),     # the cursor advances
+    "transfer_image": (0,),  # likewise
+    "transfer_image_async": (0,),  # likewise (prefetch: the CPU's background copy; the GPU's is the same)
+    "dropout_fwd": (1,),  # the Philox offset advances
+    "fc_bwd": (0,),       # dy: the activation's gradient is applied in place
+    "conv_bwd": (0,),     # dy, likewise
+    "bn_bwd": (0,),       # dy, likewise
+    "optimizer": (1,),    # the NaN flag is cleared after the update
+}
+"""Inputs an op's kernels also write: the graph lists them as inputs because they are read first."""
+
+
 def region_spans(node: Any) -> tuple[list[Span], list[Span]]:
-    """The (first, last) region spans a node reads and writes beyond its declared tensors."""
-    reads, writes = RANGE_OPS.get(node.op, ((), ()))
+    """The (first, last) region spans a node reads and writes beyond its declared tensors; an op this
+    table does not know that names a range (first/last parameters) reads and writes all of it."""
+    default = (("params",), ("params",))
+    reads, writes = RANGE_OPS.get(node.op, default)
     p = dict(node.params)
 
     def spans(items: Iterable[Span | str]) -> list[Span]:
@@ -57,7 +72,14 @@ def ids_in(plan: Any, spans: list[Span]) -> set[int]:
     return out
 
 
+def in_place_inputs(node: Any) -> list[int]:
+    """The ids among ``node``'s inputs that its kernels also write (IN_PLACE_INPUTS)."""
+    return [tid for k, tid in enumerate(node.inputs) if k in IN_PLACE_INPUTS.get(node.op, ())]
+
+
 def node_access(node: Any, plan: Any) -> tuple[set[int], set[int]]:
-    """(tensor ids read, tensor ids written) by ``node`` in ``plan``: declared ones plus its ranges."""
+    """(tensor ids read, tensor ids written) by ``node`` in ``plan``: declared ones, inputs written in
+    place, and its region ranges."""
     r_spans, w_spans = region_spans(node)
-    return set(node.inputs) | ids_in(plan, r_spans), set(node.outputs) | ids_in(plan, w_spans)
+    return (set(node.inputs) | ids_in(plan, r_spans),
+            set(node.outputs) | set(in_place_inputs(node)) | ids_in(plan, w_spans))

@@ -15,23 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from ..compiler.ids import GraphId
+from ..compiler.touches import in_place_inputs, region_spans
 from ..memory.region import Region
 
 Range = tuple[int, int]
 Edge = tuple[int, int]
-
-IN_PLACE_INPUTS: dict[str, tuple[int, ...]] = {
-    "transfer": (0,),     # the cursor advances (rnb_advance)
-    "transfer_image": (0,),  # likewise
-    "transfer_image_async": (0,),  # likewise (prefetch: the CPU's background copy; the GPU's is the same)
-    "dropout_fwd": (1,),  # the Philox offset advances (rnb_advance)
-    "fc_bwd": (0,),       # dy: the activation's gradient is applied in place (rnb_act_grad, rnb_colsum_part)
-    "conv_bwd": (0,),     # dy, likewise (rnb_colsum_part)
-    "bn_bwd": (0,),       # dy, likewise (rnb_bn_grad_part)
-    "optimizer": (1,),    # the NaN flag is cleared after the update (rnb_optimizer_done)
-}
-"""Inputs an op's kernels also write: the graph lists them as inputs because they are read first."""
-
 
 def merge(ranges: Iterable[Range]) -> tuple[Range, ...]:
     """Sorted, non-empty, non-overlapping ranges covering the same bytes."""
@@ -88,20 +76,10 @@ def _region(plan: Any, first: str, last: str) -> Range:
     return plan.region_range(Region[first], Region[last])
 
 
-def region_ranges(op: str, p: dict[str, Any], plan: Any) -> tuple[list[Range], list[Range]]:
-    """(reads, writes) of the whole region ranges a region-wide op works on, from its meaning."""
-    if op == "optimizer":  # operands.optimizer_ranges: W, M, V updated from G
-        return [_region(plan, "G_BN_BIAS", "G_DEEP_CONV")], [_region(plan, f"{f}_BN_BIAS", f"{f}_DEEP_CONV")
-                                                            for f in "WMV"]
-    if op == "ema_update":  # operands.ema_ranges: E from W, B_NEXT from B_PREV
-        return ([_region(plan, "W_BN_BIAS", "W_DEEP_CONV"), _region(plan, "B_PREV_MEAN", "B_PREV_VAR")],
-                [_region(plan, "E_BN_BIAS", "E_DEEP_CONV"), _region(plan, "B_NEXT_MEAN", "B_NEXT_VAR")])
-    if "first" not in p:
-        return [], []
-    span = _region(plan, p["first"], p["last"])
-    if op == "nan_check":
-        return [span], []
-    return [span], [span]  # zero_range, clip_grad_norm, an all-reduce in place: read and written
+def region_ranges(node: Any, plan: Any) -> tuple[list[Range], list[Range]]:
+    """(reads, writes) of the whole region ranges a region-wide op works on (compiler/touches.py)."""
+    r_spans, w_spans = region_spans(node)
+    return [_region(plan, a, b) for a, b in r_spans], [_region(plan, a, b) for a, b in w_spans]
 
 
 def _tensor_range(plan: Any, tid: int) -> Range:
@@ -111,11 +89,10 @@ def _tensor_range(plan: Any, tid: int) -> Range:
 
 def node_access(node: Any, plan: Any) -> Access:
     """The bytes one graph node reads and writes under ``plan`` (its variant's MemoryPlan)."""
-    p = node.p
-    reads, writes = region_ranges(node.op, p, plan)
-    in_place = IN_PLACE_INPUTS.get(node.op, ())
-    for k, tid in enumerate(node.inputs):
-        (writes if k in in_place else reads).append(_tensor_range(plan, tid))
+    reads, writes = region_ranges(node, plan)
+    in_place = set(in_place_inputs(node))
+    for tid in node.inputs:
+        (writes if tid in in_place else reads).append(_tensor_range(plan, tid))
     writes += [_tensor_range(plan, tid) for tid in node.outputs]
     return Access(merge(reads), merge(writes))
 

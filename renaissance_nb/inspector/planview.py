@@ -22,6 +22,7 @@ import numpy as np
 from ..compiler.graph import GraphNode
 from ..compiler.ids import GraphId
 from ..compiler.pipeline import Locked, Planned, lock_stage, plan_stage
+from ..compiler.touches import node_access
 from ..compiler.stages import labelled_programs
 from ..config import TaskConfig
 from ..errors import ConfigError, PlanError, bad_argument
@@ -39,8 +40,6 @@ CATEGORIES = ("weights", "gradients", "optimizer state", "activations", "tempora
 _FAMILY_CATEGORY = {"W": "weights", "E": "weights", "B": "weights", "A": "weights", "G": "gradients",
                     "M": "optimizer state", "V": "optimizer state", "N": "optimizer state",
                     "F": "activations", "T": "temporaries", "I": "inputs", "R": "results", "S": "scalars"}
-RANGE_WRITERS = {"W": "optimizer", "M": "optimizer", "V": "optimizer", "E": "ema_update"}
-"""Region family -> the region-wide op that writes its tensors without naming them as outputs."""
 WHAT_IF_KEYS = ("batch_size", "val_batch_size", "resolution", "liveness", "pad_rows", "fuse", "optimizer", "ema")
 
 
@@ -208,18 +207,13 @@ class MemoryInspector:
         return self._ticks
 
     def producers(self) -> dict[int, Tick]:
-        """Tensor id -> the first tick that writes it: a node that lists it as an output, else the
-        region-wide op that updates its whole range (the optimizer: weights and moments; the EMA)."""
+        """Tensor id -> the first tick that writes it: as an output, in place, or in the whole range a
+        region-wide op updates (the optimizer: weights and moments; the EMA) (compiler/touches.py)."""
         out: dict[int, Tick] = {}
-        first_op: dict[str, Tick] = {}
+        plan = self.plan()
         for tick in self.ticks():
-            first_op.setdefault(tick.node.op, tick)
-            for tid in tick.node.outputs:
+            for tid in sorted(node_access(tick.node, plan)[1]):
                 out.setdefault(tid, tick)
-        for t in self.plan():
-            op = RANGE_WRITERS.get(t.region.family) if t.region not in (Region.W_EQ_BIAS, Region.W_EQ_SCALE) else None
-            if t.id not in out and op in first_op:
-                out[t.id] = first_op[op]
         return out
 
     def _live(self, t: DTensor, prod: dict[int, Tick]) -> LiveTensor:

@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import PlanError
 from . import blas
+from .operands import conv_tiles
 from .blas import NO_TRANS, TRANS, sgemm_at
 from .conv_loops import col2im_, im2col_
 from .fused import bias_act_, cut, jit, par
@@ -51,7 +52,7 @@ def applies(x: np.ndarray, w: np.ndarray, cols: np.ndarray | None, k: int, s: in
     """Whether a convolution with these operands runs by tiles on the CPU: the products use
     the library's threads, the im2col path applies (not a 1x1/stride-1 product, Cin > 1),
     and every operand is a C-contiguous float32 array with a BLAS address."""
-    if not blas.THREADED or cols is None or x.ndim != 4 or x.shape[-1] < 2 or (k == 1 and s == 1 and pad == 0):
+    if not blas.THREADED or cols is None or x.ndim != 4 or not conv_tiles(k, s, pad, x.shape[-1]):
         return False
     return all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in (x, w, cols))
 

@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 from ..errors import NumericalError, PlanError
-from ..train.rng import StreamId, dropout_mask_into
-from . import blas, fused
+from ..train.rng import StreamId
+from . import blas, fused, philox
 from .base import EMPTY_F32, EMPTY_F32_2D, Factory, join_tables, registrar
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
@@ -175,10 +175,15 @@ def dropout_fwd(outs, ins, p, env):
     keep = 1.0 - float(p["p"])
     flat_mask = mask.reshape(-1)
     blocks = (flat_mask.size + 3) // 4
-    seed, stream, mul = env.seed, int(StreamId.DROPOUT), fused.mul_
+    # train.rng.dropout_mask_into's checks and derivations, done here at bind time (dropout() checked p,
+    # the config the seed): a step only draws
+    k0, k1, stream = env.seed & 0xFFFFFFFF, env.seed >> 32, int(StreamId.DROPOUT)
+    threshold, scale = np.float32(keep), np.float32(1.0 / keep)
+    draw, mul = philox.dropout_kernel, fused.mul_
 
     def run() -> None:
-        dropout_mask_into(flat_mask, seed, stream, int(offset[0]), keep)
+        off = int(offset[0])
+        draw(flat_mask, k0, k1, stream, off & 0xFFFFFFFF, off >> 32, threshold, scale)
         offset[0] += blocks
         mul(y, x, mask)
     return run

@@ -14,18 +14,12 @@ import numba
 import numpy as np
 
 from .operands import ACT_CODES  # noqa: F401 - the codes the activation switches below take
+from .operands import PAR_CHUNKS
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
 par = numba.njit(cache=True, nogil=True, parallel=True, fastmath=False, error_model="numpy")
 """jit with ``numba.prange`` loops run on numba's threads (the pool the products use, kernels/blas.py)."""
 
-PAR_CHUNKS = 8
-"""Threaded passes cut their work into this many chunks, a fixed number that numba hands to its
-threads: the bytes then do not depend on the machine's thread count, and the kernels cache
-(asking numba for its thread count inside a kernel would stop that). The region-wide updates
-are element-wise, so chunks give the serial bytes. The ``_par`` variants are bound when the
-GEMMs run on the same pool (kernels/blas.py): beside OpenBLAS's own threads they lose more
-than they gain."""
 
 
 @numba.njit(cache=True, nogil=True)

@@ -18,6 +18,16 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from ..errors import PlanError
 
+PAR_CHUNKS = 8
+"""Row blocks of the CPU's threaded sums: the kernels cut a pass into this many chunks, and the plan
+sizes their partial-sum scratch (bias gradients, batch norm, the NaN probe) by it."""
+
+
+def conv_tiles(k: int, s: int, p: int, cin: int) -> bool:
+    """Whether a conv's geometry lets it run by tiles on the CPU (kernels/conv_tiled.py), which needs dW
+    partials: an im2col convolution (not a 1x1, stride-1, unpadded product) of more than one channel."""
+    return cin >= 2 and not (k == 1 and s == 1 and p == 0)
+
 ACT_CODES = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "leaky_relu": 4, "silu": 5, "gelu": 6}
 """Activation name (as the graph stores it) -> the code the CPU and CUDA kernels switch on."""
 

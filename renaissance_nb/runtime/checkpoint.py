@@ -158,18 +158,18 @@ def _state_arrays(runner: Any) -> dict[str, np.ndarray]:
 def save(task: Any, path: str | os.PathLike) -> str:
     """Write the state of a compiled task to ``path`` atomically; returns the path. On a distributed
     task every rank calls it: the state is made global, rank 0 writes, the others wait for the file."""
-    dp = _parts(task, "save")[1].dp
+    config, runner, state = _parts(task, "save")
+    dp = runner.dp
     if dp is None:
-        return _save(task, path)
-    writer = dp.before_save(task.runner)
+        return _save(config, runner, state, path)
+    writer = dp.before_save(runner)
     try:
-        return _save(task, path) if writer else os.fspath(path)
+        return _save(config, runner, state, path) if writer else os.fspath(path)
     finally:
         dp.after_save()
 
 
-def _save(task: Any, path: str | os.PathLike) -> str:
-    config, runner, state = _parts(task, "save")
+def _save(config: TaskConfig, runner: Any, state: RunState, path: str | os.PathLike) -> str:
     runner.drain_transfers()  # a background copy may still be writing an input buffer
     if state.live_at is not None:  # called from a step callback on a device: its state is current
         runner.replay.download_all()
@@ -282,7 +282,7 @@ def read_state_dict(path: str | os.PathLike, *, ema: bool = False,
             if ema:
                 t = tensors[f"{name}@ema"]
             region = Region[t["region"]]
-            key = next(k for k, a, b in STATE_RANGES if a <= region <= b)
+            key = _state_key(region.name)
             where = DTensor(0, name, tuple(int(d) for d in t["shape"]), t["dtype"], region, 0,
                             int(t["offset"]) - int(fp["ranges"][key][0]), t.get("pitch"))
             out[name] = torch_layout(tensor_view(arrays[f"region_{key}"].view(np.uint8), where)).copy()

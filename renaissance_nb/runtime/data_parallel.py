@@ -65,11 +65,9 @@ class DataParallel:
         self.sync_log(runner)
         if not self.metrics_global:
             acc = runner.view("metrics.sum")
-            mine = acc.copy()
-            self.world.sum_(acc)
+            self.world.sum_(acc)  # rank 0 now holds the global sums so far, which is what it writes
             if self.rank:
-                acc[...] = 0.0
-            del mine
+                acc[...] = 0.0    # and the others none, so that the epoch's end still sums to the global ones
         return self.rank == 0
 
     def after_save(self) -> None:
