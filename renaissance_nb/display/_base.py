@@ -55,6 +55,21 @@ class OneLine:
         return f"<{type(self).__name__}: {text}>" if text else f"<{type(self).__name__}>"
 
 
+class _Same:
+    """An object in a mark, equal to another only if it is the same object (a TaskConfig's own == would
+    compare its data arrays; its id alone could be reused once it is freed)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class ViewWidget(OneLine, anywidget.AnyWidget):
     """Holds a reference to an artifact and a JSON view of it; the ES module draws the view.
 
@@ -98,9 +113,9 @@ class ViewWidget(OneLine, anywidget.AnyWidget):
         error shown since then is stale (a setting fixed in code clears the error it caused)."""
         s = self.source
         history = getattr(getattr(s, "result", None), "history", None) or ()
-        settings = getattr(s, "settings", None)
+        config = _Same(getattr(s, "config", None))  # frozen, replaced by every setting call
         return (str(getattr(s, "phase", "")), len(getattr(s, "transitions", ()) or ()), len(history),
-                repr(settings) if isinstance(settings, dict) else "", id(getattr(s, "result", None)),
+                config, id(getattr(s, "result", None)),
                 bool(getattr(getattr(s, "result", None), "interrupted", False)))
 
     def static_html(self) -> str:  # pragma: no cover - abstract

@@ -75,14 +75,15 @@ class Dashboard(OneLine, w.VBox):
         self.header.value = static.wrap(static.header_html(self.task))
         made = self._made_now()
         if made == self._made:  # the same views: each re-reads the task in place
-            for view in self._views(self.tabs):
-                if not isinstance(view, ViewWidget) or view.stale() or \
-                        view in (self.phases, self.monitor):
+            for view in self._views(self.tabs):  # the phase view and the monitor refreshed before calling
+                if not isinstance(view, ViewWidget) or view.stale():
                     view.refresh()
         else:
             self._rebuild(made)
-        for handle in self._shown:
-            handle.update(self.copy_bundle(), raw=True)
+        if self._shown:
+            bundle = self.copy_bundle()  # every view drawn again as HTML: once, for every copy shown
+            for handle in self._shown:
+                handle.update(bundle, raw=True)
 
     def _rebuild(self, made: tuple) -> None:
         chosen = self._titles[self.tabs.selected_index] if self.tabs.selected_index is not None and \

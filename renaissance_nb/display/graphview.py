@@ -123,6 +123,7 @@ class GraphView(ViewWidget):
             self.cuda, self.cuda_caption = cuda_graph_view(self.source, self.graph, gid, self.variant)
         finally:
             self._drawing = False
+        self.update_copies()  # the static copy shows this drawing, not the one before it
 
     @traitlets.observe("graph", "gid")
     def _on_pick(self, change: Any) -> None:

@@ -247,13 +247,15 @@ def graph_lifetimes(obj: Any) -> Lifetimes:
                                     for _, nodes, _ in _hand_programs(obj)])
 
 
+def _programs_of(obj: Any) -> list[tuple[str, list[tuple[Any, Any]] | None, int]]:
+    """A DeepLearningTask's step programs, as the compiler runs them, or a hand-built task's graphs."""
+    graphs = getattr(obj, "graphs", None)
+    return _programs(graphs) if graphs is not None and hasattr(graphs, "train") else _hand_programs(obj)
+
+
 def _timeline_labels(obj: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
     """Which node runs at each time index of the liveness timeline (None if unknown)."""
-    graphs = getattr(obj, "graphs", None)
-    try:
-        programs_ = _programs(graphs) if graphs is not None and hasattr(graphs, "train") else _hand_programs(obj)
-    except Exception:  # the engine's timeline changed shape: draw without labels
-        return None
+    programs_ = _programs_of(obj)
     if not programs_:
         return None
     steps: list[dict[str, Any]] = []
@@ -279,11 +281,7 @@ def accesses(obj: Any, plan: MemoryPlan) -> tuple[dict[int, list[int]], dict[int
     the optimizer, NaN check, clipping and EMA included (compiler.touches.node_access)."""
     from ..compiler.touches import node_access
 
-    graphs = getattr(obj, "graphs", None)
-    try:
-        programs_ = _programs(graphs) if graphs is not None and hasattr(graphs, "train") else _hand_programs(obj)
-    except Exception:
-        return {}, {}
+    programs_ = _programs_of(obj)
     reads: dict[int, list[int]] = {}
     writes: dict[int, list[int]] = {}
     t0 = 0
