@@ -262,7 +262,7 @@ class DeepLearningTask(Phased):
             started = time.time()
             assert self.planned is not None and self.locked is not None
             compiled = compile_stage(self._config, self.planned, self.locked)
-            runner = Runner(self._config, compiled)
+            runner = Runner(self._config, compiled, self.planned.lr_table)
             self.compiled, self.runner = compiled, runner
             self.trainer = Trainer(runner, self.run_state, self.save)
             if isinstance(self._config.scheduler, ReduceLROnPlateau):
@@ -452,15 +452,14 @@ class DeepLearningTask(Phased):
         return self._config
 
     def lr_table(self) -> np.ndarray:
-        """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr).
-        Read-only, and computed once per settings (plan(), compile() and the views all read it; at
-        2**26 steps one computation takes seconds)."""
+        """The learning rate of every step (the scheduler's table over the optimizer's lr), read-only: plan()'s,
+        or before it one computed per settings (the views read it often; at 2**26 steps it takes seconds)."""
+        if self.planned is not None:
+            return self.planned.lr_table
         c = self._config
         key = (c.scheduler, type(c.optimizer), c.optimizer.lr_, c.steps_per_epoch, c.total_epochs)
         if self._lr_cache is None or self._lr_cache[0] != key:
-            table = learning_rates(c)
-            table.flags.writeable = False
-            self._lr_cache = (key, table)
+            self._lr_cache = (key, learning_rates(c))
         return self._lr_cache[1]
 
     def summary(self) -> str:

@@ -11,7 +11,7 @@ judge (channels-last images, class weights, batch norm on one value) run here, a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,8 @@ NO_DATA = "plan: no data was set. Fix: task.data(datasets.default_mnist()) or ta
 
 
 def learning_rates(config: TaskConfig) -> np.ndarray:
-    """The learning rate of every step: the scheduler's table over the optimizer's lr (or its own base_lr)."""
+    """The learning rate of every step, read-only: the scheduler's table over the optimizer's lr (or its own
+    base_lr)."""
     spe, total = config.steps_per_epoch, config.total_steps
     if total > MAX_STEPS:
         raise bad_argument(ConfigError, "total_epochs", "epochs", config.total_epochs,
@@ -48,14 +49,19 @@ def learning_rates(config: TaskConfig) -> np.ndarray:
                            "train for fewer epochs, or with a larger batch size")
     opt, sched = config.optimizer, config.scheduler
     if sched is None:
-        return np.full(total, opt.lr_, np.float32)
+        return _read_only(np.full(total, opt.lr_, np.float32))
     base = sched.base_lr_
     if base is not None and opt.lr_ not in (base, type(opt)().lr_):
         raise ConfigError(f"plan: two learning rates: {type(opt).__name__}(lr={opt.lr_!r}) and "
                           f"{type(sched).__name__}(base_lr={base!r}); the schedule would scale "
                           "base_lr and ignore the optimizer's. Fix: drop base_lr to schedule the optimizer's lr "
                           "(as PyTorch does), or set the same value in both.")
-    return sched.table(spe, config.total_epochs, opt.lr_)
+    return _read_only(sched.table(spe, config.total_epochs, opt.lr_))
+
+
+def _read_only(table: np.ndarray) -> np.ndarray:
+    table.flags.writeable = False
+    return table
 
 
 # ---- the stage values ---------------------------------------------------------------------------------
@@ -66,6 +72,7 @@ class Planned:
     arch: ArchPlan
     shapes: AllShapes
     max_slot_bytes: tuple[int, ...]
+    lr_table: np.ndarray = field(compare=False, repr=False)  # the learning rate of every step, read-only
 
     def summary(self) -> str:
         used = sum(s.used for s in self.shapes.specs.values())
@@ -135,7 +142,7 @@ def plan_stage(config: TaskConfig) -> Planned:
     if config.ranks > 1 and config.device == "cuda":
         raise ConfigError("plan: distributed('mpi') runs on the CPU; the GPU's all-reduce (NCCL) is not built yet. "
                           "Fix: device('cpu'), or train on one process.")
-    learning_rates(config)  # validates the schedule against the data (e.g. warmup longer than training)
+    lr_table = learning_rates(config)  # also validates the schedule against the data (warmup longer than training)
     sched = config.scheduler
     if isinstance(sched, ReduceLROnPlateau) and sched.monitor_ not in config.record_fields():
         raise lacking_field(f"plan: {sched!r}", sched.monitor_)
@@ -153,7 +160,7 @@ def plan_stage(config: TaskConfig) -> Planned:
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
                                class_weights=config.loss.weight_ is not None)
     _check_batch_norm_values(config, arch, shapes)
-    return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)))
+    return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)), lr_table)
 
 
 def local_sizes(config: TaskConfig) -> tuple[int, int]:

@@ -14,7 +14,6 @@ from typing import Any, cast
 import numpy as np
 
 from ..compiler.ids import GraphId
-from ..compiler.pipeline import learning_rates
 from ..compiler.stages import CompiledPlan
 from ..config import TaskConfig
 from ..errors import ConfigError, DeviceError
@@ -31,7 +30,7 @@ from .replay import EpochSchedule, Executor, StepPrograms
 class Runner:
     """The bound step of one compiled task; ``replay`` is who runs it (CPU executor or GPU)."""
 
-    def __init__(self, config: TaskConfig, compiled: CompiledPlan) -> None:
+    def __init__(self, config: TaskConfig, compiled: CompiledPlan, lr_table: np.ndarray) -> None:
         from ..gpu.device import resolve_device
         assert config.data is not None  # plan_stage refused a task without data
         kind = resolve_device(config.device)
@@ -56,7 +55,7 @@ class Runner:
             from ..gpu.device import probe
             compiled.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
         self.executor = Executor(compiled, self.arena, self.env)
-        self._initialise()
+        self._initialise(lr_table)
         self.replay, self.device_kind = self._start_device(kind)
 
     def _start_device(self, kind: str) -> tuple[StepPrograms, str]:
@@ -83,7 +82,7 @@ class Runner:
         compiled.notes.append(f"device: CPU, {blas.describe()}.")
         return self.executor, "cpu"
 
-    def _initialise(self) -> None:
+    def _initialise(self, lr_table: np.ndarray) -> None:
         """PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for fc and conv weights and
         biases, drawn from Philox's INIT stream; BN weight 1, bias 0, running stats 0 and 1;
         EMA weights start equal to the weights."""
@@ -103,7 +102,7 @@ class Runner:
                 ex.view("train_base", f"{p.name}@ema")[...] = view
         for v in ex.views.values():
             v[self.compiled.ids["ones"]].fill(1.0)
-        ex.view("train_base", "lr_table")[: config.total_steps] = learning_rates(config)
+        ex.view("train_base", "lr_table")[: config.total_steps] = lr_table
         if config.loss.weight_ is not None:
             ex.view("train_base", "loss.weight")[...] = config.loss.class_weights
 
