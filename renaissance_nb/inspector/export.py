@@ -20,6 +20,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from ..errors import ExportError
+from ..files import write_atomically
 from ..memory.dtensor import align_up
 from .planview import CATEGORIES, LiveTensor, MemoryInspector, category_of
 
@@ -96,9 +98,9 @@ def _trace_entries(inspector: MemoryInspector, variant: str) -> list[dict[str, A
 
 def save_memory_viz(inspector: MemoryInspector, path: str | Path, variant: str = "train_base") -> Path:
     """Write the snapshot as the pickle https://pytorch.org/memory_viz opens (drag the file in)."""
-    out = Path(path)
-    out.write_bytes(pickle.dumps(memory_viz_snapshot(inspector, variant)))
-    return out
+    blob = pickle.dumps(memory_viz_snapshot(inspector, variant))
+    return Path(write_atomically(path, lambda f: f.write(blob), op="save_memory_viz", error=ExportError,
+                                 example="'plan.pickle'"))
 
 
 def chrome_trace(inspector: MemoryInspector, variant: str = "train_base") -> dict[str, Any]:
@@ -130,6 +132,6 @@ def chrome_trace(inspector: MemoryInspector, variant: str = "train_base") -> dic
 
 def save_chrome_trace(inspector: MemoryInspector, path: str | Path, variant: str = "train_base") -> Path:
     """Write the trace as JSON (open it in https://ui.perfetto.dev or chrome://tracing)."""
-    out = Path(path)
-    out.write_text(json.dumps(chrome_trace(inspector, variant)))
-    return out
+    blob = json.dumps(chrome_trace(inspector, variant)).encode()
+    return Path(write_atomically(path, lambda f: f.write(blob), op="save_chrome_trace", error=ExportError,
+                                 example="'plan.json'"))

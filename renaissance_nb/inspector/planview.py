@@ -161,6 +161,7 @@ class MemoryInspector:
     locked: Locked
     label: str = "current"
     _ticks: list[Tick] | None = field(default=None, repr=False)
+    _producers: dict[int, Tick] | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, task: "DeepLearningTask") -> "MemoryInspector":
@@ -209,12 +210,14 @@ class MemoryInspector:
     def producers(self) -> dict[int, Tick]:
         """Tensor id -> the first tick that writes it: as an output, in place, or in the whole range a
         region-wide op updates (the optimizer: weights and moments; the EMA) (compiler/touches.py)."""
-        out: dict[int, Tick] = {}
-        plan = self.plan()
-        for tick in self.ticks():
-            for tid in sorted(node_access(tick.node, plan)[1]):
-                out.setdefault(tid, tick)
-        return out
+        if self._producers is None:  # live_at() asks at every tick of a trace
+            out: dict[int, Tick] = {}
+            plan = self.plan()
+            for tick in self.ticks():
+                for tid in sorted(node_access(tick.node, plan)[1]):
+                    out.setdefault(tid, tick)
+            self._producers = out
+        return self._producers
 
     def _live(self, t: DTensor, prod: dict[int, Tick]) -> LiveTensor:
         tick = prod.get(t.id)
