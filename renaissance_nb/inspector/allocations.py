@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from ..errors import ConfigError, DeviceError, PhaseError, bad_argument
 from ..runtime.replay import EpochSchedule, batch_variants
 from ..text import plural
 
@@ -46,7 +47,7 @@ def nrt_counts() -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class StepAllocations:
-    """Allocations of ``steps`` replayed training steps after a warm-up pass."""
+    """Allocations of ``steps`` replayed training steps after a warm-up replay of the same steps."""
 
     steps: int
     nrt_allocs: int
@@ -61,16 +62,31 @@ class StepAllocations:
         return self.nrt_allocs - self.nrt_frees
 
     @property
+    def per_step(self) -> float:
+        """NRT allocations per replayed step (the epoch's prologue, which loads batch 0, included)."""
+        return self.nrt_allocs / self.steps if self.steps else 0.0
+
+    @property
     def only_argument_records(self) -> bool:
         """Every NRT allocation was the record of an array argument (no kernel allocated a buffer)."""
         return self.nrt_allocs == self.array_arguments
 
+    def rows(self) -> list[tuple[str, str]]:
+        """(what, measured) pairs, the table a dashboard shows."""
+        return [("training steps replayed (after a warm-up)", str(self.steps)),
+                ("numba allocations per step", f"{self.per_step:.1f}"),
+                ("of which records of array arguments", f"{self.array_arguments} of {self.nrt_allocs}"),
+                ("numba allocations still held at the end", str(self.nrt_net)),
+                ("Python traced memory growth", f"{self.python_growth} B")]
+
     def summary(self) -> str:
-        per = self.nrt_allocs / self.steps if self.steps else 0.0
-        what = ("all of them the records of array arguments, freed as each call returns"
-                if self.only_argument_records else f"{self.array_arguments} of them records of array arguments")
-        return (f"{plural(self.steps, 'step')}: {self.nrt_allocs} numba allocations ({per:.1f} per step), {what}; "
-                f"{self.nrt_net} held at the end; Python's traced memory grew by {self.python_growth} bytes")
+        what = ("each the record numba makes for an array argument of a kernel call, freed as the call returns"
+                if self.only_argument_records else
+                f"{self.array_arguments} of them records of array arguments, the rest buffers a kernel allocated")
+        held = "nothing held" if self.nrt_net == 0 else f"{plural(self.nrt_net, 'allocation')} held"
+        return (f"{plural(self.steps, 'training step')} replayed after a warm-up: {self.nrt_allocs} numba "
+                f"allocations ({self.per_step:.1f} per step), {what}; {self.nrt_frees} freed ({held}); "
+                f"Python's traced memory grew by {self.python_growth} B")
 
     def __repr__(self) -> str:
         return f"<StepAllocations {self.summary()}>"
@@ -126,6 +142,27 @@ def counting_array_arguments(kernels: list[Callable[[], None]]) -> Iterator[list
             c.cell_contents = f
 
 
+def measurable_runner(runner: "Runner | None", op: str) -> "Runner":
+    """The runner of a compiled, single-process CPU task, or a clear error: the measurements replay
+    the host executor's kernels, which is what runs only there."""
+    if runner is None:
+        raise PhaseError(op, "PLANNING or MEMORY_LOCKED (no arena yet)", "COMPILED",
+                         "Fix: call task.compile() first, then task.memory_inspector again.")
+    if runner.gpu is not None or runner.device_kind != "cpu":
+        raise DeviceError(f"{op}: the task runs on {runner.device_kind}; this replays the CPU kernels. Fix: measure a "
+                          "task compiled with device('cpu') (on a GPU, see memory_inspector.device_memory()).")
+    if runner.dp is not None:
+        raise ConfigError(f"{op}: a distributed task's step all-reduces with the other ranks, which would not be "
+                          "replaying. Fix: measure the same model in one process (without distributed()).")
+    return runner
+
+
+def check_steps(op: str, steps: Any) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise bad_argument(ConfigError, op, "steps", steps, "an int >= 1", "pass steps=20")
+    return int(steps)
+
+
 def training_pass(runner: "Runner") -> tuple[EpochSchedule, Callable[[], None]]:
     """The runner's training epoch as step programs, and a zero-allocation replay of it (cursor reset)."""
     ex, config = runner.executor, runner.config
@@ -140,29 +177,59 @@ def training_pass(runner: "Runner") -> tuple[EpochSchedule, Callable[[], None]]:
     return sched, replay
 
 
-def audit_allocations(runner: "Runner", steps: int = 100) -> StepAllocations:
-    """Replay whole training epochs of a compiled CPU task (one to warm up, then enough for ``steps``
-    steps) and count what they allocate: NRT allocations and frees, the array arguments handed to
-    numba, and the growth of Python's traced memory. The weights train on: use a throwaway task."""
+def step_sequence(runner: "Runner", steps: int) -> tuple[EpochSchedule, list[tuple[int, list[Callable[[], None]]]]]:
+    """``steps`` training steps as the epoch replays them, from batch 0: (step index, program) pairs, with
+    (-1, cursor reset + prologue) before batch 0 each time the pass starts again."""
+    sched, _ = training_pass(runner)
+    cursor = runner.executor.view("train_base", "cursor")
+
+    def rewind() -> None:
+        cursor[0] = 0
+    start = [rewind, *sched.prologue]
+    out: list[tuple[int, list[Callable[[], None]]]] = []
+    for n in range(steps):
+        i = n % sched.batches
+        if i == 0:
+            out.append((-1, start))
+        out.append((i, sched.steps[i]))
+    return sched, out
+
+
+@contextlib.contextmanager
+def arena_restored(runner: "Runner") -> Iterator[None]:
+    """The arena's bytes (weights, moments, counters, metrics) as they were before the block: a
+    measurement that trains on leaves the task untouched. Prefetched copies land before the restore."""
+    saved = runner.arena.bytes.copy()
+    try:
+        yield
+    finally:
+        runner.drain_transfers()
+        runner.arena.bytes[:] = saved
+
+
+def audit_allocations(runner: "Runner | None", steps: int = 100, op: str = "audit_allocations") -> StepAllocations:
+    """Replay ``steps`` training steps of a compiled CPU task (the same steps once before, to warm up)
+    and count what they allocate: NRT allocations and frees, the array arguments handed to numba,
+    the growth of Python's traced memory, and NRT allocations per kernel. The arena is restored."""
     from ..kernels.blas import own_cores
+    runner = measurable_runner(runner, op)
+    steps = check_steps(op, steps)
     enable_nrt_stats()
-    sched, replay = training_pass(runner)
-    passes = -(-steps // sched.batches)
+    sched, seq = step_sequence(runner, steps)
+    kernels = [k for _, prog in seq for k in prog]
 
     def run() -> None:
-        for _ in range(passes):
-            replay()
-    with own_cores():
-        replay()  # warm-up: compiles, fills caches
+        for k in kernels:
+            k()
+    with own_cores(), arena_restored(runner):
+        run()  # warm-up: compiles, fills caches
         a0, f0 = nrt_counts()
-        run()
-        a1, f1 = nrt_counts()
         growth = _traced_growth(run) - _traced_growth(lambda: None)
-        kernels = list(sched.prologue) + [k for prog in sched.steps for k in prog]
+        a1, f1 = nrt_counts()
         with counting_array_arguments(kernels) as counter:
             run()
-        per_kernel = _per_kernel(sched, runner.executor.view("train_base", "cursor"))
-    return StepAllocations(passes * sched.batches, a1 - a0, f1 - f0, counter[0], growth, per_kernel)
+        per_kernel = _per_kernel(seq)
+    return StepAllocations(steps, a1 - a0, f1 - f0, counter[0], growth, per_kernel)
 
 
 def _traced_growth(work: Callable[[], None]) -> int:
@@ -180,13 +247,18 @@ def _traced_growth(work: Callable[[], None]) -> int:
             tracemalloc.stop()
 
 
-def _per_kernel(sched: EpochSchedule, cursor: np.ndarray) -> dict[str, int]:
-    """NRT allocations per kernel (by its function's name) over one pass replayed in order."""
+def _per_kernel(seq: list[tuple[int, list[Callable[[], None]]]]) -> dict[str, int]:
+    """NRT allocations per kernel of the steps (by its function's name), replayed in order; the
+    prologues run between them uncounted."""
     out: dict[str, int] = {}
-    cursor[0] = 0
-    for k in [*sched.prologue, *(k for prog in sched.steps for k in prog)]:
-        a0 = nrt_counts()[0]
-        k()
-        name = getattr(k, "__qualname__", type(k).__name__).replace(".<locals>", "")
-        out[name] = out.get(name, 0) + nrt_counts()[0] - a0
+    for i, prog in seq:
+        if i < 0:
+            for k in prog:
+                k()
+            continue
+        for k in prog:
+            a0 = nrt_counts()[0]
+            k()
+            name = getattr(k, "__qualname__", type(k).__name__).replace(".<locals>", "")
+            out[name] = out.get(name, 0) + nrt_counts()[0] - a0
     return out

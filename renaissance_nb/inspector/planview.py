@@ -30,8 +30,12 @@ from ..memory.dtensor import DTensor
 from ..memory.plan import MemoryPlan
 from ..memory.region import Region
 from ..text import human_bytes
+from .allocations import StepAllocations, audit_allocations
+from .resident import DeviceMemory, device_memory_of
+from .timings import StepTimings, profile_kernels
 
 if TYPE_CHECKING:
+    from ..runtime.runner import Runner
     from ..task import DeepLearningTask
 
 CATEGORIES = ("weights", "gradients", "optimizer state", "activations", "temporaries", "inputs", "results",
@@ -160,6 +164,8 @@ class MemoryInspector:
     planned: Planned
     locked: Locked
     label: str = "current"
+    runner: "Runner | None" = field(default=None, repr=False)
+    """The compiled task's runner (None before compile, and for what_if plans): what is measured."""
     _ticks: list[Tick] | None = field(default=None, repr=False)
     _producers: dict[int, Tick] | None = field(default=None, repr=False)
 
@@ -167,13 +173,29 @@ class MemoryInspector:
     def of(cls, task: "DeepLearningTask") -> "MemoryInspector":
         """The inspector of a task: its own planned and locked values once it has them, else plans
         (without changing the task)."""
-        return cls.from_config(task.config, task.planned, task.locked)
+        return cls.from_config(task.config, task.planned, task.locked, runner=task.runner)
 
     @classmethod
     def from_config(cls, config: TaskConfig, planned: Planned | None = None, locked: Locked | None = None,
-                    label: str = "current") -> "MemoryInspector":
+                    label: str = "current", runner: "Runner | None" = None) -> "MemoryInspector":
         planned = planned or plan_stage(config)
-        return cls(config, planned, locked or lock_stage(config, planned), label)
+        return cls(config, planned, locked or lock_stage(config, planned), label, runner)
+
+    # ---- measured on the compiled task (inspector/allocations.py, timings.py, resident.py) --------
+    def allocations(self, steps: int = 20) -> StepAllocations:
+        """What ``steps`` replayed training steps allocate (numba's per-argument records, what numba
+        still holds, Python's traced growth); the arena is restored, so the task is as it was."""
+        return audit_allocations(self.runner, steps, op="memory.allocations")
+
+    def profile(self, steps: int = 20) -> StepTimings:
+        """Median seconds of each kernel of a training step and of the whole step, over ``steps``
+        replayed steps (arena restored); ``export.chrome_trace(..., timings=)`` lays them out in time."""
+        return profile_kernels(self.runner, steps)
+
+    def device_memory(self, cupy: Any = None) -> DeviceMemory | None:
+        """On a GPU task: CuPy's pool and cudaMemGetInfo beside the planned arena and device data;
+        None where CuPy sees no device."""
+        return device_memory_of(self.runner, self.arena_bytes, cupy)
 
     # ---- the plan -------------------------------------------------------------------------------
     @property
