@@ -70,6 +70,7 @@ class TaskConfig:
     save_best_by: tuple[str, str] | None = None  # (EpochRecord field, 'min' or 'max'); None: top-1
     distributed: str | None = None  # 'mpi': data-parallel over the MPI ranks (renaissance_nb/mpi.py)
     ranks: int = 1  # the ranks the global batch is split over (COMM_WORLD's size when distributed)
+    allreduce: str = "buckets"  # 'buckets': an Iallreduce per layer as backward writes it; 'slab': one at the end
 
     def with_(self, **changes: Any) -> "TaskConfig":
         return replace(self, **changes)
@@ -135,7 +136,8 @@ class TaskConfig:
             "augment": {"crop_pad": self.crop_pad, "flip": self.flip},
             "options": {k: v for k, v in self.options().items() if k != "prefetch"},
             "device": {"device": self.device, "data": self.device_data, "capture": self.device_capture},
-            "distributed": None if self.distributed is None else {"backend": self.distributed, "ranks": self.ranks},
+            "distributed": None if self.distributed is None else {"backend": self.distributed, "ranks": self.ranks,
+                                                                      "allreduce": self.allreduce},
             "autosave": {"every": None if self.save_every is None else list(self.save_every),
                          "best": self.save_best,
                          "best_by": None if self.save_best_by is None else list(self.save_best_by)},

@@ -248,9 +248,11 @@ def save_best(path: Any = "checkpoints/{name}-best.npz", *, monitor: Any = None,
     return {"save_best": path, "save_best_by": by if path is not None else None}
 
 
-def distributed(backend: Any = "mpi") -> Fields:
-    """'mpi': data-parallel over COMM_WORLD (MPI starts here, on the first call); None: one process."""
-    from .mpi import check_backend, world
+def distributed(backend: Any = "mpi", ranks: Any = None, allreduce: Any = "buckets") -> Fields:
+    """'mpi': data-parallel over COMM_WORLD (MPI starts here, on the first call), or planned for ``ranks``
+    without starting MPI (a plan read in a notebook; compile() then needs that many ranks); None: one process."""
+    from .mpi import check_allreduce, check_backend, check_ranks, world
     if check_backend(backend) is None:
         return {"distributed": None, "ranks": 1}
-    return {"distributed": backend, "ranks": world().size}
+    how = check_allreduce(allreduce)
+    return {"distributed": backend, "ranks": world().size if ranks is None else check_ranks(ranks), "allreduce": how}

@@ -121,6 +121,29 @@ def install_abort_hook(w: World) -> None:
     _HOOKED = True
 
 
+ALLREDUCE = ("buckets", "slab")
+
+
+def check_ranks(ranks: Any) -> int:
+    """``distributed(ranks=...)``: a whole number of ranks, at least 1."""
+    from .checks import as_int
+    n = as_int(ranks)
+    if n is None or n < 1:
+        from .errors import bad_argument
+        raise bad_argument(ConfigError, "distributed", "ranks", ranks, "a whole number >= 1, or None (COMM_WORLD's size)",
+                           "pass the -n of the mpiexec that will run the task, e.g. ranks=2")
+    return n
+
+
+def check_allreduce(how: Any) -> str:
+    """``distributed(allreduce=...)``: 'buckets' or 'slab'."""
+    if how in ALLREDUCE:
+        return str(how)
+    from .errors import bad_argument
+    raise bad_argument(ConfigError, "distributed", "allreduce", how, f"one of {ALLREDUCE}",
+                       "'buckets' overlaps the reduction with backward; 'slab' reduces the whole gradient region once")
+
+
 def check_backend(backend: Any) -> str | None:
     """``distributed(backend)``'s argument: 'mpi' or None (one process)."""
     if backend is None or backend in BACKENDS:

@@ -187,9 +187,9 @@ class DeepLearningTask(Phased):
         return self._set("device", lambda: check.device(device, data=data, capture=capture))
 
     @_arguments_checked
-    def distributed(self, backend: str | None = "mpi") -> "DeepLearningTask":
-        """Data-parallel over the ranks of mpiexec, batch_size the global batch (docs/scaling.md); None: one process."""
-        return self._set("distributed", lambda: check.distributed(backend))
+    def distributed(self, backend: str | None = "mpi", ranks: int | None = None, allreduce: str = "buckets") -> "DeepLearningTask":
+        """Data-parallel over mpiexec's ranks (``ranks``: plan for N without MPI), batch_size the global batch (docs/scaling.md)."""
+        return self._set("distributed", lambda: check.distributed(backend, ranks, allreduce))
 
     @_arguments_checked
     def save_every(self, epochs: int | None, path: str = "checkpoints/{name}-epoch{epoch}.npz") -> "DeepLearningTask":

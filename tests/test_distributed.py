@@ -54,6 +54,12 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return {"one": d / "one.npz", "two": d / "two.npz", "dir": d}
 
 
+BUCKETS = ["allreduce_start:fc4", "allreduce_start:fc3", "allreduce_start:fc2", "allreduce_start:fc1",
+           "allreduce_start:fc1", "allreduce_wait:fc4", "allreduce_wait:fc3", "allreduce_wait:fc2", "allreduce_wait:fc1"]
+"""The plan's all-reduce nodes by GraphId: a start after each layer's backward (DEEP_FWD_BWD late layers
+first, then FIRST_LAYER_BWD_A and _B), then DEEP_COMM's waits in the same order."""
+
+
 def test_two_ranks_follow_one_process_step_by_step(runs) -> None:
     one, two = np.load(runs["one"]), np.load(runs["two"])
     la, lb = one["losses"], two["losses"]
@@ -68,6 +74,21 @@ def test_two_ranks_follow_one_process_step_by_step(runs) -> None:
     np.testing.assert_allclose(two["val_loss"], one["val_loss"], rtol=1e-5)
     # every step ended with the same weight bytes on both ranks (a SHA-256 all-gather after each step)
     assert int(two["checked"]) == 224 and int(two["mismatched"]) == 0
+    assert list(two["comm"]) == BUCKETS and list(one["comm"]) == []  # the bucketed, overlapping all-reduce
+
+
+def test_the_bucketed_all_reduce_gives_the_bytes_of_the_one_slab(runs) -> None:
+    """allreduce='slab' (one blocking Allreduce of the whole G range after backward) against the default
+    buckets (an Iallreduce per layer as backward writes it): the same sums, so the same weight bytes."""
+    slab = runs["dir"] / "slab.npz"
+    _run(["train", str(slab), "slab"], 2)
+    a, b = np.load(runs["two"]), np.load(slab)
+    assert list(b["comm"]) == ["allreduce_mean:grads"]
+    assert int(b["checked"]) == 224 and int(b["mismatched"]) == 0
+    np.testing.assert_array_equal(a["losses"], b["losses"])
+    for k in a.files:
+        if k.startswith("w_"):
+            assert a[k].tobytes() == b[k].tobytes(), k
 
 
 def test_a_checkpoint_of_two_ranks_resumes_on_two_byte_identically(runs) -> None:
@@ -119,3 +140,50 @@ def test_importing_the_library_loads_no_mpi() -> None:
     code = "import sys, renaissance_nb; print('mpi4py' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120).stdout.strip() == "False"
+
+
+def _conv_bn_task() -> DeepLearningTask:
+    from renaissance_nb import bn, conv, flatten
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((64, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, 64)
+    return DeepLearningTask("buckets").model(seq(conv(4, 3, 1, 1), bn(), relu(), flatten(), fc(16), relu(),
+                                                 fc(3))).data(train=(x, y), batch_size=16)
+
+
+def test_a_bucket_starts_right_after_the_backward_that_writes_it_and_is_waited_before_the_optimizer() -> None:
+    from renaissance_nb.compiler.ids import GraphId
+    from renaissance_nb.compiler.touches import reduced_ids
+    task = _conv_bn_task().distributed("mpi", ranks=2).lock_memory()  # planned for 2 ranks, MPI not started
+    g, plan = task.graphs.train, task.memory
+    grads = {t.id for t in plan if t.region.family == "G"}
+    deep = g.nodes(GraphId.DEEP_FWD_BWD)
+    for gid in (GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_A, GraphId.FIRST_LAYER_BWD_B):
+        nodes = g.nodes(gid)
+        for i, n in enumerate(nodes):
+            if n.op == "allreduce_start":  # the node just before it wrote exactly this bucket; no later one does
+                assert set(n.inputs) <= set(nodes[i - 1].outputs) and nodes[i - 1].layer == n.layer, n
+                assert not any(set(n.inputs) & set(m.outputs) for m in nodes[i + 1:]), n
+    started = [n.layer for n in deep if n.op == "allreduce_start"]
+    assert started == ["fc2", "fc1", "bn1"]  # late layers first (layers named by kind, as PyTorch would)
+    waits = g.nodes(GraphId.DEEP_COMM)
+    assert [n.layer for n in waits] == [*started, "conv1"] and {n.op for n in waits} == {"allreduce_wait"}
+    assert set().union(*(n.inputs for n in waits)) == grads  # every gradient is in one bucket
+    assert reduced_ids(g, plan) == grads
+    slab = _conv_bn_task().distributed("mpi", ranks=2, allreduce="slab").lock_memory()
+    assert reduced_ids(slab.graphs.train, slab.memory) == {t.id for t in slab.memory if t.region.family == "G"}
+    assert not reduced_ids(_conv_bn_task().lock_memory().graphs.train, plan)  # one process reduces nothing
+
+
+def test_distributed_arguments_are_checked() -> None:
+    with pytest.raises(ConfigError, match="ranks=0.*whole number >= 1"):
+        _conv_bn_task().distributed("mpi", ranks=0)
+    with pytest.raises(ConfigError, match="allreduce='ring'.*'buckets', 'slab'"):
+        _conv_bn_task().distributed("mpi", ranks=2, allreduce="ring")
+
+
+def test_planning_for_ranks_loads_no_mpi() -> None:
+    code = ("import sys; from renaissance_nb import DeepLearningTask, datasets, fc, seq; "
+            "DeepLearningTask().model(seq(fc(10))).data(datasets.default_mnist(), batch_size=128)"
+            ".distributed('mpi', ranks=2).lock_memory(); print('mpi4py' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]

@@ -44,8 +44,8 @@ def test_no_graph_puts_a_node_in_a_reserved_graph_id(locked_tasks) -> None:
 def test_a_distributed_plan_fills_deep_comm_with_one_all_reduce_of_the_gradient_region(locked_tasks) -> None:
     mlp = locked_tasks[0]
     assert not mlp.graphs.train.nodes(GraphId.DEEP_COMM)  # one process: nothing to reduce
-    two = DeepLearningTask(config=mlp.config.with_(distributed="mpi", ranks=2)).lock_memory()  # as under mpiexec -n 2
-    (node,) = two.graphs.train.nodes(GraphId.DEEP_COMM)
+    two = DeepLearningTask(config=mlp.config.with_(distributed="mpi", ranks=2, allreduce="slab")).lock_memory()
+    (node,) = two.graphs.train.nodes(GraphId.DEEP_COMM)  # as under mpiexec -n 2, the one-slab option
     assert (node.op, node.p["first"], node.p["last"], node.p["ranks"]) == ("allreduce_mean", "G_BN_BIAS",
                                                                           "G_DEEP_CONV", 2)
     a, b = two.memory.region_range(Region.G_BN_BIAS, Region.G_DEEP_CONV)

@@ -30,7 +30,8 @@ class StepOptions:
     crop_pad: int = 0
     flip: bool = False
     prefetch: bool = True
-    ranks: int = 1  # data-parallel ranks: above 1, DEEP_COMM all-reduces the gradient region
+    ranks: int = 1  # data-parallel ranks: above 1, the gradients are all-reduced (_start_bucket, DEEP_COMM)
+    allreduce: str = "buckets"  # per layer as backward writes it ('buckets') or the whole G range at once ('slab')
 
 
 class _Emitter:
@@ -171,6 +172,19 @@ class _Emitter:
                            grad=grad))
 
 
+def _grads(ids: dict[str, int], layer: str) -> list[int]:
+    """A layer's parameter gradients (its bucket): weight, then bias, where it has them."""
+    return [ids[n] for n in (f"{layer}.weight@grad", f"{layer}.bias@grad") if n in ids]
+
+
+def _start_bucket(g: ComputationGraph, gid: GraphId, ids: dict[str, int], layer: str, ranks: int) -> None:
+    """Right after ``layer``'s backward wrote its gradients: their non-blocking all-reduce starts (late
+    layers first, so the reduction of one overlaps the backward of the layers before it); DEEP_COMM's
+    ``allreduce_wait`` of the same bucket completes it before the optimizer reads it."""
+    if _grads(ids, layer):
+        g.append(gid, node("allreduce_start", _grads(ids, layer), [], layer, bucket=layer, ranks=ranks))
+
+
 def _transfer(g: ComputationGraph, ids: dict[str, int], ab: str, source: str, opts: StepOptions,
               augment: bool) -> None:
     data, label = ids[f"I_{ab}.data"], ids[f"I_{ab}.label"]
@@ -224,11 +238,21 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
         e.forward(g, gid, layer, data_any, training=True)
     e.loss(g, gid, opts.smoothing, grad=True)
     seen: dict[str, int] = {}
+    buckets = opts.ranks > 1 and opts.allreduce == "buckets"
     for layer in reversed(deep):
         e.backward(g, gid, layer, data_any, seen)
+        if buckets:
+            _start_bucket(g, gid, ids, layer.name, opts.ranks)
     for ab in ("A", "B"):
         e.backward(g, GraphId[f"FIRST_LAYER_BWD_{ab}"], first, ids[f"I_{ab}.data"], dict(seen))
-    if opts.ranks > 1:  # one slab: every gradient (the G range) summed over the ranks and scaled by 1/ranks
+        if buckets:
+            _start_bucket(g, GraphId[f"FIRST_LAYER_BWD_{ab}"], ids, first.name, opts.ranks)
+    if buckets:
+        for layer in reversed(arch.layers):  # waited in the order they started, all before the NaN check
+            if _grads(ids, layer.name):
+                g.append(GraphId.DEEP_COMM, node("allreduce_wait", _grads(ids, layer.name), [], layer.name,
+                                                 bucket=layer.name, ranks=opts.ranks))
+    elif opts.ranks > 1:  # one slab: every gradient (the G range) summed over the ranks and scaled by 1/ranks
         g.append(GraphId.DEEP_COMM, node("allreduce_mean", [], [], "grads", first=g_range[0], last=g_range[1],
                                          ranks=opts.ranks))
     if opts.zero_grad:

@@ -126,7 +126,8 @@ RESERVED: dict[GraphId, str] = {
 }
 """GraphIds of the original kept in the enum that no graph of this library fills: the emitters never
 put a node in them, and the atlas binds nothing for them. DEEP_COMM is filled on a distributed task:
-one in-place all-reduce of the whole gradient region (compiler/emit.py)."""
+the wait of each layer's all-reduce, started right after that layer's backward (or, with
+``distributed(allreduce='slab')``, one in-place all-reduce of the whole gradient region; compiler/emit.py)."""
 
 
 def as_graph_id(value: Any, where: str, argument: str = "gid") -> GraphId:

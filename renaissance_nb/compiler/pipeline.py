@@ -225,7 +225,8 @@ def step_options(config: TaskConfig) -> StepOptions:
                        zero_grad=config.zero_grad, nan_check=config.nan_check, nan_policy=config.nan_policy,
                        ema_decay=config.ema, clip_norm=config.clip_grad_norm,
                        image=len(config.data.train.sample_shape) == 3,
-                       crop_pad=config.crop_pad, flip=config.flip, prefetch=config.prefetch, ranks=config.ranks)
+                       crop_pad=config.crop_pad, flip=config.flip, prefetch=config.prefetch, ranks=config.ranks,
+                       allreduce=config.allreduce)
 
 
 def lock_stage(config: TaskConfig, planned: Planned) -> Locked:

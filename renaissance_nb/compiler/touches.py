@@ -24,7 +24,12 @@ RANGE_OPS: dict[str, tuple[tuple[Span | str, ...], tuple[Span | str, ...]]] = {
     "clip_grad_norm": (("params",), ("params",)),
     "zero_range": ((), ("params",)),
     "allreduce_mean": (("params",), ("params",)),
+    "allreduce_start": ((), ()),  # its bucket's gradients are its inputs, reduced in place (below)
+    "allreduce_wait": ((), ()),
 }
+
+COMM_OPS = ("allreduce_mean", "allreduce_start", "allreduce_wait")
+"""The ops that all-reduce gradients over the ranks (kernels/comm.py): what they write is reduced."""
 
 
 IN_PLACE_INPUTS: dict[str, tuple[int, ...]] = {
@@ -36,6 +41,8 @@ IN_PLACE_INPUTS: dict[str, tuple[int, ...]] = {
     "conv_bwd": (0,),     # dy, likewise
     "bn_bwd": (0,),       # dy, likewise
     "optimizer": (1,),    # the NaN flag is cleared after the update
+    "allreduce_start": (0, 1),  # a bucket's gradients (weight, bias): summed over the ranks in place
+    "allreduce_wait": (0, 1),   # likewise, then scaled by 1/ranks
 }
 """Inputs an op's kernels also write: the graph lists them as inputs because they are read first."""
 
@@ -75,6 +82,15 @@ def ids_in(plan: Any, spans: list[Span]) -> set[int]:
 def in_place_inputs(node: Any) -> list[int]:
     """The ids among ``node``'s inputs that its kernels also write (IN_PLACE_INPUTS)."""
     return [tid for k, tid in enumerate(node.inputs) if k in IN_PLACE_INPUTS.get(node.op, ())]
+
+
+def reduced_ids(graph: Any, plan: Any) -> set[int]:
+    """The tensors of ``plan`` that ``graph``'s COMM nodes all-reduce over the ranks (empty on one process)."""
+    out: set[int] = set()
+    for _, n in graph:
+        if n.op in COMM_OPS:
+            out |= node_access(n, plan)[1]
+    return out
 
 
 def node_access(node: Any, plan: Any) -> tuple[set[int], set[int]]:

@@ -41,6 +41,7 @@ class BindEnv:
     comm: Any = None  # an mpi4py communicator on a distributed task (kernels/comm.py), else None
     rank: int = 0
     ranks: int = 1
+    requests: dict[str, list[Any]] = field(default_factory=dict)  # bucket -> [its in-flight MPI requests]
 
     def scratch(self, what: str, shape: tuple[int, ...], dtype: object) -> np.ndarray:
         """A kernel's working buffer for a node whose graph gives it none (a hand-built graph):

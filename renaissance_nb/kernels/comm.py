@@ -1,5 +1,13 @@
 """Data-parallel kernels: the gradient all-reduce, and each rank's shard of a batch and of its random draws.
 
+``allreduce_start`` / ``allreduce_wait``
+    ins: one bucket's gradient tensors (a layer's weight and bias gradients), reduced in place; outs
+    ``[]``. Params: ``bucket`` (the layer), ``ranks``. The start, placed right after the layer's
+    backward, issues one ``Iallreduce(IN_PLACE, SUM)`` per tensor and returns; the wait, in DEEP_COMM
+    before the NaN check and the optimizer, completes them and scales by 1/ranks. The requests pass
+    from one to the other through ``env.requests[bucket]``. On 2 ranks an element's sum is a + b however
+    the buffers are split, so the buckets give the slab's bytes (tests/test_distributed.py).
+
 ``allreduce_mean``
     ins ``[]``, outs ``[]``. Params: ``first``, ``last`` (the region range, the whole G range),
     ``ranks``. One in-place ``Allreduce(IN_PLACE, SUM)`` of the float32 view of the range, then a
@@ -25,23 +33,78 @@ from ..errors import PlanError
 from .base import BindEnv, Factory, registrar
 
 COMM_KERNELS: dict[str, Factory] = {}
-"""This module's kernels: allreduce_mean."""
+"""This module's kernels: allreduce_start, allreduce_wait (the buckets), allreduce_mean (the slab)."""
 kernel = registrar(COMM_KERNELS)
+
+
+def _comm(op: str, p: dict, env: BindEnv):  # type: ignore[no-untyped-def]
+    """The communicator a COMM kernel binds to, checked against the plan's rank count."""
+    if env.comm is None:
+        raise PlanError(f"{op}: bound without a communicator. Fix: task.distributed('mpi') before plan(), "
+                        "under mpiexec.")
+    ranks = int(p["ranks"])
+    if ranks != env.comm.Get_size():
+        raise PlanError(f"{op}: planned for {ranks} ranks, run on {env.comm.Get_size()}.")
+    return env.comm
+
+
+def _flat(view: np.ndarray) -> np.ndarray:
+    """A gradient's storage as one contiguous float32 vector: MPI reduces contiguous buffers. A tensor
+    with padded rows includes its padding (zeros on every rank, so they stay zeros)."""
+    if view.flags.c_contiguous:
+        return view.reshape(-1)
+    assert view.ndim == 2 and view.strides[1] == view.itemsize, (view.shape, view.strides)
+    n = (view.shape[0] - 1) * view.strides[0] // view.itemsize + view.shape[1]
+    return np.lib.stride_tricks.as_strided(view, shape=(n,), strides=(view.itemsize,))
+
+
+@kernel("allreduce_start")
+def allreduce_start(outs, ins, p, env):
+    """Start the non-blocking sum of one bucket's gradients over the ranks (``Iallreduce`` in place,
+    one request per tensor), as soon as backward has written them; DEEP_COMM's wait completes it."""
+    from mpi4py import MPI
+    comm = _comm("allreduce_start", p, env)
+    bufs = [_flat(v) for v in ins]
+    held = env.requests.setdefault(str(p["bucket"]), [None])  # shared with the wait (and the other variants)
+    iallreduce, inplace, total, testall = comm.Iallreduce, MPI.IN_PLACE, MPI.SUM, MPI.Request.Testall
+
+    def run() -> None:
+        reqs = [iallreduce(inplace, b, op=total) for b in bufs]
+        testall(reqs)  # a turn of MPI's progress engine: the buckets started before move on too
+        held[0] = reqs
+    return run
+
+
+@kernel("allreduce_wait")
+def allreduce_wait(outs, ins, p, env):
+    """Wait for one bucket's all-reduce, then scale it by 1/ranks: the global batch's mean gradient."""
+    from mpi4py import MPI
+    _comm("allreduce_wait", p, env)
+    bufs = [_flat(v) for v in ins]
+    bucket = str(p["bucket"])
+    held = env.requests.setdefault(bucket, [None])
+    waitall, scale = MPI.Request.Waitall, np.float32(1.0 / int(p["ranks"]))
+
+    def run() -> None:
+        reqs = held[0]
+        if reqs is None:
+            raise PlanError(f"allreduce_wait: bucket {bucket!r} was not started in this step (its allreduce_start "
+                            "must run after the layer's backward, before DEEP_COMM).")
+        waitall(reqs)
+        held[0] = None
+        for b in bufs:
+            np.multiply(b, scale, out=b)
+    return run
 
 
 @kernel("allreduce_mean")
 def allreduce_mean(outs, ins, p, env):
     """Sum the range over the ranks in place, then scale it by 1/ranks."""
-    if env.comm is None:
-        raise PlanError("allreduce_mean: bound without a communicator. Fix: task.distributed('mpi') before plan(), "
-                        "under mpiexec.")
     from mpi4py import MPI
+    comm = _comm("allreduce_mean", p, env)
     view = env.range_view(p["first"], p["last"], "float32")
-    ranks = int(p["ranks"])
-    if ranks != env.comm.Get_size():
-        raise PlanError(f"allreduce_mean: planned for {ranks} ranks, run on {env.comm.Get_size()}.")
-    allreduce, inplace, total = env.comm.Allreduce, MPI.IN_PLACE, MPI.SUM
-    scale = np.float32(1.0 / ranks)
+    allreduce, inplace, total = comm.Allreduce, MPI.IN_PLACE, MPI.SUM
+    scale = np.float32(1.0 / int(p["ranks"]))
 
     def run() -> None:
         allreduce(inplace, view, op=total)

@@ -2,8 +2,8 @@
 
     python worker.py MODE OUT [ARGS...]    (under mpiexec -n 2 for a distributed run)
 
-Modes: ``train`` (E epochs, step losses, weights and the per-step weight digests of every rank
-into OUT.npz), ``stop`` (stop at the first 16-step check after step S, save a checkpoint OUT.ckpt),
+Modes: ``train [buckets|slab]`` (E epochs, step losses, weights, the per-step weight digests of every
+rank and the plan's all-reduce nodes into OUT.npz), ``stop`` (stop at the first 16-step check after step S, save a checkpoint OUT.ckpt),
 ``resume`` (load OUT.ckpt and finish), ``raise`` (rank 1's step callback raises), ``stop_one`` (rank 1 alone asks
 to stop; print where every rank stopped).
 """
@@ -24,12 +24,15 @@ the float32 rounding of a 64 + 64 row sum against a 128 row one chaotically (1e-
 step 220); SGD with momentum follows the same data-parallel arithmetic without that amplification."""
 
 
+ALLREDUCE = sys.argv[3] if MODE == "train" and len(sys.argv) > 3 else "buckets"
+
+
 def build() -> DeepLearningTask:
     task = (DeepLearningTask("dp").model(seq(fc(1024), relu(), fc(512), relu(), fc(256), relu(), fc(10)))
             .data(datasets.default_mnist(), batch_size=128).optimizer(OPTIMIZER).total_epochs(EPOCHS)
             .seed(7))
     if under_mpiexec():
-        task.distributed("mpi")
+        task.distributed("mpi", allreduce=ALLREDUCE)
     return task.compile()
 
 
@@ -73,7 +76,9 @@ def main() -> None:
         bad = watch_weights(task)
         result = task.run(progress="none")
         if r == 0:
-            np.savez(OUT, losses=result.step_losses, checked=bad[0], mismatched=bad[1],
+            from renaissance_nb.compiler.ids import GraphId
+            comm = [f"{n.op}:{n.layer}" for gid in GraphId for n in task.graphs.train.nodes(gid) if n.op.startswith("allreduce")]
+            np.savez(OUT, losses=result.step_losses, checked=bad[0], mismatched=bad[1], comm=comm,
                      train_loss=[h.train_loss for h in result.history], val_loss=[h.val_loss for h in result.history],
                      **{f"w_{k}": v for k, v in task.state_dict().items()})
     elif MODE == "stop":
