@@ -187,3 +187,21 @@ def test_planning_for_ranks_loads_no_mpi() -> None:
             ".distributed('mpi', ranks=2).lock_memory(); print('mpi4py' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_the_region_map_marks_what_is_all_reduced() -> None:
+    from renaissance_nb.display import static, views
+    task = _conv_bn_task().distributed("mpi", ranks=2).lock_memory()
+    v = views.region_view(task)
+    marked = {r["region"] for r in v["regions"] if r["reduced"]}
+    assert marked == {r["region"] for r in v["regions"] if r["family"] == "G"} == {
+        "G_BN_BIAS", "G_BN_WEIGHT", "G_FC_BIAS", "G_FC_WEIGHT", "G_FIRST_CONV"}
+    grads = [t for t in task.memory if t.region.family == "G"]
+    assert {t["id"] for t in v["tensors"] if t["reduced"]} == {t.id for t in grads}
+    nbytes = sum(t.storage_bytes for t in grads)
+    from renaissance_nb.text import human_bytes
+    assert v["reduced_text"].startswith(f"⇄ all-reduced over 2 ranks every step: {len(grads)} gradient tensors, "
+                                        f"{human_bytes(nbytes)} in G_BN_BIAS")
+    assert v["reduced_text"] in static.regions_html(v).replace("&#x27;", "'")
+    one = views.region_view(_conv_bn_task().lock_memory())
+    assert one["reduced_text"] == "" and not any(r["reduced"] for r in one["regions"])

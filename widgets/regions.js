@@ -47,6 +47,7 @@ function render({ model, el }) {
       + `<span class="rnb-k">shape</span>${esc(shapeText(shape))} ${esc(t.dtype)}<br>`
       + `<span class="rnb-k">offset</span>${t.offset.toLocaleString()} (0x${t.offset.toString(16)})<br>`
       + `<span class="rnb-k">bytes</span>${human(used)} used of a ${human(t.slot_bytes)} slot`
+      + (t.reduced ? `<br><span class="rnb-k">ranks</span>all-reduced over the ranks every step` : "")
       + (t.pitch ? `<br><span class="rnb-k">rows</span>padded to ${t.pitch} elements (${human(stored - used)} of padding: rows 4 KiB apart alias in the cache)` : "")
       + (stored < t.slot_bytes ? `<br><span class="rnb-k"></span>${esc(variant)} leaves ${human(t.slot_bytes - stored)} unused` : "");
   }
@@ -70,6 +71,7 @@ function render({ model, el }) {
         h("div", { class: "rnb-sub" }, `${v.arena_human} in one allocation · ${plural(v.n_tensors, "tensor")} in ${plural(v.regions.length, "region")} · ${v.reuse_text}`)),
       h("span", { class: "rnb-stat" }, h("b", {}, v.arena_human), h("span", {}, "arena"))));
     if (v.empty_text) el.append(h("div", { class: "rnb-note rnb-empty-regions" }, v.empty_text));
+    if (v.reduced_text) el.append(h("div", { class: "rnb-note rnb-reduced" }, v.reduced_text));
     if (v.variants.length > 1) {
       const seg = h("div", { class: "rnb-seg rnb-variant-switch" });
       for (const name of v.variants) {
@@ -138,7 +140,8 @@ function render({ model, el }) {
       }
       rows.append(
         h("div", { class: "rnb-region-name" + (r.region === selected ? " rnb-selected" : ""), "data-region": r.region, onclick: () => select(r.region), title: r.family_name },
-          h("span", { class: "rnb-swatch", style: { background: r.color } }), r.region),
+          h("span", { class: "rnb-swatch", style: { background: r.color } }), r.region,
+          r.reduced ? h("span", { class: "rnb-reduced-mark", title: "all-reduced over the ranks every step" }, " ⇄") : ""),
         track,
         h("div", { class: "rnb-region-size" }, r.human + (r.saved > 0 ? ` (−${human(r.saved)})` : "")));
     }

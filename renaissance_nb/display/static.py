@@ -144,7 +144,7 @@ def region_rows_svg(view: dict[str, Any], variant: str | None = None) -> str:
         y = i * row_h + 2
         row_w = max(track_w * r["size"] / largest, 6)
         parts.append(f"<g data-region='{esc(r['region'])}'><text x='0' y='{y + 14}' font-size='11' "
-                     f"font-family='monospace' fill='#1f2328'>{esc(r['region'])}</text>"
+                     f"font-family='monospace' fill='#1f2328'>{esc(r['region'])}{' ⇄' if r.get('reduced') else ''}</text>"
                      f"<rect x='{name_w}' y='{y}' width='{row_w:.1f}' height='{row_h - 5}' rx='4' fill='#f2f4f7'/>")
         for tid in r["tensor_ids"]:
             t = tensors[tid]
@@ -176,7 +176,8 @@ def regions_html(view: dict[str, Any], variant: str | None = None) -> str:
             f"({esc(variant or view['variants'][0])}; a row's length is its region's size; light part = slot bytes "
             "this variant leaves unused)</div>"
             f"{region_rows_svg(view, variant)}"
-            f"<div class='rnb-note rnb-empty-regions'>{esc(view.get('empty_text', ''))}</div></div>")
+            + (f"<div class='rnb-note rnb-reduced'>{esc(view['reduced_text'])}</div>" if view.get("reduced_text") else "")
+            + f"<div class='rnb-note rnb-empty-regions'>{esc(view.get('empty_text', ''))}</div></div>")
 
 
 def _fit(text: str, width: float, char: float = 5.6) -> str:

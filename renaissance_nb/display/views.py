@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..compiler.ids import GraphId
+from ..compiler.touches import reduced_ids
 from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
 from ..text import bytes_versus, human_bytes, plural
@@ -164,6 +165,7 @@ def region_view(obj: Any) -> dict[str, Any]:
                     "collapsed_to": collapsed.get(v)}
     tensors = []
     same = True
+    reduced, reduced_text = _reduced(obj, ref)
     for t in ref:
         shapes = {v: list(plans[v][t.id].shape) for v in variants}
         nbytes = {v: plans[v][t.id].nbytes for v in variants}
@@ -173,7 +175,7 @@ def region_view(obj: Any) -> dict[str, Any]:
         tensors.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
                         "dtype": t.dtype, "offset": t.offset, "slot_bytes": t.slot_bytes,
                         "end": t.offset + t.slot_bytes, "shapes": shapes, "nbytes": nbytes, "storage": storage,
-                        "pitch": t.pitch,
+                        "pitch": t.pitch, "reduced": t.id in reduced,
                         "color": family_color(t.region.family)})
     regions = []
     for r, span in ref.regions.items():
@@ -183,7 +185,8 @@ def region_view(obj: Any) -> dict[str, Any]:
                         "base": span.base, "size": span.size, "end": span.end, "human": human_bytes(span.size),
                         "tensor_ids": list(span.tensor_ids), "reusable": r.reusable,
                         "size_without_reuse": span.size_without_reuse,
-                        "saved": span.size_without_reuse - span.size, "color": family_color(r.family)})
+                        "saved": span.size_without_reuse - span.size, "color": family_color(r.family),
+                        "reduced": bool(reduced & set(span.tensor_ids))})
     families = [{"family": f, "name": FAMILIES.get(f, ""), "bytes": n, "human": human_bytes(n),
                  "color": family_color(f), "share": n / ref.total_bytes if ref.total_bytes else 0.0}
                 for f, n in ref.family_bytes().items()]
@@ -194,7 +197,20 @@ def region_view(obj: Any) -> dict[str, Any]:
             "reuse_text": reuse_text(ref),
             "offsets_text": f"same offsets in all {plural(len(variants), 'variant')}" if len(variants) > 1 else "",
             "offsets_identical": same, "regions": regions, "tensors": tensors, "families": families,
-            "n_tensors": len(ref), "empty_text": empty_regions_text(ref)}
+            "n_tensors": len(ref), "empty_text": empty_regions_text(ref), "reduced_text": reduced_text}
+
+
+def _reduced(obj: Any, plan: MemoryPlan) -> tuple[set[int], str]:
+    """The tensors a data-parallel step all-reduces over the ranks (its COMM nodes), and a sentence
+    saying so; none and '' on one process."""
+    graph = graphs_of(obj).get("train")
+    ids = reduced_ids(graph, plan) if graph is not None else set()
+    if not ids:
+        return ids, ""
+    ranks = next(n.p["ranks"] for _, n in graph if "ranks" in n.p)
+    regions = sorted({plan[i].region for i in ids})
+    return ids, (f"⇄ all-reduced over {ranks} ranks every step: {plural(len(ids), 'gradient tensor')}, "
+                 f"{human_bytes(sum(plan[i].storage_bytes for i in ids))} in {', '.join(r.name for r in regions)}")
 
 
 def empty_regions_text(plan: MemoryPlan) -> str:
