@@ -7,6 +7,7 @@
     GraphView(task)           a ComputationGraph per GraphId, drawn with graphviz, collapsible per layer
     AtlasView(task)           variants x GraphIds, coloured by the variants sharing a bound graph; click to open it
     TrainingMonitor(task)     live curves; pass it to task.run(callbacks=[monitor])
+    MemoryInspectorView(task) step scrubber, live at the peak, what-if plans, largest batch, tensor values
 
 The engine never imports this package except lazily from DeepLearningTask's
 display hooks; every view reads artifacts and recomputes nothing.
@@ -23,6 +24,7 @@ try:  # load the widgets now, so that the function below, not the module, is `di
     from .blueprint import BluePrintView, VariantsView
     from .dashboard import Dashboard
     from .graphview import GraphView
+    from .inspector_view import MemoryInspectorView
     from .lifetimes import LifetimeView
     from .monitor import TrainingMonitor
     from .phase import PhaseView
@@ -32,7 +34,7 @@ except ImportError as _exc:  # ipywidgets or anywidget missing: static HTML only
     _missing = str(_exc)
 
 _WIDGETS = ("PhaseView", "RegionMap", "LifetimeView", "GraphView", "AtlasView", "TrainingMonitor", "BluePrintView",
-            "VariantsView", "Dashboard")
+            "VariantsView", "Dashboard", "MemoryInspectorView")
 
 
 def dashboard(task: Any):  # type: ignore[no-untyped-def]

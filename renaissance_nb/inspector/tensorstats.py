@@ -1,0 +1,201 @@
+"""What a tensor holds now: its values read from the arena, and for a weight its last update.
+
+Why: the plan says where every tensor lives; after compile() the arena says what is there. The
+tensor inspector (a widget, or plain Python: ``tensor_stats(task, name)``) shows a
+histogram, the range and moments, NaN/Inf counts, and for a trained parameter the norm of its
+gradient and the size of the last step's update against the weight, |dW| / |W|: the number people
+watch to tell a learning rate that barely moves the weights from one that wrecks them.
+
+Everything is read through the task's public ``read(name)`` (a copy of the tensor's bytes in the
+train_base view); nothing here writes to the arena or runs a kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from ..config import TaskConfig
+from ..errors import ConfigError, PlanError, bad_argument
+from ..memory.plan import MemoryPlan
+
+if TYPE_CHECKING:
+    from ..task import DeepLearningTask
+
+Reader = Callable[[str], np.ndarray]
+
+BINS = 30
+"""The histogram's bins unless asked otherwise (enough to see a shape, few enough to draw small)."""
+
+
+@dataclass(frozen=True)
+class ValueStats:
+    """The values of one tensor: counts, range and moments of its finite values, and their histogram
+    (``counts`` over ``edges``: counts sum to ``finite``; ``finite + nan + inf == size``)."""
+
+    size: int
+    finite: int
+    nan: int
+    inf: int
+    min: float | None
+    max: float | None
+    mean: float | None
+    std: float | None
+    counts: tuple[int, ...]
+    edges: tuple[float, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """A parameter's last optimizer step: the gradient it used, the change it made, and their norms.
+
+    ``ratio`` is |dW| / |W| (2-norms; W after the step); ``how`` says what it was derived from."""
+
+    step: int
+    lr: float
+    grad_norm: float
+    weight_norm: float
+    update_norm: float | None
+    ratio: float | None
+    how: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """A tensor's values now, and for a trained parameter its last update (None for anything else)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    values: ValueStats
+    update: UpdateStats | None
+
+    def summary(self) -> str:
+        v = self.values
+        if v.finite:
+            text = (f"{self.name} {self.shape} {self.dtype}: min {v.min:.4g}, max {v.max:.4g}, mean {v.mean:.4g}, "
+                    f"std {v.std:.4g}")
+        else:
+            text = f"{self.name} {self.shape} {self.dtype}: no finite value"
+        if v.nan or v.inf:
+            text += f", {v.nan} NaN, {v.inf} Inf"
+        u = self.update
+        if u is not None:
+            text += f"; step {u.step}: |grad| {u.grad_norm:.4g}"
+            if u.ratio is not None:
+                text += f", |dW|/|W| {u.ratio:.3g}"
+        return text
+
+    def __repr__(self) -> str:
+        return f"<TensorStats {self.summary()}>"
+
+
+def value_stats(values: np.ndarray, bins: int = BINS) -> ValueStats:
+    """Counts, range, mean, standard deviation (population, ddof 0) and a ``bins``-bin histogram of the
+    finite values (numpy.histogram over [min, max]); NaN and Inf are counted apart."""
+    x = np.asarray(values).reshape(-1)
+    xf = x.astype(np.float64) if x.dtype.kind in "biuf" else np.zeros(0)
+    finite = np.isfinite(xf)
+    good = xf[finite]
+    nan = int(np.isnan(xf).sum())
+    inf = int(xf.size - good.size - nan)
+    if not good.size:
+        return ValueStats(int(x.size), 0, nan, inf, None, None, None, None, (), ())
+    counts, edges = np.histogram(good, bins=bins)
+    return ValueStats(int(x.size), int(good.size), nan, inf, float(good.min()), float(good.max()),
+                      float(good.mean()), float(good.std()), tuple(int(c) for c in counts),
+                      tuple(float(e) for e in edges))
+
+
+def _norm(a: np.ndarray) -> float:
+    return float(np.sqrt(np.sum(np.square(a, dtype=np.float64))))
+
+
+def is_parameter(plan: MemoryPlan, name: str) -> bool:
+    """A trained parameter: a tensor of a W region with a gradient of its own (``name@grad``)."""
+    return plan[name].region.family == "W" and any(t.name == f"{name}@grad" for t in plan)
+
+
+def last_update(read: Reader, config: TaskConfig, name: str) -> UpdateStats | None:
+    """The last optimizer step's change to parameter ``name``, derived from what the arena holds now.
+
+    How: the step counter ``step`` counts finished updates (t), and ``lr_table[t - 1]`` is the rate that
+    step used. The gradient G (``name@grad``) is the one that step used: it is written by the backward
+    pass and left in place until the next step's backward pass overwrites it (after clipping, if set:
+    clipping scales G in place before the update). The change dW follows from the kernels' formulas
+    (kernels/fused.py), inverted where the update depends on the old weight:
+
+    - SGD with momentum (not Nesterov): dW = -lr * M, the new momentum buffer.
+    - SGD without momentum, or Nesterov: dW = -lr * (s + wd * W_old), s = ±G (+ momentum * M), so
+      W_old = (W + lr * s) / (1 - lr * wd).
+    - Adam: dW = -u, u = lr / (1 - b1^t) * M / (sqrt(V) / sqrt(1 - b2^t) + eps), from the new moments.
+      AdamW also decays: W = W_old * (1 - lr * wd) - u, so W_old = (W + u) / (1 - lr * wd).
+
+    Computed in float64 from the float32 state, so it matches W_after - W_before up to float32
+    rounding. None for a tensor that is not a trained parameter; a dict with ``update_norm`` None
+    before the first step, or when G holds NaN/Inf (a step the NaN check skipped: G then holds the
+    skipped step's gradient, not the one that made the last update)."""
+    w = read(name).astype(np.float64)
+    g = read(f"{name}@grad").astype(np.float64)
+    t = int(read("step")[0])
+    table = read("lr_table")
+    lr = float(table[min(max(t - 1, 0), len(table) - 1)]) if len(table) else 0.0
+    base = dict(step=t, lr=lr, grad_norm=_norm(g), weight_norm=_norm(w))
+    if t == 0:
+        return UpdateStats(**base, update_norm=None, ratio=None, how="no step yet: the weights are the initial ones")
+    if not np.isfinite(g).all():
+        return UpdateStats(**base, update_norm=None, ratio=None,
+                           how="the gradient holds NaN/Inf: its step was skipped or diverged")
+    dw, how = _delta(read, config, name, w, g, t, lr)
+    un = _norm(dw)
+    return UpdateStats(**base, update_norm=un, ratio=un / base["weight_norm"] if base["weight_norm"] else None, how=how)
+
+
+def _delta(read: Reader, config: TaskConfig, name: str, w: np.ndarray, g: np.ndarray, t: int,
+           lr: float) -> tuple[np.ndarray, str]:
+    """dW of the last step from the optimizer's state (see ``last_update``)."""
+    p = config.optimizer.graph_params()
+    sign = -1.0 if p.get("maximize") else 1.0
+    wd = float(p.get("weight_decay", 0.0))
+    if p["kind"] == "sgd":
+        mom = float(p["momentum"])
+        if mom and not p["nesterov"]:
+            return -lr * read(f"{name}@m").astype(np.float64), "SGD with momentum: dW = -lr * M"
+        s = sign * g + (mom * read(f"{name}@m").astype(np.float64) if mom else 0.0)
+        old = (w + lr * s) / (1.0 - lr * wd)
+        return w - old, "SGD: dW = -lr * (G + wd * W_old)" + (" + Nesterov momentum" if mom else "")
+    b1, b2, eps = float(p["beta1"]), float(p["beta2"]), float(p["eps"])
+    m, v = read(f"{name}@m").astype(np.float64), read(f"{name}@v").astype(np.float64)
+    u = lr / (1.0 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1.0 - b2 ** t) + eps)
+    if p["kind"] == "adamw":
+        return w - (w + u) / (1.0 - lr * wd), "AdamW: dW = -lr * wd * W_old - lr * M_hat / (sqrt(V_hat) + eps)"
+    return -u, "Adam: dW = -lr * M_hat / (sqrt(V_hat) + eps)"
+
+
+def stats_from(read: Reader, plan: MemoryPlan, config: TaskConfig, name: Any, bins: Any = BINS) -> TensorStats:
+    """The statistics of tensor ``name`` of ``plan``, its values read with ``read``; the last update for
+    a trained parameter (``last_update``)."""
+    if not isinstance(name, str) or not any(t.name == name for t in plan):
+        raise bad_argument(PlanError, "tensor_stats", "name", name, "the name of a tensor of the plan",
+                           "pass a name from task.memory, e.g. 'fc1.weight'")
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or not 1 <= bins <= 10_000:
+        raise bad_argument(ConfigError, "tensor_stats", "bins", bins, "an int in [1, 10000]", "pass bins=30")
+    t = plan[name]
+    values = value_stats(read(name), int(bins))
+    update = last_update(read, config, name) if is_parameter(plan, name) else None
+    return TensorStats(name, tuple(int(d) for d in t.shape), str(t.dtype), values, update)
+
+
+def tensor_stats(task: "DeepLearningTask", name: Any, bins: Any = BINS) -> TensorStats:
+    """What tensor ``name`` of a compiled task holds now (read with ``task.read``, the train_base view):
+    histogram, range, moments, NaN/Inf counts, and for a trained parameter its last update."""
+    task.read("step")  # the phase check, with the task's own message, before anything else
+    return stats_from(task.read, task.memory, task.config, name, bins)

@@ -1,0 +1,217 @@
+"""MemoryInspectorView's data (display/inspector_data.py) against the engine it reads, and the tensor
+statistics (inspector/tensorstats.py) against NumPy on the arena's values and against weights captured
+before and after one real training step."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from renaissance_nb import SGD, Adam, AdamW, DeepLearningTask, PhaseError, PlanError, datasets, fc, flatten, relu, seq
+from renaissance_nb.blueprint import bn, conv, maxpool
+from renaissance_nb.compiler.touches import node_access
+from renaissance_nb.inspector.tensorstats import is_parameter, tensor_stats, value_stats
+
+pytest.importorskip("anywidget")
+from renaissance_nb.display import MemoryInspectorView  # noqa: E402
+from renaissance_nb.display import inspector_data as data  # noqa: E402
+from renaissance_nb.display import inspector_static  # noqa: E402
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((300, 20)).astype(np.float32)
+Y = (np.arange(300) % 3).astype(np.int32)
+IMG = rng.standard_normal((96, 3, 16, 16)).astype(np.float32), (np.arange(96) % 4).astype(np.int32)
+
+
+def mlp(batch: int = 64, **opts) -> DeepLearningTask:  # type: ignore[no-untyped-def]
+    return (DeepLearningTask("insp").model(seq(fc(16), relu(), fc(3)))
+            .data(datasets.from_arrays((X, Y), (X[:60], Y[:60])), batch_size=batch).total_epochs(1).seed(1)
+            .options(**opts))
+
+
+def convnet() -> DeepLearningTask:
+    """Image data, batch norm, an EMA and gradient clipping: every region-wide op of the step."""
+    model = seq(conv(8, 3, 1, 1, bias=True), relu(), maxpool(2), conv(16, 3, 1, 1), bn(), relu(), flatten(), fc(4))
+    return (DeepLearningTask("conv").model(model).data(datasets.from_arrays(IMG, (IMG[0][:32], IMG[1][:32])),
+                                                       batch_size=24).ema(0.99).clip_grad_norm(1.0).seed(0))
+
+
+@pytest.fixture(scope="module")
+def planned():  # type: ignore[no-untyped-def]
+    out = {}
+    for name, task in (("mlp", mlp().lock_memory()), ("conv", convnet().lock_memory())):
+        out[name] = (task, task.memory_inspector, data.inspector_view(task))
+    return out
+
+
+@pytest.mark.parametrize("which", ["mlp", "conv"])
+def test_the_live_set_the_widget_draws_is_the_engines_at_every_tick(planned, which) -> None:
+    task, insp, view = planned[which]
+    assert view["ready"] and [k["t"] for k in view["ticks"]] == [k.time for k in insp.ticks()]
+    by_id = {t["id"]: t for t in view["tensors"]}
+    for vi, variant in enumerate(view["variants"]):
+        curve = insp.live_bytes(variant)
+        assert view["curves"][variant] == [int(x) for x in curve]
+        for k in view["ticks"]:
+            ids = data.live_ids(view, k["t"])
+            assert {by_id[i]["name"] for i in ids} == {t.name for t in insp.live_at(k["t"], variant)}
+            assert sum(by_id[i]["storage"][vi] for i in ids) == curve[k["t"]]
+
+
+def test_region_wide_ops_read_and_write_their_whole_ranges(planned) -> None:
+    task, insp, view = planned["conv"]
+    plan = insp.plan()
+    names = {t.id: t.name for t in plan}
+    fam = {t.id: t.region.family for t in plan}
+    for k, tick in zip(view["ticks"], insp.ticks()):
+        reads, writes = node_access(tick.node, plan)
+        assert (k["reads"], k["writes"]) == (sorted(reads), sorted(writes))
+    ops = {k["op"]: k for k in view["ticks"]}
+    assert set(ops) >= {"optimizer", "nan_check", "clip_grad_norm", "ema_update"}
+    params = [t.id for t in plan if is_parameter(plan, t.name)]  # W_EQ_* (BN folded for inference) lie outside
+    assert params and all(i in ops["optimizer"]["reads"] and i in ops["optimizer"]["writes"] for i in params)
+    grads = {i for i in fam if fam[i] == "G" and plan[names[i]].slot_bytes}
+    assert grads <= set(ops["optimizer"]["reads"]) and not grads & set(ops["optimizer"]["writes"])
+    assert grads <= set(ops["nan_check"]["reads"]) and grads <= set(ops["clip_grad_norm"]["writes"])
+    ema = {i for i in fam if fam[i] == "E" and names[i].split("@")[0] in {names[p] for p in params}}
+    assert ema and ema <= set(ops["ema_update"]["writes"]) and set(params) <= set(ops["ema_update"]["reads"])
+    assert ops["optimizer"]["ranges_written"] == ["W_BN_BIAS…W_DEEP_CONV", "M_BN_BIAS…M_DEEP_CONV",
+                                                  "V_BN_BIAS…V_DEEP_CONV"]
+
+
+@pytest.mark.parametrize("which", ["mlp", "conv"])
+def test_the_peak_of_every_variant_is_the_engines(planned, which) -> None:
+    task, insp, view = planned[which]
+    by_id = {t["id"]: t for t in view["tensors"]}
+    for variant in view["variants"]:
+        rep, p = insp.peak(variant), view["peaks"][variant]
+        assert (p["bytes"], p["time"], p["op"], p["layer"]) == (rep.peak_bytes, rep.time, rep.op, rep.layer)
+        assert {c["category"]: c["bytes"] for c in p["by_category"]} == rep.by_category
+        assert sum(c["bytes"] for c in p["by_category"]) == p["bytes"]
+        assert [(by_id[i]["name"], n) for i, n in p["tensors"]] == [(t.name, t.nbytes) for t in rep.top(10_000)]
+        assert [by_id[i]["producer"] for i, _ in p["tensors"]] == [t.producer for t in rep.top(10_000)]
+
+
+@pytest.mark.parametrize("asked, changes", [
+    ({"liveness": False}, {"liveness": False}), ({"pad_rows": False}, {"pad_rows": False}),
+    ({"fuse": False}, {"fuse": False}), ({"optimizer": "sgd"}, {"optimizer": "sgd"}), ({"ema": True}, {"ema": 0.999}),
+    ({"batch_size": 128, "optimizer": "adam"}, {"batch_size": 128, "val_batch_size": 128, "optimizer": "adam"})])
+def test_a_what_if_is_the_engines_plan_and_diff(planned, asked, changes) -> None:
+    task, insp, view = planned["mlp"]
+    r = data.whatif_view(insp, asked)
+    other = insp.what_if(**changes)
+    d = insp.diff(other)
+    assert r["arena"] == [insp.arena_bytes, other.arena_bytes] and r["summary"] == d.summary()
+    assert r["peak"] == [insp.peak().peak_bytes, other.peak().peak_bytes]
+    assert {c["category"]: (c["a"], c["b"]) for c in r["categories"]} == d.categories
+    assert {g["region"]: (g["a"], g["b"]) for g in r["grew"]} == d.grew
+    assert {g["region"]: (g["a"], g["b"]) for g in r["shrank"]} == d.shrank
+    assert {m["name"]: (m["a"], m["b"]) for m in r["moved"]} == d.moved and r["n_moved"] == len(d.moved)
+    json.dumps(r, allow_nan=False)
+
+
+def test_a_what_if_of_the_current_values_plans_nothing_and_bad_values_say_why(planned) -> None:
+    task, insp, view = planned["mlp"]
+    assert data.whatif_view(insp, dict(view["settings"]))["empty"]
+    assert "batch_size" in data.whatif_view(insp, {"batch_size": 0})["error"]
+    assert "optimizer" in data.whatif_view(insp, {"optimizer": "lion"})["error"]
+    assert "resolution" in data.whatif_view(insp, {"resolution": [8, 8]})["error"]  # not an image model
+
+
+def test_resolution_and_the_largest_batch(planned) -> None:
+    task, insp, view = planned["conv"]
+    assert view["settings"]["image"] and view["settings"]["resolution"] == [16, 16]
+    r = data.whatif_view(insp, {"resolution": [8, 8]})
+    assert r["arena"][1] == insp.what_if(resolution=(8, 8)).arena_bytes < insp.arena_bytes
+    for budget in (insp.arena_bytes, 3 * insp.arena_bytes):
+        f = data.fit_view(insp, budget)
+        assert f["batch"] == insp.fit(budget)
+        assert f["arena"] <= budget and (f["next_arena"] is None or f["next_arena"] > budget)
+    assert "even batch 1" in data.fit_view(insp, 1024)["error"]
+
+
+def test_value_stats_count_nan_and_inf_apart() -> None:
+    x = np.array([1.0, np.nan, -2.0, np.inf, 3.5, -np.inf, 0.25], np.float32)
+    s = value_stats(x, bins=5)
+    good = x[np.isfinite(x)].astype(np.float64)
+    assert (s.size, s.finite, s.nan, s.inf) == (7, 4, 1, 2)
+    assert (s.min, s.max, s.mean, s.std) == (good.min(), good.max(), good.mean(), good.std())
+    assert list(s.counts) == list(np.histogram(good, bins=5)[0]) and sum(s.counts) == s.finite
+    assert value_stats(np.full(3, np.nan)).counts == () and value_stats(np.full(3, np.nan)).min is None
+
+
+def test_tensor_stats_are_numpys_on_the_arenas_values() -> None:
+    task = mlp()
+    with pytest.raises(PhaseError):
+        tensor_stats(task, "fc1.weight")
+    task.run(progress=False)
+    for name in ("fc1.weight", "fc1.out", "fc2.bias@grad", "labels", "step"):
+        x = task.read(name).astype(np.float64)
+        s = tensor_stats(task, name)
+        assert s.shape == x.shape and s.values.size == x.size == sum(s.values.counts)
+        assert (s.values.min, s.values.max) == (x.min(), x.max())
+        assert s.values.mean == pytest.approx(x.mean(), rel=1e-12, abs=1e-15)
+        assert s.values.std == pytest.approx(x.std(), rel=1e-12, abs=1e-15)
+        assert list(s.values.counts) == list(np.histogram(x, bins=30)[0])
+        assert (s.update is None) == (name != "fc1.weight")
+    g = tensor_stats(task, "fc1.weight").update
+    assert g.step == task.total_steps and g.grad_norm == pytest.approx(np.linalg.norm(task.read("fc1.weight@grad")))
+    with pytest.raises(PlanError, match="fc9.weight"):
+        tensor_stats(task, "fc9.weight")
+
+
+@pytest.mark.parametrize("opt", [AdamW().lr(1e-2), Adam().lr(1e-2).weight_decay(0.1), SGD().lr(0.1).momentum(0.9),
+                                 SGD().lr(0.1).weight_decay(0.05), SGD().lr(0.1).momentum(0.9).nesterov()],
+                         ids=["adamw", "adam_l2", "sgd_momentum", "sgd_wd", "sgd_nesterov"])
+def test_the_update_ratio_is_the_change_one_real_step_made(opt) -> None:
+    """One sample batch per epoch: the second run(1) is exactly one step; W is read before and after."""
+    task = (DeepLearningTask("one").model(seq(fc(16), relu(), fc(3))).data(train=(X[:32], Y[:32]), batch_size=32)
+            .optimizer(opt).total_epochs(3).seed(1))
+    task.compile()
+    first = tensor_stats(task, "fc1.weight").update
+    assert first.step == 0 and first.ratio is None
+    task.run(1, progress=False)
+    before = task.read("fc1.weight").astype(np.float64)
+    task.run(1, progress=False)
+    after = task.read("fc1.weight").astype(np.float64)
+    u = tensor_stats(task, "fc1.weight").update
+    assert u.step == 2 and u.lr == pytest.approx(opt.lr_)
+    assert u.update_norm == pytest.approx(np.linalg.norm(after - before), rel=1e-4)
+    assert u.ratio == pytest.approx(np.linalg.norm(after - before) / np.linalg.norm(after), rel=1e-4)
+    assert u.grad_norm == pytest.approx(np.linalg.norm(task.read("fc1.weight@grad").astype(np.float64)), rel=1e-12)
+
+
+def test_the_widget_answers_its_picks_and_follows_its_task() -> None:
+    task = mlp()
+    w = MemoryInspectorView(task, selected="fc1.weight", what_if={"liveness": False})
+    insp = task.memory_inspector
+    assert w.tick == insp.peak().time and w.variant == "train_base"
+    assert w.whatif_result["arena"][1] == insp.what_if(liveness=False).arena_bytes
+    assert w.tensor["name"] == "fc1.weight" and w.tensor["stats"] is None and "compile()" in w.tensor["note"]
+    times = {k.time for k in insp.ticks()}
+    gap = min(t for t in range(max(times)) if t not in times)  # between two programs: the nearest node
+    w.tick = gap
+    assert w.tick == gap - 1 and w.at_tick()["op"] == insp.ticks()[gap - 1].node.op
+    w.variant = "nonsense"
+    assert w.variant == "train_base"
+    w.fit_budget = 2 * insp.arena_bytes
+    assert w.fit_result["batch"] == insp.what_if(liveness=False).fit(2 * insp.arena_bytes)
+    w.what_if = {}
+    assert w.whatif_result == {} and w.fit_result["batch"] == insp.fit(2 * insp.arena_bytes)
+    task.run(progress=False)
+    assert w.stale()
+    w.refresh()
+    assert w.tensor["stats"]["min"] == float(task.read("fc1.weight").min())
+    assert w.tensor["stats"]["update"]["step"] == task.total_steps
+    html = w.static_html()
+    assert "fc1.weight" in html and "update ratio" in html and f"tick {w.tick}" in html
+    assert "peak" in repr(w) and json.dumps(w.view, allow_nan=False)
+    w.selected = "nope"
+    assert "nope" in w.tensor["error"]
+
+
+def test_a_task_without_data_says_why() -> None:
+    w = MemoryInspectorView(DeepLearningTask("empty").model(seq(fc(4))))
+    assert not w.view["ready"] and "No plan to inspect yet" in w.view["reason"]
+    assert w.view["reason"] in inspector_static.inspector_html(w.view, w.state())
