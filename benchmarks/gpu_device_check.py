@@ -12,7 +12,8 @@ label smoothing 0.1) at batch 128 and 512, data already on the device and throug
 per atlas entry and one per step, interleaved round by round with PyTorch eager (default and
 fused AdamW); then, last (it may take minutes to compile), against
 torch.compile(mode="max-autotune"), whose compile time is reported apart; 5) the conv net (three
-conv-BN-ReLU stages, max pooling, gap, fc) for one epoch against PyTorch eager on the GPU. Medians of the
+conv-BN-ReLU stages, max pooling, gap, fc) for one epoch against PyTorch eager on the GPU; and,
+before the benchmarks, the memory the device holds (CuPy's pool, cudaMemGetInfo) against the plan. Medians of the
 rounds after the first; ratios are ours / theirs. The data are MNIST-shaped random numbers
 (the timing depends on shapes only; ../shared does not travel to the device machine).
 """
@@ -401,6 +402,35 @@ def stream_report() -> None:
     say(f"   one epoch of {len(task.result.step_losses)} steps issued {rx.order.waits} event waits")
 
 
+def memory_report() -> None:
+    """Planned vs measured on the device (#25): CuPy's pool and cudaMemGetInfo beside the plan's arena
+    and the data the plan keeps on the device, after compile and through one epoch of the seed MLP
+    (inspector/resident.py; samples at the start, every 16 steps and at the epoch's end)."""
+    from renaissance_nb.inspector.resident import ResidentMemory
+    from renaissance_nb.text import human_bytes
+    n = 2048 if STAND_IN else 60000
+    x, y = mnist_like(n)
+    say(f"\n== planned vs measured device memory: the seed MLP, batch 128, {n} samples on the device")
+    net = rnb.seq(rnb.fc(1024), rnb.relu(), rnb.fc(512), rnb.relu(), rnb.fc(256), rnb.relu(), rnb.fc(10))
+    task = (rnb.DeepLearningTask("memory").model(net).data(train=(x, y), batch_size=128).optimizer(rnb.AdamW())
+            .total_epochs(1).seed(0).device("cuda", data="device"))
+    task.compile()
+    reading = task.memory_inspector.device_memory()
+    if reading is None:
+        say("   CuPy sees no device (a stand-in dry run): no reading, as designed")
+        return
+    say("   after compile: " + reading.summary())
+    rss = ResidentMemory(every=16)
+    task.run(callbacks=[rss], progress=False)
+    rows = rss.rows()
+    used = [r["pool_used"] for r in rows]
+    say(f"   one epoch, {len(rows)} samples: pool used {human_bytes(min(used))} to {human_bytes(max(used))}, pool "
+        f"total at most {human_bytes(max(r['pool_total'] for r in rows))}, device in use at most "
+        f"{human_bytes(max(r['device_used'] for r in rows))}; planned arena {human_bytes(reading.arena)} + data "
+        f"{human_bytes(reading.data)}")
+    say("   " + rss.summary())
+
+
 def use_stand_in() -> None:
     """Serve device("cuda") with the tests' CPU stand-in for CuPy (tests/cuda_emulator.py, built by
     g++): a dry run of this script's GPU branch, to catch its own mistakes before device time is spent."""
@@ -439,6 +469,7 @@ def main() -> None:
     real = gpu and not STAND_IN
     if gpu:
         stage("stream edges", stream_report)
+        stage("device memory against the plan", memory_report)
     if real:
         for b in (128, 512):
             stage(f"GEMM candidates at batch {b}", lambda b=b: gemm_candidates(b))

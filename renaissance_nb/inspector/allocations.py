@@ -123,7 +123,8 @@ def counting_array_arguments(kernels: list[Callable[[], None]]) -> Iterator[list
     """While open, the numba functions the kernels call from Python count the NumPy arrays they are
     handed (into the yielded one-item list); the kernels are restored afterwards."""
     counter = [0]
-    cells, seen = [], set()
+    cells: list[Any] = []
+    seen: set[int] = set()
     for k in kernels:
         cells += list(_numba_cells(k, seen))
     originals = [c.cell_contents for c in cells]
@@ -215,7 +216,7 @@ def audit_allocations(runner: "Runner | None", steps: int = 100, op: str = "audi
     runner = measurable_runner(runner, op)
     steps = check_steps(op, steps)
     enable_nrt_stats()
-    sched, seq = step_sequence(runner, steps)
+    _, seq = step_sequence(runner, steps)
     kernels = [k for _, prog in seq for k in prog]
 
     def run() -> None:

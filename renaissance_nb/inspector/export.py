@@ -11,7 +11,11 @@ arena offsets (the arena is one segment).
   when each ends; stateful tensors allocated once, before the step). A block's "frame" names the
   tensor, its producer op and layer, so memory_viz's stacks read as the model's structure.
 * ``chrome_trace``: one complete event per node (pid 0, one tid per program), and a counter of the
-  live bytes per category at every tick.
+  live bytes per category at every tick. Given the kernels' measured times (``MemoryInspector.profile``,
+  inspector/timings.py) it is laid out on a real time axis instead: the two training step programs
+  (buffer A, then buffer B) end to end, each kernel a complete event as long as its median time
+  (microseconds, the format's unit), the same live-bytes counters at each kernel's start; nodes no
+  timed step ran (the validation programs) are named in ``otherData``, not drawn.
 """
 from __future__ import annotations
 
@@ -20,10 +24,11 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExportError
+from ..errors import ExportError, bad_argument
 from ..files import write_atomically
 from ..memory.dtensor import align_up
-from .planview import CATEGORIES, LiveTensor, MemoryInspector, category_of
+from .planview import CATEGORIES, LiveTensor, MemoryInspector, Tick, category_of
+from .timings import StepTimings
 
 ARENA_ADDRESS = 0
 """The arena segment's address in the snapshot: tensors' addresses are their arena offsets."""
@@ -103,35 +108,88 @@ def save_memory_viz(inspector: MemoryInspector, path: str | Path, variant: str =
                                  example="'plan.pickle'"))
 
 
-def chrome_trace(inspector: MemoryInspector, variant: str = "train_base") -> dict[str, Any]:
-    """The step as Trace Event JSON: a complete event ("X") per node at its tick, one thread per
-    program, and a live-bytes counter ("C") per category at every tick."""
+def chrome_trace(inspector: MemoryInspector, variant: str = "train_base",
+                 timings: StepTimings | None = None) -> dict[str, Any]:
+    """The step as Trace Event JSON: a complete event ("X") per node, one thread per program, and a
+    live-bytes counter ("C") per category at each event. Without ``timings`` time is the step order
+    (one tick per node); with them, measured microseconds (see the module's doc)."""
+    if timings is not None:
+        return _timed_trace(inspector, variant, timings)
     ticks = inspector.ticks()
     programs = list(dict.fromkeys(k.program for k in ticks))
-    events: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0,
-                                     "args": {"name": f"renaissance_nb plan ({variant}), 1 tick = 1 node"}}]
-    events += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "ts": 0, "args": {"name": p}}
-               for i, p in enumerate(programs)]
-    plan = inspector.plan(variant)
-    names = {t.id: t.name for t in plan}
+    events = _metadata(f"renaissance_nb plan ({variant}), 1 tick = 1 node", programs)
+    names = {t.id: t.name for t in inspector.plan(variant)}
     for k in ticks:
-        events.append({"name": k.node.op, "cat": k.gid.name, "ph": "X", "ts": k.time, "dur": 1, "pid": 0,
-                       "tid": programs.index(k.program),
-                       "args": {"layer": k.node.layer, "graph": k.gid.name,
-                                "reads": [names.get(i, str(i)) for i in k.node.inputs],
-                                "writes": [names.get(i, str(i)) for i in k.node.outputs]}})
+        events.append(_node_event(names, k, k.time, 1, programs.index(k.program)))
     for k in ticks:
-        live = inspector.live_at(k.time, variant)
-        per = dict.fromkeys(CATEGORIES, 0)
-        for t in live:
-            per[t.category] += t.nbytes
-        events.append({"name": "live bytes", "ph": "C", "ts": k.time, "pid": 0, "tid": 0, "args": per})
+        events.append(_counter(inspector, variant, k, k.time))
     return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"arena_bytes": plan.total_bytes, "time": "step order: one tick per node"}}
+            "otherData": {"arena_bytes": inspector.plan(variant).total_bytes, "time": "step order: one tick per node"}}
 
 
-def save_chrome_trace(inspector: MemoryInspector, path: str | Path, variant: str = "train_base") -> Path:
+def _timed_trace(inspector: MemoryInspector, variant: str, timings: StepTimings) -> dict[str, Any]:
+    """The training step programs end to end, each kernel as long as its measured median time."""
+    if variant != "train_base":
+        raise bad_argument(ExportError, "chrome_trace", "variant", variant,
+                           "'train_base' with timings (the variant profile() times)",
+                           "pass variant='train_base', or no timings for a plan-order trace")
+    ticks = [k for k in inspector.ticks() if k.program.startswith("train step")]
+    programs = list(dict.fromkeys(k.program for k in ticks))
+    events = _metadata(f"renaissance_nb step ({variant}), measured over {timings.steps} steps", programs)
+    names = {t.id: t.name for t in inspector.plan(variant)}
+    clock, seen, missing = 0.0, dict.fromkeys(programs, 0), []
+    counters: list[dict[str, Any]] = []
+    in_graph: dict[tuple[str, Any], int] = {}
+    for k in ticks:
+        node_index = in_graph[k.program, k.gid] = in_graph.get((k.program, k.gid), -1) + 1  # as the bound kernel
+        measured = timings.get(k.gid.name, node_index)
+        if measured is None:
+            missing.append(f"{k.program}: {k.gid.name}[{node_index}] {k.node.op}")
+            continue
+        if measured.op != k.node.op:
+            raise ExportError(f"chrome_trace: node {node_index} of {k.gid.name} is {k.node.op} in this plan and "
+                              f"{measured.op} in the timings. Fix: pass the profile() of this inspector's own task.")
+        dur = measured.seconds * 1e6
+        event = _node_event(names, k, clock, dur, programs.index(k.program))
+        event["args"].update(median_us=dur, calls=measured.calls)
+        events.append(event)
+        counters.append(_counter(inspector, variant, k, clock))
+        seen[k.program] += 1
+        clock += dur
+    measured_programs = [p for p in programs if seen[p]]
+    other = [p for p in dict.fromkeys(t.program for t in inspector.ticks()) if p not in measured_programs]
+    return {"traceEvents": events + counters, "displayTimeUnit": "ms",
+            "otherData": {"arena_bytes": inspector.plan(variant).total_bytes,
+                          "time": "measured: each kernel's median over the timed steps, in microseconds",
+                          "step_seconds": timings.step_seconds, "steps": timings.steps,
+                          "not_measured": missing + [f"{p} (not a training step)" for p in other]}}
+
+
+def _metadata(process: str, programs: list[str]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "ts": 0,
+                                     "args": {"name": process}}]
+    return events + [{"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "ts": 0, "args": {"name": p}}
+                     for i, p in enumerate(programs)]
+
+
+def _node_event(names: dict[int, str], k: Tick, ts: float, dur: float, tid: int) -> dict[str, Any]:
+    return {"name": k.node.op, "cat": k.gid.name, "ph": "X", "ts": ts, "dur": dur, "pid": 0, "tid": tid,
+            "args": {"layer": k.node.layer, "graph": k.gid.name,
+                     "reads": [names.get(i, str(i)) for i in k.node.inputs],
+                     "writes": [names.get(i, str(i)) for i in k.node.outputs]}}
+
+
+def _counter(inspector: MemoryInspector, variant: str, k: Tick, ts: float) -> dict[str, Any]:
+    """Live bytes per category at a tick, as a counter event at ``ts``."""
+    per = dict.fromkeys(CATEGORIES, 0)
+    for t in inspector.live_at(k.time, variant):
+        per[t.category] += t.nbytes
+    return {"name": "live bytes", "ph": "C", "ts": ts, "pid": 0, "tid": 0, "args": per}
+
+
+def save_chrome_trace(inspector: MemoryInspector, path: str | Path, variant: str = "train_base",
+                      timings: StepTimings | None = None) -> Path:
     """Write the trace as JSON (open it in https://ui.perfetto.dev or chrome://tracing)."""
-    blob = json.dumps(chrome_trace(inspector, variant)).encode()
+    blob = json.dumps(chrome_trace(inspector, variant, timings)).encode()
     return Path(write_atomically(path, lambda f: f.write(blob), op="save_chrome_trace", error=ExportError,
                                  example="'plan.json'"))

@@ -14,6 +14,7 @@ CuPy or a device these readings are None and nothing else changes.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import resource
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ def resident_bytes() -> int:
 def cupy_with_device() -> Any | None:
     """CuPy, when it imports and sees a CUDA device; None otherwise (no CuPy, no driver, no GPU)."""
     try:
-        import cupy
+        cupy = importlib.import_module("cupy")  # optional: imported by name, so nothing needs its stubs
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return None
     except Exception:  # noqa: BLE001 - ImportError, or CUDARuntimeError where there is no driver
