@@ -46,22 +46,25 @@ function render({ model, el }) {
     const i = Math.min(times.length - 1, Math.max(0, tickIndex() + by));
     save("tick", times[i]);
   }
+  function keys(e) {  // ← → a node, Home and End the step's ends; kept from the notebook's own shortcuts
+    const by = { ArrowLeft: -1, ArrowRight: 1, Home: -1e9, End: 1e9 }[e.key];
+    if (by === undefined) return;
+    e.preventDefault();
+    e.stopPropagation();
+    step(by);
+  }
   function scrubberSkeleton() {
     const slider = h("input", { type: "range", class: "rnb-insp-slider", min: 0, max: times.length - 1, step: 1,
       value: tickIndex(), "aria-label": "step scrubber: node of the step",
       oninput: (e) => model.set("tick", times[+e.target.value]),  // drawn at once, sent on release
-      onchange: (e) => save("tick", times[+e.target.value]) });
+      onchange: (e) => save("tick", times[+e.target.value]),
+      onkeydown: keys });  // one node per key, here as on the panel (JupyterLab may keep the native step)
     box.slider = slider;
     box.tickInfo = h("div", { class: "rnb-insp-op" });
     box.rw = h("div", { class: "rnb-insp-rw-box" });
     box.strips = h("div", { class: "rnb-insp-strips" });
     box.curve = h("div", { class: "rnb-insp-curve-box" });
-    const sec = h("div", { class: "rnb-insp-section rnb-insp-scrubber", tabindex: 0,
-      onkeydown: (e) => {
-        if (e.target === slider) return;  // the slider steps itself on arrow keys
-        const by = { ArrowLeft: -1, ArrowRight: 1, Home: -1e9, End: 1e9 }[e.key];
-        if (by !== undefined) { e.preventDefault(); step(by); }
-      } },
+    const sec = h("div", { class: "rnb-insp-section rnb-insp-scrubber", tabindex: 0, onkeydown: keys },
     h("div", { class: "rnb-h" }, "Step scrubber · drag, or focus and use ← →"),
     h("div", { class: "rnb-row" },
       h("button", { class: "rnb-btn rnb-insp-prev", title: "previous node", onclick: () => step(-1) }, "◀"),
@@ -222,7 +225,8 @@ function render({ model, el }) {
   function side(r, k) {
     const total = Math.max(...r.arena, 1), rows = r.categories.map((c) => ({ category: c.category, bytes: k ? c.b : c.a }));
     return h("div", { class: `rnb-insp-side rnb-insp-side-${k ? "whatif" : "current"}` },
-      h("div", { class: "rnb-row" }, h("b", {}, r.labels[k]), h("span", { class: "rnb-grow" }),
+      h("div", {}, h("b", {}, k ? `what-if: ${r.labels[k]}` : "now")),
+      h("div", { class: "rnb-row", style: { margin: "4px 0" } },
         h("span", { class: "rnb-stat" }, h("b", { class: "rnb-insp-arena-bytes", "data-bytes": r.arena[k] }, r.arena_human[k]), h("span", {}, "arena")),
         h("span", { class: "rnb-stat" }, h("b", { "data-bytes": r.peak[k] }, r.peak_human[k]), h("span", {}, "peak"))),
       h("div", { style: { width: `${(r.arena[k] / total) * 100}%` } }, stack(rows, r.arena[k], "")), legend(rows));
@@ -298,7 +302,14 @@ function render({ model, el }) {
   }
 
   function stat(label, value, cls) {
-    return h("span", { class: `rnb-stat ${cls}`, "data-value": value == null ? "" : String(value) }, h("b", {}, num(value, 5)), h("span", {}, label));
+    const text = Number.isInteger(value) ? value.toLocaleString() : num(value, 5);
+    return h("span", { class: `rnb-stat ${cls}`, "data-value": value == null ? "" : String(value) }, h("b", {}, text), h("span", {}, label));
+  }
+  function sizes(storage) {  // the bytes each variant uses, variants of one size together
+    const groups = new Map();
+    storage.forEach((n, i) => groups.set(n, [...(groups.get(n) || []), v.variants[i]]));
+    if (groups.size === 1) return `${human(storage[0])} used in every variant`;
+    return [...groups].map(([n, names]) => `${human(n)} in ${names.join(", ")}`).join("; ");
   }
 
   function updateTensor() {
@@ -307,7 +318,7 @@ function render({ model, el }) {
     if (t.error) { box.tensor.replaceChildren(h("div", { class: "rnb-h" }, "Tensor inspector"), h("div", { class: "rnb-error" }, t.error)); return; }
     const live = t.intervals === null ? "the whole step (state)" : t.intervals.map(([a, b]) => `ticks ${a}–${b}`).join(", ") || "never";
     const rows = [["shape", `${t.shape} ${t.dtype}`], ["region", `${t.region} (${t.category})`], ["offset", `${t.offset.toLocaleString()} (0x${t.offset.toString(16)})`],
-      ["bytes", `${t.slot_bytes.toLocaleString()}-byte slot · ` + v.variants.map((x, i) => `${x} ${human(t.storage[i])}`).join(", ")],
+      ["bytes", `${t.slot_bytes.toLocaleString()}-byte slot · ` + sizes(t.storage)],
       ["live", live], ["written by", `${t.producer} (${t.layer || "-"}) · written at ${t.writes_at.length}, read at ${t.reads_at.length} ticks`]];
     const out = [h("div", { class: "rnb-h" }, "Tensor inspector"),
       h("div", { class: "rnb-row" }, h("span", { class: "rnb-swatch", style: { background: t.color } }), h("b", { class: "rnb-mono rnb-insp-tensor-name" }, t.name),

@@ -187,7 +187,7 @@ def _family(region: str) -> str:
     return Region[region].family
 
 
-def fit_view(insp: MemoryInspector, budget: Any, label: str = "current settings") -> dict[str, Any]:
+def fit_view(insp: MemoryInspector, budget: Any, label: str = "with the current settings") -> dict[str, Any]:
     """``fit(budget)``: the largest batch whose arena fits, with the arenas of that batch and the next."""
     try:
         best = insp.fit(budget)

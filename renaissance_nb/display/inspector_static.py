@@ -184,7 +184,11 @@ def tensor_html(t: dict[str, Any], variants: list[str]) -> str:
         return f"<div class='rnb-h'>Tensor</div><div class='rnb-error'>{esc(t['error'])}</div>"
     live = ("the whole step (state)" if t["intervals"] is None
             else ", ".join(f"ticks {a}–{b}" for a, b in t["intervals"]) or "never")
-    sizes = ", ".join(f"{esc(v)} {human_bytes(n)}" for v, n in zip(variants, t["storage"]))
+    groups: dict[int, list[str]] = {}
+    for v, n in zip(variants, t["storage"]):
+        groups.setdefault(n, []).append(v)
+    sizes = (f"{human_bytes(t['storage'][0])} used in every variant" if len(groups) == 1
+             else "; ".join(f"{human_bytes(n)} in {', '.join(vs)}" for n, vs in groups.items()))
     rows = [("shape", t["shape"] + " " + t["dtype"]), ("region", f"{t['region']} ({t['category']})"),
             ("offset", f"{t['offset']:,}"), ("bytes", f"{t['slot_bytes']:,}-byte slot; {sizes}"), ("live", live),
             ("written by", f"{t['producer']} ({t['layer'] or '-'})")]

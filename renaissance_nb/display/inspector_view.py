@@ -88,8 +88,8 @@ class MemoryInspectorView(ViewWidget):
         """The plan the fit searches from: the what-if settings while some are asked, else the current."""
         changes = data.changes_from(self._insp, dict(self.what_if)) if self.what_if else {}
         if not changes or self.whatif_result.get("error"):
-            return self._insp, "current settings"
-        return self._insp.what_if(**changes), f"what-if settings ({self.whatif_result.get('label', '')})"
+            return self._insp, "with the current settings"
+        return self._insp.what_if(**changes), f"with {self.whatif_result.get('label', '')}"
 
     def _fit(self) -> dict[str, Any]:
         insp, label = self._fit_inspector()

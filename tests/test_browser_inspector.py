@@ -1,0 +1,166 @@
+"""A real browser drives MemoryInspectorView: the step scrubber (keys and slider), a what-if toggle and the
+optimizer menu, the largest batch that fits, and the tensor inspector; every number read from the page is
+compared with what MemoryInspector (and task.read) compute in the same kernel, printed by the notebook.
+
+The notebook: the seed MLP compiled and trained one short epoch (10 steps), then the widget. Screenshots
+30_inspector_scrubber.png, 31_inspector_whatif.png and 32_inspector_tensor.png go to SHOTS.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from browser_lab import browser_context, lab, open_notebook, run_cell, shot, skip_without_browser
+
+pytestmark = skip_without_browser()
+__all__ = ["browser_context", "lab"]  # fixtures, imported for pytest
+
+SETUP = """
+import json
+import numpy as np
+from renaissance_nb import AdamW, DeepLearningTask, fc, relu, seq
+from renaissance_nb.display import MemoryInspectorView
+
+rng = np.random.default_rng(0)
+data = rng.standard_normal((1280, 784)).astype(np.float32), rng.integers(0, 10, 1280)
+task = (DeepLearningTask("seed").model(seq(fc(1024), relu(), fc(512), relu(), fc(256), relu(), fc(10)))
+        .data(train=data, batch_size=128).optimizer(AdamW()).total_epochs(1).seed(0))
+task.run(progress=False)
+insp = task.memory_inspector
+budget = 20 << 20
+facts = {
+    "ticks": [[k.time, k.node.op, k.node.layer, k.gid.name] for k in insp.ticks()],
+    "curve": [int(x) for x in insp.live_bytes("train_base")],
+    "peak": {v: [insp.peak(v).peak_bytes, insp.peak(v).time] for v in insp.variants},
+    "no_reuse": [insp.what_if(liveness=False).arena_bytes, insp.diff(insp.what_if(liveness=False)).summary()],
+    "no_reuse_sgd": [insp.what_if(liveness=False, optimizer="sgd").arena_bytes,
+                     insp.diff(insp.what_if(liveness=False, optimizer="sgd")).summary()],
+    "fit": insp.what_if(liveness=False, optimizer="sgd").fit(budget),
+    "arena": insp.arena_bytes,
+}
+print(json.dumps(facts))
+for name in ("fc1.weight", "fc2.weight"):
+    x = task.read(name)
+    print(f"VALUES {name} {float(x.min())!r} {float(x.max())!r}")
+"""
+SHOW = "w = MemoryInspectorView(task)\nw"
+STATE = "print(json.dumps({'tick': w.tick, 'variant': w.variant, 'what_if': w.what_if, 'selected': w.selected}))"
+
+
+@pytest.fixture(scope="module")
+def nb(lab, browser_context):  # type: ignore[no-untyped-def]
+    pg = open_notebook(browser_context, lab, "inspector.ipynb", [SETUP, SHOW, STATE])
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    out = run_cell(pg, 0)
+    facts = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    facts["values"] = {p[1]: (float(p[2]), float(p[3])) for p in (line.split() for line in out.splitlines())
+                       if p and p[0] == "VALUES"}
+    run_cell(pg, 1)
+    view = pg.locator(".rnb-inspector.rnb-live").first
+    view.locator(".rnb-insp-opname").wait_for(timeout=60_000)
+    pg.facts, pg.view, pg.errors = facts, view, errors  # type: ignore[attr-defined]
+    yield pg
+    pg.close()
+
+
+def _at(view) -> tuple[int, str, int]:  # type: ignore[no-untyped-def]
+    """The scrubber's tick, op and live bytes as the page shows them."""
+    tick = int(view.locator(".rnb-insp-op .rnb-pill[data-tick]").get_attribute("data-tick"))
+    return tick, view.locator(".rnb-insp-opname").inner_text(), int(view.locator(".rnb-insp-live").get_attribute("data-bytes"))
+
+
+def _kernel_state(pg) -> dict:  # type: ignore[no-untyped-def]
+    return json.loads(run_cell(pg, 2).strip().splitlines()[-1])
+
+
+def test_the_scrubber_follows_keys_and_the_slider(nb) -> None:  # type: ignore[no-untyped-def]
+    view, f = nb.view, nb.facts
+    times = [t for t, *_ in f["ticks"]]
+    ops = {t: op for t, op, *_ in f["ticks"]}
+    tick, op, live = _at(view)
+    assert tick == f["peak"]["train_base"][1] and op == ops[tick] and live == f["curve"][tick] == f["peak"]["train_base"][0]
+    i = times.index(tick)
+    view.locator(".rnb-insp-scrubber .rnb-h").click()  # focus the scrubber panel, then the arrow keys
+    for _ in range(3):
+        nb.keyboard.press("ArrowRight")
+    nb.wait_for_timeout(300)
+    tick, op, live = _at(view)
+    assert (tick, op, live) == (times[i + 3], ops[times[i + 3]], f["curve"][times[i + 3]])
+    slider = view.locator("input.rnb-insp-slider")
+    slider.focus()
+    nb.keyboard.press("ArrowLeft")  # the slider's own key handling
+    nb.wait_for_timeout(300)
+    assert _at(view)[0] == times[i + 2] and int(slider.input_value()) == i + 2
+    box = slider.bounding_box()
+    slider.click(position={"x": 2, "y": box["height"] / 2})  # the slider's far left: the step's first node
+    nb.wait_for_timeout(300)
+    tick, op, live = _at(view)
+    assert (tick, op, live) == (times[0], ops[times[0]], f["curve"][times[0]])
+    assert op == "transfer" and view.locator(".rnb-insp-writes .rnb-insp-chip").count() >= 1
+    assert _kernel_state(nb)["tick"] == times[0]  # the pick reached Python
+    # the optimizer's node: its region-wide reads and writes are listed and outlined on the arena
+    opt = times.index(next(t for t, op, *_ in f["ticks"] if op == "optimizer"))
+    view.locator(".rnb-insp-scrubber .rnb-h").click()
+    for _ in range(opt):
+        nb.keyboard.press("ArrowRight")
+    nb.wait_for_timeout(300)
+    assert _at(view)[1] == "optimizer"
+    assert "W_BN_BIAS…W_DEEP_CONV" in view.locator(".rnb-insp-ranges").inner_text()
+    assert int(view.locator(".rnb-insp-reads").get_attribute("data-count")) >= 16  # W, G, M, V of 4 layers
+    assert view.locator(".rnb-insp-arena rect[data-tensor='fc1.weight@m'][stroke='#1f2328']").count() == 1
+    shot(view.locator(".rnb-insp-scrubber"), "30_inspector_scrubber.png")
+
+
+def test_a_what_if_toggle_changes_the_diff(nb) -> None:  # type: ignore[no-untyped-def]
+    view, f = nb.view, nb.facts
+    view.locator("input[data-setting='liveness']").uncheck()
+    summary = view.locator(".rnb-whatif-summary")
+    summary.wait_for(timeout=30_000)
+    assert summary.inner_text() == f["no_reuse"][1]
+    assert int(view.locator(".rnb-insp-side-whatif .rnb-insp-arena-bytes").get_attribute("data-bytes")) == f["no_reuse"][0]
+    assert int(view.locator(".rnb-insp-side-current .rnb-insp-arena-bytes").get_attribute("data-bytes")) == f["arena"]
+    view.locator("select.rnb-insp-optimizer").select_option("sgd")
+    nb.wait_for_function("s => document.querySelector(s)?.innerText.includes('optimizer=sgd')",
+                         arg=".rnb-inspector.rnb-live .rnb-whatif-summary", timeout=30_000)
+    assert summary.inner_text() == f["no_reuse_sgd"][1]
+    assert int(view.locator(".rnb-insp-side-whatif .rnb-insp-arena-bytes").get_attribute("data-bytes")) == f["no_reuse_sgd"][0]
+    rows = view.locator(".rnb-insp-diff-category tr[data-name='optimizer state'] td").all_inner_texts()
+    assert rows[2] == "0 B" and rows[3].startswith("−")  # SGD keeps no moments
+    assert _kernel_state(nb)["what_if"] == {"liveness": False, "optimizer": "sgd"}
+    view.locator("input.rnb-insp-budget").fill("20")
+    view.locator("button.rnb-insp-fit-btn").click()
+    view.locator(".rnb-insp-fit-batch").wait_for(timeout=60_000)
+    assert int(view.locator(".rnb-insp-fit-batch").inner_text()) == f["fit"]
+    assert "with liveness=False, optimizer=sgd" in view.locator(".rnb-insp-fit").inner_text()
+    shot(view.locator(".rnb-insp-whatif"), "31_inspector_whatif.png")
+
+
+def test_a_clicked_tensor_shows_its_values(nb) -> None:  # type: ignore[no-untyped-def]
+    view, f = nb.view, nb.facts
+    view.locator(".rnb-insp-peak-table tr[data-tensor='fc1.weight']").click()
+    name = view.locator(".rnb-insp-tensor-name")
+    name.wait_for(timeout=30_000)
+    assert name.inner_text() == "fc1.weight"
+    view.locator(".rnb-insp-min").wait_for(timeout=30_000)
+    lo, hi = (float(view.locator(f".rnb-insp-{k}").get_attribute("data-value")) for k in ("min", "max"))
+    assert (lo, hi) == pytest.approx(f["values"]["fc1.weight"], rel=1e-7)
+    assert sum(int(c) for c in view.locator(".rnb-insp-hist rect").evaluate_all("rs => rs.map(r => r.dataset.count)")) \
+        == int(view.locator(".rnb-insp-size").get_attribute("data-value")) == 1024 * 784
+    assert 0 < float(view.locator(".rnb-insp-ratio").get_attribute("data-value")) < 1
+    assert int(view.locator(".rnb-insp-nan").get_attribute("data-value")) == 0
+    shot(view.locator(".rnb-insp-tensor"), "32_inspector_tensor.png")
+    # the arena strip and the what-if's moved tensors are clickable too
+    view.locator(".rnb-insp-arena rect[data-tensor='fc2.weight']").click()
+    nb.wait_for_function("() => document.querySelector('.rnb-inspector.rnb-live .rnb-insp-tensor-name')"
+                         "?.innerText === 'fc2.weight'", timeout=30_000)
+    lo, hi = (float(view.locator(f".rnb-insp-{k}").get_attribute("data-value")) for k in ("min", "max"))
+    assert (lo, hi) == pytest.approx(f["values"]["fc2.weight"], rel=1e-7)
+    moved = view.locator(".rnb-insp-moved tr[data-tensor]").first
+    target = moved.get_attribute("data-tensor")
+    moved.click()
+    nb.wait_for_function("t => document.querySelector('.rnb-inspector.rnb-live .rnb-insp-tensor-name')?.innerText === t",
+                         arg=target, timeout=30_000)
+    assert _kernel_state(nb)["selected"] == target
+    assert not nb.errors, nb.errors
