@@ -25,6 +25,7 @@ from ..train.rng import Philox, StreamId
 from .arena import Arena
 from .data_parallel import DataParallel
 from .replay import EpochSchedule, Executor, StepPrograms
+from .warmup import start_warmup
 
 
 class Runner:
@@ -57,6 +58,7 @@ class Runner:
         self.executor = Executor(compiled, self.arena, self.env)
         self._initialise(lr_table)
         self.replay, self.device_kind = self._start_device(kind)
+        self.warmup = start_warmup(config, self.device_kind)  # a first run: compile kernels on a second core
 
     def _start_device(self, kind: str) -> tuple[StepPrograms, str]:
         """Who replays: the GPU backend when the device resolved to CUDA and it starts, else this host."""
