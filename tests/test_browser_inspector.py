@@ -2,7 +2,8 @@
 optimizer menu, the largest batch that fits, and the tensor inspector; every number read from the page is
 compared with what MemoryInspector (and task.read) compute in the same kernel, printed by the notebook.
 
-The notebook: the seed MLP compiled and trained one short epoch (10 steps), then the widget. Screenshots
+The notebook: the seed MLP compiled and trained one short epoch (10 steps), then the widget; a last cell
+trains the second epoch in code, which the widget picks up by itself. Screenshots
 30_inspector_scrubber.png, 31_inspector_whatif.png and 32_inspector_tensor.png go to SHOTS.
 """
 from __future__ import annotations
@@ -25,8 +26,8 @@ from renaissance_nb.display import MemoryInspectorView
 rng = np.random.default_rng(0)
 data = rng.standard_normal((1280, 784)).astype(np.float32), rng.integers(0, 10, 1280)
 task = (DeepLearningTask("seed").model(seq(fc(1024), relu(), fc(512), relu(), fc(256), relu(), fc(10)))
-        .data(train=data, batch_size=128).optimizer(AdamW()).total_epochs(1).seed(0))
-task.run(progress=False)
+        .data(train=data, batch_size=128).optimizer(AdamW()).total_epochs(2).seed(0))
+task.run(1, progress=False)  # one epoch of two: 10 steps; the second is run later, while the widget shows
 insp = task.memory_inspector
 budget = 20 << 20
 facts = {
@@ -46,11 +47,15 @@ for name in ("fc1.weight", "fc2.weight"):
 """
 SHOW = "w = MemoryInspectorView(task)\nw"
 STATE = "print(json.dumps({'tick': w.tick, 'variant': w.variant, 'what_if': w.what_if, 'selected': w.selected}))"
+MORE = """task.run(1, progress=False)  # the second epoch: the widget sees it at its next poll
+x = task.read("fc1.weight")
+print(f"VALUES fc1.weight {float(x.min())!r} {float(x.max())!r} {int(task.read('step')[0])}")
+"""
 
 
 @pytest.fixture(scope="module")
 def nb(lab, browser_context):  # type: ignore[no-untyped-def]
-    pg = open_notebook(browser_context, lab, "inspector.ipynb", [SETUP, SHOW, STATE])
+    pg = open_notebook(browser_context, lab, "inspector.ipynb", [SETUP, SHOW, STATE, MORE])
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
     out = run_cell(pg, 0)
@@ -163,4 +168,15 @@ def test_a_clicked_tensor_shows_its_values(nb) -> None:  # type: ignore[no-untyp
     nb.wait_for_function("t => document.querySelector('.rnb-inspector.rnb-live .rnb-insp-tensor-name')?.innerText === t",
                          arg=target, timeout=30_000)
     assert _kernel_state(nb)["selected"] == target
+    # the widget follows its task: another epoch trained in code, and the inspector shows the new values
+    view.locator(".rnb-insp-peak-table tr[data-tensor='fc1.weight']").click()
+    nb.wait_for_function("() => document.querySelector('.rnb-inspector.rnb-live .rnb-insp-tensor-name')"
+                         "?.innerText === 'fc1.weight'", timeout=30_000)
+    out = run_cell(nb, 3)
+    lo, hi, step = next(line.split()[2:] for line in out.splitlines() if line.startswith("VALUES"))
+    nb.wait_for_function("s => document.querySelector('.rnb-inspector.rnb-live .rnb-insp-gnorm')?.innerText"
+                         ".includes(`(step ${s})`)", arg=step, timeout=30_000)
+    got = tuple(float(view.locator(f".rnb-insp-{k}").get_attribute("data-value")) for k in ("min", "max"))
+    assert step == "20" and got == pytest.approx((float(lo), float(hi)), rel=1e-7)
+    assert got != pytest.approx(f["values"]["fc1.weight"], rel=1e-7)
     assert not nb.errors, nb.errors
