@@ -11,7 +11,7 @@ import pytest
 from conv_cases import Case, close, reference
 from helpers import train_in_processes
 
-from renaissance_nb.kernels import blas, conv_tiled
+from renaissance_nb.kernels import blas, conv_tiled, operands
 from renaissance_nb.kernels.cpu import KERNELS, BindEnv
 
 pytestmark = pytest.mark.skipif(not blas.THREADED, reason="tiles need the library's own sgemm threads")
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not blas.THREADED, reason="tiles need the librar
 @pytest.fixture
 def small_tiles(monkeypatch):
     """One image per tile: several tiles per thread and a partial last one."""
-    monkeypatch.setattr(conv_tiled, "TILE_BYTES", 1)
+    monkeypatch.setattr(operands, "CONV_TILE_BYTES", 1)
 
 
 @pytest.mark.parametrize("n,h,cin,cout,k,s,p", [(5, 7, 3, 4, 3, 1, 1), (7, 9, 8, 5, 3, 2, 1), (3, 8, 2, 6, 5, 1, 2),
@@ -72,7 +72,7 @@ def test_which_convolutions_tile() -> None:
     assert not conv_tiled.applies(x, w[:, :1, :1].copy(), x.reshape(50, 3), 1, 1, 0)  # a plain product
     assert not conv_tiled.applies(x.astype(np.float64), w, cols, 3, 1, 1)
     assert not conv_tiled.applies(x, w, None, 3, 1, 1)
-    assert conv_tiled.plan_tiles(1, 25, 27)[0] == 1  # never more threads than images
+    assert conv_tiled.plan_tiles(1, 25, 27, 1)[0] == 1  # never more threads than images
 
 
 _TRAIN_CONV = """

@@ -133,10 +133,12 @@ class _Emitter:
                                slope=p["slope"], bias=p["bias"], need_dx=dx is not None, scratch=scratch))
         elif k == "conv":
             outs = [ids[f"{layer.name}.weight@grad"]] + ([ids[f"{layer.name}.bias@grad"]] if p["bias"] else [])
+            own = ids.get(f"{layer.name}.bwd_cols")  # a tiled conv's backward: its own scratch for both column tiles
+            cols = own if own is not None else ids[f"{layer.name}.cols"]  # else the forward's whole matrix
             if dx is not None:
-                outs += [dx, ids[f"{layer.name}.dcols"]]
+                outs += [dx, own if own is not None else ids[f"{layer.name}.dcols"]]
             scratch = self.scratch(layer.name, ("bias_partials", "dw_partials"))
-            g.append(gid, node("conv_bwd", [dy, x, ids[f"{layer.name}.weight"], ids[f"{layer.name}.cols"], y],
+            g.append(gid, node("conv_bwd", [dy, x, ids[f"{layer.name}.weight"], cols, y],
                                outs + [ids[f"{layer.name}.{r}"] for r in scratch], layer.name, k=p["k"], s=p["s"],
                                p=p["p"], bias=p["bias"], act=p["act"], need_dx=dx is not None, scratch=scratch))
         elif k == "bn":

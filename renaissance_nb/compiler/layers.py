@@ -22,7 +22,7 @@ from typing import Any
 
 from ..blueprint import ACTIVATIONS, Add2, BluePrint, Layer, Named, Repeat, Seq
 from ..errors import ShapeError
-from ..kernels.operands import PAR_CHUNKS, conv_tiles
+from ..kernels.operands import CONV_THREADS, PAR_CHUNKS, conv_scratch_shape, conv_tiles
 from ..memory.region import Region
 
 FUSABLE = {"fc": ("relu", "tanh", "sigmoid", "leaky_relu"), "conv": ("relu",), "bn": ("relu",)}
@@ -255,7 +255,7 @@ def _pool_out(where: str, n: int, k: int, s: int, p: int) -> int:
     return o
 
 
-CONV_DW_PARTIALS = 7
+CONV_DW_PARTIALS = CONV_THREADS - 1
 """Weight-gradient partials of a tiled conv backward (kernels/conv_tiled.py): one per numba thread
 after the first, so the tiled backward runs on at most CONV_DW_PARTIALS + 1 threads."""
 CLIP_BLOCKS = 264
@@ -347,9 +347,12 @@ class _LayerTensors:
         if p["bias"]:
             self.param(layer.name, "bias", (out,), "FC_BIAS", c * k * k, "uniform")
         self.param(layer.name, "weight", (out, k, k, c), kind, c * k * k, "uniform")
-        t.add(f"{layer.name}.cols", (batch * ho * wo, k * k * c), "float32", Region.T_TEMP_FP32)
-        if idx > 0:
-            t.add(f"{layer.name}.dcols", (batch * ho * wo, k * k * c), "float32", Region.T_TEMP_FP32)
+        cols = conv_scratch_shape(batch, ho, wo, k, s, pad, c)  # the tiles' columns, not the whole im2col matrix
+        t.add(f"{layer.name}.cols", cols, "float32", Region.T_TEMP_FP32)
+        if conv_tiles(k, s, pad, c):  # the backward makes its columns again, a tile at a time: x's, then dy W's
+            t.add(f"{layer.name}.bwd_cols", cols, "float32", Region.T_TEMP_FP32)
+        elif idx > 0:
+            t.add(f"{layer.name}.dcols", cols, "float32", Region.T_TEMP_FP32)
         if p["bias"]:
             self.bias_partials(layer.name, out)
         if conv_tiles(k, s, pad, c):

@@ -38,7 +38,7 @@ IN_PLACE_INPUTS: dict[str, tuple[int, ...]] = {
     "transfer_image_async": (0,),  # likewise (prefetch: the CPU's background copy; the GPU's is the same)
     "dropout_fwd": (1,),  # the Philox offset advances
     "fc_bwd": (0,),       # dy: the activation's gradient is applied in place
-    "conv_bwd": (0,),     # dy, likewise
+    "conv_bwd": (0, 3),   # dy, likewise; cols, where the kernels make the columns again (tiles)
     "bn_bwd": (0,),       # dy, likewise
     "optimizer": (1,),    # the NaN flag is cleared after the update
     "allreduce_start": (0, 1),  # a bucket's gradients (weight, bias): summed over the ranks in place

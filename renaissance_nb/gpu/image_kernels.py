@@ -17,8 +17,8 @@ import numpy as np
 
 from ..errors import PlanError
 from ..kernels.base import registrar
-from ..kernels.operands import (bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_geometry,
-                                pool_geometry, relu_code, rows, split_scratch)
+from ..kernels.operands import (bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_columns,
+                                conv_geometry, pool_geometry, relu_code, remakes_columns, rows, split_scratch)
 from ..kernels.transfer import transfer_image as cpu_transfer_image
 from .base import GpuBindEnv, Launch, launch_grid, launch_single, sequence
 
@@ -48,7 +48,8 @@ def _scratch(env: GpuBindEnv, shape: tuple, dtype: Any) -> Any:
 # ---- convolution -------------------------------------------------------------------------------
 @gpu_kernel("conv_fwd")
 def conv_fwd(outs, ins, p, env):
-    """im2col, one cuBLAS product into y, then bias+ReLU (the fc kernel's epilogue)."""
+    """im2col, one cuBLAS product into y, then bias+ReLU (the fc kernel's epilogue); im2col and product
+    a scratch-full of images at a time where cols holds the tiles the plan gives, not every image."""
     k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
     x, w = ins[0], ins[1]
     has_b = bool(p.get("bias", False))
@@ -63,23 +64,35 @@ def conv_fwd(outs, ins, p, env):
     else:
         if len(outs) < 2:
             raise PlanError(f"conv_fwd: a {k}x{k} convolution needs the im2col buffer 'cols' as its second output.")
-        cols = outs[1]
-        check_shape("conv_fwd", "cols", cols.shape, (m, k * k * cin))
-        parts = [launch_grid(env, "rnb_im2col", cols.size, x, cols, *_i32(n, h, wd, cin, k, s, pad, ho, wo)),
-                 env.gemm.bind(y2, cols, wt)]
+        cols, tile = conv_columns("conv_fwd", "cols", outs[1], n, ho * wo, k * k * cin)
+        parts = []
+        for b0, b1, c in _tiles(cols, n, tile, ho * wo):
+            parts += [_im2col(env, x[b0:b1], c, k, s, pad, ho, wo), env.gemm.bind(y2[b0 * ho * wo:b1 * ho * wo], c, wt)]
     if has_b or act:
         b = ins[2] if has_b else y2
         parts.append(launch_grid(env, "rnb_bias_act", m * cout, y2, b, *_i32(m, cout, has_b, act), np.float64(0.0)))
     return sequence(*parts)
 
 
+def _tiles(cols: Any, n: int, tile: int, per: int) -> list[tuple[int, int, Any]]:
+    """(first image, end image, its columns' rows of cols) for each scratch-full of ``tile`` images."""
+    return [(b0, min(n, b0 + tile), cols[:(min(n, b0 + tile) - b0) * per]) for b0 in range(0, n, tile)]
+
+
+def _im2col(env: GpuBindEnv, x: Any, cols: Any, k: int, s: int, pad: int, ho: int, wo: int) -> Launch:
+    n, h, wd, cin = x.shape
+    return launch_grid(env, "rnb_im2col", cols.size, x, cols, *_i32(n, h, wd, cin, k, s, pad, ho, wo))
+
+
 @gpu_kernel("conv_bwd")
 def conv_bwd(outs, ins, p, env):
     """dy *= (y > 0) and db = column sums (two deterministic passes); dW = dy^T cols; dcols = dy W;
-    dx = col2im(dcols) as a gather."""
+    dx = col2im(dcols) as a gather. Where the columns are made again (remakes_columns: the plan's tiles),
+    a scratch-full of images at a time, each one's dW product added to the first's; dcols may be the
+    same buffer (bwd_cols): dy W overwrites a tile's columns after its dW product read them."""
     o = conv_bwd_operands(outs, ins, p)
     n, h, wd, cin, cout, ho, wo = o.geometry
-    m = o.dy2.shape[0]
+    m, per = o.dy2.shape[0], ho * wo
     parts: list[Launch] = []
     if o.act or o.db is not None:
         sl = _slices(m)
@@ -88,13 +101,29 @@ def conv_bwd(outs, ins, p, env):
                                  part))
         if o.db is not None:
             parts.append(launch_grid(env, "rnb_colsum_final", cout, part, *_i32(cout, sl), o.db))
-    parts.append(env.gemm.bind(o.dw2, o.dy2.T, o.cols))
-    if o.dx2 is not None:
-        parts.append(env.gemm.bind(o.dx2, o.dy2, o.wmat))
-    elif o.dcols is not None:
-        parts += [env.gemm.bind(o.dcols, o.dy2, o.wmat),
-                  launch_grid(env, "rnb_col2im", o.dx.size, o.dcols, o.dx,
-                              *_i32(n, h, wd, cin, o.k, o.s, o.pad, ho, wo))]
+    if not remakes_columns(o, cin):  # the forward's whole matrix (or x itself, 1x1): one product each
+        parts.append(env.gemm.bind(o.dw2, o.dy2.T, o.cols))
+        if o.dx2 is not None:
+            parts.append(env.gemm.bind(o.dx2, o.dy2, o.wmat))
+        elif o.dcols is not None:
+            parts += [env.gemm.bind(o.dcols, o.dy2, o.wmat),
+                      launch_grid(env, "rnb_col2im", o.dx.size, o.dcols, o.dx,
+                                  *_i32(n, h, wd, cin, o.k, o.s, o.pad, ho, wo))]
+        return sequence(*parts)
+    x, tiles = ins[1], _tiles(o.cols, n, o.tile, per)
+    dw_part = split_scratch(outs, p)[1].get("dw_partials")
+    acc = (None if len(tiles) == 1 else dw_part.reshape(-1)[:o.dw2.size].reshape(o.dw2.shape) if dw_part is not None
+           else _scratch(env, o.dw2.shape, np.float32))
+    for i, (b0, b1, c) in enumerate(tiles):
+        dyt = o.dy2[b0 * per:b1 * per]
+        parts += [_im2col(env, x[b0:b1], c, o.k, o.s, o.pad, ho, wo), env.gemm.bind(o.dw2 if i == 0 else acc, dyt.T, c)]
+        if i > 0:
+            parts.append(env.ops.add(o.dw2, acc, o.dw2))
+        if o.dcols is not None:
+            dc = o.dcols[:c.shape[0]]
+            parts += [env.gemm.bind(dc, dyt, o.wmat),
+                      launch_grid(env, "rnb_col2im", (b1 - b0) * h * wd * cin, dc, o.dx[b0:b1],
+                                  *_i32(b1 - b0, h, wd, cin, o.k, o.s, o.pad, ho, wo))]
     return sequence(*parts)
 
 

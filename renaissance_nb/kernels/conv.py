@@ -11,7 +11,8 @@ the finite-difference tests rely on). Why channels-last on this CPU:
   image, the row ``x[n, ih0:ih0+k, iw0:iw0+k, :]`` flattened in (kh, kw, Cin) order
   into a preallocated ``cols`` view of shape ``(N*Ho*Wo, k*k*Cin)``: the batch folds
   into the GEMM's M dimension, so OpenBLAS sees one big well-shaped product per layer
-  instead of N small ones. With NHWC each kernel row of a patch (``k`` neighbouring
+  instead of N small ones. (The plan gives a convolution of Cin > 1 the rows of a few
+  images' tiles only, operands.conv_scratch_shape; the kernels walk the batch through them.) With NHWC each kernel row of a patch (``k`` neighbouring
   pixels times all channels) is ONE contiguous run in ``x`` and in ``cols``, so
   im2col / col2im are ``k`` straight memcpy-like loops per output pixel.
 * The weight is stored ``(Cout, kh, kw, Cin)``, so ``Wmat = w.reshape(Cout, -1)``
@@ -55,8 +56,8 @@ from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train
                          gap_bwd_, gap_fwd_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
                          maxpool_fwd_)
 from .conv_loops import bn_grad_sums_, bn_shifted_sums_  # noqa: F401 - tests reach every loop through conv
-from .operands import (bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_geometry,
-                       pool_geometry, relu_code, rows, split_scratch)
+from .operands import (ConvBwd, bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_columns,
+                       conv_geometry, pool_geometry, relu_code, remakes_columns, rows, split_scratch)
 from .passes import act_grad_colsum_pass, bias_act_pass, bias_partials
 
 CONV_KERNELS: dict[str, Factory] = {}
@@ -115,7 +116,8 @@ def patch_pass(x3: np.ndarray, cols: np.ndarray, c: int, k: int, s: int, p: int,
 
 @kernel("conv_fwd")
 def conv_fwd(outs, ins, p, env):
-    """y = act(im2col(x) @ Wmat^T + b): one im2col pass, one GEMM, one fused bias+ReLU pass."""
+    """y = act(im2col(x) @ Wmat^T + b): im2col, one GEMM, one fused bias+ReLU pass; by tiles of images
+    on the CPU's threads (conv_tiled.py), else a scratch-full of images at a time."""
     k, s, pad = int(p["k"]), int(p.get("s", 1)), int(p.get("p", 0))
     x, w = ins[0], ins[1]
     has_b = bool(p.get("bias", False))
@@ -128,36 +130,46 @@ def conv_fwd(outs, ins, p, env):
     y2 = y.reshape(m, cout)
     wt = w.reshape(cout, -1).T
     post = has_b or act
+    bias_act = bias_act_pass(y2, b, act, 0.0) if post else (lambda: None)
     if k == 1 and s == 1 and pad == 0:
         product1 = gemm(x.reshape(m, cin), wt, y2)
         if not post:
             return product1
-        bias_act1 = bias_act_pass(y2, b, act, 0.0)
 
         def run1() -> None:
             product1()
-            bias_act1()
+            bias_act()
         return run1
     if len(outs) < 2:
         raise PlanError(f"conv_fwd: a {k}x{k} convolution (stride {s}, padding {pad}) needs the im2col buffer "
                         f"'cols' ({m}, {k * k * cin}) as its second output.")
-    cols = outs[1]
-    check_shape("conv_fwd", "cols", cols.shape, (m, k * k * cin))
+    cols, tile = conv_columns("conv_fwd", "cols", outs[1], n, ho * wo, k * k * cin)
     if conv_tiled.applies(x, w, cols, k, s, pad) and y.flags.c_contiguous and b.flags.c_contiguous:
         return conv_tiled.bind_fwd(x, w, y, cols, b, act, k, s, pad, ho, wo)
-    if cin == 1:
-        im2col = im2col_one_channel(x, cols, k, s, pad, ho, wo)
-    else:
-        im2col = patch_pass(x.reshape(n, h, wd * cin), cols, cin, k, s, pad, ho, wo, to_cols=True)
-
-    product = gemm(tap_major(cols) if cin == 1 else cols, wt, y2)
-    bias_act = bias_act_pass(y2, b, act, 0.0) if post else (lambda: None)
+    steps = []
+    for b0, b1, c in _column_tiles(cols, n, tile, ho * wo):
+        steps += [_im2col(x[b0:b1], c, k, s, pad, ho, wo),
+                  gemm(tap_major(c) if cin == 1 else c, wt, y2[b0 * ho * wo:b1 * ho * wo])]
 
     def run() -> None:
-        im2col()
-        product()
+        for step in steps:
+            step()
         bias_act()
     return run
+
+
+def _column_tiles(cols: np.ndarray, n: int, tile: int, per: int) -> list[tuple[int, int, np.ndarray]]:
+    """(first image, end image, its columns' rows of cols) for each scratch-full of ``tile`` images:
+    one entry, the whole matrix, where cols holds all n images."""
+    return [(b0, min(n, b0 + tile), cols[:(min(n, b0 + tile) - b0) * per]) for b0 in range(0, n, tile)]
+
+
+def _im2col(x: np.ndarray, cols: np.ndarray, k: int, s: int, p: int, ho: int, wo: int) -> Kernel:
+    """The im2col of images x into cols (tap-major for one channel) as a bound kernel."""
+    n, h, wd, cin = x.shape
+    if cin == 1:
+        return im2col_one_channel(x, cols, k, s, p, ho, wo)
+    return patch_pass(x.reshape(n, h, wd * cin), cols, cin, k, s, p, ho, wo, to_cols=True)
 
 
 @kernel("conv_bwd")
@@ -165,42 +177,67 @@ def conv_bwd(outs, ins, p, env):
     """dy *= (y > 0) if relu; dW = dy2d^T cols; db = 1^T dy2d; dcols = dy2d Wmat; dx = col2im(dcols)."""
     o = conv_bwd_operands(outs, ins, p)
     n, h, wd, cin, cout, ho, wo = o.geometry
-    k, s, pad, act, dy2, y2, cols, wmat, dw2, db, dx2, dcols = (o.k, o.s, o.pad, o.act, o.dy2, o.y2, o.cols,
-                                                                 o.wmat, o.dw2, o.db, o.dx2, o.dcols)
-    dx3 = o.dx.reshape(n, h, wd * cin) if dcols is not None else None
+    k, s, pad, act, dy2, y2, cols, db, dcols = o.k, o.s, o.pad, o.act, o.dy2, o.y2, o.cols, o.db, o.dcols
     scratch = split_scratch(outs, p)[1]
     parts = bias_partials(scratch, db, env, "conv_bwd")
     pre = act_grad_colsum_pass(dy2, y2, act, 0.0, db, parts) if (act or db is not None) else (lambda: None)
     x, w = ins[1], ins[2]
-    remake: Kernel = lambda: None  # noqa: E731
-    if conv_tiled.applies(x, w, cols, k, s, pad):  # the forward ran by tiles: cols holds its scratch
-        if all(a is None or a.flags.c_contiguous for a in (dy2, o.dx, dcols)):
-            dw_parts = scratch.get("dw_partials")
-            if dw_parts is None:  # a hand-built graph: one partial per other thread, outside the arena
-                dw_parts = env.scratch("conv_bwd: tiled weight-gradient partials",
-                                       (conv_tiled.max_threads(x.shape[0]) - 1, cout, k * k * cin), np.float32)
-            grads = conv_tiled.bind_bwd(x, dy2, w, dw2, cols, o.dx, dcols, k, s, pad, ho, wo, dw_parts)
+    if conv_tiled.applies(x, w, cols, k, s, pad) and all(a is None or a.flags.c_contiguous for a in (dy2, o.dx, dcols)):
+        dw_parts = scratch.get("dw_partials")
+        if dw_parts is None:  # a hand-built graph: one partial per other thread, outside the arena
+            dw_parts = env.scratch("conv_bwd: tiled weight-gradient partials",
+                                   (conv_tiled.max_threads(x.shape[0]) - 1, cout, k * k * cin), np.float32)
+        grads = conv_tiled.bind_bwd(x, dy2, w, o.dw2, cols, o.dx, dcols, k, s, pad, ho, wo, dw_parts)
 
-            def run_tiled() -> None:
-                pre()
-                grads()
-            return run_tiled
-        remake = patch_pass(x.reshape(n, h, wd * cin), cols, cin, k, s, pad, ho, wo, to_cols=True)
-    into = dx2 if dx2 is not None else dcols  # dx itself for a 1x1 conv, else the columns col2im scatters
-    # banded one after the other: side by side (gemm_pair, as fc_bwd) was no faster at these tall shapes
-    one_channel = cin == 1 and not (k == 1 and s == 1 and pad == 0)  # cols tap-major (im2col_one_channel)
-    weight_grad = gemm(dy2.T, tap_major(cols) if one_channel else cols, dw2)
-    input_grad = gemm(dy2, wmat, into) if into is not None else None
-    scatter = patch_pass(dx3, dcols, cin, k, s, pad, ho, wo, to_cols=False) if dx3 is not None else (lambda: None)
+        def run_tiled() -> None:
+            pre()
+            grads()
+        return run_tiled
+    steps = _conv_grads(o, x, remakes_columns(o, cin), scratch, env)
 
     def run() -> None:
         pre()
-        remake()
-        weight_grad()
-        if input_grad is not None:
-            input_grad()
-        scatter()
+        for step in steps:
+            step()
     return run
+
+
+def _conv_grads(o: ConvBwd, x: np.ndarray, remake: bool, scratch: dict[str, np.ndarray], env: BindEnv) -> list[Kernel]:
+    """conv_bwd's products and scatter a scratch-full of images at a time (one pass over the whole
+    matrix when cols holds every image). ``remake``: cols does not hold the forward's columns
+    (remakes_columns), so each tile's are made again from x; dcols may be the same buffer (the plan's
+    bwd_cols): a tile's dW product has read its columns before dy W overwrites them. The weight
+    gradient of the first tile is written, each later one's added through a partial."""
+    n, h, wd, cin, cout, ho, wo = o.geometry
+    per, direct = ho * wo, o.k == 1 and o.s == 1 and o.pad == 0
+    into = o.dx2 if o.dx2 is not None else o.dcols  # dx itself for a 1x1 conv, else the columns col2im scatters
+    dx3 = o.dx.reshape(n, h, wd * cin) if o.dcols is not None else None
+    tiles = _column_tiles(o.cols, n, o.tile, per)
+    part = None
+    if len(tiles) > 1:
+        part = scratch.get("dw_partials")
+        part = (part.reshape(-1)[:o.dw2.size].reshape(o.dw2.shape) if part is not None and part.dtype == o.dw2.dtype
+                else env.scratch("conv_bwd: weight-gradient partial", o.dw2.shape, o.dw2.dtype))
+    steps: list[Kernel] = []
+    for i, (b0, b1, c) in enumerate(tiles):
+        r0, r1 = b0 * per, b1 * per
+        if remake:
+            steps.append(_im2col(x[b0:b1], c, o.k, o.s, o.pad, ho, wo))
+        one_channel = cin == 1 and not direct  # cols tap-major (im2col_one_channel)
+        # banded one after the other: side by side (gemm_pair, as fc_bwd) was no faster at these tall shapes
+        steps.append(gemm(o.dy2[r0:r1].T, tap_major(c) if one_channel else c, o.dw2 if i == 0 else part))
+        if i > 0:
+            steps.append(_add_into(o.dw2, part))
+        if into is not None:
+            steps.append(gemm(o.dy2[r0:r1], o.wmat, into if o.dx2 is not None else o.dcols[:r1 - r0]))
+        if dx3 is not None:
+            steps.append(patch_pass(dx3[b0:b1], o.dcols[:r1 - r0], cin, o.k, o.s, o.pad, ho, wo, to_cols=False))
+    return steps
+
+
+def _add_into(out: np.ndarray, part: np.ndarray) -> Kernel:
+    """out += part as a bound kernel (no allocation)."""
+    return lambda: np.add(out, part, out=out)
 
 
 # ---- batch norm ------------------------------------------------------------------------------

@@ -22,10 +22,13 @@ and 6.1 ms for im2col + the banded product.
 A tile is at least one image: where one image's columns outgrow L2 (a 56x56x64 layer's are
 7 MB), each tile is still made and used at once, but from L3 or memory.
 
-The tiles' buffers are the first rows of the plan's ``cols`` and ``dcols`` regions, so the
-memory plan is unchanged; on this path ``cols`` is scratch, not the whole im2col matrix, so
-the backward of a convolution whose forward ran by tiles never reads it: it tiles too, or,
-where its operands cannot, remakes the matrix first (``conv_bwd`` in conv.py).
+The plan sizes the columns for the tiles alone (operands.conv_scratch_shape: one tile per
+thread, CONV_THREADS at most), not for the whole im2col matrix, and gives the backward a scratch
+of its own (``bwd_cols``, which holds a tile's columns and then, over them, its dcols): so each
+lives through its own pass only. The README's ResNet (batch 128, 32x32) planned 486.5 MiB of T
+for whole matrices, and now 9.2 MiB. The backward never reads what its forward left in ``cols``:
+it tiles too, or, where its operands cannot, walks the batch a scratch-full of images at a time
+(``conv_bwd`` in conv.py).
 """
 from __future__ import annotations
 
@@ -36,16 +39,10 @@ import numpy as np
 
 from ..errors import PlanError
 from . import blas
-from .operands import conv_tiles
+from .operands import CONV_THREADS, conv_tile_images, conv_tiles
 from .blas import NO_TRANS, TRANS, sgemm_at
 from .conv_loops import col2im_, im2col_
 from .fused import bias_act_, cut, jit, par
-
-TILE_BYTES = 512 << 10
-"""Target size of one tile's columns. In the conv net's step (2 MiB of L2 per core) 128, 256,
-512 and 1024 KiB gave 13.1-15.6, 14.1-14.6, 12.9-13.3 and 12.3-12.6 ms for the deep layers'
-forward, and about 25 ms for their backward at each size; 512 KiB leaves room in L2 for the
-backward's second tile (dcols) and the sgemm's packed operands."""
 
 
 def applies(x: np.ndarray, w: np.ndarray, cols: np.ndarray | None, k: int, s: int, pad: int) -> bool:
@@ -58,16 +55,18 @@ def applies(x: np.ndarray, w: np.ndarray, cols: np.ndarray | None, k: int, s: in
 
 
 def max_threads(n: int) -> int:
-    """The threads a tiled convolution of n images uses at most here: numba's, one per image."""
-    return max(1, min(numba.get_num_threads(), n))
+    """The threads a tiled convolution of n images uses at most here: numba's, one per image,
+    CONV_THREADS at most (the plan's scratch holds a tile for each of those)."""
+    return max(1, min(numba.get_num_threads(), n, CONV_THREADS))
 
 
-def plan_tiles(n: int, rows_per_image: int, width: int, most: int | None = None) -> tuple[int, int]:
+def plan_tiles(n: int, rows_per_image: int, width: int, room: int, most: int | None = None) -> tuple[int, int]:
     """(threads, images per tile): one block of images per numba thread (at most one thread per
-    image, and at most ``most``), tiles of about TILE_BYTES of columns; threads * tile <= n, so
-    the tiles' buffers fit in the first rows of the (n * rows_per_image, width) columns region."""
-    threads = min(max_threads(n), most if most is not None else n)
-    tile = max(1, min(n // threads, TILE_BYTES // max(1, rows_per_image * width * 4)))
+    image, and at most ``most``), tiles of about CONV_TILE_BYTES of columns; threads * tile is at
+    most n and at most ``room``, the images whose columns the scratch holds at once, so the tiles'
+    buffers fit in the columns scratch the plan gave (operands.conv_scratch_shape)."""
+    threads = min(max_threads(n), room, most if most is not None else n)
+    tile = max(1, min(n // threads, conv_tile_images(rows_per_image, width), room // threads))
     return threads, tile
 
 
@@ -147,11 +146,12 @@ def _add_parts(parts, out):
 
 def bind_fwd(x: np.ndarray, w: np.ndarray, y: np.ndarray, cols: np.ndarray, b: np.ndarray, act: int,
              k: int, s: int, pad: int, ho: int, wo: int) -> Callable[[], None]:
-    """The tiled forward of one conv_fwd node as a zero-argument kernel."""
+    """The tiled forward of one conv_fwd node as a zero-argument kernel; cols (rows, k*k*Cin) is its
+    scratch, a whole number of images' columns."""
     n, h, wd, cin = x.shape
     cout = w.shape[0]
     kk = k * k * cin
-    threads, tile = plan_tiles(n, ho * wo, kk)
+    threads, tile = plan_tiles(n, ho * wo, kk, cols.shape[0] // (ho * wo))
     scratch = cols.reshape(-1)[:threads * tile * ho * wo * kk].reshape(threads, tile * ho * wo, kk)
     x3, w2, y2 = x.reshape(n, h, wd * cin), w.reshape(cout, kk), y.reshape(n * ho * wo, cout)
     sg = blas.SGEMM
@@ -171,7 +171,7 @@ def bind_bwd(x: np.ndarray, dy2: np.ndarray, w: np.ndarray, dw: np.ndarray, cols
     if partials.ndim != 3 or partials.shape[1:] != (cout, kk) or partials.dtype != np.float32:
         raise PlanError(f"conv_bwd: the weight-gradient partials have shape {partials.shape} ({partials.dtype}), "
                         f"expected (P, {cout}, {kk}) float32. Fix: plan them with the layer's tensors.")
-    threads, tile = plan_tiles(n, ho * wo, kk, partials.shape[0] + 1)
+    threads, tile = plan_tiles(n, ho * wo, kk, cols.shape[0] // (ho * wo), partials.shape[0] + 1)
     size = threads * tile * ho * wo * kk
     scratch = cols.reshape(-1)[:size].reshape(threads, tile * ho * wo, kk)
     if dx is not None and dcols is not None:

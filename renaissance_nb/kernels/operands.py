@@ -28,6 +28,40 @@ def conv_tiles(k: int, s: int, p: int, cin: int) -> bool:
     partials: an im2col convolution (not a 1x1, stride-1, unpadded product) of more than one channel."""
     return cin >= 2 and not (k == 1 and s == 1 and p == 0)
 
+
+CONV_TILE_BYTES = 512 << 10
+"""Target size of one tile's columns. In the conv net's step (2 MiB of L2 per core) 128, 256,
+512 and 1024 KiB gave 13.1-15.6, 14.1-14.6, 12.9-13.3 and 12.3-12.6 ms for the deep layers'
+forward, and about 25 ms for their backward at each size; 512 KiB leaves room in L2 for the
+backward's second tile (dcols) and the sgemm's packed operands."""
+CONV_THREADS = 8
+"""The most threads a tiled convolution runs on: its columns scratch holds one tile for each, and its
+weight gradient has CONV_THREADS - 1 partials. A constant, so the plan is the same on every machine."""
+
+
+def conv_tile_images(rows_per_image: int, width: int, itemsize: int = 4) -> int:
+    """Images per tile: as many as keep a tile's columns within CONV_TILE_BYTES, at least one."""
+    return max(1, CONV_TILE_BYTES // max(1, rows_per_image * width * itemsize))
+
+
+def conv_scratch_shape(n: int, ho: int, wo: int, k: int, s: int, p: int, cin: int) -> tuple[int, ...]:
+    """The shape of a convolution's im2col scratch (``cols``, and ``dcols`` alike) for n images.
+
+    Tiled (conv_tiles): (tiles, rows of a tile, k*k*Cin), one tile of conv_tile_images per thread,
+    CONV_THREADS tiles at most, as many images as the batch at most: every backend walks the batch
+    through it a tile at a time, and the backward through a scratch of the same shape (bwd_cols; it
+    makes the columns again: remakes_columns). A 1x1, stride-1, unpadded conv reads x itself: (1, Cin),
+    never read. A one-channel conv keeps its whole (n*Ho*Wo, k*k) tap-major matrix (kernels/conv.py),
+    which its backward reads."""
+    kk, per = k * k * cin, ho * wo
+    if k == 1 and s == 1 and p == 0:
+        return (1, cin)
+    if not conv_tiles(k, s, p, cin):
+        return (n * per, kk)
+    tiles = min(CONV_THREADS, -(-n // conv_tile_images(per, kk)))
+    tile = min(conv_tile_images(per, kk), -(-n // tiles))  # as even as the batch allows
+    return (tiles, tile * per, kk)
+
 ACT_CODES = {"none": 0, "relu": 1, "tanh": 2, "sigmoid": 3, "leaky_relu": 4, "silu": 5, "gelu": 6}
 """Activation name (as the graph stores it) -> the code the CPU and CUDA kernels switch on."""
 
@@ -215,13 +249,14 @@ class ConvBwd(NamedTuple):
     act: int
     dy2: Any     # (M, Cout) view of dy
     y2: Any      # (M, Cout) view of the forward output (dy2 when there is no ReLU)
-    cols: Any    # (M, k*k*Cin): the im2col buffer, or x as (M, Cin) for a 1x1/stride-1 conv
+    cols: Any    # (rows, k*k*Cin): the im2col scratch of `tile` images, or x as (M, Cin) for a 1x1/stride-1 conv
     wmat: Any    # (Cout, k*k*Cin)
     dw2: Any     # (Cout, k*k*Cin)
     db: Any      # (Cout,) or None
     dx: Any      # like x, or None (first layer)
     dx2: Any     # dx as (M, Cin) for a 1x1/stride-1 conv (written by the GEMM), else None
     dcols: Any   # like cols when dx goes through col2im, else None
+    tile: int    # images whose columns cols holds at once: n when it is the whole matrix
 
 
 def conv_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> ConvBwd:
@@ -245,12 +280,13 @@ def conv_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> ConvB
     dx = outs.pop(0) if need_dx else None
     dcols = outs.pop(0) if (need_dx and outs) else None
     direct = k == 1 and s == 1 and pad == 0
+    tile = n
     if direct:
         cols = x.reshape(m, cin)
     else:
         if cols is None:
             raise PlanError("conv_bwd: the im2col buffer 'cols' of the forward pass is the fourth input.")
-        check_shape("conv_bwd", "cols", cols.shape, (m, k * k * cin))
+        cols, tile = conv_columns("conv_bwd", "cols", cols, n, ho * wo, k * k * cin)
     dy2 = dy.reshape(m, cout)
     dx2 = None
     if dx is not None:
@@ -260,9 +296,33 @@ def conv_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> ConvB
         else:
             if dcols is None:
                 raise PlanError("conv_bwd: need_dx needs a dcols scratch view shaped like cols.")
+            dcols = conv_columns("conv_bwd", "dcols", dcols, n, ho * wo, k * k * cin)[0]
             check_shape("conv_bwd", "dcols", dcols.shape, cols.shape)
     return ConvBwd(geometry, k, s, pad, act, dy2, y.reshape(m, cout) if act else dy2, cols, w.reshape(cout, -1),
-                   dw.reshape(cout, -1), db, dx, dx2, dcols)
+                   dw.reshape(cout, -1), db, dx, dx2, dcols, tile)
+
+
+def remakes_columns(o: ConvBwd, cin: int) -> bool:
+    """Whether a conv backward makes its columns again from x rather than read the forward's: always for a
+    convolution that tiles (its plan gives the backward a scratch of its own, bwd_cols, so the forward's
+    lives only through the forward), and wherever cols holds fewer images than the batch."""
+    n = o.geometry[0]
+    return not (o.k == 1 and o.s == 1 and o.pad == 0) and (conv_tiles(o.k, o.s, o.pad, cin) or o.tile < n)
+
+
+def conv_columns(op: str, name: str, cols: Any, n: int, per: int, kk: int) -> tuple[Any, int]:
+    """A convolution's im2col scratch as (rows, k*k*Cin) and the images whose columns it holds at once
+    (1 to n; per is one image's output pixels), checked. The plan gives (tiles, rows, k*k*Cin)
+    (conv_scratch_shape); a hand-built graph may give the whole (n*per, k*k*Cin) matrix."""
+    shape = tuple(cols.shape)
+    if cols.ndim == 3 and shape[-1] == kk and cols.flags.c_contiguous:
+        cols = cols.reshape(-1, kk)
+    rows = cols.shape[0] if cols.ndim == 2 else 0
+    if cols.ndim != 2 or cols.shape[1] != kk or rows % per or rows < per:
+        raise PlanError(f"{op}: {name} has shape {shape}, expected ({n * per}, {kk}): the im2col matrix, or the "
+                        f"rows of a whole number of images ({per} rows each), as 2-D or as contiguous (tiles, rows, "
+                        f"{kk}). Fix: plan it with kernels.operands.conv_scratch_shape.")
+    return cols, min(n, rows // per)
 
 
 def bn_fwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
