@@ -14,9 +14,8 @@ from renaissance_nb.compiler.touches import node_access
 from renaissance_nb.inspector.tensorstats import is_parameter, tensor_stats, value_stats
 
 pytest.importorskip("anywidget")
-from renaissance_nb.display import MemoryInspectorView  # noqa: E402
+from renaissance_nb.display import MemoryInspectorView, inspector_static  # noqa: E402
 from renaissance_nb.display import inspector_data as data  # noqa: E402
-from renaissance_nb.display import inspector_static  # noqa: E402
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((300, 20)).astype(np.float32)
@@ -41,13 +40,13 @@ def convnet() -> DeepLearningTask:
 def planned():  # type: ignore[no-untyped-def]
     out = {}
     for name, task in (("mlp", mlp().lock_memory()), ("conv", convnet().lock_memory())):
-        out[name] = (task, task.memory_inspector, data.inspector_view(task))
+        out[name] = (task.memory_inspector, data.inspector_view(task))
     return out
 
 
 @pytest.mark.parametrize("which", ["mlp", "conv"])
 def test_the_live_set_the_widget_draws_is_the_engines_at_every_tick(planned, which) -> None:
-    task, insp, view = planned[which]
+    insp, view = planned[which]
     assert view["ready"] and [k["t"] for k in view["ticks"]] == [k.time for k in insp.ticks()]
     by_id = {t["id"]: t for t in view["tensors"]}
     for vi, variant in enumerate(view["variants"]):
@@ -60,7 +59,7 @@ def test_the_live_set_the_widget_draws_is_the_engines_at_every_tick(planned, whi
 
 
 def test_region_wide_ops_read_and_write_their_whole_ranges(planned) -> None:
-    task, insp, view = planned["conv"]
+    insp, view = planned["conv"]
     plan = insp.plan()
     names = {t.id: t.name for t in plan}
     fam = {t.id: t.region.family for t in plan}
@@ -82,7 +81,7 @@ def test_region_wide_ops_read_and_write_their_whole_ranges(planned) -> None:
 
 @pytest.mark.parametrize("which", ["mlp", "conv"])
 def test_the_peak_of_every_variant_is_the_engines(planned, which) -> None:
-    task, insp, view = planned[which]
+    insp, view = planned[which]
     by_id = {t["id"]: t for t in view["tensors"]}
     for variant in view["variants"]:
         rep, p = insp.peak(variant), view["peaks"][variant]
@@ -98,7 +97,7 @@ def test_the_peak_of_every_variant_is_the_engines(planned, which) -> None:
     ({"fuse": False}, {"fuse": False}), ({"optimizer": "sgd"}, {"optimizer": "sgd"}), ({"ema": True}, {"ema": 0.999}),
     ({"batch_size": 128, "optimizer": "adam"}, {"batch_size": 128, "val_batch_size": 128, "optimizer": "adam"})])
 def test_a_what_if_is_the_engines_plan_and_diff(planned, asked, changes) -> None:
-    task, insp, view = planned["mlp"]
+    insp, _ = planned["mlp"]
     r = data.whatif_view(insp, asked)
     other = insp.what_if(**changes)
     d = insp.diff(other)
@@ -112,7 +111,7 @@ def test_a_what_if_is_the_engines_plan_and_diff(planned, asked, changes) -> None
 
 
 def test_a_what_if_of_the_current_values_plans_nothing_and_bad_values_say_why(planned) -> None:
-    task, insp, view = planned["mlp"]
+    insp, view = planned["mlp"]
     assert data.whatif_view(insp, dict(view["settings"]))["empty"]
     assert "batch_size" in data.whatif_view(insp, {"batch_size": 0})["error"]
     assert "optimizer" in data.whatif_view(insp, {"optimizer": "lion"})["error"]
@@ -120,7 +119,7 @@ def test_a_what_if_of_the_current_values_plans_nothing_and_bad_values_say_why(pl
 
 
 def test_resolution_and_the_largest_batch(planned) -> None:
-    task, insp, view = planned["conv"]
+    insp, view = planned["conv"]
     assert view["settings"]["image"] and view["settings"]["resolution"] == [16, 16]
     r = data.whatif_view(insp, {"resolution": [8, 8]})
     assert r["arena"][1] == insp.what_if(resolution=(8, 8)).arena_bytes < insp.arena_bytes

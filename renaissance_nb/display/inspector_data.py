@@ -64,13 +64,13 @@ def _tensors(insp: MemoryInspector) -> list[dict[str, Any]]:
     prod = insp.producers()
     out = []
     for t in plan:
-        reusable = t.region.reusable and lives is not None
+        intervals = None if lives is None or not t.region.reusable else lives.get(t.id, ())
         tick = prod.get(t.id)
         out.append({"id": t.id, "name": t.name, "region": t.region.name, "family": t.region.family,
                     "category": category_of(t.region), "color": family_color(t.region.family),
                     "offset": int(t.offset or 0), "slot_bytes": int(t.slot_bytes), "dtype": str(t.dtype),
                     "shape": shape_text(t.shape), "storage": [int(insp.plan(v)[t.id].storage_bytes) for v in variants],
-                    "intervals": [[int(a), int(b)] for a, b in lives.get(t.id, ())] if reusable else None,
+                    "intervals": None if intervals is None else [[int(a), int(b)] for a, b in intervals],
                     "producer": tick.node.op if tick else "-", "layer": tick.node.layer if tick else ""})
     return out
 

@@ -12,8 +12,9 @@ train_base view); nothing here writes to the arena or runs a kernel.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -148,15 +149,14 @@ def last_update(read: Reader, config: TaskConfig, name: str) -> UpdateStats | No
     t = int(read("step")[0])
     table = read("lr_table")
     lr = float(table[min(max(t - 1, 0), len(table) - 1)]) if len(table) else 0.0
-    base = dict(step=t, lr=lr, grad_norm=_norm(g), weight_norm=_norm(w))
+    gn, wn = _norm(g), _norm(w)
     if t == 0:
-        return UpdateStats(**base, update_norm=None, ratio=None, how="no step yet: the weights are the initial ones")
+        return UpdateStats(t, lr, gn, wn, None, None, "no step yet: the weights are the initial ones")
     if not np.isfinite(g).all():
-        return UpdateStats(**base, update_norm=None, ratio=None,
-                           how="the gradient holds NaN/Inf: its step was skipped or diverged")
+        return UpdateStats(t, lr, gn, wn, None, None, "the gradient holds NaN/Inf: its step was skipped or diverged")
     dw, how = _delta(read, config, name, w, g, t, lr)
     un = _norm(dw)
-    return UpdateStats(**base, update_norm=un, ratio=un / base["weight_norm"] if base["weight_norm"] else None, how=how)
+    return UpdateStats(t, lr, gn, wn, un, un / wn if wn else None, how)
 
 
 def _delta(read: Reader, config: TaskConfig, name: str, w: np.ndarray, g: np.ndarray, t: int,
@@ -194,7 +194,7 @@ def stats_from(read: Reader, plan: MemoryPlan, config: TaskConfig, name: Any, bi
     return TensorStats(name, tuple(int(d) for d in t.shape), str(t.dtype), values, update)
 
 
-def tensor_stats(task: "DeepLearningTask", name: Any, bins: Any = BINS) -> TensorStats:
+def tensor_stats(task: DeepLearningTask, name: Any, bins: Any = BINS) -> TensorStats:
     """What tensor ``name`` of a compiled task holds now (read with ``task.read``, the train_base view):
     histogram, range, moments, NaN/Inf counts, and for a trained parameter its last update."""
     task.read("step")  # the phase check, with the task's own message, before anything else
