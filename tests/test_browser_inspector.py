@@ -116,6 +116,11 @@ def test_the_scrubber_follows_keys_and_the_slider(nb) -> None:  # type: ignore[n
     assert int(view.locator(".rnb-insp-reads").get_attribute("data-count")) >= 16  # W, G, M, V of 4 layers
     assert view.locator(".rnb-insp-arena rect[data-tensor='fc1.weight@m'][stroke='#1f2328']").count() == 1
     shot(view.locator(".rnb-insp-scrubber"), "30_inspector_scrubber.png")
+    # the static copy kept for a saved notebook (hidden behind the live view) follows the scrubber too
+    copy = nb.locator(".rnb-static-copy[data-view='MemoryInspectorView'] .rnb-inspector-static").first
+    nb.wait_for_function("t => document.querySelector(\".rnb-static-copy[data-view='MemoryInspectorView']\")"
+                         "?.textContent.includes(`tick ${t} `)", arg=_at(view)[0], timeout=30_000)
+    assert "optimizer" in copy.text_content() and copy.locator("svg.rnb-insp-strip").count() == 2
 
 
 def test_a_what_if_toggle_changes_the_diff(nb) -> None:  # type: ignore[no-untyped-def]
