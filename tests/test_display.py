@@ -270,7 +270,9 @@ def test_graph_drawing_with_dot(compiled: DeepLearningTask) -> None:
     out = graphdraw.render_graph(g, GraphId.DEEP_FWD_BWD, compiled.plans["train_last"])
     assert out["svg"].startswith("<svg") and out["note"] == "" and "(32, 10)" in out["svg"]
     folded = graphdraw.render_graph(g, None, compiled.plans["train_base"], collapsed=["fc2", "loss"])
-    assert 'id="layer_fc2"' in folded["svg"] and "fc2 &#160;▸" not in folded["svg"] and "▸ 2 ops" in folded["svg"]
+    # the whole step runs fc2 twice (forward, then backward after the loss): one folded box per run
+    assert 'id="layer_fc2"' in folded["svg"] and 'id="layer_fc2&#45;1"' in folded["svg"]  # &#45;: graphviz's '-'
+    assert folded["svg"].count("fc2 ▸ 1 op") == 2 and "fc2 &#160;▸" not in folded["svg"]
 
 
 def test_graph_fallback_without_dot(monkeypatch: pytest.MonkeyPatch, compiled: DeepLearningTask) -> None:
@@ -601,3 +603,70 @@ def test_svg_ids_are_unique_per_drawing_and_captions_fit() -> None:
     assert any("reset()" in t for _, t in lines)
     for x, text in lines:  # about 6 px per character at 11 px: inside the drawing and its column
         assert len(text) <= 27 and int(x) - 3.2 * len(text) >= 0, text
+
+
+# ---- the whole step, laid out as it runs (display/graphlayout.py) -------------------------------------------
+def _seed_mlp() -> DeepLearningTask:
+    return DeepLearningTask("mlp").model(seq(fc(1024), relu(), fc(1024), relu(), fc(10))).data(
+        datasets.default_mnist(), batch_size=128).lock_memory()
+
+
+def _resnet_blocks() -> DeepLearningTask:
+    """The block net of notebooks/08_image_models.ipynb (EMA on: its update sweeps five ranges)."""
+    from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap, maxpool
+
+    net = seq(cbr(8, 3, 1, 1), maxpool(2), block(8, RESNET_3_3), block(16, RESNET_3_3_DS), gap(), fc(10))
+    return DeepLearningTask("resnet").model(net).data(datasets.default_mnist(layout="image"), batch_size=96) \
+        .train_resolution(20, 28, boundary_epoch=2).ema(0.99).total_epochs(4).lock_memory()
+
+
+@pytest.mark.parametrize("make", [_seed_mlp, _resnet_blocks])
+def test_whole_step_is_drawn_in_run_order_and_fits_a_page(make) -> None:  # type: ignore[no-untyped-def]
+    """All GraphIds: one frame per GraphId in the order a step runs them, every op once, and a drawing
+    narrow enough for a notebook (the seed MLP's was 2,839 px wide drawn as one graph, the ResNet's 17,018)."""
+    if not graphdraw.dot_available():
+        pytest.skip("Graphviz's dot is not installed here")
+    task = make()
+    g = task.graphs.train
+    from renaissance_nb.compiler.stages import STEP_ORDER_A
+
+    order = graphdraw.run_order(task, g)
+    step_a = [x for x in STEP_ORDER_A if g.nodes(x)]  # a step reading buffer A comes first, in its order
+    assert [x for x in order if g.nodes(x)][:len(step_a)] == step_a
+    svg = graphdraw.render_graph(g, None, task.plans["train_base"], order=order)["svg"]
+    width = int(re.search(r'width="(\d+)px"', svg).group(1))  # type: ignore[union-attr]
+    assert width <= 1200, f"{width} px: the whole step no longer fits a page at a readable scale"
+    frames = re.findall(r'<g id="gid_(\w+)" class="cluster">', svg)
+    drawn = [x for x in order if g.nodes(x)]
+    assert frames == [x.name for x in drawn] + [x.name for x in g.ids() if x not in drawn]
+    assert len(set(re.findall(r'<g id="(op\d+)" class="node">', svg))) == len(g)
+    fitted = graphdraw.static_svg(svg)
+    assert f"min-width:{width * graphdraw.READABLE:.0f}px" in fitted and "max-width:100%" in fitted
+
+
+def test_layout_draws_every_operand_and_flows_one_way(compiled: DeepLearningTask) -> None:
+    """Every tensor an op reads or writes is drawn and linked to it (in a group box or its own), every
+    range operand too; the edges, with the invisible ones that stack frames, run top to bottom (no cycle)."""
+    from graphlib import TopologicalSorter
+
+    from renaissance_nb.display.access import range_operands
+    from renaissance_nb.display.graphlayout import step_layout
+
+    g, plan = compiled.graphs.train, compiled.plans["train_base"]
+    for collapsed in ([], ["fc2"]):
+        lay = step_layout(g, None, plan, collapsed, graphdraw.run_order(compiled, g))
+        preds: dict[str, set[str]] = {}
+        for a, b in [*((a, b) for a, b, _ in lay.edges), *lay.stacking(), *lay.wrapped_rows()]:
+            preds.setdefault(b, set()).add(a)
+        list(TopologicalSorter(preds).static_order())  # raises CycleError on a loop
+        for k, (_, n) in enumerate(lay.ops):
+            box = lay.op_box[k]
+            linked = [lay.drawings[a if b == box else b] for a, b, _ in lay.edges if box in (a, b)]
+            tensors = {t for d in linked for t in (d.group or [d.tensor])}
+            spans = {d.operand["key"] for d in linked if d.operand}
+            reads, writes = range_operands(n, plan)
+            if box.startswith("op"):
+                assert set(n.inputs) | set(n.outputs) <= tensors, (n.op, k)
+                assert {o["key"] for o in reads + writes} == spans, (n.op, k)
+        assert all(lay.visible(d) == (not d.ends <= {r.id for r in lay.runs if r.folded})
+                   for d in lay.drawings.values())

@@ -8,6 +8,10 @@ const STREAMS = { TRANS: "#d06ba6", COMP_1: "#3b6fb6", COMP_2: "#2f9c95", COMP_3
 // Fit, zoom, pan and search over a graphviz drawing. The SVG keeps its natural size in data-w/data-h;
 // zoom rescales width and height (the viewBox stays), drag pans the scrolling canvas, the search box
 // lights a tensor or op and its neighbours (graphviz titles its edges "a->b") and dims the rest.
+// "fit" fits the width, the height scrolls, and never below READABLE: the labels (10 pt, 12.5 px at
+// natural size) stay at 9 px or more; a drawing wider than that scrolls sideways too.
+const READABLE = 0.75;
+
 function navigator(canvas) {
   let zoom = null;  // null: fit to width
   const info = h("span", { class: "rnb-muted rnb-graph-info" });
@@ -16,7 +20,7 @@ function navigator(canvas) {
   const zoomText = h("span", { class: "rnb-muted rnb-zoom-text" });
   const btn = (label, action, f, title) => h("button", { class: "rnb-btn rnb-quiet", "data-action": action, title, onclick: f }, label);
   const bar = h("div", { class: "rnb-row rnb-graph-tools" }, search,
-    btn("fit", "fit", () => { zoom = null; apply(); }, "fit the drawing to the width"),
+    btn("fit", "fit", () => { zoom = null; apply(); }, "fit the drawing to the width (never below a readable size)"),
     btn("−", "zoom-out", () => { zoom = scale() / 1.25; apply(); }, "zoom out"),
     btn("+", "zoom-in", () => { zoom = scale() * 1.25; apply(); }, "zoom in"),
     btn("1:1", "zoom-1", () => { zoom = 1; apply(); }, "natural size"), zoomText, info);
@@ -26,7 +30,7 @@ function navigator(canvas) {
     if (!e) return 1;
     if (zoom != null) return zoom;
     const avail = Math.max((canvas.clientWidth || 880) - 18, 200);
-    return Math.min(1, avail / Number(e.dataset.w));
+    return Math.min(1, Math.max(READABLE, avail / Number(e.dataset.w)));
   }
   function apply() {
     const e = svg();
@@ -102,7 +106,8 @@ function render({ model, el }) {
   const nav = navigator(canvas);
   el.append(h("div", { class: "rnb-title" }, "ComputationGraph"),
     h("div", { class: "rnb-sub" }, "Ops are boxes coloured by stream; tensors carry their name, id and the shape in the chosen variant's plan. "
-      + "Click a layer's frame (or its chip) to fold it, an op for its full parameters; drag to pan, Ctrl+wheel to zoom."),
+      + "All GraphIds: one frame each, in the order a step runs them; a tensor is drawn again where a later op reads it. "
+      + "Click a layer's frame (or its chip) to fold it, an op or a tensor for its details; drag to pan, Ctrl+wheel to zoom."),
     controls, chips, note, nav.bar, canvas, legend);
 
   function toggle(layer) {
@@ -162,8 +167,8 @@ function render({ model, el }) {
     canvas.dataset.mode = svg ? "svg" : "table";
     canvas.innerHTML = svg || table || "";
     const bySafe = new Map((model.get("layers") || []).map((l) => [safe(l), l]));
-    for (const g of canvas.querySelectorAll("g[id^='layer_']")) {
-      const layer = bySafe.get(g.id.slice(6));
+    for (const g of canvas.querySelectorAll("g[id^='layer_']")) {  // layer_<name>, layer_<name>-<n>: each run
+      const layer = bySafe.get(g.id.slice(6).replace(/-\d+$/, ""));
       if (layer == null) continue;
       g.addEventListener("click", (ev) => { ev.stopPropagation(); toggle(layer); });
     }

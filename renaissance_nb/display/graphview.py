@@ -9,7 +9,8 @@ from ..compiler.ids import GraphId
 from . import views
 from ._assets import esm
 from ._base import ViewWidget
-from .graphdraw import cuda_graph_view, default_collapsed, dot_available, layers_of, render_graph
+from .graphdraw import (cuda_graph_view, default_collapsed, dot_available, layers_of, render_graph, run_order,
+                        static_svg)
 from .theme import esc
 
 
@@ -81,7 +82,7 @@ class GraphView(ViewWidget):
                 "variants": list(plans)}
 
     def static_html(self) -> str:
-        body = self.svg or self.table or "<div class='rnb-note'>No graphs yet.</div>"
+        body = static_svg(self.svg) if self.svg else self.table or "<div class='rnb-note'>No graphs yet.</div>"
         note = f"<div class='rnb-note'>{esc(self.note)}</div>" if self.note else ""
         cuda = (f"<div class='rnb-cuda'><div class='rnb-sub'>{esc(self.cuda_caption)}</div>{self.cuda}</div>"
                 if self.cuda else "")
@@ -118,7 +119,8 @@ class GraphView(ViewWidget):
             if reset_layers:
                 self.layers = layers_of(g, gid)
                 self.collapsed = default_collapsed(g, gid)
-            out = render_graph(g, gid, plans.get(self.variant), self.collapsed, gid_column=not self.view.get("hand"))
+            out = render_graph(g, gid, plans.get(self.variant), self.collapsed, gid_column=not self.view.get("hand"),
+                               order=run_order(self.source, g))
             self.svg, self.table, self.note, self.dot = out["svg"] or "", out["table"], out["note"], dot_available()
             self.cuda, self.cuda_caption = cuda_graph_view(self.source, self.graph, gid, self.variant)
         finally:

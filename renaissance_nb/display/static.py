@@ -425,7 +425,7 @@ def training_html(view: dict[str, Any]) -> str:
 # ---- graph -------------------------------------------------------------------------------------------------
 def graph_html(task: Any, graph: str | None = None, gid: Any = None) -> str:
     from ..compiler.ids import GraphId
-    from .graphdraw import default_collapsed, render_graph
+    from .graphdraw import default_collapsed, render_graph, run_order, static_svg
 
     graphs = views.graphs_of(task)
     if not graphs:
@@ -439,10 +439,10 @@ def graph_html(task: Any, graph: str | None = None, gid: Any = None) -> str:
     hand = not views.is_deep(task) and not hasattr(task, "buckets")
     if hand and g.ids():  # a hand-built graph has one bucket: its stream, no GraphId
         gid = g.ids()[0]
-    out = render_graph(g, gid, plan, default_collapsed(g, gid), gid_column=not hand)
+    out = render_graph(g, gid, plan, default_collapsed(g, gid), gid_column=not hand, order=run_order(task, g))
     title = (f"graph {name!r}" if hand else
              f"{name} graph" + (f" · {GraphId(gid).name}" if gid is not None else " · all GraphIds"))
-    body = out["svg"] if out["svg"] is not None else out["table"]
+    body = static_svg(out["svg"]) if out["svg"] is not None else out["table"]
     note = f"<div class='rnb-note'>{esc(out['note'])}</div>" if out["note"] else ""
     return f"<div class='rnb-graph-static'><div class='rnb-sub'>{esc(title)}</div>{note}{body}</div>"
 
