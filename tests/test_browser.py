@@ -56,7 +56,7 @@ def test_dashboard_rendered(page) -> None:  # type: ignore[no-untyped-def]
     dash = page.locator(".rnb-dashboard").last
     dash.wait_for(state="visible", timeout=30_000)
     tabs = dash.locator(".lm-TabBar-tabLabel").all_inner_texts()
-    assert tabs == ["Phases", "BluePrint", "Variants", "Memory", "Graph", "Atlas", "Training"]
+    assert tabs == ["Phases", "BluePrint", "Variants", "Memory", "Inspector", "Graph", "Atlas", "Training"]
     assert dash.locator(".rnb-phase-view[data-phase='COMPILED']").count() == 1
     shot(dash, "01_dashboard_phases.png")
     # a button is enabled only where its call can succeed: in COMPILED only reset()

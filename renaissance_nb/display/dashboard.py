@@ -1,4 +1,4 @@
-"""The dashboard: a header and tabs (Phases, BluePrint, Variants, Memory, Graph, Atlas, Training).
+"""The dashboard: a header and tabs (Phases, BluePrint, Variants, Memory, Inspector, Graph, Atlas, Training).
 
 What ``task`` as the last line of a cell, or ``task.inspect()``, shows. Its views follow the task
 (each polls it while shown, see ViewWidget._on_poll); a change re-reads the task into every tab,
@@ -13,9 +13,11 @@ import ipywidgets as w
 
 from . import static, views
 from ._base import OneLine, ViewWidget, live_bundle, show_with_copy
+from .allocations_panel import AllocationsPanel
 from .atlas import AtlasView
 from .blueprint import BluePrintView, VariantsView
 from .graphview import GraphView
+from .inspector_view import MemoryInspectorView
 from .lifetimes import LifetimeView
 from .monitor import TrainingMonitor
 from .phase import PhaseView
@@ -52,10 +54,14 @@ class Dashboard(OneLine, w.VBox):
         if deep:
             items += [("BluePrint", BluePrintView(t)), ("Variants", VariantsView(t))]
         if plans:
-            memory = w.VBox([RegionMap(t), LifetimeView(t)])
+            compiled_cpu = deep and views.atlas_of(t) is not None and getattr(t, "device_kind", "cpu") == "cpu"
+            memory = w.VBox([RegionMap(t), LifetimeView(t), *([AllocationsPanel(t)] if compiled_cpu else [])])
         else:
             memory = _note("The memory plan is fixed by " + ("lock_memory()." if deep else "finalize_memory()."))
         items.append(("Memory", memory))
+        if deep:
+            items.append(("Inspector", MemoryInspectorView(t) if plans else
+                          _note("The memory inspector reads the plan that lock_memory() fixes.")))
         items.append(("Graph", GraphView(t) if views.graphs_of(t) else
                       _note("Graphs are built by " + ("lock_memory()." if deep else "add_graph()."))))
         items.append(("Atlas", AtlasView(t) if views.atlas_of(t) is not None else
