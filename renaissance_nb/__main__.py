@@ -174,10 +174,12 @@ def _launch(nproc: int, argv: list[str]) -> int:
     except RenaissanceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    try:
-        return subprocess.call(command)
-    except KeyboardInterrupt:  # mpiexec forwards Ctrl-C to the ranks, which stop at one step boundary
-        return INTERRUPTED
+    proc = subprocess.Popen(command)
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # mpiexec got this Ctrl-C too and forwards it to the ranks, which stop at one
+            continue  # step boundary and exit 130: wait for them (subprocess.call would kill mpiexec here)
 
 
 def _rank_main(args: argparse.Namespace) -> int:

@@ -7,10 +7,14 @@ skips, saying why.
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -119,12 +123,66 @@ def test_an_exception_on_one_rank_ends_every_rank_with_its_message(tmp_path) -> 
 
 def test_a_stop_asked_on_one_rank_stops_both_at_the_same_step_and_resumes(tmp_path) -> None:
     """What Ctrl-C does once it reaches a rank (StopFlag.requested): the ranks agree at the next 16-step
-    check. (SIGINT itself, forwarded by hydra, is not exercised here: see docs/scaling.md.)"""
+    check (the SIGINT itself: the two tests below)."""
     out = _run(["stop_one", str(tmp_path / "s")], 2)
     line = next(s for s in out.stdout.splitlines() if s.startswith("interrupted="))
     assert line == "interrupted=True at=[(0, 16), (0, 16)]", line
     _run(["resume", str(tmp_path / "s")], 2)
     assert len(np.load(tmp_path / "s.npz")["losses"]) == 224
+
+
+def _interrupt(cmd: list[str], ready: Callable[[str], bool], group: bool) -> tuple[subprocess.Popen, str, str, float]:
+    """Start ``cmd`` in a session of its own, read its stdout until ``ready(line)``, then send SIGINT as Ctrl-C
+    in a terminal does: to the whole process group (``group``) or to mpiexec alone. MPICH's mpiexec starts
+    each rank in a session of its own, so the ranks get the signal only by mpiexec forwarding it."""
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(), cwd=tempfile.gettempdir())
+    try:
+        seen = []
+        for line in proc.stdout:  # type: ignore[union-attr]
+            seen.append(line)
+            if ready(line):
+                break
+        assert seen and ready(seen[-1]), "".join(seen)[-2000:] + proc.stderr.read()[-2000:]  # type: ignore[union-attr]
+        sent = time.monotonic()
+        (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=LIMIT)
+        return proc, "".join(seen) + out, err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def test_ctrl_c_forwarded_by_mpiexec_stops_both_ranks_at_one_step_boundary_and_the_run_resumes(runs) -> None:
+    """SIGINT to mpiexec (what Ctrl-C sends it): hydra forwards it to every rank; each rank's handler asks
+    for a stop, agreed at the next 16-step check (one all-reduce), and the checkpoint resumes."""
+    d = runs["dir"]
+    proc, out, err, after = _interrupt([_mpiexec(), "-n", "2", sys.executable, WORKER, "sigint", str(d / "c")],
+                                       lambda line: line == "at step 16\n", group=False)
+    assert proc.returncode == 0, err[-3000:]
+    line = out.splitlines()[-1]
+    assert line in ("interrupted=True at=[(0, 16), (0, 16)]", "interrupted=True at=[(0, 32), (0, 32)]"), out + err
+    assert after < 60
+    _run(["resume", str(d / "c")], 2)
+    whole, cut = np.load(runs["two"]), np.load(d / "c.npz")
+    np.testing.assert_array_equal(cut["losses"], whole["losses"])
+    for k in whole.files:
+        if k.startswith("w_"):
+            assert whole[k].tobytes() == cut[k].tobytes(), k
+
+
+def test_ctrl_c_in_a_terminal_stops_train_nproc_2_on_every_rank() -> None:
+    """``python -m renaissance_nb train --nproc 2`` and Ctrl-C: the launcher waits for mpiexec (it does not
+    kill it), mpiexec forwards the signal, both ranks stop at one step boundary and the job exits 130."""
+    _mpiexec()
+    proc, out, err, after = _interrupt([sys.executable, "-m", "renaissance_nb", "train", "--nproc", "2",
+                                        "--epochs", "30"], lambda line: line.startswith("epoch   1 "), group=True)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert re.search(r"stopped after step (16|32) of 32 in epoch \d+ \(Ctrl-C\)", out), out[-2000:]
+    done = re.findall(r"interrupted by Ctrl-C after (\d+) of 30 epochs", err)
+    assert len(done) == 2 and len(set(done)) == 1, err[-2000:]  # rank 0 and rank 1, at the same point
+    assert after < 60
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused_at_plan() -> None:

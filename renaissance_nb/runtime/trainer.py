@@ -322,8 +322,10 @@ class _EpochLoop:
             return self.stop.requested
         if (i & 15) != 15 and i != batches - 1:
             return False
-        self.stop.requested = dp.stop_agreed(self.stop.requested)
-        return self.stop.requested
+        agreed = dp.stop_agreed(self.stop.requested)
+        if agreed:  # never stored when False: a Ctrl-C handled during the agreement stays asked for the next one
+            self.stop.requested = True
+        return agreed
 
     def _check(self, epoch: int, advanced: int) -> None:
         st = self.st

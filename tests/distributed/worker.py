@@ -5,7 +5,8 @@
 Modes: ``train [buckets|slab]`` (E epochs, step losses, weights, the per-step weight digests of every
 rank and the plan's all-reduce nodes into OUT.npz), ``stop`` (stop at the first 16-step check after step S, save a checkpoint OUT.ckpt),
 ``resume`` (load OUT.ckpt and finish), ``raise`` (rank 1's step callback raises), ``stop_one`` (rank 1 alone asks
-to stop; print where every rank stopped).
+to stop; print where every rank stopped), ``sigint`` (run until a SIGINT forwarded by mpiexec stops it; print
+where every rank stopped, save OUT.ckpt).
 """
 from __future__ import annotations
 
@@ -112,6 +113,17 @@ def main() -> None:
         task.save(OUT + ".ckpt")
         if r == 0:
             print(f"interrupted={result.interrupted} at={where}", flush=True)
+    elif MODE == "sigint":  # stop by a SIGINT that mpiexec forwards (the test sends it once step 16 is reported)
+        def report(event: str, info: object) -> None:
+            if event == "step" and r == 0 and info["step"] == 16:
+                print("at step 16", flush=True)
+        result = task.run(progress="none", callbacks=[report])
+        from renaissance_nb.mpi import world
+        where = world().comm.allgather(task.run_state.resume_at)
+        task.save(OUT + ".ckpt")
+        if r == 0:
+            print(f"interrupted={result.interrupted} at={where}", flush=True)
+
 
 if __name__ == "__main__":
     main()
