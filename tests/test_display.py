@@ -449,7 +449,8 @@ def test_static_fallbacks_of_every_widget(trained: DeepLearningTask) -> None:
 
 
 # ---- front-end files and packaging ------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["phase.js", "regions.js", "lifetimes.js", "graph.js", "atlas.js", "monitor.js"])
+@pytest.mark.parametrize("name", ["phase.js", "regions.js", "lifetimes.js", "graph.js", "atlas.js", "monitor.js",
+                                  "htmlview.js"])
 def test_es_modules_export_a_render(name: str) -> None:
     from renaissance_nb.display._assets import esm
     src = esm(name)  # what anywidget loads: the shared DOM helpers, then the module
@@ -479,7 +480,7 @@ def test_wheel_ships_the_widgets() -> None:
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "renaissance_nb").rglob("__init__.py")}
     assert on_disk <= listed, f"packages missing from pyproject's list: {sorted(on_disk - listed)}"
     for name in ("dom.js", "phase.js", "regions.js", "lifetimes.js", "graph.js", "atlas.js", "monitor.js",
-                 "renaissance.css"):
+                 "htmlview.js", "renaissance.css"):
         assert (ROOT / "widgets" / name).is_file()
 
 

@@ -236,3 +236,51 @@ def test_the_epoch_line_tells_a_slow_first_step_apart() -> None:
     assert rec.line().endswith("12.40s  (first step 9.8s: kernels compiled or loaded)")
     quick = EpochRecord(1, 0.5, 0.9, 1.0, None, None, None, 1e-3, 0.4, 32, first_step_seconds=FIRST_STEP_SHOWN_S / 2)
     assert quick.line().endswith("0.40s")
+
+
+class _Handle:
+    """What IPython's display() returns for a static copy: the bundles put into it are kept here."""
+
+    def __init__(self) -> None:
+        self.bundles: list[dict] = []
+
+    def update(self, bundle: dict, raw: bool = False) -> None:
+        self.bundles.append(bundle)
+
+
+def poll(widget) -> None:  # type: ignore[no-untyped-def]
+    widget._on_poll(widget, {"poll": 1}, [])  # what the front end sends every 1.5 s while the view is shown
+
+
+def test_blueprint_and_variants_views_follow_their_task() -> None:
+    """Shown alone, both views poll like the others: the VariantsView made in PLANNING shows the six
+    variants' shapes once plan() has run, the BluePrintView a model changed before plan() and then the
+    executable layers; reset() takes them back; the static copies in the notebook follow."""
+    from renaissance_nb.display import BluePrintView, VariantsView
+
+    t = mlp()
+    bp, var = BluePrintView(t), VariantsView(t)
+    copies = {id(w): _Handle() for w in (bp, var)}
+    for w in (bp, var):
+        w._shown.append(copies[id(w)])
+    assert "derived by plan()" in var.view["html"] and "fc(16, bias=True)" in bp.view["html"]
+    before = bp.view
+    poll(bp)
+    assert bp.view is before and not copies[id(bp)].bundles, "nothing changed: nothing re-read"
+    t.model(seq(fc(12), relu(), fc(3)))
+    poll(bp)
+    assert "fc(12, bias=True)" in bp.view["html"] and "fc(16" not in bp.view["html"]
+    assert "fc(12, bias=True)" in copies[id(bp)].bundles[-1]["text/html"]
+    t.plan()
+    for w in (bp, var):
+        poll(w)
+    assert "executable layers" in repr(bp)
+    assert "train_base" in var.view["html"] and "(64, 20)" in var.view["html"] and "6 variants" in repr(var)
+    assert "(64, 20)" in copies[id(var)].bundles[-1]["text/html"] and "same offsets" not in var.view["html"]
+    t.compile()  # the plans and the atlas: offsets compared, ShapeIds given
+    poll(var)
+    assert "same offsets in every variant" in var.view["html"] and ">s1<" in var.view["html"]
+    t.reset()
+    for w in (bp, var):
+        poll(w)
+    assert "derived by plan()" in var.view["html"] and "plan() turns" in repr(bp)

@@ -1,42 +1,33 @@
-"""BluePrintView and VariantsView: the declared model, its executable layers, the six variants."""
+"""BluePrintView and VariantsView: the declared model, its executable layers, the six variants.
+
+Both are views like the others (ViewWidget): Python renders their HTML, the front end (widgets/
+htmlview.js) shows it and polls the task while shown, so a view made before plan() shows the layers
+and the variants' shapes once plan() has run, a model changed before plan() shows the new model, and
+reset() takes them away again; the static copy kept in the notebook follows too.
+"""
 from __future__ import annotations
 
 from typing import Any
 
-import ipywidgets as w
-
 from ..text import plural
 from . import static, views
-from ._base import OneLine, live_bundle, show_with_copy
+from ._assets import esm
+from ._base import ViewWidget
 
 
-class _HTMLView(OneLine, w.HTML):
-    """A plain HTML widget holding a task; refresh() re-reads it."""
+class _HTMLView(ViewWidget):
+    """A view whose whole drawing is HTML rendered here (``render``), the same live and static."""
 
-    def __init__(self, task: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.source = task
-        self._shown: list[Any] = []  # display handles of the static copies
-        self.add_class("rnb-html-view")
-        self.add_class("rnb-live")
-        self.refresh()
+    _esm = esm("htmlview.js")
 
     def render(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def refresh(self) -> None:
-        self.value = static.wrap(self.render())
-        for handle in self._shown:
-            handle.update(self.copy_bundle(), raw=True)
+    def make_view(self) -> dict[str, Any]:
+        return {"html": self.render()}
 
-    def _repr_html_(self) -> str:
-        return static.wrap(self.render())
-
-    def copy_bundle(self) -> dict[str, Any]:
-        return {"text/plain": repr(self), "text/html": static.static_copy(self._repr_html_(), type(self).__name__)}
-
-    def _ipython_display_(self) -> None:
-        self._shown.append(show_with_copy(self.copy_bundle(), live_bundle(self)))
+    def static_html(self) -> str:
+        return self.render()
 
 
 class BluePrintView(_HTMLView):
