@@ -205,7 +205,7 @@ def _reduced(obj: Any, plan: MemoryPlan) -> tuple[set[int], str]:
     saying so; none and '' on one process."""
     graph = graphs_of(obj).get("train")
     ids = reduced_ids(graph, plan) if graph is not None else set()
-    if not ids:
+    if graph is None or not ids:
         return ids, ""
     ranks = next(n.p["ranks"] for _, n in graph if "ranks" in n.p)
     regions = sorted({plan[i].region for i in ids})
