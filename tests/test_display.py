@@ -395,18 +395,18 @@ def test_monitor_run_shows_errors() -> None:
 def test_dashboard_tabs_follow_the_task() -> None:
     t = small_task()
     d = dashboard(t)
-    assert d.tabs.titles == ("Phases", "BluePrint", "Variants", "Memory", "Graph", "Atlas", "Training")
+    assert d.tabs.titles == ("Phases", "BluePrint", "Variants", "Memory", "Inspector", "Graph", "Atlas", "Training")
     assert "rnb-dashboard" in d._dom_classes
     memory = d.tabs.children[3]
     assert "lock_memory()" in memory.value
     d.phases.act("lock_memory")
     assert isinstance(d.tabs.children[3].children[0], RegionMap)
-    assert isinstance(d.tabs.children[4], GraphView)
+    assert isinstance(d.tabs.children[5], GraphView)
     d.phases.act("compile")
-    assert isinstance(d.tabs.children[5], AtlasView)
+    assert isinstance(d.tabs.children[6], AtlasView)
     d.select("Training")
     d.monitor.run(1, progress=False)
-    assert d.tabs.selected_index == 6 and "1 epoch ·" in d.header.value
+    assert d.tabs.selected_index == 7 and "1 epoch ·" in d.header.value
     hd = dashboard(hand_task(compile_=True))
     assert hd.tabs.titles == ("Phases", "Memory", "Graph", "Atlas")
 
