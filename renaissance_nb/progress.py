@@ -133,7 +133,13 @@ def _duration(seconds: float) -> str:
 
 
 class BarProgress(NoProgress):
-    """A tqdm.auto bar over steps, the loss in its postfix, a line per epoch."""
+    """A tqdm.auto bar over steps, the loss in its postfix, a line per epoch.
+
+    In a notebook the bar is a widget whose text/plain was taken when it was shown (0%): a saved
+    notebook, nbconvert's HTML and a notebook reopened after a restart (where the widget's model is
+    gone) would show that forever. So the bar is shown here, under a display id, and ``close`` puts
+    the bar as it ended (``final_bundle``: an HTML bar and tqdm's own line) in its place.
+    """
 
     def __init__(self, total: int, desc: str, done: int = 0) -> None:
         """``total`` steps in the run, ``done`` of them already (a resume inside an epoch)."""
@@ -141,7 +147,12 @@ class BarProgress(NoProgress):
         self.desc = desc
         self.noted = False
         self._lock = threading.Lock()  # the timer thread's note and the run thread's disarm, one at a time
-        self.bar = tqdm(total=total, initial=done, desc=desc, unit="step")
+        widget = in_notebook() and any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)
+        self.bar = tqdm(total=total, initial=done, desc=desc, unit="step", **({"display": False} if widget else {}))
+        self.shown = None  # the display handle of a notebook's bar
+        if widget:
+            from IPython.display import display
+            self.shown = display(self.bar.container, display_id=True)
 
     def slow_start(self) -> None:
         with self._lock:
@@ -174,6 +185,28 @@ class BarProgress(NoProgress):
     def close(self) -> None:
         self.disarm()
         self.bar.close()
+        if self.shown is not None:  # the final bar replaces the widget, which is released
+            self.shown.update(final_bundle(self.bar), raw=True)
+            self.shown = None
+            self.bar.container.close()
+
+
+def final_bundle(bar: Any) -> dict[str, str]:
+    """A finished tqdm bar as an output: tqdm's own line (text/plain) and the same as HTML with a
+    <progress> element (no style sheet or script needed), green when it ran to the end."""
+    import html
+
+    d = dict(bar.format_dict)  # read once: the line and the HTML say the same elapsed time
+    line = bar.format_meter(**d)
+    d["bar_format"] = (d.get("bar_format") or "{l_bar}<bar/>{r_bar}").replace("{bar}", "<bar/>")
+    left, _, right = bar.format_meter(**d).partition("<bar/>")
+    n, total = d["n"], d["total"] or d["n"] or 1
+    colour = "#4f9d4a" if d["n"] >= total else "#cc4455"
+    page = (f"<div class='rnb-progress-final' style='display:flex;gap:8px;align-items:center;"
+            f"font-family:monospace;font-size:12px'><span>{html.escape(left.rstrip('|'))}</span>"
+            f"<progress value='{n}' max='{total}' style='flex:0 1 40%;accent-color:{colour}'></progress>"
+            f"<span>{html.escape(right.lstrip('|'))}</span></div>")
+    return {"text/plain": line, "text/html": page}
 
 
 def progress_kind(progress: Any) -> str:
