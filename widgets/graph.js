@@ -92,7 +92,11 @@ function navigator(canvas) {
     apply();
     if (search.value.trim()) highlight(search.value.trim().toLowerCase());
   }
-  return { bar, adopt, apply };
+  // fitted once the canvas has its width (a view drawn before it is in the page, a tab shown later, a
+  // narrower window): while the user has not zoomed, a change of width fits again
+  const resized = typeof ResizeObserver === "undefined" ? null : new ResizeObserver(() => { if (zoom == null) apply(); });
+  if (resized) resized.observe(canvas);
+  return { bar, adopt, apply, stop: () => resized && resized.disconnect() };
 }
 
 function render({ model, el }) {
@@ -193,7 +197,7 @@ function render({ model, el }) {
     ["change:layers", drawChips], ["change:collapsed", drawChips], ["change:svg", drawCanvas], ["change:table", drawCanvas],
     ["change:note", drawCanvas], ["change:cuda", drawCanvas]];
   for (const [e, f] of on) model.on(e, f);
-  return () => { for (const [e, f] of on) model.off(e, f); };
+  return () => { nav.stop(); for (const [e, f] of on) model.off(e, f); };
 }
 
 export default { render };
