@@ -89,7 +89,13 @@ def test_the_whole_step_is_readable_at_1280_px(nb, cell: int, name: str, shot_na
     view.locator("input.rnb-graph-search").fill(query)
     named = [t for t in canvas.locator("g.node.rnb-hit").all_text_contents() if query in t]
     assert len(named) >= 2, "a weight is drawn where the forward pass and the backward pass read it"
-    # (a range the optimizer sweeps lights too: its tooltip lists the weight)
+    # (a range the optimizer sweeps lights too: its tooltip lists the weight); outlined in red: a whole box,
+    # or in a box listing several tensors the cell of the one found
+    red = canvas.evaluate("""c => [...c.querySelectorAll('g.node.rnb-hit path, g.node.rnb-hit polygon')]
+        .filter(e => getComputedStyle(e).stroke === 'rgb(217, 45, 32)').length""")
+    assert red >= 2
+    cells = canvas.locator("text.rnb-hit-cell").all_text_contents()
+    assert not cells or any(query in t for t in cells)
     assert canvas.locator("g.node.rnb-near[id^='op']").count() >= 2 and canvas.locator("g.edge.rnb-near").count() >= 2
     assert canvas.evaluate("c => c.classList.contains('rnb-searching')")
     dimmed = canvas.locator("g.node:not(.rnb-hit):not(.rnb-near)").first.evaluate("g => getComputedStyle(g).opacity")

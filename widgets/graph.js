@@ -44,13 +44,17 @@ function navigator(canvas) {
   function highlight(q) {
     const nodes = [...canvas.querySelectorAll("g.node")], edges = [...canvas.querySelectorAll("g.edge")];
     for (const x of [...nodes, ...edges]) x.classList.remove("rnb-hit", "rnb-near");
+    for (const x of canvas.querySelectorAll(".rnb-hit-cell")) x.classList.remove("rnb-hit-cell");
     canvas.classList.toggle("rnb-searching", !!q);
     if (!q) { info.textContent = ""; return; }
     const byName = new Map(nodes.map((n) => [n.querySelector("title")?.textContent, n]));
     const hits = nodes.filter((n) => n.textContent.toLowerCase().includes(q) ||
       (n.querySelector("a")?.getAttribute("xlink:title") || "").toLowerCase().includes(q));
     const hitNames = new Set(hits.map((n) => n.querySelector("title")?.textContent));
-    for (const n of hits) n.classList.add("rnb-hit");
+    for (const n of hits) {
+      n.classList.add("rnb-hit");
+      if (/^(reads|writes)_/.test(n.id)) markCells(n, q);
+    }
     for (const e of edges) {
       const [a, b] = (e.querySelector("title")?.textContent || "").split("->");
       if (hitNames.has(a) || hitNames.has(b)) {
@@ -60,6 +64,22 @@ function navigator(canvas) {
     }
     info.textContent = hits.length ? `${plural(hits.length, "match", "matches")} and their neighbours` : "no match";
     if (hits.length) hits[0].scrollIntoView({ block: "center", inline: "center" });
+  }
+  // a box listing several tensors (graphlayout's groups): each cell is a border (path) and its texts;
+  // the cells holding the query are outlined, not the whole box
+  function markCells(node, q) {
+    node.classList.add("rnb-group");
+    let cell = null;
+    const cells = [];
+    for (const e of node.querySelectorAll("path, polygon, text")) {
+      if (e.tagName !== "text") cells.push(cell = { border: e, texts: [] });
+      else if (cell) cell.texts.push(e);
+    }
+    for (const c of cells) {
+      if (c.texts.map((t) => t.textContent).join("").toLowerCase().includes(q)) {
+        for (const e of [c.border, ...c.texts]) e.classList.add("rnb-hit-cell");
+      }
+    }
   }
   // drag to pan; a click on an op shows its full parameters (the drawing truncates them)
   let drag = null;
