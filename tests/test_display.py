@@ -672,3 +672,9 @@ def test_layout_draws_every_operand_and_flows_one_way(compiled: DeepLearningTask
                 assert {o["key"] for o in reads + writes} == spans, (n.op, k)
         assert all(lay.visible(d) == (not d.ends <= {r.id for r in lay.runs if r.folded})
                    for d in lay.drawings.values())
+        drawn = {f"op{k}" for k in range(len(lay.ops))} | {r.id for r in lay.runs if r.folded} | {
+            d.id for d in lay.drawings.values() if lay.visible(d)}
+        invisible = [*lay.stacking(), *lay.wrapped_rows()]
+        assert {x for e in invisible for x in e} <= drawn, "an invisible edge would make graphviz draw a stray node"
+    folded = graphdraw.render_graph(g, None, plan, graphdraw.layers_of(g), order=graphdraw.run_order(compiled, g))
+    assert not re.search(r'<g id="node\d+" class="node">', folded["svg"]), "every box drawn has its own id"

@@ -119,6 +119,7 @@ class Layout:
             for side in (0, 1):
                 row = [a for a, b, _ in self.edges if b == box and a in self.drawings] if side == 0 else \
                     [b for a, b, _ in self.edges if a == box and b in self.drawings]
+                row = [d for d in row if self.visible(self.drawings[d])]  # a folded run hides some
                 parts = [row[i:i + ROW_MAX] for i in range(0, len(row), ROW_MAX)]
                 for near, far in zip(parts, parts[1:]):
                     out += [(f, n) if side == 0 else (n, f) for f in far for n in near]
