@@ -18,6 +18,7 @@ from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
 from ..text import bytes_versus, human_bytes, plural
 from ..memory.region import FAMILIES, Region
+from .sharing import focus_range, share_partners, shared_pairs
 from .theme import clock, family_color, shape_text, share_colors, stream_color
 
 PHASES = ("PLANNING", "MEMORY_LOCKED", "COMPILED")
@@ -325,12 +326,8 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
     life = plan.lifetimes or graph_lifetimes(obj)
     labels = _timeline_labels(obj)
     steps, programs = labels if labels else ([], [])
-    # tensors whose slots overlap in bytes: possible only because their lifetimes never meet
-    shared = [{"a": a.name, "b": b.name, "a_id": a.id, "b_id": b.id, "bytes": n} for a, b, n in plan.shared_bytes()]
-    partners: dict[int, list[str]] = {}
-    for p in shared:
-        partners.setdefault(p["a_id"], []).append(p["b"])
-        partners.setdefault(p["b_id"], []).append(p["a"])
+    shared = shared_pairs(plan)  # tensors whose slots overlap in bytes: their lifetimes never meet
+    partners = share_partners(shared)
     tensors = []
     reads, writes = accesses(obj, plan)
     t_max = max((e for iv in life.values() for _, e in iv), default=0)
@@ -350,9 +347,7 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
     if not steps and tensors:
         steps = [{"t": i, "op": "", "layer": "", "gid": "", "stream": "", "color": "#8a8f98"}
                  for i in range(t_max + 1)]
-    focus = [t for t in tensors if t["reusable"]]
-    lo = min((t["offset"] for t in focus), default=0)
-    hi = max((t["offset"] + t["slot_bytes"] for t in focus), default=plan.total_bytes)
+    lo, hi = focus_range((t for t in tensors if t["reusable"]), plan.total_bytes)
     return {"ready": True, "variant": plan.name, "reuse": plan.reuse, "tensors": tensors, "steps": steps,
             "programs": programs, "shared": shared, "arena_bytes": plan.total_bytes,
             "lifetimes_from": "plan" if plan.lifetimes else "graphs",
