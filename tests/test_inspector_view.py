@@ -214,3 +214,18 @@ def test_a_task_without_data_says_why() -> None:
     w = MemoryInspectorView(DeepLearningTask("empty").model(seq(fc(4))))
     assert not w.view["ready"] and "No plan to inspect yet" in w.view["reason"]
     assert w.view["reason"] in inspector_static.inspector_html(w.view, w.state())
+
+
+@pytest.mark.parametrize("opts", [{"nan_check": False}, {"nan_policy": "skip"}], ids=["diverged", "skipped"])
+def test_a_diverged_or_skipped_step_is_drawn_with_dashes(opts) -> None:  # type: ignore[no-untyped-def]
+    """Inputs of 1e18 and a learning rate of 1e20: the gradient (and, unchecked, the weights) hold NaN/Inf,
+    which the view sends as None; the static copy prints a dash for them instead of raising."""
+    task = (DeepLearningTask("nan").model(seq(fc(16), relu(), fc(3))).data(train=(X[:64] * 1e18, Y[:64]), batch_size=16)
+            .optimizer(SGD().lr(1e20)).total_epochs(1).seed(1).options(**opts))
+    task.run(progress=False)
+    w = MemoryInspectorView(task, selected="fc1.weight")
+    u = w.tensor["stats"]["update"]
+    assert None in (u["grad_norm"], u["weight_norm"]) and u["update_norm"] is None and u["ratio"] is None
+    html = w.static_html()
+    assert "gradient norm —" in html or "|W| —" in html
+    assert "update ratio |dW|/|W| —" in html and json.dumps(w.tensor, allow_nan=False)

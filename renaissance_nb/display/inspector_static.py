@@ -159,6 +159,11 @@ def fit_text(fit: dict[str, Any]) -> str:
             f"arena {esc(fit['arena_human'])}{nxt}")
 
 
+def num(x: float | None, spec: str = ".4g") -> str:
+    """A number as the page prints it; a dash for None (a NaN or Inf the view could not send as JSON)."""
+    return "—" if x is None else format(x, spec)
+
+
 def _signed(n: int) -> str:
     return "0" if n == 0 else ("+" if n > 0 else "−") + human_bytes(abs(n))
 
@@ -170,11 +175,11 @@ def hist_svg(stats: dict[str, Any], cls: str = "rnb-insp-hist") -> str:
     w, h, top = 360, 80, max(max(counts), 1)
     bw = w / len(counts)
     bars = "".join(f"<rect x='{i * bw:.2f}' y='{h - c / top * h:.2f}' width='{max(bw - 1, 0.5):.2f}' "
-                   f"height='{c / top * h:.2f}' fill='#3b6fb6'><title>[{edges[i]:.4g}, {edges[i + 1]:.4g}): {c}</title>"
+                   f"height='{c / top * h:.2f}' fill='#3b6fb6'><title>[{num(edges[i])}, {num(edges[i + 1])}): {c}</title>"
                    "</rect>" for i, c in enumerate(counts))
     return (f"<svg class='{cls}' viewBox='0 0 {w} {h + 14}' xmlns='http://www.w3.org/2000/svg'>{bars}"
-            f"<text x='0' y='{h + 12}' font-size='10' fill='#667085'>{edges[0]:.4g}</text><text x='{w}' y='{h + 12}' "
-            f"font-size='10' fill='#667085' text-anchor='end'>{edges[-1]:.4g}</text></svg>")
+            f"<text x='0' y='{h + 12}' font-size='10' fill='#667085'>{num(edges[0])}</text><text x='{w}' y='{h + 12}' "
+            f"font-size='10' fill='#667085' text-anchor='end'>{num(edges[-1])}</text></svg>")
 
 
 def tensor_html(t: dict[str, Any], variants: list[str]) -> str:
@@ -196,14 +201,13 @@ def tensor_html(t: dict[str, Any], variants: list[str]) -> str:
            + "".join(f"<tr><th>{k}</th><td class='rnb-mono'>{esc(v)}</td></tr>" for k, v in rows) + "</table>"]
     s = t.get("stats")
     if s:
-        nums = " · ".join(f"{k} {s[k]:.6g}" for k in ("min", "max", "mean", "std") if s[k] is not None)
+        nums = " · ".join(f"{k} {num(s[k], '.6g')}" for k in ("min", "max", "mean", "std") if s[k] is not None)
         out.append(f"{hist_svg(s)}<div class='rnb-insp-stats'>{nums} · NaN {s['nan']} · Inf {s['inf']} · "
                    f"{s['size']:,} values</div>")
         u = s.get("update")
         if u:
-            ratio = "—" if u["ratio"] is None else f"{u['ratio']:.4g}"
-            out.append(f"<div class='rnb-insp-update'>step {u['step']} (lr {u['lr']:.4g}): gradient norm "
-                       f"{u['grad_norm']:.4g}, |W| {u['weight_norm']:.4g}, update ratio |dW|/|W| {ratio} · "
+            out.append(f"<div class='rnb-insp-update'>step {u['step']} (lr {num(u['lr'])}): gradient norm "
+                       f"{num(u['grad_norm'])}, |W| {num(u['weight_norm'])}, update ratio |dW|/|W| {num(u['ratio'])} · "
                        f"<span class='rnb-muted'>{esc(u['how'])}</span></div>")
     if t.get("note"):
         out.append(f"<div class='rnb-muted'>{esc(t['note'])}</div>")
