@@ -140,6 +140,30 @@ def test_value_stats_count_nan_and_inf_apart() -> None:
     assert value_stats(np.full(3, np.nan)).counts == () and value_stats(np.full(3, np.nan)).min is None
 
 
+def test_float64_values_too_close_or_too_far_apart_for_numpys_bins_still_get_a_histogram() -> None:
+    """numpy.histogram refuses 30 bins over values a few ulps apart and over a range that overflows
+    float64 ("Too many bins for data range"); the plan holds float64 tensors (metrics.sum, partial sums)."""
+    ulps = np.array([1.0, np.nextafter(1.0, 2.0), np.nextafter(np.nextafter(1.0, 2.0), 2.0)])
+    with pytest.raises(ValueError, match="Too many bins"):
+        np.histogram(ulps, bins=30)
+    s = value_stats(ulps)
+    assert s.counts == (3,) and s.edges == (1.0, ulps[2]) and (s.min, s.max) == (1.0, ulps[2])
+    wide = np.array([-1.7e308, 0.0, 1.7e308, 1.0, 1.0])
+    with pytest.raises(ValueError, match="Too many bins"), np.errstate(over="ignore", invalid="ignore"):
+        np.histogram(wide, bins=30)
+    s = value_stats(wide, bins=4)
+    assert s.counts == (1, 0, 3, 1) and s.edges == pytest.approx((-1.7e308, -0.85e308, 0.0, 0.85e308, 1.7e308))
+    assert s.mean == pytest.approx(0.4) and s.std == pytest.approx(np.std(wide / 1.7e308) * 1.7e308)
+    task = mlp().compile()  # through the public call: a float64 tensor of the arena written so
+    task.write("metrics.sum", ulps[[0, 1, 2, 2]])
+    assert tensor_stats(task, "metrics.sum").values.counts == (4,)
+    task.write("metrics.sum", wide[:4])
+    got = tensor_stats(task, "metrics.sum").values
+    assert sum(got.counts) == 4 and len(got.edges) == 31 and all(np.isfinite(got.edges))
+    w = MemoryInspectorView(task, selected="metrics.sum")
+    assert list(w.tensor["stats"]["counts"]) == list(got.counts) and json.dumps(w.tensor, allow_nan=False)
+
+
 def test_tensor_stats_are_numpys_on_the_arenas_values() -> None:
     task = mlp()
     with pytest.raises(PhaseError):

@@ -110,10 +110,37 @@ def value_stats(values: np.ndarray, bins: int = BINS) -> ValueStats:
     inf = int(xf.size - good.size - nan)
     if not good.size:
         return ValueStats(int(x.size), 0, nan, inf, None, None, None, None, (), ())
-    counts, edges = np.histogram(good, bins=bins)
-    return ValueStats(int(x.size), int(good.size), nan, inf, float(good.min()), float(good.max()),
-                      float(good.mean()), float(good.std()), tuple(int(c) for c in counts),
-                      tuple(float(e) for e in edges))
+    counts, edges = histogram(good, bins)
+    mean, std = _moments(good)
+    return ValueStats(int(x.size), int(good.size), nan, inf, float(good.min()), float(good.max()), mean, std,
+                      tuple(int(c) for c in counts), tuple(float(e) for e in edges))
+
+
+def histogram(good: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """numpy.histogram of finite float64 values over [min, max], also where it refuses: values whose range
+    overflows float64 (beyond ±9e307 on both sides) get ``bins`` edges spaced without that width; values
+    too close for ``bins`` representable edges (a few ulps apart) get one bin."""
+    lo, hi = float(good.min()), float(good.max())
+    if not np.isfinite(hi - lo):
+        f = np.linspace(0.0, 1.0, bins + 1)
+        edges = lo * (1.0 - f) + hi * f
+        edges[0], edges[-1] = lo, hi
+        return np.histogram(good, bins=edges)[0], edges
+    try:
+        return np.histogram(good, bins=bins)
+    except ValueError:  # "Too many bins for data range": fewer representable steps than bins
+        return np.array([good.size]), np.array([lo, hi])
+
+
+def _moments(good: np.ndarray) -> tuple[float, float]:
+    """Mean and standard deviation; scaled by the largest magnitude when the plain sums overflow."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, std = float(good.mean()), float(good.std())
+        if np.isfinite(mean) and np.isfinite(std):
+            return mean, std
+        scale = float(np.abs(good).max())
+        y = good / scale
+        return float(y.mean()) * scale, float(y.std()) * scale
 
 
 def _norm(a: np.ndarray) -> float:
