@@ -10,7 +10,7 @@ and an epoch is a precomputed list of references to them, so the replay loop is
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
 from .arena import Arena
 from .bind import BoundGraph, bind
+
+if TYPE_CHECKING:
+    from ..config import TaskConfig
 
 Program = list[Callable[[], None]]
 
@@ -50,6 +53,38 @@ def batch_variants(n: int, batch: int, base: str, last: str) -> list[str]:
     if n % batch:
         out[-1] = last
     return out
+
+
+@dataclass
+class RunSchedules:
+    """The epoch programs of a run: training at each resolution, validation of raw and EMA weights."""
+
+    base: EpochSchedule
+    low: EpochSchedule
+    boundary: int  # the first epoch at the second resolution
+    val: EpochSchedule | None
+    ema: EpochSchedule | None
+
+    def train(self, epoch: int) -> EpochSchedule:
+        return self.low if epoch >= self.boundary else self.base
+
+
+def run_schedules(config: "TaskConfig", rx: "StepPrograms") -> RunSchedules:
+    """What a run of ``config`` replays through ``rx`` (the trainer's, and the warm-up helper's list)."""
+    s, b = config.data, config.batch_size
+    assert s is not None  # compiled tasks have data
+    base = rx.train_schedule(batch_variants(len(s.train), b, "train_base", "train_last"))
+    low, boundary = base, config.total_epochs + 1
+    if config.train_resolution is not None:
+        boundary = config.train_resolution[2]
+        low = rx.train_schedule(batch_variants(len(s.train), b, "train_lowres", "train_lowres_last"))
+    val = ema = None
+    if s.val is not None:
+        val_vs = batch_variants(len(s.val), config.val_batch, "val_base", "val_last")
+        val = rx.eval_schedule(val_vs)
+        if config.ema is not None:
+            ema = rx.eval_schedule(val_vs, ema=True)
+    return RunSchedules(base, low, boundary, val, ema)
 
 
 class StepPrograms:

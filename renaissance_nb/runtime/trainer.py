@@ -24,7 +24,7 @@ from ..result import EpochRecord, TrainingResult
 from ..train.callbacks import call_each, lacking_field
 from ..train.plateau import ReduceLROnPlateau, plateau_step
 from .interrupt import StopFlag
-from .replay import EpochSchedule, batch_variants
+from .replay import EpochSchedule, run_schedules
 from .runner import Runner
 
 Callback = Callable[[str, Any], None]
@@ -74,37 +74,6 @@ def plateau_start(config: TaskConfig, lr: float | None = None) -> dict[str, floa
     assert isinstance(sched, ReduceLROnPlateau)
     base = (config.optimizer.lr_ if sched.base_lr_ is None else sched.base_lr_) if lr is None else lr
     return sched.initial_state(base)
-
-
-@dataclass
-class _Schedules:
-    """The epoch programs of a run: training at each resolution, validation of raw and EMA weights."""
-
-    base: EpochSchedule
-    low: EpochSchedule
-    boundary: int  # the first epoch at the second resolution
-    val: EpochSchedule | None
-    ema: EpochSchedule | None
-
-    def train(self, epoch: int) -> EpochSchedule:
-        return self.low if epoch >= self.boundary else self.base
-
-
-def _schedules(config: TaskConfig, runner: Runner) -> _Schedules:
-    s, rx, b = config.data, runner.replay, config.batch_size
-    assert s is not None  # compiled tasks have data
-    base = rx.train_schedule(batch_variants(len(s.train), b, "train_base", "train_last"))
-    low, boundary = base, config.total_epochs + 1
-    if config.train_resolution is not None:
-        boundary = config.train_resolution[2]
-        low = rx.train_schedule(batch_variants(len(s.train), b, "train_lowres", "train_lowres_last"))
-    val = ema = None
-    if s.val is not None:
-        val_vs = batch_variants(len(s.val), config.val_batch, "val_base", "val_last")
-        val = rx.eval_schedule(val_vs)
-        if config.ema is not None:
-            ema = rx.eval_schedule(val_vs, ema=True)
-    return _Schedules(base, low, boundary, val, ema)
 
 
 class Trainer:
@@ -220,7 +189,7 @@ class _EpochLoop:
                  end: int) -> None:
         self.t, self.config, self.callbacks, self.end = trainer, config, callbacks, end
         self.st, self.runner, self.rx = trainer.state, trainer.runner, trainer.runner.replay
-        self.sched = _schedules(config, self.runner)
+        self.sched = run_schedules(config, self.runner.replay)
         v = self.runner.view
         self.aug_offset, self.cursor, self.acc = v("aug.offset"), v("cursor"), v("metrics.sum")
         self.step_counter, self.lr_table, self.result_view = v("step"), v("lr_table"), v("result")

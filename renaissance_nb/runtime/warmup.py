@@ -13,7 +13,8 @@ runtime/warmup_helper.py.
 
 In a notebook the helper usually finishes between ``compile()`` and ``run()``. It runs at a low
 priority, is not started with fewer than two usable cores, on a GPU or MPI task, or when
-``RNB_WARMUP=0``, and is ended when the process that started it exits.
+``RNB_WARMUP=0``, and is ended when the process that started it exits. It holds an arena of its
+own (the task's size) while it runs; when it has called every kernel it marks the cache warm.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from ..config import TaskConfig
@@ -38,7 +40,7 @@ def usable_cores() -> int:
 
 
 def cache_was_cold() -> bool:
-    """Whether numba's disk cache of the package's kernels was empty or stale when this process started."""
+    """Whether numba's disk cache lacks the package's kernels as they are now (no helper has filled it)."""
     from ..kernels.cacheprobe import package_cache_was_cold
     return package_cache_was_cold()
 
@@ -55,6 +57,9 @@ def wanted(config: TaskConfig, device_kind: str) -> str | None:
         return "a GPU or MPI task"
     if usable_cores() < 2:
         return "one usable core"
+    from ..kernels.cacheprobe import marker_path
+    if marker_path() is None:
+        return "numba caches nothing here"
     if not cache_was_cold():
         return "numba's cache is warm"
     return None
@@ -82,14 +87,18 @@ def start_warmup(config: TaskConfig, device_kind: str) -> subprocess.Popen | Non
         proc = subprocess.Popen([sys.executable, "-m", "renaissance_nb.runtime.warmup_helper"], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
                                 env={**os.environ, "RNB_WARMUP": "0"})  # the helper's own runner starts none
-        assert proc.stdin is not None
-        proc.stdin.write(message)
-        proc.stdin.close()
     except OSError:
         return None
     if not _started:
         atexit.register(_stop_all)
-    _started.append(proc)
+    _started.append(proc)  # before anything else can fail: it is killed at exit whatever happens next
+    threading.Thread(target=proc.wait, name="rnb-warmup-reaper", daemon=True).start()  # no zombie left
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(message)
+        proc.stdin.close()
+    except OSError:  # it died before reading: nothing to wait for
+        proc.kill()
     return proc
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..config import TaskConfig
+from ..kernels.cacheprobe import mark_cache_warm
 
 
 def _zero_data(spec: dict[str, Any]) -> Any:
@@ -31,24 +32,19 @@ def _zero_data(spec: dict[str, Any]) -> Any:
 
 
 def _kernels(runner: Any) -> list[Any]:
-    """Every bound kernel a run of the task calls (training, validation, EMA's), in run order, each once."""
-    from .replay import batch_variants
-    ex, config = runner.executor, runner.config
-    plans = runner.compiled.plans
-    scheds = []
-    for base, last in (("train_base", "train_last"), ("train_lowres", "train_lowres_last")):
-        if base in plans:
-            scheds.append(ex.train_schedule([base, base] + ([last] if last in plans else [])))
-    s = config.data
-    if s.val is not None:
-        variants = batch_variants(len(s.val), config.val_batch, "val_base", "val_last")
-        scheds.append(ex.eval_schedule(variants))
-        if config.ema is not None:
-            scheds.append(ex.eval_schedule(variants, ema=True))
+    """Every bound kernel a run of the task calls (training at each resolution, batch norm's folding,
+    validation of raw and EMA weights), in run order, each once: the trainer's own schedules."""
+    from ..compiler.ids import GraphId
+    from .replay import run_schedules
+    ex = runner.executor
+    scheds = run_schedules(runner.config, ex)
+    groups = [*(scheds.train(0), scheds.low), ex.kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS),
+              *(sched for sched in (scheds.val, scheds.ema) if sched is not None)]
     seen: set[int] = set()
     kernels = []
-    for sched in scheds:
-        for k in [*sched.prologue, *(k for prog in sched.steps for k in prog)]:
+    for group in groups:
+        calls = group if isinstance(group, list) else [*group.prologue, *(k for prog in group.steps for k in prog)]
+        for k in calls:
             if id(k) not in seen:
                 seen.add(id(k))
                 kernels.append(k)
@@ -75,6 +71,7 @@ def compile_in_reverse(config: TaskConfig) -> int:
             except Exception:  # noqa: BLE001 - zeros can trip a check; the kernel compiled before it ran
                 pass
         runner.shuffle_into("train", 0)  # what a run does first: the epoch's Philox permutation
+    mark_cache_warm()
     return ran
 
 
