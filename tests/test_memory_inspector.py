@@ -438,3 +438,24 @@ def test_device_memory_on_a_real_gpu() -> None:
     task.run(callbacks=[rss], progress=False)
     assert rss.reads_device and all(r["pool_used"] >= reading.planned for r in rss.rows())
     print(rss.summary())
+
+
+def test_a_drain_that_fails_after_the_replay_still_restores_the_arena(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefetch error or a Ctrl-C while the last copies land must not leave the replayed bytes behind."""
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((320, 784)).astype(np.float32), rng.integers(0, 10, 320)
+    t = (DeepLearningTask().model(seq(fc(64), relu(), fc(10))).data(train=(x, y), batch_size=64)
+         .optimizer(AdamW()).total_epochs(1).seed(0)).compile()
+    before = t.arena.bytes.copy()
+    calls = []
+    drain = t.runner.drain_transfers
+
+    def failing_second_time() -> None:
+        calls.append(1)
+        drain()
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(t.runner, "drain_transfers", failing_second_time)
+    with pytest.raises(KeyboardInterrupt):
+        t.memory_inspector.allocations(steps=5)
+    assert len(calls) == 2 and np.array_equal(before, t.arena.bytes)

@@ -200,12 +200,15 @@ def step_sequence(runner: "Runner", steps: int) -> tuple[EpochSchedule, list[tup
 def arena_restored(runner: "Runner") -> Iterator[None]:
     """The arena's bytes (weights, moments, counters, metrics) as they were before the block: a
     measurement that trains on leaves the task untouched. Prefetched copies land before the restore."""
+    runner.drain_transfers()  # a copy still landing from a stopped run would be saved half-written
     saved = runner.arena.bytes.copy()
     try:
         yield
     finally:
-        runner.drain_transfers()
-        runner.arena.bytes[:] = saved
+        try:
+            runner.drain_transfers()
+        finally:  # a prefetch error or a Ctrl-C while draining must not leave the replayed bytes behind
+            runner.arena.bytes[:] = saved
 
 
 def audit_allocations(runner: "Runner | None", steps: int = 100, op: str = "audit_allocations") -> StepAllocations:
