@@ -205,6 +205,23 @@ def test_the_update_ratio_is_the_change_one_real_step_made(opt) -> None:
     assert u.grad_norm == pytest.approx(np.linalg.norm(task.read("fc1.weight@grad").astype(np.float64)), rel=1e-12)
 
 
+@pytest.mark.parametrize("opt", [SGD().lr(1e-9), Adam().lr(1e-10)], ids=["sgd", "adam"])
+def test_updates_below_float32_resolution_report_the_change_the_step_made(opt) -> None:  # type: ignore[no-untyped-def]
+    """Most of these updates are below half a float32 step of their weight: they change nothing, and |dW|
+    is the change the arena holds (a few weights moved by one ulp), not the update the formula asked for."""
+    task = (DeepLearningTask("tiny").model(seq(fc(16), relu(), fc(3))).data(train=(X[:16], Y[:16]), batch_size=16)
+            .optimizer(opt).total_epochs(3).seed(1)).compile()
+    task.run(1, progress=False)
+    before = task.read("fc1.weight")
+    task.run(1, progress=False)
+    after = task.read("fc1.weight")
+    u = tensor_stats(task, "fc1.weight").update
+    real = np.linalg.norm(after.astype(np.float64) - before)
+    assert 0 < u.changed == int((after != before).sum()) < u.size // 10 and u.size == after.size
+    assert u.update_norm == pytest.approx(real, rel=1e-12) and u.intended_norm > 3 * real
+    assert f"{u.changed:,} of {u.size:,} weights changed" in u.how
+
+
 def test_the_widget_answers_its_picks_and_follows_its_task() -> None:
     task = mlp()
     w = MemoryInspectorView(task, selected="fc1.weight", what_if={"liveness": False})

@@ -55,7 +55,11 @@ class ValueStats:
 class UpdateStats:
     """A parameter's last optimizer step: the gradient it used, the change it made, and their norms.
 
-    ``ratio`` is |dW| / |W| (2-norms; W after the step); ``how`` says what it was derived from."""
+    ``update_norm`` is |W - W_old| between float32 values, the change the arena holds; ``intended_norm``
+    the norm of the update the optimizer's formula asked for (larger where parts of it fall below
+    float32's resolution at their weight and change nothing); ``changed`` counts the weights the step
+    changed, of ``size``. ``ratio`` is |dW| / |W| (2-norms; W after the step); ``how`` says what it was
+    derived from."""
 
     step: int
     lr: float
@@ -64,6 +68,9 @@ class UpdateStats:
     update_norm: float | None
     ratio: float | None
     how: str
+    intended_norm: float | None = None
+    changed: int | None = None
+    size: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -158,53 +165,59 @@ def last_update(read: Reader, config: TaskConfig, name: str) -> UpdateStats | No
     How: the step counter ``step`` counts finished updates (t), and ``lr_table[t - 1]`` is the rate that
     step used. The gradient G (``name@grad``) is the one that step used: it is written by the backward
     pass and left in place until the next step's backward pass overwrites it (after clipping, if set:
-    clipping scales G in place before the update). The change dW follows from the kernels' formulas
-    (kernels/fused.py), inverted where the update depends on the old weight:
+    clipping scales G in place before the update). The weights before the step, W_old, follow from the
+    kernels' formulas (kernels/fused.py), inverted where the update depends on the old weight:
 
-    - SGD with momentum (not Nesterov): dW = -lr * M, the new momentum buffer.
-    - SGD without momentum, or Nesterov: dW = -lr * (s + wd * W_old), s = ±G (+ momentum * M), so
+    - SGD with momentum (not Nesterov): W_old = W + lr * M, the new momentum buffer.
+    - SGD without momentum, or Nesterov: W = W_old - lr * (s + wd * W_old), s = ±G (+ momentum * M), so
       W_old = (W + lr * s) / (1 - lr * wd).
-    - Adam: dW = -u, u = lr / (1 - b1^t) * M / (sqrt(V) / sqrt(1 - b2^t) + eps), from the new moments.
-      AdamW also decays: W = W_old * (1 - lr * wd) - u, so W_old = (W + u) / (1 - lr * wd).
+    - Adam: W_old = W + u, u = lr / (1 - b1^t) * M / (sqrt(V) / sqrt(1 - b2^t) + eps), from the new
+      moments. AdamW also decays: W = W_old * (1 - lr * wd) - u, so W_old = (W + u) / (1 - lr * wd).
 
-    Computed in float64 from the float32 state, so it matches W_after - W_before up to float32
-    rounding. None for a tensor that is not a trained parameter; a dict with ``update_norm`` None
-    before the first step, or when G holds NaN/Inf (a step the NaN check skipped: G then holds the
-    skipped step's gradient, not the one that made the last update)."""
-    w = read(name).astype(np.float64)
-    g = read(f"{name}@grad").astype(np.float64)
+    W_old is computed in float64 and rounded to float32, the arena's precision, and |dW| is |W - W_old|
+    between those float32 values: the change the step made, not the update it asked for, which differs
+    where an update is below half a float32 step of its weight (that weight does not change; ``changed``
+    counts those that did). None for a tensor that is not a trained parameter; ``update_norm`` None before
+    the first step, or when G holds NaN/Inf (a step the NaN check skipped: G then holds the skipped step's
+    gradient, not the one that made the last update)."""
+    w32 = read(name)
+    w, g = w32.astype(np.float64), read(f"{name}@grad").astype(np.float64)
     t = int(read("step")[0])
     table = read("lr_table")
     lr = float(table[min(max(t - 1, 0), len(table) - 1)]) if len(table) else 0.0
     gn, wn = _norm(g), _norm(w)
     if t == 0:
-        return UpdateStats(t, lr, gn, wn, None, None, "no step yet: the weights are the initial ones")
+        return UpdateStats(t, lr, gn, wn, None, None, "no step yet: the weights are the initial ones", size=w.size)
     if not np.isfinite(g).all():
-        return UpdateStats(t, lr, gn, wn, None, None, "the gradient holds NaN/Inf: its step was skipped or diverged")
-    dw, how = _delta(read, config, name, w, g, t, lr)
+        return UpdateStats(t, lr, gn, wn, None, None, "the gradient holds NaN/Inf: its step was skipped or diverged",
+                           size=w.size)
+    old, how = _old_weights(read, config, name, w, g, t, lr)
+    dw = w - old.astype(w32.dtype).astype(np.float64)  # both float32 values: the change the arena holds
+    changed = int(np.count_nonzero(dw))
+    if changed < w.size:
+        how += f"; {changed:,} of {w.size:,} weights changed (the rest by less than float32 resolves)"
     un = _norm(dw)
-    return UpdateStats(t, lr, gn, wn, un, un / wn if wn else None, how)
+    return UpdateStats(t, lr, gn, wn, un, un / wn if wn else None, how, _norm(w - old), changed, w.size)
 
 
-def _delta(read: Reader, config: TaskConfig, name: str, w: np.ndarray, g: np.ndarray, t: int,
-           lr: float) -> tuple[np.ndarray, str]:
-    """dW of the last step from the optimizer's state (see ``last_update``)."""
+def _old_weights(read: Reader, config: TaskConfig, name: str, w: np.ndarray, g: np.ndarray, t: int,
+                 lr: float) -> tuple[np.ndarray, str]:
+    """W before the last step (float64) from the optimizer's state (see ``last_update``), and how."""
     p = config.optimizer.graph_params()
     sign = -1.0 if p.get("maximize") else 1.0
     wd = float(p.get("weight_decay", 0.0))
     if p["kind"] == "sgd":
         mom = float(p["momentum"])
         if mom and not p["nesterov"]:
-            return -lr * read(f"{name}@m").astype(np.float64), "SGD with momentum: dW = -lr * M"
+            return w + lr * read(f"{name}@m").astype(np.float64), "SGD with momentum: dW = -lr * M"
         s = sign * g + (mom * read(f"{name}@m").astype(np.float64) if mom else 0.0)
-        old = (w + lr * s) / (1.0 - lr * wd)
-        return w - old, "SGD: dW = -lr * (G + wd * W_old)" + (" + Nesterov momentum" if mom else "")
+        return (w + lr * s) / (1.0 - lr * wd), "SGD: dW = -lr * (G + wd * W_old)" + (" + Nesterov momentum" if mom else "")
     b1, b2, eps = float(p["beta1"]), float(p["beta2"]), float(p["eps"])
     m, v = read(f"{name}@m").astype(np.float64), read(f"{name}@v").astype(np.float64)
     u = lr / (1.0 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1.0 - b2 ** t) + eps)
     if p["kind"] == "adamw":
-        return w - (w + u) / (1.0 - lr * wd), "AdamW: dW = -lr * wd * W_old - lr * M_hat / (sqrt(V_hat) + eps)"
-    return -u, "Adam: dW = -lr * M_hat / (sqrt(V_hat) + eps)"
+        return (w + u) / (1.0 - lr * wd), "AdamW: dW = -lr * wd * W_old - lr * M_hat / (sqrt(V_hat) + eps)"
+    return w + u, "Adam: dW = -lr * M_hat / (sqrt(V_hat) + eps)"
 
 
 def stats_from(read: Reader, plan: MemoryPlan, config: TaskConfig, name: Any, bins: Any = BINS) -> TensorStats:
