@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from renaissance_nb import SGD, Adam, AdamW, DeepLearningTask, PhaseError, PlanError, datasets, fc, flatten, relu, seq
+from renaissance_nb import (SGD, Adam, AdamW, DeepLearningTask, NumericalError, PhaseError, PlanError, datasets, fc,
+                            flatten, relu, seq)
 from renaissance_nb.blueprint import bn, conv, maxpool
 from renaissance_nb.compiler.touches import node_access
 from renaissance_nb.inspector.tensorstats import is_parameter, tensor_stats, value_stats
@@ -220,6 +221,36 @@ def test_updates_below_float32_resolution_report_the_change_the_step_made(opt) -
     assert 0 < u.changed == int((after != before).sum()) < u.size // 10 and u.size == after.size
     assert u.update_norm == pytest.approx(real, rel=1e-12) and u.intended_norm > 3 * real
     assert f"{u.changed:,} of {u.size:,} weights changed" in u.how
+
+
+def test_after_a_skipped_step_the_last_update_is_unknown() -> None:
+    """fc2.bias set to ±3.4e38: the loss overflows to Inf while every gradient stays finite, so the NaN check
+    skips the step (nan_policy='skip') and G holds a gradient no update used; once the bias is put back, the
+    next step's update is derived again and matches the weights read around it."""
+    task = (DeepLearningTask("skip").model(seq(fc(16), relu(), fc(3))).data(train=(X[:32], Y[:32]), batch_size=32)
+            .optimizer(SGD().lr(0.1)).options(nan_policy="skip").total_epochs(4).seed(3)).compile()
+    task.run(1, progress=False)
+    bias, w = task.read("fc2.bias"), task.read("fc1.weight")
+    task.write("fc2.bias", np.array([3.4e38, -3.4e38, -3.4e38], np.float32))
+    with np.errstate(invalid="ignore"):  # the check's own inf - inf
+        task.run(1, progress=False)
+    assert (task.skipped_updates, int(task.read("step")[0])) == (1, 1) and np.array_equal(task.read("fc1.weight"), w)
+    assert np.isfinite(task.read("fc1.weight@grad")).all()  # this parameter's G alone does not tell
+    u = tensor_stats(task, "fc1.weight").update
+    assert u.update_norm is None and u.ratio is None and u.how.startswith("unknown: the last step was skipped")
+    task.write("fc2.bias", bias)
+    task.run(1, progress=False)
+    u = tensor_stats(task, "fc1.weight").update
+    assert u.step == 2 and u.update_norm == pytest.approx(np.linalg.norm(task.read("fc1.weight") - w.astype(np.float64)))
+    stopped = (DeepLearningTask("stop").model(seq(fc(16), relu(), fc(3))).data(train=(X[:32], Y[:32]), batch_size=32)
+               .optimizer(SGD().lr(0.1)).total_epochs(2).seed(3)).compile()
+    stopped.run(1, progress=False)
+    w2 = stopped.read("fc2.weight")
+    w2[0, 0] = np.inf  # logits Inf, every gradient NaN: the check stops the step (nan_policy='raise')
+    stopped.write("fc2.weight", w2)
+    with pytest.raises(NumericalError), np.errstate(invalid="ignore"):
+        stopped.run(1, progress=False)
+    assert tensor_stats(stopped, "fc1.weight").update.how.startswith("unknown: the last step was stopped")
 
 
 def test_the_widget_answers_its_picks_and_follows_its_task() -> None:

@@ -159,7 +159,30 @@ def is_parameter(plan: MemoryPlan, name: str) -> bool:
     return plan[name].region.family == "W" and any(t.name == f"{name}@grad" for t in plan)
 
 
-def last_update(read: Reader, config: TaskConfig, name: str) -> UpdateStats | None:
+def not_applied_last(read: Reader, plan: MemoryPlan) -> str:
+    """Why the last training step tried made no update ("" when it made the last one), from the arena.
+
+    Every training step writes its loss to ``loss_log[t]`` (t: finished updates) after the NaN check and
+    before the update; a step the check skips (nan_policy='skip', counted in ``nan.skipped``) leaves t as
+    it was, so ``loss_log[t]`` is written (not +0.0) exactly when the last step was skipped. The check's
+    own test, a non-finite value anywhere in the G range, also catches a skipped step whose loss was
+    exactly 0 and a step the check stopped with an error (nan_policy='raise'; one stopped for its loss
+    alone leaves no mark in the arena). G then holds that step's gradient, not the last update's."""
+    names = {x.name for x in plan}
+    if not {"loss_log", "nan.skipped"} <= names:
+        return ""
+    t, log = int(read("step")[0]), read("loss_log")
+    written = t < log.size and bool(log.view(np.uint32)[t])
+    if not written and all(np.isfinite(read(x.name)).all() for x in plan if x.region.family == "G"):
+        return ""
+    skipped = int(read("nan.skipped")[0])
+    why = (f"skipped (nan_policy='skip'; {skipped:,} skipped so far)" if skipped
+           else "stopped by the NaN check (nan_policy='raise')")
+    return (f"unknown: the last step was {why}: a non-finite loss or gradient; G holds that step's gradient, "
+            f"not the one of step {t}'s update")
+
+
+def last_update(read: Reader, config: TaskConfig, name: str, plan: MemoryPlan | None = None) -> UpdateStats | None:
     """The last optimizer step's change to parameter ``name``, derived from what the arena holds now.
 
     How: the step counter ``step`` counts finished updates (t), and ``lr_table[t - 1]`` is the rate that
@@ -178,8 +201,8 @@ def last_update(read: Reader, config: TaskConfig, name: str) -> UpdateStats | No
     between those float32 values: the change the step made, not the update it asked for, which differs
     where an update is below half a float32 step of its weight (that weight does not change; ``changed``
     counts those that did). None for a tensor that is not a trained parameter; ``update_norm`` None before
-    the first step, or when G holds NaN/Inf (a step the NaN check skipped: G then holds the skipped step's
-    gradient, not the one that made the last update)."""
+    the first step, after a step the NaN check skipped or stopped (``not_applied_last``, given the
+    ``plan``), or when G holds NaN/Inf (nan_check off: a step that diverged)."""
     w32 = read(name)
     w, g = w32.astype(np.float64), read(f"{name}@grad").astype(np.float64)
     t = int(read("step")[0])
@@ -188,6 +211,9 @@ def last_update(read: Reader, config: TaskConfig, name: str) -> UpdateStats | No
     gn, wn = _norm(g), _norm(w)
     if t == 0:
         return UpdateStats(t, lr, gn, wn, None, None, "no step yet: the weights are the initial ones", size=w.size)
+    not_applied = not_applied_last(read, plan) if plan is not None and config.nan_check else ""
+    if not_applied:
+        return UpdateStats(t, lr, gn, wn, None, None, not_applied, size=w.size)
     if not np.isfinite(g).all():
         return UpdateStats(t, lr, gn, wn, None, None, "the gradient holds NaN/Inf: its step was skipped or diverged",
                            size=w.size)
@@ -230,7 +256,7 @@ def stats_from(read: Reader, plan: MemoryPlan, config: TaskConfig, name: Any, bi
         raise bad_argument(ConfigError, "tensor_stats", "bins", bins, "an int in [1, 10000]", "pass bins=30")
     t = plan[name]
     values = value_stats(read(name), int(bins))
-    update = last_update(read, config, name) if is_parameter(plan, name) else None
+    update = last_update(read, config, name, plan) if is_parameter(plan, name) else None
     return TensorStats(name, tuple(int(d) for d in t.shape), str(t.dtype), values, update)
 
 
