@@ -11,6 +11,7 @@ import pytest
 from renaissance_nb import (SGD, Adam, AdamW, DeepLearningTask, NumericalError, PhaseError, PlanError, datasets, fc,
                             flatten, relu, seq)
 from renaissance_nb.blueprint import bn, conv, maxpool
+from renaissance_nb.train.schedulers import ExponentialLR, LinearLR
 from renaissance_nb.compiler.touches import node_access
 from renaissance_nb.inspector.tensorstats import is_parameter, tensor_stats, value_stats
 
@@ -185,25 +186,53 @@ def test_tensor_stats_are_numpys_on_the_arenas_values() -> None:
         tensor_stats(task, "fc9.weight")
 
 
-@pytest.mark.parametrize("opt", [AdamW().lr(1e-2), Adam().lr(1e-2).weight_decay(0.1), SGD().lr(0.1).momentum(0.9),
-                                 SGD().lr(0.1).weight_decay(0.05), SGD().lr(0.1).momentum(0.9).nesterov()],
-                         ids=["adamw", "adam_l2", "sgd_momentum", "sgd_wd", "sgd_nesterov"])
-def test_the_update_ratio_is_the_change_one_real_step_made(opt) -> None:
-    """One sample batch per epoch: the second run(1) is exactly one step; W is read before and after."""
+UPDATE_CASES = {  # optimizer, schedule (per epoch: one step each), clip max_norm, the lr of step 3
+    "adamw": (AdamW().lr(1e-2), None, None, 1e-2),
+    "adam_l2": (Adam().lr(1e-2).weight_decay(0.1), None, None, 1e-2),
+    "adam_maximize": (Adam().lr(1e-2).maximize(), None, None, 1e-2),
+    "sgd": (SGD().lr(0.1), None, None, 0.1),
+    "sgd_maximize": (SGD().lr(0.1).maximize(), None, None, 0.1),
+    "sgd_momentum": (SGD().lr(0.1).momentum(0.9), None, None, 0.1),
+    "sgd_dampening": (SGD().lr(0.1).momentum(0.9).dampening(0.5), None, None, 0.1),
+    "sgd_wd": (SGD().lr(0.1).weight_decay(0.05), None, None, 0.1),
+    "sgd_nesterov": (SGD().lr(0.1).momentum(0.9).nesterov(), None, None, 0.1),
+    "sgd_nesterov_wd_maximize": (SGD().lr(0.1).momentum(0.9).nesterov().weight_decay(0.05).maximize(), None, None, 0.1),
+    "adamw_linear_lr": (AdamW().lr(1e-2), LinearLR().start_factor(1.0).end_factor(0.1).total_iters(4), None,
+                        1e-2 * (1 - 0.9 * 2 / 4)),
+    "sgd_wd_exponential_lr": (SGD().lr(0.1).weight_decay(0.05), ExponentialLR().gamma(0.5), None, 0.1 * 0.5 ** 2),
+    "sgd_clipped": (SGD().lr(0.1), None, 1e-3, 0.1),
+    "adam_clipped_exponential_lr": (Adam().lr(1e-2), ExponentialLR().gamma(0.5), 0.05, 1e-2 * 0.5 ** 2),
+}
+
+
+@pytest.mark.parametrize("case", list(UPDATE_CASES))
+def test_the_update_ratio_is_the_change_one_real_step_made(case) -> None:  # type: ignore[no-untyped-def]
+    """One sample batch per epoch: run(2) then run(1) is exactly one more step, the third; W is read before and
+    after it. A schedule changes the rate every epoch, so an lr_table read one step off gives another lr."""
+    opt, sched, clip, lr = UPDATE_CASES[case]
     task = (DeepLearningTask("one").model(seq(fc(16), relu(), fc(3))).data(train=(X[:32], Y[:32]), batch_size=32)
-            .optimizer(opt).total_epochs(3).seed(1))
+            .optimizer(opt).scheduler(sched).clip_grad_norm(clip).total_epochs(4).seed(1))
     task.compile()
     first = tensor_stats(task, "fc1.weight").update
     assert first.step == 0 and first.ratio is None
-    task.run(1, progress=False)
+    task.run(2, progress=False)
     before = task.read("fc1.weight").astype(np.float64)
     task.run(1, progress=False)
     after = task.read("fc1.weight").astype(np.float64)
     u = tensor_stats(task, "fc1.weight").update
-    assert u.step == 2 and u.lr == pytest.approx(opt.lr_)
-    assert u.update_norm == pytest.approx(np.linalg.norm(after - before), rel=1e-4)
-    assert u.ratio == pytest.approx(np.linalg.norm(after - before) / np.linalg.norm(after), rel=1e-4)
+    assert u.step == 3 and u.lr == pytest.approx(lr, rel=1e-6)
+    assert u.update_norm == pytest.approx(np.linalg.norm(after - before), rel=1e-6)
+    assert u.ratio == pytest.approx(np.linalg.norm(after - before) / np.linalg.norm(after), rel=1e-6)
+    assert u.changed == int((after != before).sum())
     assert u.grad_norm == pytest.approx(np.linalg.norm(task.read("fc1.weight@grad").astype(np.float64)), rel=1e-12)
+    if clip is None:
+        assert u.clip_norm is None and u.clip_factor is None
+    else:  # G as the update used it, scaled by the clip; clip.norm holds the whole gradient's norm before
+        norm, factor = task.read("clip.norm")
+        assert (u.clip_norm, u.clip_factor) == (float(norm), float(factor)) and factor < 1 and norm > clip
+        grads = [t.name for t in task.memory if t.name.endswith("@grad") and is_parameter(task.memory, t.name[:-5])]
+        assert np.sqrt(sum(np.sum(np.square(task.read(g).astype(np.float64))) for g in grads)) == pytest.approx(
+            clip, rel=1e-5)
 
 
 @pytest.mark.parametrize("opt", [SGD().lr(1e-9), Adam().lr(1e-10)], ids=["sgd", "adam"])

@@ -59,7 +59,10 @@ class UpdateStats:
     the norm of the update the optimizer's formula asked for (larger where parts of it fall below
     float32's resolution at their weight and change nothing); ``changed`` counts the weights the step
     changed, of ``size``. ``ratio`` is |dW| / |W| (2-norms; W after the step); ``how`` says what it was
-    derived from."""
+    derived from. ``grad_norm`` is G's norm as the update used it: after clipping, where clip_grad_norm
+    is set; then ``clip_norm`` is the whole gradient's norm before clipping and ``clip_factor`` the scale
+    clipping applied to every gradient (1.0: none), so this parameter's norm before it is
+    grad_norm / clip_factor."""
 
     step: int
     lr: float
@@ -71,6 +74,8 @@ class UpdateStats:
     intended_norm: float | None = None
     changed: int | None = None
     size: int = 0
+    clip_norm: float | None = None
+    clip_factor: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -223,7 +228,9 @@ def last_update(read: Reader, config: TaskConfig, name: str, plan: MemoryPlan | 
     if changed < w.size:
         how += f"; {changed:,} of {w.size:,} weights changed (the rest by less than float32 resolves)"
     un = _norm(dw)
-    return UpdateStats(t, lr, gn, wn, un, un / wn if wn else None, how, _norm(w - old), changed, w.size)
+    clip = read("clip.norm").astype(np.float64) if config.clip_grad_norm is not None else None
+    return UpdateStats(t, lr, gn, wn, un, un / wn if wn else None, how, _norm(w - old), changed, w.size,
+                       None if clip is None else float(clip[0]), None if clip is None else float(clip[1]))
 
 
 def _old_weights(read: Reader, config: TaskConfig, name: str, w: np.ndarray, g: np.ndarray, t: int,
