@@ -6,24 +6,24 @@ the reusable span (feature maps and temporaries) apart from the arena's state. O
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..memory.plan import MemoryPlan
+from ..memory.dtensor import DTensor
 
 
-def shared_pairs(plan: MemoryPlan) -> list[dict[str, Any]]:
-    """The temporaries whose slots overlap (``plan.shared_bytes()``, lower offset first), with the bytes
-    they share: possible only because their lifetimes never meet."""
-    return [{"a": a.name, "b": b.name, "a_id": a.id, "b_id": b.id, "bytes": n} for a, b, n in plan.shared_bytes()]
+def shared_pairs(pairs: Sequence[tuple[DTensor, DTensor, int]]) -> list[dict[str, Any]]:
+    """``plan.shared_bytes()`` as rows: the temporaries whose slots overlap (lower offset first) and the
+    bytes they share, possible only because their lifetimes never meet."""
+    return [{"a": a.name, "b": b.name, "a_id": a.id, "b_id": b.id, "bytes": n} for a, b, n in pairs]
 
 
-def share_partners(shared: Iterable[dict[str, Any]]) -> dict[int, list[str]]:
-    """Tensor id -> the names of the tensors sharing bytes with it, from ``shared_pairs``."""
+def share_partners(pairs: Iterable[tuple[DTensor, DTensor, int]]) -> dict[int, list[str]]:
+    """Tensor id -> the names of the tensors sharing bytes with it, from ``plan.shared_bytes()``."""
     partners: dict[int, list[str]] = {}
-    for p in shared:
-        partners.setdefault(p["a_id"], []).append(p["b"])
-        partners.setdefault(p["b_id"], []).append(p["a"])
+    for a, b, _ in pairs:
+        partners.setdefault(a.id, []).append(b.name)
+        partners.setdefault(b.id, []).append(a.name)
     return partners
 
 

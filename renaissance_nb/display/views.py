@@ -326,8 +326,8 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
     life = plan.lifetimes or graph_lifetimes(obj)
     labels = _timeline_labels(obj)
     steps, programs = labels if labels else ([], [])
-    shared = shared_pairs(plan)  # tensors whose slots overlap in bytes: their lifetimes never meet
-    partners = share_partners(shared)
+    pairs = plan.shared_bytes()  # tensors whose slots overlap in bytes: their lifetimes never meet
+    shared, partners = shared_pairs(pairs), share_partners(pairs)
     tensors = []
     reads, writes = accesses(obj, plan)
     t_max = max((e for iv in life.values() for _, e in iv), default=0)
