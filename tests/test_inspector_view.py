@@ -233,6 +233,9 @@ def test_the_update_ratio_is_the_change_one_real_step_made(case) -> None:  # typ
         grads = [t.name for t in task.memory if t.name.endswith("@grad") and is_parameter(task.memory, t.name[:-5])]
         assert np.sqrt(sum(np.sum(np.square(task.read(g).astype(np.float64))) for g in grads)) == pytest.approx(
             clip, rel=1e-5)
+        html = MemoryInspectorView(task, selected="fc1.weight").static_html()
+        assert (f"gradient norm {u.grad_norm:.4g} after clipping (×{u.clip_factor:.4g}; "
+                f"{u.grad_norm / u.clip_factor:.4g} before, all gradients {u.clip_norm:.4g} before)") in html
 
 
 @pytest.mark.parametrize("opt", [SGD().lr(1e-9), Adam().lr(1e-10)], ids=["sgd", "adam"])
@@ -330,3 +333,79 @@ def test_a_diverged_or_skipped_step_is_drawn_with_dashes(opts) -> None:  # type:
     html = w.static_html()
     assert "gradient norm —" in html or "|W| —" in html
     assert "update ratio |dW|/|W| —" in html and json.dumps(w.tensor, allow_nan=False)
+
+
+@pytest.mark.parametrize("which", ["mlp", "conv"])
+def test_a_tensors_readers_writers_and_byte_partners_are_the_plans(planned, which) -> None:
+    """tensor_view's lists, looked up once per view (views.accesses, sharing.share_partners), against the
+    ticks' own lists and MemoryPlan.shared_bytes for every tensor."""
+    insp, view = planned[which]
+    index = data.TensorIndex(insp)
+    pairs = insp.plan().shared_bytes()
+    for row in view["tensors"]:
+        tv = data.tensor_view(None, insp, view, row["name"], index)
+        assert tv["reads_at"] == [k["t"] for k in view["ticks"] if row["id"] in k["reads"]]
+        assert tv["writes_at"] == [k["t"] for k in view["ticks"] if row["id"] in k["writes"]]
+        assert tv["shares"] == sorted({(b if a.name == row["name"] else a).name for a, b, _ in pairs
+                                       if row["name"] in (a.name, b.name)})
+    lo, hi = view["focus_range"]
+    reusable = [t for t in insp.plan() if t.region.reusable]
+    assert (lo, hi) == (min(t.offset for t in reusable), max(t.offset + t.slot_bytes for t in reusable))
+
+
+def test_a_stats_error_and_the_reusable_slot_note_are_both_kept(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    task = mlp().compile()
+
+    def refuse(_task, name):  # type: ignore[no-untyped-def]
+        raise PlanError(f"tensor_stats: cannot read {name}")
+
+    monkeypatch.setattr(data, "tensor_stats", refuse)
+    w = MemoryInspectorView(task, selected="fc1.out")
+    assert "cannot read fc1.out" in w.tensor["note"] and "A reusable slot" in w.tensor["note"]
+
+
+def test_the_what_if_is_shown_for_the_widgets_variant() -> None:
+    task = mlp(batch=50)  # 300 samples: a last batch of its own, a variant of other sizes
+    w = MemoryInspectorView(task, what_if={"liveness": False})
+    insp, other = task.memory_inspector, task.memory_inspector.what_if(liveness=False)
+    assert w.whatif_result["variant"] == "train_base"
+    assert w.whatif_result["peak"] == [insp.peak().peak_bytes, other.peak().peak_bytes]
+    small = next(v for v in insp.variants if insp.peak(v).peak_bytes != insp.peak().peak_bytes)
+    w.variant = small
+    assert w.whatif_result["variant"] == small
+    assert w.whatif_result["peak"] == [insp.peak(small).peak_bytes, other.peak(small).peak_bytes]
+    assert w.whatif_result["summary"] == insp.diff(other, small).summary()
+    assert f"<b>peak ({small})</b>" in w.static_html()
+
+
+class _Handle:
+    """What IPython's display() returns for a static copy: the bundles put into it are kept here."""
+
+    def __init__(self) -> None:
+        self.bundles: list[dict] = []
+
+    def update(self, bundle: dict, raw: bool = False) -> None:
+        self.bundles.append(bundle)
+
+
+def test_a_scrub_in_the_browser_updates_the_static_copy_once_and_the_last_tick_at_the_next_poll() -> None:
+    task = mlp()
+    w = MemoryInspectorView(task)
+    w.COPY_EVERY = 60.0  # one copy a minute at most, whatever this machine's speed
+    copies = _Handle()
+    w._shown.append(copies)
+    times = [k["t"] for k in w.view["ticks"]]
+    for t in times[:10]:  # ten arrow keys: ten picks from the browser
+        w.set_state({"tick": t})
+    assert w.tick == times[9] and not copies.bundles
+    w._on_poll(w, {"poll": 1}, [])  # what the front end sends every 1.5 s while the view is shown
+    assert len(copies.bundles) == 1 and f"tick {times[9]} " in copies.bundles[-1]["text/html"]
+    w._on_poll(w, {"poll": 1}, [])
+    assert len(copies.bundles) == 1  # nothing new: nothing written
+    w.tick = times[3]  # a pick made in code: written at once
+    assert len(copies.bundles) == 2 and f"tick {times[3]} " in copies.bundles[-1]["text/html"]
+    w.set_state({"selected": "fc1.weight"})
+    assert len(copies.bundles) == 2
+    w.COPY_EVERY = 0.0
+    w.set_state({"selected": "fc2.weight"})  # the last copy old enough: written at once
+    assert len(copies.bundles) == 3 and "Tensor · fc2.weight" in copies.bundles[-1]["text/html"]

@@ -137,7 +137,8 @@ def whatif_html(r: dict[str, Any], fit: dict[str, Any]) -> str:
                    f"<th></th><th class='rnb-num'>{esc(a)}</th><th class='rnb-num'>{esc(b)}</th><th class='rnb-num'>"
                    f"change</th></tr><tr><td><b>arena</b></td><td class='rnb-num'>{esc(r['arena_human'][0])}</td>"
                    f"<td class='rnb-num'>{esc(r['arena_human'][1])}</td><td class='rnb-num'>"
-                   f"{_signed(r['arena'][1] - r['arena'][0])}</td></tr><tr><td><b>peak</b></td><td class='rnb-num'>"
+                   f"{_signed(r['arena'][1] - r['arena'][0])}</td></tr><tr><td><b>peak ({esc(r.get('variant', 'train_base'))})"
+                   f"</b></td><td class='rnb-num'>"
                    f"{esc(r['peak_human'][0])}</td><td class='rnb-num'>{esc(r['peak_human'][1])}</td><td class='rnb-num'>"
                    f"{_signed(r['peak'][1] - r['peak'][0])}</td></tr>{cats}</table>"
                    + (f"<table class='rnb-table'><tr><th>region</th><th class='rnb-num'>{esc(a)}</th><th class='rnb-num'>"
@@ -157,6 +158,17 @@ def fit_text(fit: dict[str, Any]) -> str:
            else f" (every sample of the training set: {fit['limit']})")
     return (f"Largest batch that fits in {esc(fit['budget_human'])} ({esc(fit['settings'])}): <b>{fit['batch']}</b>, "
             f"arena {esc(fit['arena_human'])}{nxt}")
+
+
+def grad_text(u: dict[str, Any]) -> str:
+    """The gradient norm as the update used it: after clipping, when clip_grad_norm is set, with the
+    norm before (this tensor's G / the factor; clip.norm's whole-gradient norm)."""
+    if u.get("clip_factor") is None:
+        return f"gradient norm {num(u['grad_norm'])}"
+    f, g = u["clip_factor"], u["grad_norm"]
+    before = num(None if g is None or not f else g / f)
+    return (f"gradient norm {num(g)} after clipping (×{num(f)}; {before} before, all gradients "
+            f"{num(u['clip_norm'])} before)")
 
 
 def num(x: float | None, spec: str = ".4g") -> str:
@@ -206,9 +218,9 @@ def tensor_html(t: dict[str, Any], variants: list[str]) -> str:
                    f"{s['size']:,} values</div>")
         u = s.get("update")
         if u:
-            out.append(f"<div class='rnb-insp-update'>step {u['step']} (lr {num(u['lr'])}): gradient norm "
-                       f"{num(u['grad_norm'])}, |W| {num(u['weight_norm'])}, update ratio |dW|/|W| {num(u['ratio'])} · "
-                       f"<span class='rnb-muted'>{esc(u['how'])}</span></div>")
+            out.append(f"<div class='rnb-insp-update'>step {u['step']} (lr {num(u['lr'])}): {grad_text(u)}, "
+                       f"|W| {num(u['weight_norm'])}, |dW| {num(u['update_norm'])}, update ratio |dW|/|W| "
+                       f"{num(u['ratio'])} · <span class='rnb-muted'>{esc(u['how'])}</span></div>")
     if t.get("note"):
         out.append(f"<div class='rnb-muted'>{esc(t['note'])}</div>")
     return "".join(out)

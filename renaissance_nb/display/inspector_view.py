@@ -10,6 +10,7 @@ the what-ifs; values read from the arena for a tensor). The same traitlets drive
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import traitlets
@@ -41,16 +42,25 @@ class MemoryInspectorView(ViewWidget):
     selected = traitlets.Unicode("").tag(sync=True)
     tensor = traitlets.Dict().tag(sync=True)
 
+    COPY_EVERY = 1.0
+    """Seconds between two static-copy updates for picks made in the browser (a scrub sends one per key)."""
+
     def __init__(self, task: Any, **kwargs: Any) -> None:
         self._insp: Any = None
+        self._index: data.TensorIndex | None = None
+        self._plans: dict[str, Any] = {}  # what-if inspectors planned for this view (data.planned)
         self._ready = False  # the answers wait for the first view (traitlets given as kwargs arrive first)
+        self._from_browser = False
+        self._copied, self._copy_due = 0.0, False
         super().__init__(task, **kwargs)
 
     # ---- the view and the answers ----------------------------------------------------------------------
     def make_view(self) -> dict[str, Any]:
         self._insp, why = data.inspector_of(self.source)
+        self._plans = {}
+        self._index = None if self._insp is None else data.TensorIndex(self._insp)
         view = ({"ready": False, "reason": why} if self._insp is None
-                else data.inspector_view_of(self._insp, str(getattr(self.source, "phase", ""))))
+                else data.inspector_view_of(self._insp, str(getattr(self.source, "phase", "")), self._index))
         self._ready = False  # the traitlets below are set against the new view, quietly
         try:
             self._settle(view)
@@ -82,21 +92,22 @@ class MemoryInspectorView(ViewWidget):
         return min(times, key=lambda t: (abs(t - tick), t))
 
     def _whatif(self) -> dict[str, Any]:
-        return data.whatif_view(self._insp, dict(self.what_if))
+        return data.whatif_view(self._insp, dict(self.what_if), self.variant, self._plans)
 
     def _fit_inspector(self) -> tuple[Any, str]:
         """The plan the fit searches from: the what-if settings while some are asked, else the current."""
         changes = data.changes_from(self._insp, dict(self.what_if)) if self.what_if else {}
         if not changes or self.whatif_result.get("error"):
             return self._insp, "with the current settings"
-        return self._insp.what_if(**changes), f"with {self.whatif_result.get('label', '')}"
+        return data.planned(self._insp, changes, self._plans), f"with {self.whatif_result.get('label', '')}"
 
     def _fit(self) -> dict[str, Any]:
         insp, label = self._fit_inspector()
         return data.fit_view(insp, self.fit_budget, label)
 
     def _tensor(self, view: dict[str, Any] | None = None) -> dict[str, Any]:
-        return data.tensor_view(self.source, self._insp, view if view is not None else self.view, self.selected)
+        return data.tensor_view(self.source, self._insp, view if view is not None else self.view, self.selected,
+                                self._index)
 
     @traitlets.observe("what_if")
     def _on_what_if(self, _change: Any) -> None:
@@ -104,19 +115,19 @@ class MemoryInspectorView(ViewWidget):
             self.whatif_result = self._whatif() if self.what_if else {}
             if self.fit_budget:
                 self.fit_result = self._fit()
-            self.update_copies()
+            self._copy()
 
     @traitlets.observe("fit_budget")
     def _on_fit(self, _change: Any) -> None:
         if self._ready and self._insp is not None:
             self.fit_result = self._fit() if self.fit_budget else {}
-            self.update_copies()
+            self._copy()
 
     @traitlets.observe("selected")
     def _on_selected(self, _change: Any) -> None:
         if self._ready and self._insp is not None:
             self.tensor = self._tensor() if self.selected else {}
-            self.update_copies()
+            self._copy()
 
     @traitlets.observe("tick", "variant")
     def _on_pick(self, change: Any) -> None:
@@ -128,7 +139,37 @@ class MemoryInspectorView(ViewWidget):
         if change["name"] == "variant" and self.variant not in self.view["variants"]:
             self.variant = self.view["variants"][0]
             return
+        if change["name"] == "variant" and self.what_if:
+            self.whatif_result = self._whatif()  # its peak and diff are the variant's
+        self._copy()
+
+    # ---- the static copy, kept true without rebuilding it for every key of a scrub -------------------------
+    def set_state(self, sync_data: dict[str, Any]) -> None:
+        """The picks the browser sends (ipywidgets calls this for them): marked, so that their static
+        copy waits (``_copy``); a pick made in code updates it at once."""
+        self._from_browser = True
+        try:
+            super().set_state(sync_data)
+        finally:
+            self._from_browser = False
+
+    def _copy(self) -> None:
+        """Put the picks into the static copies: at once when made in code, or when the last update is
+        COPY_EVERY seconds old; else at the next poll (1.5 s while shown), so the last pick is written."""
+        now = time.monotonic()
+        if self._from_browser and now - self._copied < self.COPY_EVERY:
+            self._copy_due = True
+            return
         self.update_copies()
+
+    def update_copies(self) -> None:
+        self._copied, self._copy_due = time.monotonic(), False
+        super().update_copies()
+
+    def _on_poll(self, widget: Any, content: Any, buffers: Any) -> None:
+        super()._on_poll(widget, content, buffers)  # a task that moved on: refresh() writes the copy
+        if self._copy_due:
+            self.update_copies()
 
     # ---- text and the static copy ------------------------------------------------------------------------
     def at_tick(self) -> dict[str, Any]:
