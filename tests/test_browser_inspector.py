@@ -44,9 +44,13 @@ print(json.dumps(facts))
 for name in ("fc1.weight", "fc2.weight"):
     x = task.read(name)
     print(f"VALUES {name} {float(x.min())!r} {float(x.max())!r}")
+from renaissance_nb.inspector import tensor_stats
+u, c = tensor_stats(task, "fc1.weight").update, tensor_stats(task, "cursor").values
+print("STATS " + json.dumps({"update": u.as_dict(), "cursor": [c.edges[0], c.edges[-1], c.min, c.max]}))
 """
 SHOW = "w = MemoryInspectorView(task)\nw"
-STATE = "print(json.dumps({'tick': w.tick, 'variant': w.variant, 'what_if': w.what_if, 'selected': w.selected}))"
+STATE = ("print(json.dumps({'tick': w.tick, 'variant': w.variant, 'what_if': w.what_if, 'selected': w.selected, "
+         "'fit_budget': w.fit_budget}))")
 MORE = """task.run(1, progress=False)  # the second epoch: the widget sees it at its next poll
 x = task.read("fc1.weight")
 print(f"VALUES fc1.weight {float(x.min())!r} {float(x.max())!r} {int(task.read('step')[0])}")
@@ -62,6 +66,7 @@ def nb(lab, browser_context):  # type: ignore[no-untyped-def]
     facts = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
     facts["values"] = {p[1]: (float(p[2]), float(p[3])) for p in (line.split() for line in out.splitlines())
                        if p and p[0] == "VALUES"}
+    facts.update(json.loads(next(line[6:] for line in out.splitlines() if line.startswith("STATS "))))
     run_cell(pg, 1)
     view = pg.locator(".rnb-inspector.rnb-live").first
     view.locator(".rnb-insp-opname").wait_for(timeout=60_000)
@@ -87,12 +92,17 @@ def test_the_scrubber_follows_keys_and_the_slider(nb) -> None:  # type: ignore[n
     tick, op, live = _at(view)
     assert tick == f["peak"]["train_base"][1] and op == ops[tick] and live == f["curve"][tick] == f["peak"]["train_base"][0]
     i = times.index(tick)
+    arena = view.locator("svg.rnb-insp-arena")
+    arena.evaluate("e => { e.dataset.drawn = 'once'; }")  # a tick restyles the strip's boxes, never redraws them
+    boxes = arena.locator("rect[data-tensor]").count()
     view.locator(".rnb-insp-scrubber .rnb-h").click()  # focus the scrubber panel, then the arrow keys
     for _ in range(3):
         nb.keyboard.press("ArrowRight")
     nb.wait_for_timeout(300)
     tick, op, live = _at(view)
     assert (tick, op, live) == (times[i + 3], ops[times[i + 3]], f["curve"][times[i + 3]])
+    assert arena.get_attribute("data-drawn") == "once" and arena.locator("rect[data-tensor]").count() == boxes
+    assert int(view.locator(".rnb-insp-marker").get_attribute("data-tick")) == times[i + 3]
     slider = view.locator("input.rnb-insp-slider")
     slider.focus()
     nb.keyboard.press("ArrowLeft")  # the slider's own key handling
@@ -136,9 +146,15 @@ def test_a_what_if_toggle_changes_the_diff(nb) -> None:  # type: ignore[no-untyp
                          arg=".rnb-inspector.rnb-live .rnb-whatif-summary", timeout=30_000)
     assert summary.inner_text() == f["no_reuse_sgd"][1]
     assert int(view.locator(".rnb-insp-side-whatif .rnb-insp-arena-bytes").get_attribute("data-bytes")) == f["no_reuse_sgd"][0]
+    assert "peak (train_base)" in view.locator(".rnb-insp-side-whatif").inner_text()  # the variant it is of
     rows = view.locator(".rnb-insp-diff-category tr[data-name='optimizer state'] td").all_inner_texts()
     assert rows[2] == "0 B" and rows[3].startswith("−")  # SGD keeps no moments
     assert _kernel_state(nb)["what_if"] == {"liveness": False, "optimizer": "sgd"}
+    for bad in ("0", "-3", ""):  # checked in the page: Python's Int never gets a null or a zero budget
+        view.locator("input.rnb-insp-budget").fill(bad)
+        view.locator("button.rnb-insp-fit-btn").click()
+        assert "must be a number of MiB above 0" in view.locator(".rnb-insp-budget-error").inner_text()
+    assert _kernel_state(nb)["fit_budget"] == 0 and not nb.errors, nb.errors
     view.locator("input.rnb-insp-budget").fill("20")
     view.locator("button.rnb-insp-fit-btn").click()
     view.locator(".rnb-insp-fit-batch").wait_for(timeout=60_000)
@@ -147,18 +163,43 @@ def test_a_what_if_toggle_changes_the_diff(nb) -> None:  # type: ignore[no-untyp
     shot(view.locator(".rnb-insp-whatif"), "31_inspector_whatif.png")
 
 
+def _number(view, sel: str) -> tuple[float, str]:  # type: ignore[no-untyped-def]
+    """A number as the page shows it: its exact value (data-value) and the text printed."""
+    at = view.locator(sel)
+    return float(at.get_attribute("data-value")), (at.locator("b") if at.locator("b").count() else at).text_content()
+
+
+def test_integers_and_histogram_edges_print_their_own_digits(nb) -> None:  # type: ignore[no-untyped-def]
+    """cursor (one int64, 1280 after the first epoch): numpy's histogram spans [1279.5, 1280.5]; the edges print
+    to 4 significant digits ("1280", once "128": the trailing zeros of an integer were stripped)."""
+    view, (lo, hi, low, high) = nb.view, nb.facts["cursor"]
+    view.locator(".rnb-insp-arena rect[data-tensor='cursor']").dispatch_event("click")
+    nb.wait_for_function("() => document.querySelector('.rnb-inspector.rnb-live .rnb-insp-tensor-name')"
+                         "?.innerText === 'cursor'", timeout=30_000)
+    view.locator(".rnb-insp-edge-lo").wait_for(timeout=30_000)
+    for cls, edge in (("lo", lo), ("hi", hi)):
+        value, text = _number(view, f".rnb-insp-edge-{cls}")
+        assert value == edge and float(text) == pytest.approx(edge, rel=5e-4) and len(text.replace(".", "")) >= 4
+    assert _number(view, ".rnb-insp-min") == (low, f"{int(low):,}") == (1280.0, "1,280")
+    assert _number(view, ".rnb-insp-max") == (high, f"{int(high):,}")
+
+
 def test_a_clicked_tensor_shows_its_values(nb) -> None:  # type: ignore[no-untyped-def]
     view, f = nb.view, nb.facts
     view.locator(".rnb-insp-peak-table tr[data-tensor='fc1.weight']").click()
-    name = view.locator(".rnb-insp-tensor-name")
-    name.wait_for(timeout=30_000)
-    assert name.inner_text() == "fc1.weight"
+    nb.wait_for_function("() => document.querySelector('.rnb-inspector.rnb-live .rnb-insp-tensor-name')"
+                         "?.innerText === 'fc1.weight'", timeout=30_000)
     view.locator(".rnb-insp-min").wait_for(timeout=30_000)
     lo, hi = (float(view.locator(f".rnb-insp-{k}").get_attribute("data-value")) for k in ("min", "max"))
     assert (lo, hi) == pytest.approx(f["values"]["fc1.weight"], rel=1e-7)
     assert sum(int(c) for c in view.locator(".rnb-insp-hist rect").evaluate_all("rs => rs.map(r => r.dataset.count)")) \
         == int(view.locator(".rnb-insp-size").get_attribute("data-value")) == 1024 * 784
-    assert 0 < float(view.locator(".rnb-insp-ratio").get_attribute("data-value")) < 1
+    u = f["update"]  # Python's numbers, exactly in data-value, to 5 significant digits in the text
+    for cls, key in (("ratio", "ratio"), ("gnorm", "grad_norm"), ("dnorm", "update_norm"), ("wnorm", "weight_norm")):
+        value, text = _number(view, f".rnb-insp-{cls}")
+        assert value == u[key] and float(text) == pytest.approx(u[key], rel=5e-5), (cls, text)
+    assert view.locator(".rnb-insp-arena rect[data-tensor='fc1.weight'].rnb-picked").count() == 1
+    assert view.locator(".rnb-insp-peak-table tr.rnb-picked").get_attribute("data-tensor") == "fc1.weight"
     assert int(view.locator(".rnb-insp-nan").get_attribute("data-value")) == 0
     shot(view.locator(".rnb-insp-tensor"), "32_inspector_tensor.png")
     # the arena strip and the what-if's moved tensors are clickable too

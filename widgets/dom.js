@@ -15,6 +15,14 @@ function h(tag, attrs = {}, ...children) {
   return e;
 }
 
+// Bytes as the widgets print them: "512 B", "1.5 KiB", "3.0 MiB" (text.human_bytes's units, one decimal).
+function human(n) {
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${Math.round(n)} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
 // "1 tensor", "2 tensors", "1 entry" (many = "entries"): a count and a noun that agree.
 const plural = (n, one, many = one + "s") => `${n} ${n === 1 ? one : many}`;
 

@@ -1,13 +1,6 @@
 // LifetimeView: step order (x) by byte offset (y), one box per live interval of a tensor,
 // like XLA's memory viewer. Boxes on the same bytes at different times = liveness reuse.
 
-function human(n) {
-  const units = ["B", "KiB", "MiB", "GiB"];
-  let i = 0;
-  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return i === 0 ? `${Math.round(n)} B` : `${n.toFixed(1)} ${units[i]}`;
-}
-
 const esc = (x) => String(x).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
 function render({ model, el }) {

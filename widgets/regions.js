@@ -2,13 +2,6 @@
 // a hover card per tensor, a click on a region lists its DTensors, and a switch between
 // the six variants (offsets stay; only the used part of each slot changes).
 
-function human(n) {
-  const units = ["B", "KiB", "MiB", "GiB"];
-  let i = 0;
-  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return i === 0 ? `${Math.round(n)} B` : `${n.toFixed(1)} ${units[i]}`;
-}
-
 const shapeText = (s) => "(" + s.join(", ") + (s.length === 1 ? ",)" : ")");
 
 function tooltip() {
