@@ -207,7 +207,7 @@ def last_update(read: Reader, config: TaskConfig, name: str, plan: MemoryPlan | 
     where an update is below half a float32 step of its weight (that weight does not change; ``changed``
     counts those that did). None for a tensor that is not a trained parameter; ``update_norm`` None before
     the first step, after a step the NaN check skipped or stopped (``not_applied_last``, given the
-    ``plan``), or when G holds NaN/Inf (nan_check off: a step that diverged)."""
+    ``plan``), or when G or W holds NaN/Inf (nan_check off: training that diverged)."""
     w32 = read(name)
     w, g = w32.astype(np.float64), read(f"{name}@grad").astype(np.float64)
     t = int(read("step")[0])
@@ -219,9 +219,10 @@ def last_update(read: Reader, config: TaskConfig, name: str, plan: MemoryPlan | 
     not_applied = not_applied_last(read, plan) if plan is not None and config.nan_check else ""
     if not_applied:
         return UpdateStats(t, lr, gn, wn, None, None, not_applied, size=w.size)
-    if not np.isfinite(g).all():
-        return UpdateStats(t, lr, gn, wn, None, None, "the gradient holds NaN/Inf: its step was skipped or diverged",
-                           size=w.size)
+    if not (np.isfinite(g).all() and np.isfinite(w).all()):
+        what = "the gradient holds NaN/Inf" if not np.isfinite(g).all() else "the weights hold NaN/Inf"
+        return UpdateStats(t, lr, gn, wn, None, None, f"{what}: training diverged (nan_check is off)"
+                           if not config.nan_check else what, size=w.size)
     old, how = _old_weights(read, config, name, w, g, t, lr)
     dw = w - old.astype(w32.dtype).astype(np.float64)  # both float32 values: the change the arena holds
     changed = int(np.count_nonzero(dw))
