@@ -64,10 +64,16 @@ class World:
         self.comm.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM)
         return array
 
-    def any_(self, flag: bool) -> bool:
-        """True on every rank when it is True on one: a stop agreed at one step boundary."""
-        from mpi4py import MPI
-        return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
+    def agree(self, flag: bool, reason: str | None) -> tuple[bool, str | None]:
+        """(True on every rank when ``flag`` is True on one, the reason of the lowest rank that gave one):
+        a stop taken at one step boundary, for the same reason, on every rank."""
+        votes = self.comm.allgather((bool(flag), reason))
+        return any(f for f, _ in votes), next((r for _, r in votes if r is not None), None)
+
+    def bcast_(self, array: np.ndarray) -> np.ndarray:
+        """Rank 0's bytes of ``array`` on every rank, in place."""
+        self.comm.Bcast(array, root=0)
+        return array
 
     def digests(self, array: np.ndarray) -> list[str]:
         """Every rank's SHA-256 of ``array``'s bytes, in rank order (the tests' weight check)."""
@@ -110,15 +116,31 @@ def install_abort_hook(w: World) -> None:
     previous = sys.excepthook
 
     def hook(kind, value, tb) -> None:  # type: ignore[no-untyped-def]
-        text = "".join(traceback.format_exception(kind, value, tb))
-        sys.stderr.write("".join(f"[rank {w.rank}] {line}\n" for line in text.rstrip().splitlines()))
-        sys.stderr.flush()
         if issubclass(kind, KeyboardInterrupt):
             previous(kind, value, tb)
-        w.abort(130 if issubclass(kind, KeyboardInterrupt) else 1)
+        abort_with(w, value if isinstance(value, BaseException) else kind())
 
     sys.excepthook = hook
     _HOOKED = True
+
+
+def abort_with(w: World, exc: BaseException) -> None:
+    """Print ``exc``'s traceback with ``[rank k]`` on every line, then ``MPI_Abort`` every rank (130 for
+    Ctrl-C, else 1) and end this process at once. Written to ``sys.stderr`` and, where IPython replaced it (an ipyparallel engine), to
+    the process's own stderr too, so the message is in the engine's log even if the abort beats its
+    forwarding."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    tagged = "".join(f"[rank {w.rank}] {line}\n" for line in text.rstrip().splitlines())
+    streams = [sys.stderr] + ([sys.__stderr__] if sys.__stderr__ is not sys.stderr else [])
+    for stream in streams:
+        try:
+            stream.write(tagged)
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream must not stop the abort
+            pass
+    code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+    w.abort(code)
+    os._exit(code)  # MPICH's MPI_Abort may return before the launcher's kill arrives: run nothing more
 
 
 ALLREDUCE = ("buckets", "slab")

@@ -111,6 +111,31 @@ def test_a_checkpoint_of_two_ranks_resumes_on_two_byte_identically(runs) -> None
     assert one.returncode != 0 and "CheckpointError" in one.stderr and "2 rank(s)" in one.stderr, one.stderr[-800:]
 
 
+def test_a_conv_bn_net_holds_the_same_weights_and_statistics_on_every_rank_and_resumes_byte_identically(
+        tmp_path) -> None:
+    """Batch norm normalizes with each rank's own shard statistics (as DDP without SyncBatchNorm), so the
+    running statistics each rank would accumulate differ; every rank takes rank 0's (DDP's broadcast_buffers)
+    at each 16-step check, before validation, before a save and at the end. Then the state dicts (running
+    statistics included), the arena's B region (the EMA's statistics too) and the validation losses of
+    every epoch are the same bytes on both ranks, every step's weights too, and a checkpoint cut at step 40
+    resumes both ranks to the uninterrupted run's bytes. (Before: bn running_mean/var and validation losses
+    differed between the ranks, and rank 1 resumed on rank 0's statistics.)"""
+    import json
+    _run(["train", str(tmp_path / "whole"), "--bn"], 2)
+    out = _run(["stop", str(tmp_path / "cut"), "40", "--bn"], 2)
+    assert "rank 1 stopped at (1, 16)" in out.stdout, out.stdout
+    _run(["resume", str(tmp_path / "cut"), "--bn"], 2)
+    whole, cut = np.load(tmp_path / "whole.npz"), np.load(tmp_path / "cut.npz")
+    digests = json.loads(str(whole["digests"]))
+    assert {"bn1.running_mean", "bn2.running_var", "arena B"} <= set(digests[0])
+    assert digests[0] == digests[1]
+    assert int(whole["checked"]) == 96 and int(whole["mismatched"]) == 0
+    assert whole["val_by_rank"].shape == (2, 3) and (whole["val_by_rank"][0] == whole["val_by_rank"][1]).all()
+    assert json.loads(str(cut["digests"])) == digests  # rank 0's and rank 1's
+    np.testing.assert_array_equal(cut["val_by_rank"], whole["val_by_rank"])
+    np.testing.assert_array_equal(cut["losses"], whole["losses"])
+
+
 def test_an_exception_on_one_rank_ends_every_rank_with_its_message(tmp_path) -> None:
     exe = _mpiexec()
     t = time.monotonic()
@@ -121,12 +146,64 @@ def test_an_exception_on_one_rank_ends_every_rank_with_its_message(tmp_path) -> 
     assert time.monotonic() - t < LIMIT
 
 
+def test_an_exception_caught_as_ipython_does_still_ends_every_rank(tmp_path) -> None:
+    """In an ipyparallel engine IPython catches the exception, so sys.excepthook never aborts: run() itself
+    aborts every rank (before the fix rank 0 waited in the next stop agreement forever)."""
+    exe = _mpiexec()
+    t = time.monotonic()
+    out = subprocess.run([exe, "-n", "2", sys.executable, WORKER, "raise_caught", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=LIMIT, env=_env())
+    assert out.returncode == 1, out.stdout[-1000:] + out.stderr[-2000:]
+    assert "[rank 1] RuntimeError: rank 1 fails on purpose" in out.stderr, out.stderr[-2000:]
+    assert "caught" not in out.stdout  # the abort came first: the workers wait 120 s after catching
+    assert time.monotonic() - t < 100
+
+
+def test_an_interrupt_between_a_buckets_start_and_wait_ends_every_rank(tmp_path) -> None:
+    """A second Ctrl-C inside a step on rank 1, after its first bucket's Iallreduce started and before
+    DEEP_COMM waits for it, caught as IPython does: every rank ends (MPI_Abort, 130) instead of rank 0
+    waiting for buckets rank 1 never starts."""
+    exe = _mpiexec()
+    t = time.monotonic()
+    out = subprocess.run([exe, "-n", "2", sys.executable, WORKER, "interrupt_inside", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=LIMIT, env=_env())
+    assert out.returncode == 130, out.stdout[-1000:] + out.stderr[-2000:]
+    assert "[rank 1] KeyboardInterrupt" in out.stderr and "caught" not in out.stdout, out.stderr[-2000:]
+    assert time.monotonic() - t < 100
+
+
+def test_a_bucket_started_again_before_its_wait_is_refused() -> None:
+    """What an interrupted step leaves: a bucket's requests in flight. Starting the bucket again would
+    overwrite them while MPI may still write the buffer; the start refuses (one process, MPI's singleton)."""
+    pytest.importorskip("mpi4py", reason="mpi4py is in the test extra")
+    code = """if True:
+        import numpy as np
+        from mpi4py import MPI
+        from renaissance_nb.errors import PlanError
+        from renaissance_nb.kernels.base import BindEnv
+        from renaissance_nb.kernels.comm import COMM_KERNELS
+        env, g, p = BindEnv(comm=MPI.COMM_WORLD, ranks=1), np.ones(6, np.float32), {"bucket": "fc1", "ranks": 1}
+        start, wait = (COMM_KERNELS[op]([], [g], p, env) for op in ("allreduce_start", "allreduce_wait"))
+        start(); wait(); start()  # a whole step, then a step stopped after this start
+        try:
+            start()
+        except PlanError as exc:
+            print("refused:", exc)
+        wait()
+        print("then", g.sum())
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused: allreduce_start: bucket 'fc1' still has 1 all-reduce request(s) in flight" in out.stdout, out.stdout
+    assert "then 6.0" in out.stdout
+
+
 def test_a_stop_asked_on_one_rank_stops_both_at_the_same_step_and_resumes(tmp_path) -> None:
-    """What Ctrl-C does once it reaches a rank (StopFlag.requested): the ranks agree at the next 16-step
-    check (the SIGINT itself: the two tests below)."""
+    """What Ctrl-C or a step callback does once it reaches a rank (StopFlag.requested): the ranks agree at
+    the next 16-step check, for rank 1's reason on both (the SIGINT itself: the tests below)."""
     out = _run(["stop_one", str(tmp_path / "s")], 2)
     line = next(s for s in out.stdout.splitlines() if s.startswith("interrupted="))
-    assert line == "interrupted=True at=[(0, 16), (0, 16)]", line
+    assert line == "interrupted=True at=[(0, 16), (0, 16)] why=['rank 1 asked to stop', 'rank 1 asked to stop']", line
     _run(["resume", str(tmp_path / "s")], 2)
     assert len(np.load(tmp_path / "s.npz")["losses"]) == 224
 
@@ -263,3 +340,77 @@ def test_the_region_map_marks_what_is_all_reduced() -> None:
     assert v["reduced_text"] in static.regions_html(v).replace("&#x27;", "'")
     one = views.region_view(_conv_bn_task().lock_memory())
     assert one["reduced_text"] == "" and not any(r["reduced"] for r in one["regions"])
+
+
+# ---- the trainer's agreements with a fake world (no MPI): another rank simulated by its votes ----------
+class _MirrorWorld:
+    """A World of 2 ranks where this process is rank 0 and rank 1 holds the same numbers (sums double,
+    broadcasts keep them); ``others[k]`` is rank 1's vote (stop?, reason) in the k-th agreement (1-based),
+    and in agreement ``signal_at`` a SIGINT reaches this process while the agreement runs."""
+
+    rank, size = 0, 2
+
+    def __init__(self, others: dict[int, tuple[bool, str | None]] | None = None, signal_at: int = 0) -> None:
+        self.others, self.signal_at, self.calls = others or {}, signal_at, 0
+
+    def agree(self, flag: bool, reason: str | None) -> tuple[bool, str | None]:
+        self.calls += 1
+        if self.calls == self.signal_at:  # handled now, after this rank's vote was read: as in the LOR/allgather
+            signal.raise_signal(signal.SIGINT)
+        other, why = self.others.get(self.calls, (False, None))
+        return flag or other, reason if reason is not None else why
+
+    def sum_(self, array: np.ndarray) -> np.ndarray:
+        array *= 2
+        return array
+
+    def bcast_(self, array: np.ndarray) -> np.ndarray:
+        return array
+
+    def barrier(self) -> None:
+        pass
+
+    def abort(self, code: int = 1) -> None:
+        raise AssertionError(f"aborted with {code}")
+
+
+def _mirrored(world: _MirrorWorld) -> DeepLearningTask:
+    """A 64-step epoch on one process whose trainer talks to ``world`` as rank 0 of a data-parallel run
+    (agreements: 1 at the start, then at steps 16, 32, 48, 64 of each epoch, then the epoch's end)."""
+    from renaissance_nb.runtime.data_parallel import DataParallel
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((512, 8)).astype(np.float32), rng.integers(0, 3, 512)
+    task = (DeepLearningTask("fake").model(seq(fc(8), relu(), fc(3))).data(train=(x, y), batch_size=8)
+            .total_epochs(2).seed(0).compile())
+    task.runner.dp = DataParallel(world)  # type: ignore[arg-type]
+    return task
+
+
+def test_a_ctrl_c_handled_while_the_ranks_agree_is_agreed_at_the_next_check() -> None:
+    """The SIGINT arrives inside the agreement at step 16, which was taken on the flag read before it (the
+    other rank had none): the run must stop at the next check, step 32. Storing the agreement's False
+    over the flag (the old code) lost it and the run trained on to its end."""
+    from renaissance_nb.runtime.data_parallel import DataParallel
+    from renaissance_nb.runtime.interrupt import StopFlag
+    world = _MirrorWorld(signal_at=2)
+    result = _mirrored(world).run(progress="none")
+    assert result.interrupted and result.stopped is None
+    assert len(result.history) == 0 and len(result.step_losses) == 32, len(result.step_losses)
+    with StopFlag() as stop:  # the same at the level of one agreement
+        dp = DataParallel(_MirrorWorld(signal_at=1))  # type: ignore[arg-type]
+        assert dp.stop_agreed(stop, None) == (False, None) and stop.requested
+        assert dp.stop_agreed(stop, None) == (True, None)
+
+
+def test_a_stop_asked_by_another_ranks_step_callback_is_told_with_its_reason() -> None:
+    task = _mirrored(_MirrorWorld(others={3: (True, "rank 1's callback")}))
+    result = task.run(progress="none")
+    assert result.interrupted and result.stopped == "rank 1's callback"
+    assert task.run_state.resume_at == (0, 32)
+
+
+def test_a_stop_by_another_ranks_epoch_or_start_callback_is_taken_on_this_rank_too() -> None:
+    result = _mirrored(_MirrorWorld(others={6: (True, "rank 1 stops after epoch 1")})).run(progress="none")
+    assert result.stopped == "rank 1 stops after epoch 1" and len(result.history) == 1 and not result.interrupted
+    result = _mirrored(_MirrorWorld(others={1: (True, "rank 1 refuses")})).run(progress="none")
+    assert result.stopped == "rank 1 refuses" and len(result.step_losses) == 0

@@ -5,8 +5,11 @@
     ``[]``. Params: ``bucket`` (the layer), ``ranks``. The start, placed right after the layer's
     backward, issues one ``Iallreduce(IN_PLACE, SUM)`` per tensor and returns; the wait, in DEEP_COMM
     before the NaN check and the optimizer, completes them and scales by 1/ranks. The requests pass
-    from one to the other through ``env.requests[bucket]``. On 2 ranks an element's sum is a + b however
-    the buffers are split, so the buckets give the slab's bytes (tests/test_distributed.py).
+    from one to the other through ``env.requests[bucket]``; a start refuses (PlanError) while its bucket
+    still holds requests, which only a step stopped between the two leaves (the trainer aborts every rank
+    on an exception inside a step of a distributed run, so this guards other replays). On 2 ranks an
+    element's sum is a + b however the buffers are split, so the buckets give the slab's bytes
+    (tests/test_distributed.py).
 
 ``allreduce_mean``
     ins ``[]``, outs ``[]``. Params: ``first``, ``last`` (the region range, the whole G range),
@@ -69,10 +72,24 @@ def allreduce_start(outs, ins, p, env):
     iallreduce, inplace, total, testall = comm.Iallreduce, MPI.IN_PLACE, MPI.SUM, MPI.Request.Testall
 
     def run() -> None:
+        if held[0] is not None:
+            raise _still_in_flight(str(p["bucket"]), len(held[0]))
         reqs = [iallreduce(inplace, b, op=total) for b in bufs]
         testall(reqs)  # a turn of MPI's progress engine: the buckets started before move on too
         held[0] = reqs
     return run
+
+
+def _still_in_flight(bucket: str, n: int) -> PlanError:
+    """A bucket started again before its last start was waited: the step that started it stopped between the
+    two (a second Ctrl-C, an error in a kernel), so MPI may still write these buffers and this rank's
+    collectives no longer line up with the other ranks'. The trainer aborts every rank before that can
+    happen (DataParallel.failed); this stops anything else that replays the step's kernels."""
+    return PlanError(f"allreduce_start: bucket {bucket!r} still has {n} all-reduce request(s) in flight from a step "
+                     "that stopped between this bucket's start and its wait (DEEP_COMM); starting it again would "
+                     "let MPI write buffers the step is using and pair this rank's collectives with the wrong ones "
+                     "of the other ranks. Fix: end every rank (the MPI job) and resume from a checkpoint with "
+                     "task.load_state(path).")
 
 
 @kernel("allreduce_wait")

@@ -3,9 +3,10 @@
 The step itself needs nothing from here: its DEEP_COMM node all-reduces the gradients, and the
 sharded transfers keep the data cursor and RNG offsets equal on every rank. What stays local to
 a rank is its metric sums and loss log (its own shard's loss) and its prefetched next batch. This
-module makes those global where they are read (epoch records, ``step_losses``, a checkpoint),
-agrees on a stop at one step boundary, and re-gathers each rank's batch after a resume, so that a
-checkpoint written by rank 0 resumes every rank byte-identically.
+module makes those global where they are read (epoch records, ``step_losses``, a checkpoint), gives
+every rank rank 0's batch-norm running statistics where they are read, agrees on a stop (and its
+reason) at one step boundary, aborts every rank when one fails, and re-gathers each rank's batch after
+a resume, so that a checkpoint written by rank 0 resumes every rank byte-identically.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..compiler.ids import GraphId
-from ..mpi import World
+from ..mpi import World, abort_with
+from .interrupt import StopFlag
 
 if TYPE_CHECKING:  # pragma: no cover
     from .replay import EpochSchedule
@@ -33,9 +35,37 @@ class DataParallel:
     def rank(self) -> int:
         return self.world.rank
 
-    def stop_agreed(self, requested: bool) -> bool:
-        """A stop every rank takes at this same step boundary when any rank asked for one."""
-        return self.world.any_(requested)
+    def stop_agreed(self, stop: StopFlag, reason: str | None) -> tuple[bool, str | None]:
+        """(stop, why): a stop every rank takes at this same step boundary when any rank asked for one
+        (Ctrl-C or a step callback), with the lowest asking rank's callback reason (None for Ctrl-C) on
+        every rank. ``stop.requested`` is read once, before the agreement, and only ever set here: a
+        Ctrl-C handled while the agreement runs stays asked for, and is agreed at the next boundary."""
+        agreed, why = self.world.agree(stop.requested, reason)
+        if agreed:
+            stop.requested = True
+        return agreed, why
+
+    def reason_agreed(self, reason: str | None) -> str | None:
+        """A callback's stop ("start" or "epoch") taken on every rank: the lowest rank's reason, None when
+        no rank's callback stopped (a rank going on alone would wait for the others forever)."""
+        return self.world.agree(reason is not None, reason)[1]
+
+    def failed(self, exc: BaseException) -> None:
+        """An exception is leaving run() on this rank: with other ranks, abort them all with its message.
+        The others are in, or on their way to, a collective this rank will never join (a bucket's all-reduce,
+        the next stop agreement); its own all-reduce requests may be in flight. sys.excepthook does this for
+        a script, but an IPython kernel (an ipyparallel engine) catches the exception first."""
+        if self.world.size > 1:
+            abort_with(self.world, exc)
+
+    def share_bn_stats(self, runner: "Runner") -> None:
+        """Rank 0's batch-norm running statistics (and the EMA's, region B) on every rank: PyTorch DDP's
+        broadcast_buffers, taken after the steps. Training reads batch statistics only, so a rank's own
+        running statistics matter nowhere but where this is called: every 16-step check (callbacks), before
+        validation, before a save, at run()'s end."""
+        stats = runner.arena.range_view("B_PREV_MEAN", "B_NEXT_VAR", "uint8")
+        if stats.size:
+            self.world.bcast_(stats)
 
     def global_sums(self, runner: "Runner") -> np.ndarray:
         """The epoch's metric sums over every rank (loss sum, top-1, top-5, count), also left in the arena."""
@@ -63,6 +93,7 @@ class DataParallel:
         """Make the state rank 0 writes global (metric sums so far on rank 0, zero elsewhere, so that the
         epoch's end still sums to the global ones); True on the rank that writes."""
         self.sync_log(runner)
+        self.share_bn_stats(runner)
         if not self.metrics_global:
             acc = runner.view("metrics.sum")
             self.world.sum_(acc)  # rank 0 now holds the global sums so far, which is what it writes

@@ -84,11 +84,20 @@ class Trainer:
 
     def run(self, config: TaskConfig, more: int | None, progress: str, resume: bool,
             callbacks: Sequence[Callback], owner: Any) -> TrainingResult:
-        """Train to ``config.total_epochs`` (or ``more`` epochs); ``owner`` is what "start" callbacks see."""
-        end = self._start(config, more, resume, callbacks, owner)
-        if self.runner.dp is not None and self.runner.dp.rank:
-            progress = "none"  # only rank 0 prints
-        _EpochLoop(self, config, callbacks, progress, end).run()
+        """Train to ``config.total_epochs`` (or ``more`` epochs); ``owner`` is what "start" callbacks see.
+        On more than one rank an exception leaving it aborts every rank (DataParallel.failed)."""
+        by, dp = config.save_best_by, self.runner.dp
+        if config.save_best and by is not None and by[0] not in config.record_fields():
+            raise lacking_field("save_best", by[0])  # the same on every rank, before any collective
+        try:
+            end = self._start(config, more, resume, callbacks, owner)
+            if dp is not None and dp.rank:
+                progress = "none"  # only rank 0 prints
+            _EpochLoop(self, config, callbacks, progress, end).run()
+        except BaseException as exc:
+            if dp is not None:
+                dp.failed(exc)
+            raise
         return self.state.result
 
     def _start(self, config: TaskConfig, more: int | None, resume: bool, callbacks: Sequence[Callback],
@@ -96,13 +105,11 @@ class Trainer:
         """The "start" callbacks, which may refuse or stop before anything changes; then the resume rules.
         Returns the epoch the run ends at."""
         st = self.state
-        fields = config.record_fields()
-        by = config.save_best_by
-        if config.save_best and by is not None and by[0] not in fields:
-            raise lacking_field("save_best", by[0])
         stopped = call_each(callbacks, "start", {"epoch": st.epoch, "total_epochs": config.total_epochs,
-                                                 "steps_per_epoch": config.steps_per_epoch, "fields": fields,
-                                                 "task": owner})
+                                                 "steps_per_epoch": config.steps_per_epoch,
+                                                 "fields": config.record_fields(), "task": owner})
+        if self.runner.dp is not None:  # every rank starts, or none
+            stopped = self.runner.dp.reason_agreed(stopped)
         if stopped is None:  # a run refused or stopped at "start" leaves an interrupted one interrupted
             st.result.interrupted = False
         st.result.stopped = stopped
@@ -291,15 +298,17 @@ class _EpochLoop:
             return self.stop.requested
         if (i & 15) != 15 and i != batches - 1:
             return False
-        agreed = dp.stop_agreed(self.stop.requested)
-        if agreed:  # never stored when False: a Ctrl-C handled during the agreement stays asked for the next one
-            self.stop.requested = True
+        agreed, why = dp.stop_agreed(self.stop, self.st.result.stopped)
+        if agreed:  # a step callback's reason on whichever rank it stopped, told by every rank
+            self.st.result.stopped = why
         return agreed
 
     def _check(self, epoch: int, advanced: int) -> None:
         st = self.st
         assert self.pos is not None  # a step boundary
         self.rx.pull(*self.watched)
+        if self.runner.dp is not None:  # what callbacks may read (task.state_dict(), a save) is rank 0's
+            self.runner.dp.share_bn_stats(self.runner)
         if self.nan_flag[0] == 2:
             self.t.raise_halted()
         loss = float(self.result_view[0])
@@ -317,7 +326,10 @@ class _EpochLoop:
         if self.nan_flag[0] == 2:
             self.t.raise_halted()
         self.prog.update(sched.batches - self.shown, float(self.result_view[0]))
-        train = self.acc.copy() if runner.dp is None else runner.dp.global_sums(runner)
+        train = self.acc.copy()
+        if runner.dp is not None:  # global metric sums; every rank validates rank 0's running statistics
+            train = runner.dp.global_sums(runner)
+            runner.dp.share_bn_stats(runner)
         try:
             val = runner.run_eval(self.sched.val) if self.sched.val else None
             emav = runner.run_eval(self.sched.ema) if self.sched.ema else None
@@ -338,6 +350,8 @@ class _EpochLoop:
         self.t.autosave(self.config, self.config.name, rec)
         self.prog.epoch(rec)
         why = call_each(self.callbacks, "epoch", rec)
+        if runner.dp is not None:  # every rank goes on, or none
+            why = runner.dp.reason_agreed(why)
         if why is not None:  # after this epoch, which is whole
             st.result.stopped = why
             self.prog.note(why)
@@ -370,6 +384,7 @@ class _EpochLoop:
         self.runner.drain_transfers()
         if self.runner.dp is not None:
             self.runner.dp.sync_log(self.runner)
+            self.runner.dp.share_bn_stats(self.runner)
         st.result.step_losses = self.runner.view("loss_log")[: int(self.step_counter[0])].copy()
         why = call_each(self.callbacks, "end", {"epoch": st.epoch, "interrupted": st.result.interrupted,
                                                 "stopped": st.result.stopped})
