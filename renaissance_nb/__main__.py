@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -166,20 +168,63 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _launch(nproc: int, argv: list[str]) -> int:
-    """``--nproc N``: the same command under mpiexec (the mpich wheel's), whose exit status it returns."""
-    import subprocess
+    """``--nproc N``: the same command under mpiexec (the mpich wheel's), whose exit status it returns.
+
+    mpiexec runs in a session of its own, so every signal reaches it exactly once, from here, however it
+    was sent: Ctrl-C in the terminal (which signals this launcher's process group only), ``kill -INT`` of
+    this pid, a supervisor signalling its child. Each SIGINT is passed on (the first: every rank stops at
+    one step boundary and exits 130; the second: mpiexec ends the job), the third kills mpiexec (its
+    proxies then end the ranks); SIGTERM and SIGHUP are passed on as they are. mpiexec gets no stdin."""
     rest = [a for i, a in enumerate(argv) if not a.startswith("--nproc") and (i == 0 or argv[i - 1] != "--nproc")]
     try:
         command = launch_command(nproc, ["-m", "renaissance_nb", *rest])
     except RenaissanceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    proc = subprocess.Popen(command)
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:  # mpiexec got this Ctrl-C too and forwards it to the ranks, which stop at one
-            continue  # step boundary and exit 130: wait for them (subprocess.call would kill mpiexec here)
+    forward = _Forward()
+    kept = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        forward.started(subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True))
+        code = forward.wait()
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+    return code if code >= 0 else 128 - code  # killed by a signal: the shell's 128 + N
+
+
+class _Forward:
+    """The launcher's signal handler: each signal passed on to mpiexec once; the third SIGINT kills it.
+    A signal that comes before mpiexec has started is passed on as soon as it has."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.early: list[int] = []
+        self.interrupts = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+        if self.proc is None:
+            self.early.append(signum)
+        else:
+            self._send(signum)
+
+    def started(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        while self.early:
+            self._send(self.early.pop(0))
+
+    def wait(self) -> int:
+        assert self.proc is not None
+        return self.proc.wait()  # a handled signal interrupts the wait, which resumes (PEP 475)
+
+    def _send(self, signum: int) -> None:
+        assert self.proc is not None
+        if signum == signal.SIGINT and self.interrupts >= 3:
+            print("third Ctrl-C: killing mpiexec", file=sys.stderr, flush=True)
+            self.proc.kill()
+        else:
+            self.proc.send_signal(signum)  # nothing once it has exited
 
 
 def _rank_main(args: argparse.Namespace) -> int:

@@ -208,10 +208,28 @@ def test_a_stop_asked_on_one_rank_stops_both_at_the_same_step_and_resumes(tmp_pa
     assert len(np.load(tmp_path / "s.npz")["losses"]) == 224
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (from /proc): mpiexec in its own session, its proxies and the ranks."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def _interrupt(cmd: list[str], ready: Callable[[str], bool], group: bool) -> tuple[subprocess.Popen, str, str, float]:
     """Start ``cmd`` in a session of its own, read its stdout until ``ready(line)``, then send SIGINT as Ctrl-C
-    in a terminal does: to the whole process group (``group``) or to mpiexec alone. MPICH's mpiexec starts
-    each rank in a session of its own, so the ranks get the signal only by mpiexec forwarding it."""
+    in a terminal does: to the whole process group (``group``) or to the process alone. MPICH's mpiexec starts
+    each rank in a session of its own, so the ranks get the signal only by mpiexec forwarding it; ``train
+    --nproc`` starts mpiexec in a session of its own, so mpiexec gets it only by the launcher forwarding it."""
     proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_env(), cwd=tempfile.gettempdir())
     try:
@@ -226,8 +244,12 @@ def _interrupt(cmd: list[str], ready: Callable[[str], bool], group: bool) -> tup
         out, err = proc.communicate(timeout=LIMIT)
         return proc, "".join(seen) + out, err, time.monotonic() - sent
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in [*_descendants(proc.pid), proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if proc.returncode is None:
             proc.communicate()
 
 
@@ -249,17 +271,48 @@ def test_ctrl_c_forwarded_by_mpiexec_stops_both_ranks_at_one_step_boundary_and_t
             assert whole[k].tobytes() == cut[k].tobytes(), k
 
 
-def test_ctrl_c_in_a_terminal_stops_train_nproc_2_on_every_rank() -> None:
-    """``python -m renaissance_nb train --nproc 2`` and Ctrl-C: the launcher waits for mpiexec (it does not
-    kill it), mpiexec forwards the signal, both ranks stop at one step boundary and the job exits 130."""
+def _stops_train_nproc_2(group: bool) -> None:
     _mpiexec()
     proc, out, err, after = _interrupt([sys.executable, "-m", "renaissance_nb", "train", "--nproc", "2",
-                                        "--epochs", "30"], lambda line: line.startswith("epoch   1 "), group=True)
+                                        "--epochs", "30"], lambda line: line.startswith("epoch   1 "), group=group)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert re.search(r"stopped after step (16|32) of 32 in epoch \d+ \(Ctrl-C\)", out), out[-2000:]
     done = re.findall(r"interrupted by Ctrl-C after (\d+) of 30 epochs", err)
     assert len(done) == 2 and len(set(done)) == 1, err[-2000:]  # rank 0 and rank 1, at the same point
     assert after < 60
+
+
+def test_ctrl_c_in_a_terminal_stops_train_nproc_2_on_every_rank() -> None:
+    """``python -m renaissance_nb train --nproc 2`` and Ctrl-C (SIGINT to the terminal's process group): the
+    launcher passes it to mpiexec once, mpiexec to the ranks, both stop at one step boundary, the job exits 130."""
+    _stops_train_nproc_2(group=True)
+
+
+def test_sigint_to_the_launcher_alone_stops_train_nproc_2_on_every_rank() -> None:
+    """``kill -INT <launcher>`` (or a supervisor signalling only its child) never reached mpiexec before: the
+    launcher swallowed it and the job trained on. Now it passes it on, and the job stops as after Ctrl-C."""
+    _stops_train_nproc_2(group=False)
+
+
+def test_the_launcher_passes_each_signal_on_once_and_kills_mpiexec_at_the_third_ctrl_c() -> None:
+    from renaissance_nb.__main__ import _Forward
+
+    class Proc:
+        def __init__(self) -> None:
+            self.got: list[object] = []
+
+        def send_signal(self, sig: int) -> None:
+            self.got.append(sig)
+
+        def kill(self) -> None:
+            self.got.append("kill")
+    forward, proc = _Forward(), Proc()
+    forward(signal.SIGINT, None)  # before mpiexec started: passed on once it has
+    forward.started(proc)  # type: ignore[arg-type]
+    forward(signal.SIGTERM, None)
+    forward(signal.SIGINT, None)
+    forward(signal.SIGINT, None)
+    assert proc.got == [signal.SIGINT, signal.SIGTERM, signal.SIGINT, "kill"]
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused_at_plan() -> None:
