@@ -1,6 +1,6 @@
 """Data-parallel training on the CPU: 2 MPI ranks x 1 thread against 1 process x 1 and x 2 threads.
 
-    python benchmarks/data_parallel_cpu.py [--epochs 3] [--out benchmarks/results/data_parallel_cpu.json]
+    python benchmarks/data_parallel_cpu.py [--epochs 3] [--runs 3] [--out benchmarks/results/data_parallel_cpu.json]
                                            [--docs docs/scaling.md]
     python benchmarks/data_parallel_cpu.py --model benchmarks/results/data_parallel_cpu.json [--docs ...]
 
@@ -14,7 +14,9 @@ fraction hidden behind backward is 1 - (that time with buckets) / (that time wit
 also times the slab's Allreduce alone, back to back after a barrier: what the reduction costs with
 nobody computing.
 
-With ``--docs`` the measured section and the N-node model of docs/scaling.md (between their
+``--runs N`` measures all five N times, one after the other; the report keeps every run and the machine's
+load average before each (this VM's 2 cores are shared), and the tables give the median and the range
+over the runs. With ``--docs`` the measured section and the N-node model of docs/scaling.md (between their
 ``<!-- data_parallel_cpu: ... -->`` markers) are rewritten from the report, so no figure is retyped.
 """
 from __future__ import annotations
@@ -115,46 +117,80 @@ def run(cmd: list[str], threads: int, env: dict[str, str] | None = None) -> dict
 
 
 def measure(epochs: int) -> dict:
+    """One run of the five configurations: their rows and the fraction of the slab's wait each bucketed one hid."""
     from renaissance_nb.mpi import mpiexec_path
     me = [sys.executable, __file__, "--worker", "--epochs", str(epochs)]
     mpi = [mpiexec_path() or "mpiexec", "-n", "2", *me]
+    load = os.getloadavg()[0]
     rows = {"1 process x 1 thread": run(me, 1), "1 process x 2 threads": run(me, 2),
             TWO[0]: run([*mpi, "--allreduce", "buckets"], 1),
             TWO[1]: run([*mpi, "--allreduce", "buckets"], 1, {"MPIR_CVAR_ASYNC_PROGRESS": "1"}),
             TWO[2]: run([*mpi, "--allreduce", "slab"], 1)}
     slab = rows[TWO[2]]["comm_ms"]
-    return {"machine": machine_line(), "epochs": epochs, "model": MODEL, "rows": rows,
-            "hidden_fraction": {k: 1.0 - rows[k]["comm_ms"] / slab for k in TWO[:2]}}
+    return {"rows": rows, "hidden_fraction": {k: 1.0 - rows[k]["comm_ms"] / slab for k in TWO[:2]}, "load_before": load}
+
+
+def measure_runs(epochs: int, runs: int) -> dict:
+    return {"machine": machine_line(), "epochs": epochs, "model": MODEL, "runs": [measure(epochs) for _ in range(runs)]}
+
+
+def _runs(report: dict) -> list[dict]:
+    """The runs of a report (a report of one run, written before --runs, is that run)."""
+    return report.get("runs") or [{"rows": report["rows"], "hidden_fraction": report["hidden_fraction"]}]
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """The median, and the range over the runs when there are several: '5.15 (4.90-5.60)'."""
+    med = format(_median(values), fmt)
+    return med if len(values) < 2 else f"{med} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
 def measured_markdown(report: dict) -> str:
-    """docs/scaling.md's measured section, from a report."""
-    rows, slab = report["rows"], report["rows"][TWO[2]]
-    lines = [f"One run of `python benchmarks/data_parallel_cpu.py --docs docs/scaling.md` on {report['machine']}; "
-             f"{report['model']}; {report['epochs']} epochs, figures over epochs 2..{report['epochs']} (the first "
-             "compiles). The machine's 2 cores are shared with other jobs, so figures move by tens of percent "
-             "between runs.", "",
-             "| run | samples/s | ms per step | all-reduce kernels, ms per step (rank 0 / rank 1) | hidden behind backward |",
+    """docs/scaling.md's measured section, from a report: medians and ranges over its runs."""
+    runs = _runs(report)
+    n, col = len(runs), (lambda name, key: [r["rows"][name][key] for r in runs])
+    loads = ", ".join(f"{r['load_before']:.1f}" for r in runs if "load_before" in r)
+    lines = [f"{'One run' if n == 1 else f'{n} runs, one after the other,'} of `python benchmarks/data_parallel_cpu.py "
+             f"--runs {n} --docs docs/scaling.md` on {report['machine']}; {report['model']}; {report['epochs']} epochs, "
+             f"figures over epochs 2..{report['epochs']} (the first compiles). The machine's 2 cores are shared with "
+             "other jobs" + (f" (load average before each run: {loads})" if loads else "") + ", so each figure is "
+             + ("the median over the runs and, in brackets, their range." if n > 1 else "one sample."), "",
+             "| run | samples/s | ms per step | all-reduce kernels, ms per step | hidden behind backward |",
              "|---|---|---|---|---|"]
-    for name, r in rows.items():
-        comm = (f"{r['comm_ms']:.2f} ({' / '.join(f'{x:.2f}' for x in r['per_rank_comm_ms'])})"
-                if "comm_ms" in r else "")
-        hidden = _hidden_text(report["hidden_fraction"].get(name))
-        lines.append(f"| {name} | {r['samples_per_s']:,.0f} | {r['step_ms']:.1f} | {comm} | {hidden} |")
+    for name in runs[0]["rows"]:
+        comm = _spread(col(name, "comm_ms"), ".2f") if "comm_ms" in runs[0]["rows"][name] else ""
+        hidden = (_hidden_text([r["hidden_fraction"][name] for r in runs])
+                  if name in runs[0]["hidden_fraction"] else "")
+        lines.append(f"| {name} | {_spread(col(name, 'samples_per_s'), ',.0f')} | {_spread(col(name, 'step_ms'), '.1f')} "
+                     f"| {comm} | {hidden} |")
+    slab = runs[0]["rows"][TWO[2]]
     lines += ["", f"The gradient slab is {slab['gradient_bytes'] / 2**20:.2f} MiB; its blocking `Allreduce` alone "
-              f"(back to back, nobody computing) takes {slab['slab_alone_ms']:.2f} ms. In the training step the "
-              f"slab's all-reduce takes {slab['comm_ms']:.2f} ms: besides the reduction it waits for the other "
-              "rank to finish its backward. \"Hidden\" is 1 - (the bucketed run's all-reduce kernels) / (the "
-              "slab's): the share of that wait the overlap removed."]
+              f"(back to back, nobody computing) takes {_spread(col(TWO[2], 'slab_alone_ms'), '.2f')} ms. In the "
+              f"training step the slab's all-reduce takes {_spread(col(TWO[2], 'comm_ms'), '.2f')} ms: besides the "
+              "reduction it waits for the other rank to finish its backward. \"Hidden\" is 1 - (the bucketed run's "
+              "all-reduce kernels) / (the slab's) within each run: the share of that wait the overlap removed."]
+    hid = [r["hidden_fraction"][TWO[0]] for r in runs]
+    if min(hid) < 0 < max(hid):
+        lines[-1] += (f" Over these {n} runs it ranges from {100 * min(hid):.0f}% to {100 * max(hid):.0f}%: in "
+                      f"{sum(h < 0 for h in hid)} of them the buckets waited longer than the slab, so on this shared "
+                      "machine the overlap's gain is within the noise between runs.")
     return "\n".join(lines)
 
 
-def _hidden_text(fraction: float | None) -> str:
-    if fraction is None:
-        return ""
-    if fraction >= 0:
-        return f"{100 * fraction:.0f}%"
-    return f"none: {1 - fraction:.1f}x the slab's wait"
+def _hidden_text(fractions: list[float]) -> str:
+    """'14% (9%-20%)' of the runs' fractions; where the median is negative, how many times the slab's wait."""
+    med = _median(fractions)
+    if med < 0:
+        worse = [1 - f for f in fractions]
+        return f"none: {_spread(worse, '.1f')}x the slab's wait"
+    if len(fractions) < 2:
+        return f"{100 * med:.0f}%"
+    return f"{100 * med:.0f}% ({100 * min(fractions):.0f}% to {100 * max(fractions):.0f}%)"
 
 
 def scaling_table(report: dict) -> str:
@@ -164,9 +200,10 @@ def scaling_table(report: dict) -> str:
     all-gather), in 2 (N-1) steps of latency each (5 us assumed per step). Backward is two thirds of a
     step's arithmetic (two products per forward one), so with perfect overlap the all-reduce hides when
     local_batch x (2/3) x (seconds per sample on one core) >= its time."""
-    s = report["rows"][TWO[2]]["gradient_bytes"]
-    per_sample = 1.0 / report["rows"]["1 process x 1 thread"]["samples_per_s"]
-    lines = [f"gradient slab S = {s:,} bytes; one core: {1e6 * per_sample:.0f} us per sample (forward, backward, "
+    runs = _runs(report)
+    s = runs[0]["rows"][TWO[2]]["gradient_bytes"]
+    per_sample = 1.0 / _median([r["rows"]["1 process x 1 thread"]["samples_per_s"] for r in runs])
+    lines = [f"gradient slab S = {s:,} bytes; one core (the median run): {1e6 * per_sample:.0f} us per sample (forward, backward, "
              f"update), backward {1e6 * per_sample * 2 / 3:.0f} us", "",
              "| ranks N | bytes sent per rank per step | 10 Gb/s | 25 Gb/s | 100 Gb/s | local batch hiding it at 10 / 25 / 100 Gb/s |",
              "|---|---|---|---|---|---|"]
@@ -194,6 +231,7 @@ def write_docs(path: str, report: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3, help="measure every configuration this many times")
     ap.add_argument("--out", default="benchmarks/results/data_parallel_cpu.json")
     ap.add_argument("--docs", metavar="MD", help="rewrite the measured section and model of this file")
     ap.add_argument("--worker", action="store_true")
@@ -209,7 +247,7 @@ def main() -> None:
         with open(args.model) as f:
             report = json.load(f)
     else:
-        report = measure(args.epochs)
+        report = measure_runs(args.epochs, args.runs)
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)
