@@ -1,20 +1,24 @@
 """The helper process of runtime/warmup.py: the task's kernels called last to first, into numba's cache.
 
 It reads (config without data, data shapes) from stdin, builds the same plan around zeros of those
-shapes, and calls every bound kernel of a run in reverse order, so that numba compiles and caches
-them while the task's own process compiles forwards; it stops when that process is gone.
+shapes, and calls every bound kernel of a run, the first training step's in reverse order, so that
+numba compiles and caches them while the task's own process compiles forwards; it stops when that
+process is gone. RNB_WARMUP_LOG names a file where it notes when each kernel was done.
 """
 from __future__ import annotations
 
 import os
 import pickle
 import sys
+import time
 from typing import Any
 
 import numpy as np
 
 from ..config import TaskConfig
 from ..kernels.cacheprobe import mark_cache_warm
+
+_STARTED = time.perf_counter()
 
 
 def _zero_data(spec: dict[str, Any]) -> Any:
@@ -32,13 +36,17 @@ def _zero_data(spec: dict[str, Any]) -> Any:
 
 
 def _kernels(runner: Any) -> list[Any]:
-    """Every bound kernel a run of the task calls (training at each resolution, batch norm's folding,
-    validation of raw and EMA weights), in run order, each once: the trainer's own schedules."""
+    """Every bound kernel a run of the task calls, each once, in the order the helper calls them: the
+    first training step's last to first (the task's process compiles it first to last, so the two meet
+    in its middle), then the rest of a run as it comes (the last batch, other resolutions, batch norm's
+    folding, validation of raw and EMA weights), which the task reaches only after its first step."""
     from ..compiler.ids import GraphId
     from .replay import run_schedules
     ex = runner.executor
     scheds = run_schedules(runner.config, ex)
-    groups = [*(scheds.train(0), scheds.low), ex.kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS),
+    first = scheds.train(0)
+    groups = [[*first.prologue, *first.steps[0]][::-1], *(scheds.train(0), scheds.low),
+              ex.kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS),
               *(sched for sched in (scheds.val, scheds.ema) if sched is not None)]
     seen: set[int] = set()
     kernels = []
@@ -52,7 +60,7 @@ def _kernels(runner: Any) -> list[Any]:
 
 
 def compile_in_reverse(config: TaskConfig) -> int:
-    """Build the task's runner and call its kernels last to first, so that numba caches each; returns
+    """Build the task's runner and call its kernels (``_kernels`` order), so that numba caches each; returns
     how many ran without error (one that fails on zero data has been compiled by then all the same)."""
     from ..compiler.pipeline import compile_stage, lock_stage, plan_stage
     from ..kernels.blas import own_cores
@@ -61,8 +69,9 @@ def compile_in_reverse(config: TaskConfig) -> int:
     locked = lock_stage(config, planned)
     runner = Runner(config, compile_stage(config, planned, locked), planned.lr_table)
     parent, ran = os.getppid(), 0
+    log = _progress_log()
     with own_cores():
-        for k in reversed(_kernels(runner)):
+        for i, k in enumerate(_kernels(runner)):
             if os.getppid() != parent:  # the task's process is gone: nobody waits for the rest
                 return ran
             try:
@@ -70,13 +79,27 @@ def compile_in_reverse(config: TaskConfig) -> int:
                 ran += 1
             except Exception:  # noqa: BLE001 - zeros can trip a check; the kernel compiled before it ran
                 pass
+            log(f"kernel {i} done")
         runner.shuffle_into("train", 0)  # what a run does first: the epoch's Philox permutation
     mark_cache_warm()
     return ran
 
 
+def _progress_log() -> Any:
+    """``log(text)``: a line with the seconds since the helper started, to the file named by
+    RNB_WARMUP_LOG (how a benchmark sees when the helper got where); a no-op without it."""
+    path = os.environ.get("RNB_WARMUP_LOG")
+    if not path:
+        return lambda text: None
+
+    def log(text: str) -> None:
+        with open(path, "a") as f:
+            f.write(f"{time.perf_counter() - _STARTED:8.3f} {text}\n")
+    return log
+
+
 def main() -> None:
-    """The helper: read (config, data shapes) from stdin and compile the task's kernels in reverse."""
+    """The helper: read (config, data shapes) from stdin and compile the task's kernels into the cache."""
     try:
         os.nice(10)  # the training process comes first
     except OSError:
