@@ -57,6 +57,18 @@ def test_the_readme_resnet_plans_tiles_not_whole_im2col_matrices() -> None:
     assert shown["conv2.cols"] == (8, 576, 288)  # train_base at 24x24: 8 tiles of one image's 576 rows
 
 
+def test_the_region_map_shows_the_tiles() -> None:
+    """The region map's data (display/views.py, what the widget and its static copy draw): region T
+    lists each convolution's tiles by name and shape, per variant, and its row is one tile set long."""
+    from renaissance_nb.display import views
+    v = views.region_view(readme_resnet().lock_memory())
+    t_row = next(r for r in v["regions"] if r["region"] == "T_TEMP_FP32")
+    t_tensors = {t["name"]: t for t in v["tensors"] if t["region"] == "T_TEMP_FP32"}
+    assert t_tensors["conv2.cols"]["shapes"]["train_lowres"] == [8, 1024, 288]  # 32x32: one image a tile
+    assert t_tensors["conv2.bwd_cols"]["shapes"]["train_base"] == [8, 576, 288]
+    assert t_row["size"] < 10 << 20 < t_row["size_without_reuse"]
+
+
 def test_a_one_by_one_stride_one_conv_plans_no_columns_and_one_channel_keeps_its_matrix() -> None:
     assert operands.conv_scratch_shape(128, 8, 8, 1, 1, 0, 64) == (1, 64)  # x is the column matrix
     assert operands.conv_scratch_shape(128, 28, 28, 3, 1, 1, 1) == (128 * 784, 9)  # tap-major, whole
