@@ -138,7 +138,10 @@ def open_notebook(context, lab: str, name: str, cells: list[str]):  # type: igno
                                  data=json.dumps({"type": "notebook", "format": "json", "content": nb}).encode())
     urllib.request.urlopen(req, timeout=10).close()
     pg = context.new_page()
-    pg.goto(f"{lab}/lab/tree/{name}", wait_until="domcontentloaded", timeout=90_000)
+    # a workspace of its own, reset: only this notebook open (a shared one restores every earlier tab,
+    # whose cells the page-wide locators would also find)
+    pg.goto(f"{lab}/lab/workspaces/{Path(name).stem}/tree/{name}?reset", wait_until="domcontentloaded",
+            timeout=90_000)
     pg.wait_for_function(f"window.jupyterapp && window.jupyterapp.shell.currentWidget && "
                          f"window.jupyterapp.shell.currentWidget.title.label === '{name}' && "
                          f"{KERNEL} && {KERNEL}.status === 'idle'", timeout=120_000)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from browser_lab import KERNEL, SHOTS, browser_context, lab, open_notebook, run_cell, shot, skip_without_browser
+from browser_lab import KERNEL, SHOTS, open_notebook, run_cell, shot, skip_without_browser
 from browser_lab import standalone
 
 pytestmark = skip_without_browser()
-__all__ = ["browser_context", "lab"]  # fixtures, imported for pytest
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,9 @@ import json
 
 import pytest
 
-from browser_lab import SHOTS, browser_context, lab, open_notebook, run_cell, shot, skip_without_browser
+from browser_lab import SHOTS, open_notebook, run_cell, shot, skip_without_browser
 
 pytestmark = skip_without_browser()
-__all__ = ["browser_context", "lab"]  # fixtures, imported for pytest
 
 SETUP = """
 from renaissance_nb import (DeepLearningTask, AdamW, CosineAnnealingLR, RESNET_3_3, RESNET_3_3_DS, block, cbr,

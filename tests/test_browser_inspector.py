@@ -12,10 +12,9 @@ import json
 
 import pytest
 
-from browser_lab import browser_context, lab, open_notebook, run_cell, shot, skip_without_browser
+from browser_lab import open_notebook, run_cell, shot, skip_without_browser
 
 pytestmark = skip_without_browser()
-__all__ = ["browser_context", "lab"]  # fixtures, imported for pytest
 
 SETUP = """
 import json
