@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 
 from ..errors import ConfigError, DeviceError, PhaseError, bad_argument
-from ..runtime.replay import EpochSchedule, batch_variants
+from ..runtime.replay import EpochSchedule, run_schedules
 from ..text import plural
 
 if TYPE_CHECKING:
@@ -166,10 +166,8 @@ def check_steps(op: str, steps: Any) -> int:
 
 def training_pass(runner: "Runner") -> tuple[EpochSchedule, Callable[[], None]]:
     """The runner's training epoch as step programs, and a zero-allocation replay of it (cursor reset)."""
-    ex, config = runner.executor, runner.config
-    assert config.data is not None
-    variants = batch_variants(len(config.data.train), config.local_batch, "train_base", "train_last")
-    sched = ex.train_schedule(variants)
+    ex = runner.executor
+    sched = run_schedules(runner.config, ex).base  # the trainer's own (a measured task is not distributed)
     cursor = ex.view("train_base", "cursor")
 
     def replay() -> None:
