@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs and runs all of it:
 # the package with its [test] and [mkl] extras (so both sgemm paths, OpenBLAS and oneMKL, are
-# tested), PyTorch (the reference for the parity tests), then (as root, with apt-get) Debian's
-# chromium, graphviz and fonts for the browser test and the graph drawings, then pytest.
+# tested), PyTorch (the reference for the parity tests), then (as root, with apt-get) gcc for the C
+# kernels if there is no C compiler, Debian's chromium, graphviz and fonts for the browser test and
+# the graph drawings, then pytest.
 # Safe to run again: anything already present is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,12 @@ python3 -m pip install -q -e ".[test,mkl]"
 # carry its CPU wheel on disk; elsewhere pip takes PyPI's build of the same release.
 python3 -m pip install -q "torch==2.13.0"
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  # a C compiler builds the fused CPU passes (renaissance_nb/kernels/native.c); without one the numba
+  # kernels serve and tests/test_native.py skips
+  if ! command -v cc >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
+  fi
   bash scripts/install_browser.sh
 else
   echo "warning: not root or no apt-get: chromium/graphviz not installed; the tests that need them skip"

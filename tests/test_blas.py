@@ -240,10 +240,11 @@ def test_compile_notes_say_what_the_products_run_on() -> None:
     t = (rnb.DeepLearningTask("t").model(rnb.seq(rnb.fc(4))).data(train=(x, np.arange(64, dtype=np.int32) % 4), batch_size=16)
          .total_epochs(1).compile())
     notes = [n for n in t.compiled.notes if n.startswith("device: CPU")]
-    assert notes == [f"device: CPU, {blas.describe()}."]
+    from renaissance_nb.kernels import native
+    assert notes == [f"device: CPU, {blas.describe()}; {native.status().describe()}."]
     if blas.THREADED:
         expected = {"mkl": "oneMKL's", "openblas": "NumPy's OpenBLAS"}[blas.SGEMM.name]
-        assert f"bands of {expected} sgemm on {numba.get_num_threads()} numba threads" in notes[0]
+        assert f"bands of {expected} sgemm on {numba.get_num_threads()} " in notes[0]
     else:
         assert "np.matmul" in notes[0]
 

@@ -80,7 +80,8 @@ class StepAllocations:
                 ("Python traced memory growth", f"{self.python_growth} B")]
 
     def summary(self) -> str:
-        what = ("each the record numba makes for an array argument of a kernel call, freed as the call returns"
+        what = ("no kernel called numba with an array (the C kernels take addresses)" if self.nrt_allocs == 0 else
+                "each the record numba makes for an array argument of a kernel call, freed as the call returns"
                 if self.only_argument_records else
                 f"{self.array_arguments} of them records of array arguments, the rest buffers a kernel allocated")
         held = "nothing held" if self.nrt_net == 0 else f"{plural(self.nrt_net, 'allocation')} held"

@@ -46,6 +46,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..errors import ConfigError
+from . import native
 from .fused import jit, par
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -200,7 +201,8 @@ def describe() -> str:
         why = SGEMM.why_not or OPENBLAS.why_not or "no sgemm to call"
         return f"matrix products on np.matmul, passes on one thread ({why})"
     name = {"mkl": "oneMKL's", "openblas": "NumPy's OpenBLAS"}.get(SGEMM.name, SGEMM.name)
-    return (f"matrix products as bands of {name} sgemm on {numba.get_num_threads()} numba threads "
+    pool = "threads" if native.lib() is not None else "numba threads"
+    return (f"matrix products as bands of {name} sgemm on {numba.get_num_threads()} {pool} "
             "(RNB_BLAS=openblas|mkl chooses the BLAS)")
 
 
@@ -386,10 +388,21 @@ def on_own_cores(call: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
+def pass_threads(threaded: bool) -> int:
+    """The threads a pass runs on: numba's count when it is threaded (the products' pool size), else 1."""
+    return numba.get_num_threads() if threaded else 1
+
+
 def _bound(bands: np.ndarray, keep: tuple, sgemm: Sgemm | None = None) -> Callable[[], None]:
-    """The kernel that runs planned sgemm calls: in parallel when there are several."""
+    """The kernel that runs planned sgemm calls: in parallel when there are several (on the C kernels'
+    OpenMP threads where they are built, kernels/native.py, else on numba's)."""
     sg = sgemm or SGEMM
     fptr = sg.address
+    bound = native.bind_gemm_bands(fptr, sg.int_bits == 64, bands, pass_threads(True))
+    if bound is not None:
+        run = on_own_cores(bound)
+        run.keep = keep  # type: ignore[attr-defined]
+        return run
     if bands.shape[0] == 1:
         f = _one64 if sg.int_bits == 64 else _one32
     else:

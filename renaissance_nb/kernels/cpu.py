@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import NumericalError, PlanError
 from ..train.rng import StreamId
-from . import blas, fused, philox
+from . import blas, fused, native, philox
 from .base import EMPTY_F32, EMPTY_F32_2D, Factory, join_tables, registrar
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
@@ -198,7 +198,8 @@ def softmax_xent_k(outs, ins, p, env):
     dlogits = flat2d(outs[1]) if grad else EMPTY_F32_2D
     weight = ins[2] if len(ins) > 2 else EMPTY_F32  # CrossEntropyLoss(weight=...)
     smoothing, f = float(p["smoothing"]), fused.softmax_xent
-    return lambda: f(logits, labels, smoothing, weight, result, dlogits, grad)
+    bound = native.bind_softmax_xent(logits, labels, smoothing, weight, result, dlogits, grad)
+    return bound or (lambda: f(logits, labels, smoothing, weight, result, dlogits, grad))
 
 
 @kernel("accum_metrics")
@@ -208,7 +209,8 @@ def accum_metrics(outs, ins, p, env):
     acc = outs[0]
     loss_log = outs[1] if p.get("log") else EMPTY_F32
     batch, f = float(env.batch), fused.accumulate_metrics
-    return lambda: f(result, acc, batch, loss_log, step)
+    bound = native.bind_accumulate_metrics(result, acc, batch, loss_log, step)
+    return bound or (lambda: f(result, acc, batch, loss_log, step))
 
 
 @kernel("transfer")
@@ -226,9 +228,13 @@ def transfer(outs, ins, p, env):
     x2 = flat2d(x_out)
     xs2 = xs.reshape(xs.shape[0], -1)
     f = fused.gather_batch_par if blas.THREADED else fused.gather_batch
+    gather = native.bind_gather(xs2, ys, perm, cursor, x2, y_out, blas.pass_threads(blas.THREADED))
+    if gather is None:
+        def gather() -> int:
+            return f(xs2, ys, perm, cursor, x2, y_out)
 
     def run() -> None:
-        status = f(xs2, ys, perm, cursor, x2, y_out)
+        status = gather()
         if status:
             raise status_error(status, "transfer", source, len(y_out), perm, int(cursor[0]))
     return run
@@ -259,12 +265,14 @@ def nan_check(outs, ins, p, env):
     if parts is None:  # a hand-built node without its partials tensor
         parts = env.scratch("nan_check: probe partials", (fused.PAR_CHUNKS,), np.float32)
     par, serial = fused.nonfinite_probe_par, fused.nonfinite_probe
-    probe = (lambda g: par(g, parts)) if blas.THREADED else serial
+    probe = native.bind_probe(grads, parts, blas.pass_threads(blas.THREADED))
+    if probe is None:
+        probe = (lambda: par(grads, parts)) if blas.THREADED else (lambda: serial(grads))
     locate = env.locate
 
     def run() -> None:
         loss = result[0]
-        if probe(grads) == 0.0 and loss - loss == 0.0:
+        if probe() == 0.0 and loss - loss == 0.0:
             return
         if policy == "skip":
             flag[0] = 1
@@ -289,19 +297,21 @@ def clip_grad_norm(outs, ins, p, env):
     out = outs[0]  # outs[1], the partial sums of the CUDA kernels, is not used here
     grads = env.range_view(p["first"], p["last"], "float32")
     max_norm, tiny, one = np.float32(p["max_norm"]), np.float32(1e-6), np.float32(1.0)
-    total = fused.sq_sum_par if blas.THREADED else fused.sq_sum_chunked
-    scale = fused.scale_par if blas.THREADED else fused.scale_
+    total_of = fused.sq_sum_par if blas.THREADED else fused.sq_sum_chunked
+    scale_by = fused.scale_par if blas.THREADED else fused.scale_
+    total, scale = native.bind_clip(grads, blas.pass_threads(blas.THREADED)) or (
+        (lambda: total_of(grads)), (lambda factor: scale_by(grads, factor)))
 
     def run() -> None:
         if flag[0]:
             return
-        norm = np.float32(math.sqrt(total(grads)))
+        norm = np.float32(math.sqrt(total()))
         factor = max_norm / (norm + tiny)
         if factor >= one:  # a NaN norm (nan_check off) scales every gradient to NaN, as torch's does
             out[0], out[1] = norm, one
             return
         out[0], out[1] = norm, factor
-        scale(grads, factor)
+        scale(factor)
     return run
 
 
@@ -313,20 +323,23 @@ def optimizer_k(outs, ins, p, env):
     w, g, m, v = optimizer_ranges(env.range_view)
     kind = p["kind"]
     maximize = bool(p.get("maximize", False))
+    threads = blas.pass_threads(blas.THREADED)
     if kind in ("adam", "adamw"):
         f = fused.adam_update_par if blas.THREADED else fused.adam_update
         b1, b2, eps, wd = float(p["beta1"]), float(p["beta2"]), float(p["eps"]), float(p["weight_decay"])
         decoupled = kind == "adamw"
-
-        def update() -> None:
-            f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
+        update = native.bind_adam(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize, threads)
+        if update is None:
+            def update() -> None:
+                f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
     elif kind == "sgd":
         fs = fused.sgd_update_par if blas.THREADED else fused.sgd_update
         mom, damp, wd, nest = float(p["momentum"]), float(p["dampening"]), float(p["weight_decay"]), bool(p["nesterov"])
         mm = m if mom != 0 else EMPTY_F32
-
-        def update() -> None:
-            fs(w, g, mm, lr_table, step, mom, damp, wd, nest, maximize)
+        update = native.bind_sgd(w, g, mm, lr_table, step, mom, damp, wd, nest, maximize, threads)
+        if update is None:
+            def update() -> None:
+                fs(w, g, mm, lr_table, step, mom, damp, wd, nest, maximize)
     else:
         raise PlanError(f"optimizer: unknown kind {kind!r}")
 
@@ -346,13 +359,15 @@ def ema_update(outs, ins, p, env):
     (step,) = ins
     e, w, be, bw = ema_ranges(env.range_view)
     decay, f = float(p["decay"]), fused.ema_
+    weights = native.bind_ema(e, w) or (lambda d: f(e, w, d))
+    stats = (native.bind_ema(be, bw) or (lambda d: f(be, bw, d))) if be.size else None
 
     def run() -> None:
         t = float(step[0])
         d = min(decay, (1.0 + t) / (10.0 + t))
-        f(e, w, d)
-        if be.size:
-            f(be, bw, d)
+        weights(d)
+        if stats is not None:
+            stats(d)
     return run
 
 

@@ -1,13 +1,14 @@
 """The two fused element-wise passes around a GEMM, as bound kernels (fc and conv layers use both).
 
-Each picks the serial numba loop or its threaded twin (the same bytes) at bind time.
+Each binds the C loop (kernels/native.py) where the library is built, else the serial numba loop or
+its threaded twin: all give the same bytes.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import PlanError
-from . import blas, fused
+from . import blas, fused, native
 from .base import EMPTY_F32, BindEnv, Kernel
 
 PASS_PAR_MIN = 1 << 17
@@ -21,7 +22,11 @@ NO_PARTIALS = np.zeros((fused.PAR_CHUNKS, 0), np.float64)
 def bias_act_pass(y2: np.ndarray, b: np.ndarray, act: int, slope: float) -> Kernel:
     """y2 = act(y2 + b) in place (b may be empty) as a bound kernel; by row blocks on numba's
     threads when the products use that pool."""
-    f = fused.bias_act_par_ if blas.THREADED and y2.size >= PASS_PAR_MIN else fused.bias_act_
+    threaded = blas.THREADED and y2.size >= PASS_PAR_MIN
+    bound = native.bind_bias_act(y2, b, act, slope, blas.pass_threads(threaded))
+    if bound is not None:
+        return bound
+    f = fused.bias_act_par_ if threaded else fused.bias_act_
     return lambda: f(y2, b, act, slope)
 
 
@@ -39,7 +44,11 @@ def act_grad_colsum_pass(d2: np.ndarray, y2: np.ndarray, act: int, slope: float,
     if parts.shape != (fused.PAR_CHUNKS, out.size) or parts.dtype != np.float64:
         raise PlanError(f"bias gradient: the partial sums have shape {parts.shape} ({parts.dtype}), expected "
                         f"{(fused.PAR_CHUNKS, out.size)} float64. Fix: plan them with the layer's tensors.")
-    f = fused.act_grad_colsum_par_ if blas.THREADED and d2.size >= PASS_PAR_MIN else fused.act_grad_colsum_
+    threaded = blas.THREADED and d2.size >= PASS_PAR_MIN
+    bound = native.bind_act_grad_colsum(d2, y2, act, slope, parts, out, blas.pass_threads(threaded))
+    if bound is not None:
+        return bound
+    f = fused.act_grad_colsum_par_ if threaded else fused.act_grad_colsum_
     return lambda: f(d2, y2, act, slope, parts, out)
 
 

@@ -16,7 +16,7 @@ from ..compiler.ids import GraphId
 from ..config import TaskConfig
 from ..data.arrays import Dataset, moved_to_channels_first, validate_arrays
 from ..errors import CheckpointError, ConfigError, DataError, bad_argument
-from ..kernels import blas, fused
+from ..kernels import blas, fused, native
 from ..memory.dtensor import arena_layout, torch_layout
 from .runner import Runner
 from .trainer import RunState
@@ -73,9 +73,10 @@ class Inference:
         sums = np.zeros(3)
         res = np.zeros(3, np.float32)
         loss = self.config.loss
+        none = np.zeros((0, 0), np.float32)
         for start, n, logits in self._forward_batches(ds.x, ds.y, ema):
-            fused.softmax_xent(logits, ds.y[start:start + n], float(loss.label_smoothing_), loss.class_weights, res,
-                               np.zeros((0, 0), np.float32), False)
+            args = (logits, ds.y[start:start + n], float(loss.label_smoothing_), loss.class_weights, res, none, False)
+            (native.bind_softmax_xent(*args) or (lambda: fused.softmax_xent(*args)))()
             sums += (res[0] * n, res[1], res[2])
         n = len(ds)
         return {"loss": sums[0] / n, "top1": sums[1] / n, "top5": sums[2] / n, "n": n}

@@ -17,7 +17,7 @@ from ..compiler.ids import GraphId
 from ..compiler.stages import CompiledPlan
 from ..config import TaskConfig
 from ..errors import ConfigError, DeviceError
-from ..kernels import blas
+from ..kernels import blas, native
 from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
 from ..mpi import World, world
@@ -55,10 +55,12 @@ class Runner:
         if config.device == "auto" and kind == "cpu":
             from ..gpu.device import probe
             compiled.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
+        declined = len(native.DECLINED)
         self.executor = Executor(compiled, self.arena, self.env)
         self._initialise(lr_table)
         self.replay, self.device_kind = self._start_device(kind)
-        self.warmup = start_warmup(config, self.device_kind)  # a first run: compile kernels on a second core
+        numba_free = native.covers({n.op for b in self.executor.bound for n in b.nodes}, declined)
+        self.warmup = start_warmup(config, self.device_kind, numba_free)  # a first run: compile kernels on a second core
 
     def _start_device(self, kind: str) -> tuple[StepPrograms, str]:
         """Who replays: the GPU backend when the device resolved to CUDA and it starts, else this host."""
@@ -81,7 +83,7 @@ class Runner:
                                       f"graphs on one device arena, data={gpu.data}, capture={gpu.capture}; "
                                       "the host arena mirrors the device's at epoch ends.")
                 return gpu, "cuda"
-        compiled.notes.append(f"device: CPU, {blas.describe()}.")
+        compiled.notes.append(f"device: CPU, {blas.describe()}; {native.status().describe()}.")
         return self.executor, "cpu"
 
     def _initialise(self, lr_table: np.ndarray) -> None:

@@ -1,5 +1,8 @@
 """Kernel compilation on a second core: the first run after an install compiles from both ends.
 
+(Where the C kernels are built, kernels/native.py, a plan they cover, such as the MLP's, has no
+numba kernel to compile, and no helper is started.)
+
 Why: numba compiles a plan's kernels the first time they run (about 12 s of one core for the
 seed MLP, most of a first run), one after another on the thread that trains, while the other
 cores idle. When ``compile()`` finds numba's disk cache cold (kernels/cacheprobe.py), it starts
@@ -45,10 +48,13 @@ def cache_was_cold() -> bool:
     return package_cache_was_cold()
 
 
-def wanted(config: TaskConfig, device_kind: str) -> str | None:
-    """Why no helper is started for this task (None: start one)."""
+def wanted(config: TaskConfig, device_kind: str, numba_free: bool = False) -> str | None:
+    """Why no helper is started for this task (None: start one). ``numba_free``: binding the task's
+    kernels bound no numba code (kernels/native.py ``covers``)."""
     if os.environ.get("RNB_WARMUP", "1") == "0":
         return "RNB_WARMUP=0"
+    if numba_free:
+        return "the C kernels cover the plan: numba compiles nothing"
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
         return "numba's JIT is disabled"
     if _started:
@@ -75,9 +81,9 @@ def _data_spec(config: TaskConfig) -> dict[str, Any]:
     return {"train": one(s.train), "val": one(s.val), "name": s.name}
 
 
-def start_warmup(config: TaskConfig, device_kind: str) -> subprocess.Popen | None:
+def start_warmup(config: TaskConfig, device_kind: str, numba_free: bool = False) -> subprocess.Popen | None:
     """Start the helper for a just-compiled task, where ``wanted`` allows; None where not or if it fails."""
-    if wanted(config, device_kind) is not None:
+    if wanted(config, device_kind, numba_free) is not None:
         return None
     try:
         message = pickle.dumps((config.with_(data=None), _data_spec(config)))

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, bad_argument
+from ..kernels import native
 from ..kernels import philox as _kernels
 from ..kernels.philox import MASK32 as _MASK32
 from ..kernels.philox import PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1
@@ -186,7 +187,8 @@ class Philox:
                                "use a smaller block offset")
         if _HAVE_NUMBA:
             keys = np.empty(n, np.uint64)
-            _kernels.keys_kernel(keys, *self.key, stream, offset & _MASK32, offset >> 32)
+            if not native.philox_keys(keys, *self.key, stream, offset & _MASK32, offset >> 32):
+                _kernels.keys_kernel(keys, *self.key, stream, offset & _MASK32, offset >> 32)
             return keys
         bits = self._words(2 * n, stream, offset).astype(np.uint64).reshape(n, 2)  # NumPy fallback
         return (bits[:, 0] << np.uint64(32)) | bits[:, 1]

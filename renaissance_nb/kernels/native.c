@@ -1,0 +1,405 @@
+/* The CPU replay's fused passes in C: the same loops as the numba kernels of fused.py, blas.py and
+ * philox.py, compiled once per machine by the system C compiler (kernels/native.py), so a first run
+ * does not wait for numba to compile them.
+ *
+ * Every function gives the bytes of its numba twin (tests/test_native.py compares them): the same
+ * types at every step (float32 where numba keeps float32, double where a Python float literal or
+ * argument makes numba widen), the same order of additions, the same cuts of a range into
+ * RNB_CHUNKS blocks. It is built with -ffp-contract=off (no fused multiply-adds, as numba without
+ * fastmath) and without -ffast-math; expf and tanhf are glibc's, as numba's are. Threads: OpenMP,
+ * one block of a pass per iteration, so the thread count never changes a byte.
+ * Arrays are raw addresses; 2-D ones take a row stride in elements. Nothing here allocates.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define RNB_CHUNKS 8 /* operands.PAR_CHUNKS */
+#define RNB_TINY32 1.17549435e-38f /* np.finfo(np.float32).tiny: optimizer state below it is stored as 0 */
+
+typedef int64_t i64;
+
+static inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+
+/* fused.cut: start of part t of size items cut into parts */
+static inline i64 cut(i64 size, i64 parts, i64 t) { return size * t / parts; }
+
+/* fused.chunk: chunk c of range(n) as [lo, hi) */
+static inline void chunk(i64 n, i64 c, i64 *lo, i64 *hi) {
+    i64 ch = (n + RNB_CHUNKS - 1) / RNB_CHUNKS;
+    *lo = min64(n, c * ch);
+    *hi = min64(n, *lo + ch);
+}
+
+int rnb_abi(void) { return 4; } /* native.py checks it: a stale library is rebuilt, never called */
+
+/* ---- bias + activation (fused.bias_act_) ----------------------------------------------------- */
+static void bias_act_rows(float *y, i64 ldy, i64 r0, i64 r1, i64 m, const float *b, i64 nb, i64 act, double slope) {
+    for (i64 i = r0; i < r1; i++) {
+        float *row = y + i * ldy;
+        for (i64 j = 0; j < m; j++) {
+            float z = row[j];
+            if (nb > 0) z += b[j];
+            double r = z; /* numba unifies z to float64 where a branch widens it */
+            if (act == 1) { if (z <= 0) r = 0.0; } /* numba's compiled select gives +0 for -0 */
+            else if (act == 2) r = tanhf(z);
+            else if (act == 3) r = 1.0 / (1.0 + (double)expf(-z));
+            else if (act == 4) { if (z < 0) r = (double)z * slope; }
+            row[j] = (float)r;
+        }
+    }
+}
+
+void rnb_bias_act(float *y, i64 n, i64 m, i64 ldy, const float *b, i64 nb, i64 act, double slope, int threads) {
+    if (threads <= 1) { bias_act_rows(y, ldy, 0, n, m, b, nb, act, slope); return; }
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (i64 t = 0; t < RNB_CHUNKS; t++)
+        bias_act_rows(y, ldy, cut(n, RNB_CHUNKS, t), cut(n, RNB_CHUNKS, t + 1), m, b, nb, act, slope);
+}
+
+/* ---- activation gradient + bias column sums (fused.act_grad_colsum_) ------------------------- */
+static void act_grad_row(float *row, const float *yr, i64 m, i64 act, double slope) {
+    if (act == 1) { for (i64 j = 0; j < m; j++) row[j] = yr[j] > 0 ? row[j] : 0.0f; }
+    else if (act == 2) { for (i64 j = 0; j < m; j++) row[j] = row[j] * (1.0f - yr[j] * yr[j]); }
+    else if (act == 3) { for (i64 j = 0; j < m; j++) row[j] = row[j] * (yr[j] * (1.0f - yr[j])); }
+    else if (act == 4) {
+        for (i64 j = 0; j < m; j++) { float dj = row[j]; row[j] = yr[j] > 0 ? dj : (float)((double)dj * slope); }
+    }
+}
+
+static void act_grad_block(float *d, i64 ldd, const float *y, i64 ldy, i64 m, i64 r0, i64 r1, i64 act, double slope,
+                           double *acc, i64 nacc) {
+    for (i64 j = 0; j < nacc; j++) acc[j] = 0.0;
+    i64 i = r0;
+    while (i < r1) {
+        i64 n = min64(8, r1 - i);
+        if (act != 0)
+            for (i64 k = i; k < i + n; k++) act_grad_row(d + k * ldd, y + k * ldy, m, act, slope);
+        if (nacc > 0) {
+            if (n == 8) { /* fused._add_eight_rows: eight rows added pairwise in double */
+                const float *r[8];
+                for (int q = 0; q < 8; q++) r[q] = d + (i + q) * ldd;
+                for (i64 j = 0; j < nacc; j++)
+                    acc[j] += ((((double)r[0][j] + (double)r[1][j]) + ((double)r[2][j] + (double)r[3][j]))
+                               + (((double)r[4][j] + (double)r[5][j]) + ((double)r[6][j] + (double)r[7][j])));
+            } else {
+                for (i64 k = i; k < i + n; k++) {
+                    const float *row = d + k * ldd;
+                    for (i64 j = 0; j < nacc; j++) acc[j] += row[j];
+                }
+            }
+        }
+        i += n;
+    }
+}
+
+void rnb_act_grad_colsum(float *d, i64 rows, i64 m, i64 ldd, const float *y, i64 ldy, i64 act, double slope,
+                         double *parts, i64 blocks, float *out, i64 nout, int threads) {
+    if (threads <= 1) {
+        for (i64 t = 0; t < blocks; t++)
+            act_grad_block(d, ldd, y, ldy, m, cut(rows, blocks, t), cut(rows, blocks, t + 1), act, slope,
+                           parts + t * nout, nout);
+    } else {
+        #pragma omp parallel for schedule(static) num_threads(threads)
+        for (i64 t = 0; t < blocks; t++)
+            act_grad_block(d, ldd, y, ldy, m, cut(rows, blocks, t), cut(rows, blocks, t + 1), act, slope,
+                           parts + t * nout, nout);
+    }
+    for (i64 j = 0; j < nout; j++) { /* fused.fold_blocks */
+        double s = 0.0;
+        for (i64 t = 0; t < blocks; t++) s += parts[t * nout + j];
+        out[j] = (float)s;
+    }
+}
+
+/* ---- optimizers (fused.adam_update, fused.sgd_update) ------------------------------------------ */
+static inline float flush32(float x) { return fabsf(x) < RNB_TINY32 ? 0.0f : x; }
+
+static double powi(double a, i64 e) { /* numba's float ** int: exponentiation by squaring */
+    double r = 1.0;
+    if (e > 0x10000) return pow(a, (double)e);
+    while (e != 0) {
+        if (e & 1) r *= a;
+        e >>= 1;
+        a *= a;
+    }
+    return r;
+}
+
+typedef struct {
+    float step_size, bc2, decay, wd32, b2, lerp_w, one_b2, eps;
+    double weight_decay;
+    int decoupled, maximize, from_end;
+} adam_consts;
+
+static void adam_range(float *w, float *g, float *m, float *v, i64 lo, i64 hi, const adam_consts *k) {
+    for (i64 j = lo; j < hi; j++) {
+        float gk = g[j];
+        if (k->maximize) gk = -gk;
+        float wk = w[j];
+        if (k->decoupled) wk = wk * k->decay;
+        else if (k->weight_decay != 0.0) gk = gk + k->wd32 * wk;
+        float mj = m[j];
+        float mk = flush32(k->from_end ? gk - (gk - mj) * k->lerp_w : mj + (gk - mj) * k->lerp_w);
+        float vk = flush32(v[j] * k->b2 + k->one_b2 * gk * gk);
+        m[j] = mk;
+        v[j] = vk;
+        float denom = sqrtf(vk) / k->bc2 + k->eps;
+        w[j] = wk - k->step_size * (mk / denom);
+    }
+}
+
+void rnb_adam(float *w, float *g, float *m, float *v, i64 n, const float *lr_table, i64 nlr, i64 *step,
+              double beta1, double beta2, double eps, double weight_decay, int decoupled, int maximize, int threads) {
+    i64 t0 = step[0];
+    double lr = (double)lr_table[min64(t0, nlr - 1)];
+    i64 t = t0 + 1;
+    double bc1 = 1.0 - powi(beta1, t);
+    double bc2_sqrt = sqrt(1.0 - powi(beta2, t));
+    adam_consts k;
+    k.step_size = (float)(lr / bc1);
+    k.bc2 = (float)bc2_sqrt;
+    k.decay = (float)(1.0 - lr * weight_decay);
+    k.wd32 = (float)weight_decay;
+    k.b2 = (float)beta2;
+    float one_b1 = (float)(1.0 - beta1);
+    k.one_b2 = (float)(1.0 - beta2);
+    k.eps = (float)eps;
+    k.weight_decay = weight_decay;
+    k.decoupled = decoupled;
+    k.maximize = maximize;
+    k.from_end = !(fabsf(one_b1) < 0.5f);
+    k.lerp_w = k.from_end ? 1.0f - one_b1 : one_b1;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (i64 c = 0; c < RNB_CHUNKS; c++) {
+        i64 lo, hi;
+        chunk(n, c, &lo, &hi);
+        adam_range(w, g, m, v, lo, hi, &k);
+    }
+    step[0] = t0 + 1;
+}
+
+void rnb_sgd(float *w, float *g, float *m, i64 n, i64 nm, const float *lr_table, i64 nlr, i64 *step, double momentum,
+             double dampening, double weight_decay, int nesterov, int maximize, int threads) {
+    i64 t = step[0];
+    float lr32 = lr_table[min64(t, nlr - 1)];
+    float mom = (float)momentum, damp = (float)(1.0 - dampening), wd = (float)weight_decay;
+    int first = t == 0, use_m = nm > 0;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (i64 c = 0; c < RNB_CHUNKS; c++) {
+        i64 lo, hi;
+        chunk(n, c, &lo, &hi);
+        for (i64 k = lo; k < hi; k++) {
+            float gk = g[k];
+            if (maximize) gk = -gk;
+            if (weight_decay != 0.0) gk = gk + wd * w[k];
+            if (use_m) {
+                float buf = first ? flush32(gk) : flush32(mom * m[k] + damp * gk);
+                m[k] = buf;
+                gk = nesterov ? gk + mom * buf : buf;
+            }
+            w[k] = w[k] - lr32 * gk;
+        }
+    }
+    step[0] = t + 1;
+}
+
+/* fused.ema_: e = d * e + (1 - d) * w in float32 */
+void rnb_ema(float *e, const float *w, i64 n, double decay) {
+    float d = (float)decay, one_d = (float)(1.0 - decay);
+    for (i64 j = 0; j < n; j++) e[j] = d * e[j] + one_d * w[j];
+}
+
+/* ---- gradient checks (fused.nonfinite_probe, sq_sum, scale_) ------------------------------------- */
+static float probe_range(const float *x, i64 n) { /* sum of x - x: 0 when all finite, NaN otherwise */
+    float s = 0.0f;
+    #pragma omp simd reduction(+ : s)
+    for (i64 k = 0; k < n; k++) s += x[k] - x[k];
+    return s;
+}
+
+float rnb_nonfinite_probe(const float *x, i64 n, float *parts, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (i64 c = 0; c < RNB_CHUNKS; c++) {
+        i64 lo, hi;
+        chunk(n, c, &lo, &hi);
+        parts[c] = probe_range(x + lo, hi - lo);
+    }
+    float s = 0.0f;
+    for (int c = 0; c < RNB_CHUNKS; c++) s += parts[c];
+    return s;
+}
+
+/* The squares summed in double, each chunk in an order this compiled code fixes (simd reduction),
+ * the chunks in order: the same bytes on every thread count (fused.sq_sum_par's contract). */
+double rnb_sq_sum(const float *x, i64 n, int threads) {
+    double part[RNB_CHUNKS];
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (i64 c = 0; c < RNB_CHUNKS; c++) {
+        i64 lo, hi;
+        chunk(n, c, &lo, &hi);
+        double s = 0.0;
+        #pragma omp simd reduction(+ : s)
+        for (i64 i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (int c = 0; c < RNB_CHUNKS; c++) total += part[c];
+    return total;
+}
+
+void rnb_scale(float *x, i64 n, float factor, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (i64 c = 0; c < RNB_CHUNKS; c++) {
+        i64 lo, hi;
+        chunk(n, c, &lo, &hi);
+        for (i64 i = lo; i < hi; i++) x[i] = x[i] * factor;
+    }
+}
+
+/* ---- batch gather (fused.gather_batch) --------------------------------------------------------- */
+static i64 batch_status(const i64 *perm, i64 nperm, i64 start, i64 n, i64 rows) {
+    if (start < 0 || start + n > nperm) return 1;
+    for (i64 i = 0; i < n; i++) {
+        i64 r = perm[start + i];
+        if (r < 0 || r >= rows) return 2;
+    }
+    return 0;
+}
+
+/* x rows of `d` elements of `item` bytes (float32 images, or uint8 before a cast on the device) */
+i64 rnb_gather(const char *x_src, i64 rows, i64 d, i64 item, const char *y_src, i64 yitem, const i64 *perm, i64 nperm,
+               i64 *cursor, char *x_out, char *y_out, i64 n, int threads) {
+    i64 start = cursor[0];
+    i64 status = batch_status(perm, nperm, start, n, rows);
+    if (status) return status;
+    i64 rb = d * item;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (i64 t = 0; t < RNB_CHUNKS; t++) {
+        for (i64 i = cut(n, RNB_CHUNKS, t); i < cut(n, RNB_CHUNKS, t + 1); i++) {
+            i64 r = perm[start + i];
+            memcpy(x_out + i * rb, x_src + r * rb, (size_t)rb);
+            memcpy(y_out + i * yitem, y_src + r * yitem, (size_t)yitem);
+        }
+    }
+    cursor[0] = start + n;
+    return 0;
+}
+
+/* ---- loss and metrics (fused.softmax_xent, accumulate_metrics) ---------------------------------- */
+static inline int ranks_ahead(float z, i64 j, float zy, i64 y) {
+    if (z != z) return zy == zy || j < y;
+    return z > zy || (z == zy && j < y);
+}
+
+static inline i64 label_at(const void *labels, int wide, i64 i) {
+    return wide ? ((const i64 *)labels)[i] : (i64)((const int32_t *)labels)[i];
+}
+
+/* labels: int64 (wide) or int32 */
+void rnb_softmax_xent(const float *logits, i64 n, i64 c, i64 ldl, const void *labels, int wide, double smoothing,
+                      const float *weight, i64 nw, float *result, float *dlogits, i64 ldd, int want_grad) {
+    int weighted = nw > 0;
+    double total = 0.0, top1 = 0.0, top5 = 0.0, inv_n = 1.0 / (double)n, wsum = 0.0;
+    if (weighted) {
+        double norm = 0.0;
+        for (i64 i = 0; i < n; i++) norm += (double)weight[label_at(labels, wide, i)];
+        inv_n = norm != 0.0 ? 1.0 / norm : 0.0;
+        for (i64 j = 0; j < c; j++) wsum += (double)weight[j];
+    }
+    double off = smoothing / (double)c, on = 1.0 - smoothing;
+    for (i64 i = 0; i < n; i++) {
+        const float *row = logits + i * ldl;
+        i64 y = label_at(labels, wide, i);
+        float mx = row[0];
+        for (i64 j = 1; j < c; j++)
+            if (row[j] > mx) mx = row[j];
+        double s = 0.0;
+        for (i64 j = 0; j < c; j++) s += exp((double)row[j] - (double)mx);
+        double lse = (double)mx + log(s);
+        double wy = 0.0;
+        if (weighted) {
+            wy = (double)weight[y];
+            double wz = 0.0;
+            for (i64 j = 0; j < c; j++) wz += (double)weight[j] * (double)row[j];
+            total += on * wy * (lse - (double)row[y]) + off * (wsum * lse - wz);
+        } else {
+            double zsum = 0.0;
+            for (i64 j = 0; j < c; j++) zsum += (double)row[j];
+            total += on * (lse - (double)row[y]) + off * ((double)c * lse - zsum);
+        }
+        float zy = row[y];
+        i64 better = 0;
+        for (i64 j = 0; j < c; j++) better += ranks_ahead(row[j], j, zy, y);
+        if (better == 0) top1 += 1.0;
+        if (better < 5) top5 += 1.0;
+        if (want_grad) {
+            float *drow = dlogits + i * ldd;
+            for (i64 j = 0; j < c; j++) {
+                double p = exp((double)row[j] - lse), dd;
+                if (weighted) dd = on * wy * (p - (j == y ? 1.0 : 0.0)) + off * (p * wsum - (double)weight[j]);
+                else dd = p - (off + (j == y ? on : 0.0));
+                drow[j] = (float)(dd * inv_n);
+            }
+        }
+    }
+    result[0] = (float)(total * inv_n);
+    result[1] = (float)top1;
+    result[2] = (float)top5;
+}
+
+void rnb_accumulate_metrics(const float *result, double *acc, double batch, float *loss_log, i64 nlog, const i64 *step) {
+    acc[0] += (double)result[0] * batch;
+    acc[1] += result[1];
+    acc[2] += result[2];
+    acc[3] += batch;
+    if (nlog > 0 && step[0] < nlog) loss_log[step[0]] = result[0];
+}
+
+/* ---- matrix products (blas._bands64/_bands32): one sgemm per band, bands on threads ---------------- */
+typedef void (*sgemm64_t)(int, int, int, i64, i64, i64, float, const float *, i64, const float *, i64, float, float *, i64);
+typedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
+
+static void band(void *fptr, int wide, const i64 *r) {
+    if (wide)
+        ((sgemm64_t)fptr)(101, (int)r[0], (int)r[1], r[2], r[3], r[4], 1.0f, (const float *)r[5], r[6],
+                          (const float *)r[7], r[8], 0.0f, (float *)r[9], r[10]);
+    else
+        ((sgemm32_t)fptr)(101, (int)r[0], (int)r[1], (int)r[2], (int)r[3], (int)r[4], 1.0f, (const float *)r[5],
+                          (int)r[6], (const float *)r[7], (int)r[8], 0.0f, (float *)r[9], (int)r[10]);
+}
+
+void rnb_gemm_bands(void *fptr, int wide, const i64 *bands, i64 nbands, int threads) {
+    if (nbands == 1 || threads <= 1) {
+        for (i64 t = 0; t < nbands; t++) band(fptr, wide, bands + 11 * t);
+        return;
+    }
+    #pragma omp parallel for schedule(static, 1) num_threads(threads)
+    for (i64 t = 0; t < nbands; t++) band(fptr, wide, bands + 11 * t);
+}
+
+/* ---- Philox4x32-10 sort keys (philox.keys_kernel) ---------------------------------------------- */
+static void philox_block(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3, uint64_t k0, uint64_t k1, uint64_t out[4]) {
+    for (int r = 0; r < 10; r++) {
+        if (r) { k0 = (k0 + 0x9E3779B9ull) & 0xFFFFFFFFull; k1 = (k1 + 0xBB67AE85ull) & 0xFFFFFFFFull; }
+        uint64_t p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
+        uint64_t n0 = (p1 >> 32) ^ c1 ^ k0, n1 = p1 & 0xFFFFFFFFull, n2 = (p0 >> 32) ^ c3 ^ k1, n3 = p0 & 0xFFFFFFFFull;
+        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+void rnb_philox_keys(uint64_t *out, i64 n, uint64_t k0, uint64_t k1, uint64_t stream, uint64_t off_lo, uint64_t off_hi) {
+    uint64_t base = (off_hi << 32) | off_lo, w[4];
+    for (i64 b = 0; b < n / 2; b++) {
+        uint64_t blk = base + (uint64_t)b;
+        philox_block(blk & 0xFFFFFFFFull, blk >> 32, stream, 0, k0, k1, w);
+        out[2 * b] = (w[0] << 32) | w[1];
+        out[2 * b + 1] = (w[2] << 32) | w[3];
+    }
+    if (n % 2) {
+        uint64_t blk = base + (uint64_t)(n / 2);
+        philox_block(blk & 0xFFFFFFFFull, blk >> 32, stream, 0, k0, k1, w);
+        out[n - 1] = (w[0] << 32) | w[1];
+    }
+}

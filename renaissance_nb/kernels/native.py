@@ -1,0 +1,387 @@
+"""The fused CPU passes as C (native.c), compiled once per machine by the system C compiler.
+
+Why: numba compiles each of the MLP step's kernels on a first run, 10 to 14 s of CPU after an install
+(benchmarks/cold_start.py), while PyTorch's whole first job takes about 5 s. ``cc`` builds native.c
+in about a second, once per machine and source: the library is cached under RNB_CACHE_DIR
+(default ~/.cache/renaissance_nb) named by a hash of the source, the flags, the compiler and the CPU,
+so a later process only loads it. PyTorch's inductor does the same for its CPU kernels.
+
+The C functions give their numba twins' bytes (tests/test_native.py), so which one a kernel binds
+never changes a result; the numba path stays whole: where there is no C compiler, with
+``RNB_NATIVE=0``, or for an operand layout the C loops do not take (``bind_*`` return None), the
+caller binds the numba kernel as before. The build starts in a background thread when this
+module is imported (the task plans meanwhile); the first bind waits for it.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from ctypes import c_double, c_float, c_int, c_int64, c_void_p
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("native.c")
+ABI = 4
+"""native.c's rnb_abi(): a cached library from another version of the source is never called."""
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-math-errno",
+         "-fno-strict-aliasing")
+"""-ffp-contract=off: no fused multiply-adds (numba without fastmath has none); -march=native is safe
+because the library is built on the machine that runs it (the CPU is part of its name)."""
+
+Kernel = Callable[[], Any]
+P, I64, F64, F32, INT = c_void_p, c_int64, c_double, c_float, c_int
+SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
+    "rnb_abi": (INT, ()),
+    "rnb_bias_act": (None, (P, I64, I64, I64, P, I64, I64, F64, INT)),
+    "rnb_act_grad_colsum": (None, (P, I64, I64, I64, P, I64, I64, F64, P, I64, P, I64, INT)),
+    "rnb_adam": (None, (P, P, P, P, I64, P, I64, P, F64, F64, F64, F64, INT, INT, INT)),
+    "rnb_sgd": (None, (P, P, P, I64, I64, P, I64, P, F64, F64, F64, INT, INT, INT)),
+    "rnb_ema": (None, (P, P, I64, F64)),
+    "rnb_nonfinite_probe": (F32, (P, I64, P, INT)),
+    "rnb_sq_sum": (F64, (P, I64, INT)),
+    "rnb_scale": (None, (P, I64, F32, INT)),
+    "rnb_gather": (I64, (P, I64, I64, I64, P, I64, P, I64, P, P, P, I64, INT)),
+    "rnb_softmax_xent": (None, (P, I64, I64, I64, P, INT, F64, P, I64, P, P, I64, INT)),
+    "rnb_accumulate_metrics": (None, (P, P, F64, P, I64, P)),
+    "rnb_gemm_bands": (None, (P, INT, P, I64, INT)),
+    "rnb_philox_keys": (None, (P, I64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
+                                ctypes.c_uint64)),
+}
+
+
+@dataclass
+class Build:
+    """What happened to the C kernels in this process: the library, or why there is none."""
+    lib: Any = None
+    path: Path | None = None
+    seconds: float = 0.0
+    compiled: bool = False
+    why_not: str = ""
+
+    def describe(self) -> str:
+        """One line for the compile notes and the CLI."""
+        if self.lib is None:
+            return f"fused passes in numba ({self.why_not})"
+        how = f"compiled by {compiler_name()} in {self.seconds:.1f} s" if self.compiled else "loaded from the cache"
+        return f"fused passes in C ({how}: {self.path})"
+
+
+def cache_dir() -> Path:
+    """Where built libraries live: RNB_CACHE_DIR, else XDG_CACHE_HOME/renaissance_nb, else ~/.cache/renaissance_nb."""
+    if os.environ.get("RNB_CACHE_DIR"):
+        return Path(os.environ["RNB_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "renaissance_nb"
+
+
+def compiler() -> str | None:
+    """The C compiler: $CC, else cc, gcc or clang on the PATH."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def compiler_name() -> str:
+    cc = compiler()
+    return os.path.basename(cc) if cc else "no compiler"
+
+
+def _cpu_id() -> str:
+    """The CPU model and feature flags (-march=native code runs only where they match)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+    return "\n".join(sorted(set(keep)))
+
+
+def library_path(cc: str) -> Path:
+    """The cached library for this source, flags, compiler and CPU."""
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = cc
+    key = "\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_id(), platform.machine()])
+    return cache_dir() / f"rnb_native-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
+
+
+def _compile(cc: str, target: Path) -> None:
+    """cc native.c -> target, atomically: a process that finds the file finds it whole."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        out = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+        if out.returncode:
+            raise OSError(f"{cc} failed: {(out.stderr or out.stdout).strip()[:400]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _load(path: Path) -> Any:
+    lib = ctypes.CDLL(str(path))
+    for name, (res, args) in SIGNATURES.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, list(args)
+    if lib.rnb_abi() != ABI:
+        raise OSError(f"{path} has ABI {lib.rnb_abi()}, expected {ABI}")
+    return lib
+
+
+def build() -> Build:
+    """Load the cached library, or compile it first; a Build without lib says why."""
+    if os.environ.get("RNB_NATIVE", "1") == "0":
+        return Build(why_not="RNB_NATIVE=0")
+    cc = compiler()
+    if cc is None:
+        return Build(why_not="no C compiler on the PATH: install gcc for a fast first run")
+    t0 = time.perf_counter()
+    try:
+        path = library_path(cc)
+        compiled = not path.exists()
+        if compiled:
+            _compile(cc, path)
+        lib = _load(path)
+    except OSError as e:  # a failed build or load: the numba kernels serve
+        return Build(why_not=f"the C kernels could not be built: {e}")
+    return Build(lib=lib, path=path, seconds=time.perf_counter() - t0, compiled=compiled)
+
+
+_result: list[Build] = []
+_thread: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def prepare() -> None:
+    """Start building (or loading) the library in a background thread, once per process."""
+    global _thread
+    with _lock:
+        if _thread is None:
+            _thread = threading.Thread(target=lambda: _result.append(build()), name="rnb-native-build", daemon=True)
+            _thread.start()
+
+
+def status() -> Build:
+    """The build, waiting for it if it is still running."""
+    prepare()
+    assert _thread is not None
+    _thread.join()
+    return _result[0]
+
+
+def lib() -> Any:
+    """The loaded library, or None (the numba kernels serve)."""
+    return status().lib
+
+
+# ---- binders: a zero-argument kernel over fixed arrays, or None where the C loops do not apply -----
+DECLINED: list[str] = []
+"""The binders that declined operands while the library was loaded (the caller bound numba instead):
+the warm-up helper is then still worth starting (runtime/warmup.py)."""
+
+
+def _binder(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Record in DECLINED when ``f`` returns None with the library loaded."""
+    def bind(*args: Any) -> Any:
+        out = f(*args)
+        if out is None and lib() is not None:
+            DECLINED.append(f.__name__)
+        return out
+    bind.__name__ = bind.__qualname__ = f.__name__
+    bind.__doc__ = f.__doc__
+    return bind
+
+
+def covers(ops: set[str], declined_before: int) -> bool:
+    """Whether binding these ops called no numba kernel: the library is loaded, every op is one of
+    NUMBA_FREE_OPS and no binder declined its operands since DECLINED had ``declined_before`` entries."""
+    return lib() is not None and len(DECLINED) == declined_before and ops <= NUMBA_FREE_OPS
+
+
+NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy", "fill", "softmax_xent", "accum_metrics",
+                            "transfer", "zero_range", "nan_check", "clip_grad_norm", "optimizer", "ema_update"})
+"""Ops whose CPU kernels (kernels/cpu.py) call C or NumPy only when the library is loaded and no
+binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts compiles)."""
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+def _rows(a: np.ndarray) -> int | None:
+    """The row stride in elements of a 2-D array whose rows are contiguous, else None."""
+    if a.ndim != 2 or (a.shape[1] > 1 and a.strides[1] != a.itemsize) or a.strides[0] % a.itemsize:
+        return None
+    return a.strides[0] // a.itemsize
+
+
+def _flat(*arrays: np.ndarray) -> bool:
+    return all(a.ndim == 1 and a.flags.c_contiguous for a in arrays)
+
+
+def _call(f: Any, args: tuple, keep: tuple) -> Kernel:
+    """f(*args) as a kernel; ``keep`` holds the arrays whose addresses args carries."""
+    def run() -> Any:
+        return f(*args)
+    run.keep = keep  # type: ignore[attr-defined]
+    return run
+
+
+@_binder
+def bind_bias_act(y2: np.ndarray, b: np.ndarray, act: int, slope: float, threads: int) -> Kernel | None:
+    L = lib()
+    ld = _rows(y2)
+    if L is None or ld is None or y2.dtype != np.float32 or b.dtype != np.float32 or not _flat(b) or act not in range(5):
+        return None
+    n, m = y2.shape
+    return _call(L.rnb_bias_act, (_ptr(y2), n, m, ld, _ptr(b), b.shape[0], act, float(slope), threads), (y2, b))
+
+
+@_binder
+def bind_act_grad_colsum(d2: np.ndarray, y2: np.ndarray, act: int, slope: float, parts: np.ndarray, out: np.ndarray,
+                         threads: int) -> Kernel | None:
+    L = lib()
+    ldd, ldy = _rows(d2), _rows(y2)
+    ok = (L is not None and ldd is not None and ldy is not None and d2.dtype == y2.dtype == out.dtype == np.float32
+          and parts.dtype == np.float64 and parts.flags.c_contiguous and _flat(out) and act in range(5)
+          and y2.shape == d2.shape)
+    if not ok:
+        return None
+    n, m = d2.shape
+    args = (_ptr(d2), n, m, ldd, _ptr(y2), ldy, act, float(slope), _ptr(parts), parts.shape[0], _ptr(out), out.shape[0],
+            threads)
+    return _call(L.rnb_act_grad_colsum, args, (d2, y2, parts, out))
+
+
+def _optimizer_ok(w: np.ndarray, lr_table: np.ndarray, step: np.ndarray, *state: np.ndarray) -> bool:
+    arrays = (w, *state)
+    return (all(a.dtype == np.float32 and _flat(a) for a in arrays) and lr_table.dtype == np.float32
+            and _flat(lr_table) and lr_table.size > 0 and step.dtype == np.int64 and step.size >= 1)
+
+
+@_binder
+def bind_adam(w, g, m, v, lr_table, step, beta1, beta2, eps, wd, decoupled, maximize, threads) -> Kernel | None:  # type: ignore[no-untyped-def]
+    L = lib()
+    if L is None or not _optimizer_ok(w, lr_table, step, g, m, v) or not (w.size == g.size == m.size == v.size):
+        return None
+    args = (_ptr(w), _ptr(g), _ptr(m), _ptr(v), w.size, _ptr(lr_table), lr_table.size, _ptr(step), float(beta1),
+            float(beta2), float(eps), float(wd), int(decoupled), int(maximize), threads)
+    return _call(L.rnb_adam, args, (w, g, m, v, lr_table, step))
+
+
+@_binder
+def bind_sgd(w, g, m, lr_table, step, momentum, dampening, wd, nesterov, maximize, threads) -> Kernel | None:  # type: ignore[no-untyped-def]
+    L = lib()
+    if L is None or not _optimizer_ok(w, lr_table, step, g, m) or w.size != g.size or m.size not in (0, w.size):
+        return None
+    args = (_ptr(w), _ptr(g), _ptr(m), w.size, m.size, _ptr(lr_table), lr_table.size, _ptr(step), float(momentum),
+            float(dampening), float(wd), int(nesterov), int(maximize), threads)
+    return _call(L.rnb_sgd, args, (w, g, m, lr_table, step))
+
+
+@_binder
+def bind_ema(e: np.ndarray, w: np.ndarray) -> Callable[[float], None] | None:
+    """ema_(e, w, decay) over fixed ranges, the decay given per call."""
+    L = lib()
+    if L is None or not _flat(e, w) or e.dtype != np.float32 or w.dtype != np.float32 or e.size != w.size:
+        return None
+    f, pe, pw, n = L.rnb_ema, _ptr(e), _ptr(w), e.size
+    return lambda decay: f(pe, pw, n, decay)
+
+
+@_binder
+def bind_probe(x: np.ndarray, parts: np.ndarray, threads: int) -> Callable[[], float] | None:
+    L = lib()
+    if L is None or not _flat(x, parts) or x.dtype != np.float32 or parts.dtype != np.float32 or parts.size < 8:
+        return None
+    return _call(L.rnb_nonfinite_probe, (_ptr(x), x.size, _ptr(parts), threads), (x, parts))
+
+
+@_binder
+def bind_clip(x: np.ndarray, threads: int) -> tuple[Callable[[], float], Callable[[Any], None]] | None:
+    """(sum of squares, scale by a factor) over one fixed float32 range."""
+    L = lib()
+    if L is None or not _flat(x) or x.dtype != np.float32:
+        return None
+    sq, sc, p, n = L.rnb_sq_sum, L.rnb_scale, _ptr(x), x.size
+    return (lambda: sq(p, n, threads)), (lambda factor: sc(p, n, float(factor), threads))
+
+
+@_binder
+def bind_gather(xs2: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.ndarray, x2: np.ndarray,
+                y_out: np.ndarray, threads: int) -> Callable[[], int] | None:
+    L = lib()
+    ok = (L is not None and xs2.ndim == x2.ndim == 2 and xs2.flags.c_contiguous and x2.flags.c_contiguous
+          and xs2.dtype == x2.dtype and xs2.shape[1] == x2.shape[1] and _flat(ys, y_out, perm, cursor)
+          and ys.dtype == y_out.dtype and perm.dtype == np.int64 and cursor.dtype == np.int64
+          and x2.shape[0] == y_out.shape[0] and ys.shape[0] == xs2.shape[0])
+    if not ok:
+        return None
+    args = (_ptr(xs2), xs2.shape[0], xs2.shape[1], xs2.itemsize, _ptr(ys), ys.itemsize, _ptr(perm), perm.size,
+            _ptr(cursor), _ptr(x2), _ptr(y_out), y_out.shape[0], threads)
+    return _call(L.rnb_gather, args, (xs2, ys, perm, cursor, x2, y_out))
+
+
+@_binder
+def bind_softmax_xent(logits: np.ndarray, labels: np.ndarray, smoothing: float, weight: np.ndarray,
+                      result: np.ndarray, dlogits: np.ndarray, grad: bool) -> Kernel | None:
+    L = lib()
+    ll, ld = _rows(logits), (_rows(dlogits) if grad else 0)
+    ok = (L is not None and ll is not None and ld is not None and logits.dtype == np.float32
+          and labels.dtype in (np.int64, np.int32)
+          and _flat(labels, weight, result) and weight.dtype == np.float32 and result.dtype == np.float32
+          and result.size >= 3 and labels.shape[0] == logits.shape[0] and logits.shape[0] > 0 and logits.shape[1] > 0
+          and (not grad or (dlogits.dtype == np.float32 and dlogits.shape == logits.shape)))
+    if not ok:
+        return None
+    n, c = logits.shape
+    args = (_ptr(logits), n, c, ll, _ptr(labels), int(labels.dtype == np.int64), float(smoothing), _ptr(weight), weight.size, _ptr(result),
+            _ptr(dlogits) if grad else 0, ld, int(grad))
+    return _call(L.rnb_softmax_xent, args, (logits, labels, weight, result, dlogits))
+
+
+@_binder
+def bind_accumulate_metrics(result: np.ndarray, acc: np.ndarray, batch: float, loss_log: np.ndarray,
+                            step: np.ndarray) -> Kernel | None:
+    L = lib()
+    ok = (L is not None and _flat(result, acc, loss_log, step) and result.dtype == np.float32 and acc.dtype == np.float64
+          and acc.size >= 4 and loss_log.dtype == np.float32 and step.dtype == np.int64 and step.size >= 1)
+    if not ok:
+        return None
+    args = (_ptr(result), _ptr(acc), float(batch), _ptr(loss_log), loss_log.size, _ptr(step))
+    return _call(L.rnb_accumulate_metrics, args, (result, acc, loss_log, step))
+
+
+@_binder
+def bind_gemm_bands(fptr: int, wide: bool, bands: np.ndarray, threads: int) -> Kernel | None:
+    """The planned sgemm bands (blas.plan_bands' rows) run on OpenMP threads."""
+    L = lib()
+    if L is None or bands.dtype != np.int64 or not bands.flags.c_contiguous or bands.shape[1:] != (11,):
+        return None
+    return _call(L.rnb_gemm_bands, (fptr, int(wide), _ptr(bands), bands.shape[0], threads), (bands,))
+
+
+def philox_keys(out: np.ndarray, k0: int, k1: int, stream: int, off_lo: int, off_hi: int) -> bool:
+    """philox.keys_kernel into ``out`` (uint64); False where the C library is not there."""
+    L = lib()
+    if L is None or out.dtype != np.uint64 or not _flat(out):
+        return False
+    L.rnb_philox_keys(_ptr(out), out.size, k0, k1, stream, off_lo, off_hi)
+    return True
+
+
+prepare()
