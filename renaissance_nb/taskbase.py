@@ -18,6 +18,7 @@ import numpy as np
 from .compiler.graph import ComputationGraph, GraphNode
 from .compiler.ids import StreamKind
 from .errors import PlanError, bad_argument
+from .kernels import native
 from .kernels.cpu import BindEnv
 from .memory.dtensor import DTensor
 from .memory.liveness import Lifetimes
@@ -106,7 +107,8 @@ class TaskBase(Phased):
         arena = Arena(self.memory)
         views = arena.views(self.memory)
         env = BindEnv(range_view=arena.range_view, locate=arena.locate)
-        bound = {name: bind(name, nodes, views, env) for name, (nodes, _) in self._graphs.items()}
+        with native.chosen_for({n.op for nodes, _ in self._graphs.values() for n in nodes}):
+            bound = {name: bind(name, nodes, views, env) for name, (nodes, _) in self._graphs.items()}
         self.arena, self._tensors, self._bound = arena, TensorIO(self.memory, views), bound
         self.phases.advance(Phase.COMPILED, "compile", started)
         return self

@@ -241,7 +241,7 @@ def test_compile_notes_say_what_the_products_run_on() -> None:
          .total_epochs(1).compile())
     notes = [n for n in t.compiled.notes if n.startswith("device: CPU")]
     from renaissance_nb.kernels import native
-    assert notes == [f"device: CPU, {blas.describe()}; {native.status().describe()}."]
+    assert notes == [f"device: CPU, {blas.describe()}; {native.plan_note(t.runner.executor.ops)}."]
     if blas.THREADED:
         expected = {"mkl": "oneMKL's", "openblas": "NumPy's OpenBLAS"}[blas.SGEMM.name]
         assert f"bands of {expected} sgemm on {numba.get_num_threads()} " in notes[0]

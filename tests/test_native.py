@@ -295,3 +295,28 @@ def test_an_mlp_from_an_empty_numba_cache_compiles_nothing(tmp_path) -> None:  #
     n = run("b", RNB_NATIVE="0", RNB_WARMUP="0")
     assert not n["native"] and ({"adam_update_par", "adam_update"} & set(n["compiled"])), n
     assert n["w"] == c["w"]
+
+
+def test_a_plan_runs_on_one_thread_pool() -> None:
+    """An MLP binds its passes to C; a conv net, whose conv, batch norm and pooling kernels are numba's,
+    keeps every pass on numba (one pool per plan), and the compile notes say which and why."""
+    from renaissance_nb import AdamW, DeepLearningTask, fc, relu, seq
+    from renaissance_nb.blueprint import cbr, gap
+
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((40, 3, 8, 8)).astype(np.float32), rng.integers(0, 4, 40).astype(np.int32)
+    conv = (DeepLearningTask("c").model(seq(cbr(4, 3, 1, 1), gap(), fc(4))).data(train=(x, y), batch_size=8)
+            .optimizer(AdamW()).total_epochs(1).compile())
+    xf = x.reshape(40, -1)
+    mlp = (DeepLearningTask("m").model(seq(fc(16), relu(), fc(4))).data(train=(xf, y), batch_size=8)
+           .optimizer(AdamW()).total_epochs(1).compile())
+
+    def note(t: DeepLearningTask) -> str:
+        return next(n for n in t.compiled.notes if n.startswith("device: CPU"))
+    assert "fused passes in C" in note(mlp)
+    assert "fused passes in numba: the plan's" in note(conv) and "conv_fwd" in note(conv)
+    with native.chosen_for(conv.runner.executor.ops) as use_c:
+        assert not use_c and native.active() is None
+        assert native.bind_bias_act(np.zeros((2, 2), np.float32), np.zeros(2, np.float32), 1, 0.0, 1) is None
+    with native.chosen_for(mlp.runner.executor.ops) as use_c:
+        assert use_c and native.active() is not None

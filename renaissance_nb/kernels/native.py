@@ -24,9 +24,10 @@ import tempfile
 import threading
 import time
 from ctypes import c_double, c_float, c_int, c_int64, c_void_p
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -194,11 +195,42 @@ DECLINED: list[str] = []
 the warm-up helper is then still worth starting (runtime/warmup.py)."""
 
 
+_use = [True]
+
+
+@contextmanager
+def chosen_for(ops: set[str]) -> Iterator[bool]:
+    """Bind inside this block with the C kernels only if they cover every op (NUMBA_FREE_OPS); yields
+    the choice. Why not always: the C kernels run on OpenMP's threads, numba's parallel kernels on
+    numba's, and two pools on the same cores spin against each other (the conv net's step, whose conv,
+    batch norm and pooling kernels stay numba, took 1.40x as long with its fc, loss and optimizer in C,
+    benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all."""
+    _use.append(lib() is not None and ops <= NUMBA_FREE_OPS)
+    try:
+        yield _use[-1]
+    finally:
+        _use.pop()
+
+
+def plan_note(ops: set[str]) -> str:
+    """What a plan of these ops binds its fused passes to, for the compile notes."""
+    built = status()
+    if built.lib is None or ops <= NUMBA_FREE_OPS:
+        return built.describe()
+    others = ", ".join(sorted(ops - NUMBA_FREE_OPS))
+    return f"fused passes in numba: the plan's {others} kernels are numba's, and one thread pool serves a plan"
+
+
+def active() -> Any:
+    """The library the binders use here: lib(), unless chosen_for decided against it."""
+    return lib() if _use[-1] else None
+
+
 def _binder(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Record in DECLINED when ``f`` returns None with the library loaded."""
+    """Record in DECLINED when ``f`` returns None with the library in use."""
     def bind(*args: Any) -> Any:
         out = f(*args)
-        if out is None and lib() is not None:
+        if out is None and active() is not None:
             DECLINED.append(f.__name__)
         return out
     bind.__name__ = bind.__qualname__ = f.__name__
@@ -207,8 +239,9 @@ def _binder(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def covers(ops: set[str], declined_before: int) -> bool:
-    """Whether binding these ops called no numba kernel: the library is loaded, every op is one of
-    NUMBA_FREE_OPS and no binder declined its operands since DECLINED had ``declined_before`` entries."""
+    """Whether binding these ops bound no numba kernel: the library is loaded, every op is one of
+    NUMBA_FREE_OPS (so chosen_for chose C) and no binder declined its operands since DECLINED had
+    ``declined_before`` entries."""
     return lib() is not None and len(DECLINED) == declined_before and ops <= NUMBA_FREE_OPS
 
 
@@ -243,7 +276,7 @@ def _call(f: Any, args: tuple, keep: tuple) -> Kernel:
 
 @_binder
 def bind_bias_act(y2: np.ndarray, b: np.ndarray, act: int, slope: float, threads: int) -> Kernel | None:
-    L = lib()
+    L = active()
     ld = _rows(y2)
     if L is None or ld is None or y2.dtype != np.float32 or b.dtype != np.float32 or not _flat(b) or act not in range(5):
         return None
@@ -254,7 +287,7 @@ def bind_bias_act(y2: np.ndarray, b: np.ndarray, act: int, slope: float, threads
 @_binder
 def bind_act_grad_colsum(d2: np.ndarray, y2: np.ndarray, act: int, slope: float, parts: np.ndarray, out: np.ndarray,
                          threads: int) -> Kernel | None:
-    L = lib()
+    L = active()
     ldd, ldy = _rows(d2), _rows(y2)
     ok = (L is not None and ldd is not None and ldy is not None and d2.dtype == y2.dtype == out.dtype == np.float32
           and parts.dtype == np.float64 and parts.flags.c_contiguous and _flat(out) and act in range(5)
@@ -275,7 +308,7 @@ def _optimizer_ok(w: np.ndarray, lr_table: np.ndarray, step: np.ndarray, *state:
 
 @_binder
 def bind_adam(w, g, m, v, lr_table, step, beta1, beta2, eps, wd, decoupled, maximize, threads) -> Kernel | None:  # type: ignore[no-untyped-def]
-    L = lib()
+    L = active()
     if L is None or not _optimizer_ok(w, lr_table, step, g, m, v) or not (w.size == g.size == m.size == v.size):
         return None
     args = (_ptr(w), _ptr(g), _ptr(m), _ptr(v), w.size, _ptr(lr_table), lr_table.size, _ptr(step), float(beta1),
@@ -285,7 +318,7 @@ def bind_adam(w, g, m, v, lr_table, step, beta1, beta2, eps, wd, decoupled, maxi
 
 @_binder
 def bind_sgd(w, g, m, lr_table, step, momentum, dampening, wd, nesterov, maximize, threads) -> Kernel | None:  # type: ignore[no-untyped-def]
-    L = lib()
+    L = active()
     if L is None or not _optimizer_ok(w, lr_table, step, g, m) or w.size != g.size or m.size not in (0, w.size):
         return None
     args = (_ptr(w), _ptr(g), _ptr(m), w.size, m.size, _ptr(lr_table), lr_table.size, _ptr(step), float(momentum),
@@ -296,7 +329,7 @@ def bind_sgd(w, g, m, lr_table, step, momentum, dampening, wd, nesterov, maximiz
 @_binder
 def bind_ema(e: np.ndarray, w: np.ndarray) -> Callable[[float], None] | None:
     """ema_(e, w, decay) over fixed ranges, the decay given per call."""
-    L = lib()
+    L = active()
     if L is None or not _flat(e, w) or e.dtype != np.float32 or w.dtype != np.float32 or e.size != w.size:
         return None
     f, pe, pw, n = L.rnb_ema, _ptr(e), _ptr(w), e.size
@@ -305,7 +338,7 @@ def bind_ema(e: np.ndarray, w: np.ndarray) -> Callable[[float], None] | None:
 
 @_binder
 def bind_probe(x: np.ndarray, parts: np.ndarray, threads: int) -> Callable[[], float] | None:
-    L = lib()
+    L = active()
     if L is None or not _flat(x, parts) or x.dtype != np.float32 or parts.dtype != np.float32 or parts.size < 8:
         return None
     return _call(L.rnb_nonfinite_probe, (_ptr(x), x.size, _ptr(parts), threads), (x, parts))
@@ -314,7 +347,7 @@ def bind_probe(x: np.ndarray, parts: np.ndarray, threads: int) -> Callable[[], f
 @_binder
 def bind_clip(x: np.ndarray, threads: int) -> tuple[Callable[[], float], Callable[[Any], None]] | None:
     """(sum of squares, scale by a factor) over one fixed float32 range."""
-    L = lib()
+    L = active()
     if L is None or not _flat(x) or x.dtype != np.float32:
         return None
     sq, sc, p, n = L.rnb_sq_sum, L.rnb_scale, _ptr(x), x.size
@@ -324,7 +357,7 @@ def bind_clip(x: np.ndarray, threads: int) -> tuple[Callable[[], float], Callabl
 @_binder
 def bind_gather(xs2: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.ndarray, x2: np.ndarray,
                 y_out: np.ndarray, threads: int) -> Callable[[], int] | None:
-    L = lib()
+    L = active()
     ok = (L is not None and xs2.ndim == x2.ndim == 2 and xs2.flags.c_contiguous and x2.flags.c_contiguous
           and xs2.dtype == x2.dtype and xs2.shape[1] == x2.shape[1] and _flat(ys, y_out, perm, cursor)
           and ys.dtype == y_out.dtype and perm.dtype == np.int64 and cursor.dtype == np.int64
@@ -339,7 +372,7 @@ def bind_gather(xs2: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.nd
 @_binder
 def bind_softmax_xent(logits: np.ndarray, labels: np.ndarray, smoothing: float, weight: np.ndarray,
                       result: np.ndarray, dlogits: np.ndarray, grad: bool) -> Kernel | None:
-    L = lib()
+    L = active()
     ll, ld = _rows(logits), (_rows(dlogits) if grad else 0)
     ok = (L is not None and ll is not None and ld is not None and logits.dtype == np.float32
           and labels.dtype in (np.int64, np.int32)
@@ -357,7 +390,7 @@ def bind_softmax_xent(logits: np.ndarray, labels: np.ndarray, smoothing: float, 
 @_binder
 def bind_accumulate_metrics(result: np.ndarray, acc: np.ndarray, batch: float, loss_log: np.ndarray,
                             step: np.ndarray) -> Kernel | None:
-    L = lib()
+    L = active()
     ok = (L is not None and _flat(result, acc, loss_log, step) and result.dtype == np.float32 and acc.dtype == np.float64
           and acc.size >= 4 and loss_log.dtype == np.float32 and step.dtype == np.int64 and step.size >= 1)
     if not ok:
@@ -369,7 +402,7 @@ def bind_accumulate_metrics(result: np.ndarray, acc: np.ndarray, batch: float, l
 @_binder
 def bind_gemm_bands(fptr: int, wide: bool, bands: np.ndarray, threads: int) -> Kernel | None:
     """The planned sgemm bands (blas.plan_bands' rows) run on OpenMP threads."""
-    L = lib()
+    L = active()
     if L is None or bands.dtype != np.int64 or not bands.flags.c_contiguous or bands.shape[1:] != (11,):
         return None
     return _call(L.rnb_gemm_bands, (fptr, int(wide), _ptr(bands), bands.shape[0], threads), (bands,))

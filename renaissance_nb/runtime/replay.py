@@ -17,6 +17,7 @@ import numpy as np
 from ..compiler.atlas import ACCUM_ID, GraphAtlas
 from ..compiler.stages import STEP_ORDER_A, CompiledPlan, swap_ab
 from ..compiler.ids import GraphId
+from ..kernels import native
 from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
 from .arena import Arena
@@ -188,14 +189,17 @@ class Executor(StepPrograms):
         self.bound: list[BoundGraph] = []
         self.outside_arena: list[tuple[str, BindBuffer]] = []
         """(bound graph, buffer) for each buffer a kernel allocated at bind time outside the arena."""
-        for key in self.atlas.captures:
-            spec = compiled.shapes.specs[key.variant]
-            benv = replace(env, batch=spec.batch)
-            nodes = graphs[key.graph].nodes(key.gid)
-            name = f"{key.graph}/{key.gid.name}/s{key.shape_id}"
-            self.bound.append(bind(name, nodes, self.views[key.variant], benv))
-            listed = {id(b) for _, b in self.outside_arena}  # benv may share env's list
-            self.outside_arena += [(name, b) for b in benv.outside_arena if id(b) not in listed]
+        self.ops = {n.op for key in self.atlas.captures for n in graphs[key.graph].nodes(key.gid)}
+        """The ops this plan binds (kernels/native.py decides by them)."""
+        with native.chosen_for(self.ops):  # one thread pool per plan: C kernels for all of it, or numba's
+            for key in self.atlas.captures:
+                spec = compiled.shapes.specs[key.variant]
+                benv = replace(env, batch=spec.batch)
+                nodes = graphs[key.graph].nodes(key.gid)
+                name = f"{key.graph}/{key.gid.name}/s{key.shape_id}"
+                self.bound.append(bind(name, nodes, self.views[key.variant], benv))
+                listed = {id(b) for _, b in self.outside_arena}  # benv may share env's list
+                self.outside_arena += [(name, b) for b in benv.outside_arena if id(b) not in listed]
 
     def kernels(self, variant: str, gid: GraphId) -> Program:
         """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""

@@ -59,7 +59,7 @@ class Runner:
         self.executor = Executor(compiled, self.arena, self.env)
         self._initialise(lr_table)
         self.replay, self.device_kind = self._start_device(kind)
-        numba_free = native.covers({n.op for b in self.executor.bound for n in b.nodes}, declined)
+        numba_free = native.covers(self.executor.ops, declined)
         self.warmup = start_warmup(config, self.device_kind, numba_free)  # a first run: compile kernels on a second core
 
     def _start_device(self, kind: str) -> tuple[StepPrograms, str]:
@@ -83,7 +83,7 @@ class Runner:
                                       f"graphs on one device arena, data={gpu.data}, capture={gpu.capture}; "
                                       "the host arena mirrors the device's at epoch ends.")
                 return gpu, "cuda"
-        compiled.notes.append(f"device: CPU, {blas.describe()}; {native.status().describe()}.")
+        compiled.notes.append(f"device: CPU, {blas.describe()}; {native.plan_note(self.executor.ops)}.")
         return self.executor, "cpu"
 
     def _initialise(self, lr_table: np.ndarray) -> None:
