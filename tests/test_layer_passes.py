@@ -72,3 +72,25 @@ def test_threaded_bias_activation_gives_the_serial_bytes(act: str) -> None:
         fused.bias_act_par_(y2, bias, fused.ACT_CODES[act], 0.1)
         assert np.array_equal(y1, y2)
         assert not np.array_equal(y1, y0) or act == "none" and bias.size == 0
+
+
+@pytest.mark.parametrize("n", [11, 1000, 300_001])
+def test_relu_pass_gives_act_forward_and_act_backward_bytes(n: int) -> None:
+    """The vectorised ReLU (fused.relu_chunks_, serial and threaded) against the generic activation
+    loops, on values with signed zeros, subnormals, infinities and NaN."""
+    from renaissance_nb.kernels import fused
+    from renaissance_nb.kernels.base import EMPTY_F32
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * np.exp(rng.uniform(-30, 30, n))).astype(np.float32)
+    dy = (rng.standard_normal(n) * np.exp(rng.uniform(-30, 30, n))).astype(np.float32)
+    for a in (x, dy):
+        a[:5] = [0.0, -0.0, np.nan, np.inf, -1e-42]
+    dy[5:10] = [-0.0, np.nan, -np.inf, -3.0, 0.0]
+    ref_y, ref_dx = np.empty_like(x), np.empty_like(x)
+    fused.act_forward(x, ref_y, 1, 0.0)
+    fused.act_backward(dy, x, ref_dx, 1, 0.0)
+    for run in (lambda y, d: fused.relu_chunks_(x, y, d, 0, fused.PAR_CHUNKS), lambda y, d: fused.relu_chunks_par_(x, y, d)):
+        y, dx = np.full_like(x, 7), np.full_like(x, 7)
+        run(y, EMPTY_F32)
+        run(dx, dy)
+        assert y.tobytes() == ref_y.tobytes() and dx.tobytes() == ref_dx.tobytes()

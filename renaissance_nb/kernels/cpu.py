@@ -21,12 +21,12 @@ import numpy as np
 from ..errors import NumericalError, PlanError
 from ..train.rng import StreamId
 from . import blas, fused, native, philox
-from .base import EMPTY_F32, EMPTY_F32_2D, Factory, join_tables, registrar
+from .base import EMPTY_F32, EMPTY_F32_2D, Factory, Kernel, join_tables, registrar
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
 from .conv import CONV_KERNELS
 from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges, split_scratch
-from .passes import act_grad_colsum_pass, bias_act_pass, bias_partials
+from .passes import PASS_PAR_MIN, act_grad_colsum_pass, bias_act_pass, bias_partials
 from .status import status_error
 from .transfer import TRANSFER_KERNELS
 
@@ -103,18 +103,33 @@ def relu_k(outs, ins, p, env):
 
 
 # ---- element-wise ------------------------------------------------------------------------
+def _relu_pass(x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> Kernel | None:
+    """ReLU forward (dy empty) or backward as one vectorised pass, threaded when large; None where the
+    arrays are not contiguous float32 of one size (act_forward/act_backward serve)."""
+    arrays = (x, y) + ((dy,) if dy.size else ())
+    if not all(a.dtype == np.float32 and a.flags.c_contiguous and a.size == x.size for a in arrays):
+        return None
+    if blas.THREADED and x.size >= PASS_PAR_MIN:
+        f = fused.relu_chunks_par_
+        return lambda: f(x, y, dy)
+    g, n = fused.relu_chunks_, fused.PAR_CHUNKS
+    return lambda: g(x, y, dy, 0, n)
+
+
 @kernel("act_fwd")
 def act_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
     code, slope, f = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_forward
-    return lambda: f(x, y, code, slope)
+    fast = _relu_pass(x, y, EMPTY_F32) if code == ACT_CODES["relu"] else None
+    return fast or (lambda: f(x, y, code, slope))
 
 
 @kernel("act_bwd")
 def act_bwd(outs, ins, p, env):
     (dy, x), (dx,) = ins, outs
     code, slope, f = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_backward
-    return lambda: f(dy, x, dx, code, slope)
+    fast = _relu_pass(x, dx, dy) if code == ACT_CODES["relu"] else None
+    return fast or (lambda: f(dy, x, dx, code, slope))
 
 
 @kernel("copy")

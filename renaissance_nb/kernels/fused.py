@@ -175,6 +175,35 @@ def bias_act_par_(y, b, act, slope):
 
 
 @jit
+def relu_chunks_(x, y, dy, c0, c1):
+    """ReLU over chunks c0 <= c < c1 of a flat range, in float32 and branch-free so it vectorises:
+    forward (dy empty) y = x if x > 0 else 0; backward y = dy * (1 if x > 0 else 0), the gradient
+    from the input x. The bytes of act_forward's and act_backward's relu (dy * 1 and dy * 0 round the
+    same in float32 as in float64; a NaN input gives 0 forward, as there), at a fifth of their time
+    (the ResNet's relu after a residual add: 4.2M values, 22 ms against 4 ms)."""
+    fx, fy, fd = x.reshape(-1), y.reshape(-1), dy.reshape(-1)
+    one, zero = np.float32(1.0), np.float32(0.0)
+    backward = fd.shape[0] > 0
+    for c in range(c0, c1):
+        lo, hi = chunk(fx.shape[0], c)
+        a, b = fx[lo:hi], fy[lo:hi]  # slices walked from 0: indices numba knows are not negative vectorise
+        if backward:
+            d = fd[lo:hi]
+            for k in range(hi - lo):
+                b[k] = d[k] * (one if a[k] > 0 else zero)
+        else:
+            for k in range(hi - lo):
+                b[k] = a[k] if a[k] > 0 else zero
+
+
+@par
+def relu_chunks_par_(x, y, dy):
+    """relu_chunks_ over all chunks on numba's threads (the same bytes)."""
+    for c in numba.prange(PAR_CHUNKS):
+        relu_chunks_(x, y, dy, c, c + 1)
+
+
+@jit
 def act_forward(x, y, act, slope):
     """y = act(x) for any activation (silu and gelu need x for their gradient)."""
     fx = x.reshape(-1)
