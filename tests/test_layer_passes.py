@@ -94,3 +94,18 @@ def test_relu_pass_gives_act_forward_and_act_backward_bytes(n: int) -> None:
         run(y, EMPTY_F32)
         run(dx, dy)
         assert y.tobytes() == ref_y.tobytes() and dx.tobytes() == ref_dx.tobytes()
+
+
+def test_threaded_add_and_copy_give_numpys_bytes() -> None:
+    """fused.add_chunks_par_ (the residual add and its gradient copies) against np.add and np.copyto."""
+    from renaissance_nb.kernels import fused
+    from renaissance_nb.kernels.base import EMPTY_F32
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 300_001)).astype(np.float32)
+    a[:4], b[:4] = [np.nan, np.inf, -0.0, 1e-42], [1.0, -np.inf, 0.0, -1e-42]
+    out = np.full_like(a, 7)
+    fused.add_chunks_par_(a, b, out)
+    with np.errstate(invalid="ignore"):  # inf + -inf
+        assert out.tobytes() == np.add(a, b).tobytes()
+    fused.add_chunks_par_(b, EMPTY_F32, out)
+    assert out.tobytes() == b.tobytes()

@@ -86,11 +86,22 @@ def matmul_k(outs, ins, p, env):
     return blas.gemm(a, b, c)
 
 
+def _threaded_elementwise(out: np.ndarray, *ins: np.ndarray) -> bool:
+    """Whether out = a + b (or a copy) over these arrays can run as fused.add_chunks_par_: large, and
+    all contiguous float32 of one size (no broadcasting)."""
+    return (blas.THREADED and out.size >= PASS_PAR_MIN and all(
+        x.dtype == np.float32 and x.flags.c_contiguous and x.size == out.size for x in (out, *ins)))
+
+
 @kernel("add")
 def add_k(outs, ins, p, env):
-    """c = a + b with NumPy broadcasting (a bias row over a batch, say)."""
+    """c = a + b with NumPy broadcasting (a bias row over a batch, say); by chunks on numba's threads
+    when large and of one shape (a residual add)."""
     a, b = ins
     (c,) = outs
+    if _threaded_elementwise(c, a, b):
+        f = fused.add_chunks_par_
+        return lambda: f(a, b, c)
     add = np.add
     return lambda: add(a, b, out=c)
 
@@ -135,6 +146,9 @@ def act_bwd(outs, ins, p, env):
 @kernel("copy")
 def copy_k(outs, ins, p, env):
     (src,), (dst,) = ins, outs
+    if _threaded_elementwise(dst, src):
+        f = fused.add_chunks_par_
+        return lambda: f(src, EMPTY_F32, dst)
     cp = np.copyto
     return lambda: cp(dst, src)
 

@@ -204,6 +204,31 @@ def relu_chunks_par_(x, y, dy):
 
 
 @jit
+def add_chunks_(a, b, out, c0, c1):
+    """out = a + b (b empty: out = a, a copy) over chunks c0 <= c < c1 of flat float32 ranges of one size:
+    the residual adds and the copies of their gradients, threaded (np.add and np.copyto take one thread)."""
+    fa, fb, fo = a.reshape(-1), b.reshape(-1), out.reshape(-1)
+    add = fb.shape[0] > 0
+    for c in range(c0, c1):
+        lo, hi = chunk(fo.shape[0], c)
+        x, y = fa[lo:hi], fo[lo:hi]
+        if add:
+            z = fb[lo:hi]
+            for k in range(hi - lo):
+                y[k] = x[k] + z[k]
+        else:
+            for k in range(hi - lo):
+                y[k] = x[k]
+
+
+@par
+def add_chunks_par_(a, b, out):
+    """add_chunks_ over all chunks on numba's threads."""
+    for c in numba.prange(PAR_CHUNKS):
+        add_chunks_(a, b, out, c, c + 1)
+
+
+@jit
 def act_forward(x, y, act, slope):
     """y = act(x) for any activation (silu and gelu need x for their gradient)."""
     fx = x.reshape(-1)
