@@ -181,6 +181,8 @@ def status() -> Build:
     prepare()
     assert _thread is not None
     _thread.join()
+    if not _result:  # a child forked while the parent's build thread ran: that thread is not here
+        _result.append(build())
     return _result[0]
 
 
