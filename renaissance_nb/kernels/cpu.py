@@ -87,9 +87,10 @@ def matmul_k(outs, ins, p, env):
 
 
 def _threaded_elementwise(out: np.ndarray, *ins: np.ndarray) -> bool:
-    """Whether out = a + b (or a copy) over these arrays can run as fused.add_chunks_par_: large, and
-    all contiguous float32 of one size (no broadcasting)."""
-    return (blas.THREADED and out.size >= PASS_PAR_MIN and all(
+    """Whether out = a + b (or a copy) over these arrays can run as fused.add_chunks_par_: large, all
+    contiguous float32 of one size (no broadcasting), and in a plan on numba's threads (a plan bound to
+    the C kernels keeps NumPy here: kernels/native.py chosen_for, one thread pool per plan)."""
+    return (blas.THREADED and native.active() is None and out.size >= PASS_PAR_MIN and all(
         x.dtype == np.float32 and x.flags.c_contiguous and x.size == out.size for x in (out, *ins)))
 
 

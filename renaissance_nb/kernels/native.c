@@ -11,6 +11,7 @@
  * Arrays are raw addresses; 2-D ones take a row stride in elements. Nothing here allocates.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -31,7 +32,15 @@ static inline void chunk(i64 n, i64 c, i64 *lo, i64 *hi) {
     *hi = min64(n, *lo + ch);
 }
 
-int rnb_abi(void) { return 4; } /* native.py checks it: a stale library is rebuilt, never called */
+int rnb_abi(void) { return 5; }
+
+/* GNU OpenMP's thread pool does not survive fork(): a forked child that entered a parallel region
+ * would hang. After a fork every pass here runs on the calling thread (the same bytes: a block's
+ * work never depends on the thread that does it). */
+static volatile int forked = 0;
+static void in_child(void) { forked = 1; }
+__attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, in_child); }
+static inline int team(int threads) { return forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
 
 /* ---- bias + activation (fused.bias_act_) ----------------------------------------------------- */
 static void bias_act_rows(float *y, i64 ldy, i64 r0, i64 r1, i64 m, const float *b, i64 nb, i64 act, double slope) {
@@ -51,6 +60,7 @@ static void bias_act_rows(float *y, i64 ldy, i64 r0, i64 r1, i64 m, const float 
 }
 
 void rnb_bias_act(float *y, i64 n, i64 m, i64 ldy, const float *b, i64 nb, i64 act, double slope, int threads) {
+    threads = team(threads);
     if (threads <= 1) { bias_act_rows(y, ldy, 0, n, m, b, nb, act, slope); return; }
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (i64 t = 0; t < RNB_CHUNKS; t++)
@@ -95,6 +105,7 @@ static void act_grad_block(float *d, i64 ldd, const float *y, i64 ldy, i64 m, i6
 
 void rnb_act_grad_colsum(float *d, i64 rows, i64 m, i64 ldd, const float *y, i64 ldy, i64 act, double slope,
                          double *parts, i64 blocks, float *out, i64 nout, int threads) {
+    threads = team(threads);
     if (threads <= 1) {
         for (i64 t = 0; t < blocks; t++)
             act_grad_block(d, ldd, y, ldy, m, cut(rows, blocks, t), cut(rows, blocks, t + 1), act, slope,
@@ -151,6 +162,7 @@ static void adam_range(float *w, float *g, float *m, float *v, i64 lo, i64 hi, c
 
 void rnb_adam(float *w, float *g, float *m, float *v, i64 n, const float *lr_table, i64 nlr, i64 *step,
               double beta1, double beta2, double eps, double weight_decay, int decoupled, int maximize, int threads) {
+    threads = team(threads);
     i64 t0 = step[0];
     double lr = (double)lr_table[min64(t0, nlr - 1)];
     i64 t = t0 + 1;
@@ -181,6 +193,7 @@ void rnb_adam(float *w, float *g, float *m, float *v, i64 n, const float *lr_tab
 
 void rnb_sgd(float *w, float *g, float *m, i64 n, i64 nm, const float *lr_table, i64 nlr, i64 *step, double momentum,
              double dampening, double weight_decay, int nesterov, int maximize, int threads) {
+    threads = team(threads);
     i64 t = step[0];
     float lr32 = lr_table[min64(t, nlr - 1)];
     float mom = (float)momentum, damp = (float)(1.0 - dampening), wd = (float)weight_decay;
@@ -219,6 +232,7 @@ static float probe_range(const float *x, i64 n) { /* sum of x - x: 0 when all fi
 }
 
 float rnb_nonfinite_probe(const float *x, i64 n, float *parts, int threads) {
+    threads = team(threads);
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (i64 c = 0; c < RNB_CHUNKS; c++) {
         i64 lo, hi;
@@ -230,18 +244,29 @@ float rnb_nonfinite_probe(const float *x, i64 n, float *parts, int threads) {
     return s;
 }
 
-/* The squares summed in double, each chunk in an order this compiled code fixes (simd reduction),
- * the chunks in order: the same bytes on every thread count (fused.sq_sum_par's contract). */
+/* fused.sq_sum: eight accumulators in a written-out order (element i into i % 8), no reassociation,
+ * so the same float64 as numba's; the chunks added in order (fused.sq_sum_par). */
+static double sq_sum_range(const float *x, i64 n) {
+    i64 q = n - n % 8;
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    for (i64 i = 0; i < q; i += 8) {
+        double v0 = x[i], v1 = x[i + 1], v2 = x[i + 2], v3 = x[i + 3];
+        double v4 = x[i + 4], v5 = x[i + 5], v6 = x[i + 6], v7 = x[i + 7];
+        a0 += v0 * v0; a1 += v1 * v1; a2 += v2 * v2; a3 += v3 * v3;
+        a4 += v4 * v4; a5 += v5 * v5; a6 += v6 * v6; a7 += v7 * v7;
+    }
+    for (i64 i = q; i < n; i++) { double v = x[i]; a0 += v * v; }
+    return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+}
+
 double rnb_sq_sum(const float *x, i64 n, int threads) {
+    threads = team(threads);
     double part[RNB_CHUNKS];
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (i64 c = 0; c < RNB_CHUNKS; c++) {
         i64 lo, hi;
         chunk(n, c, &lo, &hi);
-        double s = 0.0;
-        #pragma omp simd reduction(+ : s)
-        for (i64 i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
-        part[c] = s;
+        part[c] = sq_sum_range(x + lo, hi - lo);
     }
     double total = 0.0;
     for (int c = 0; c < RNB_CHUNKS; c++) total += part[c];
@@ -249,6 +274,7 @@ double rnb_sq_sum(const float *x, i64 n, int threads) {
 }
 
 void rnb_scale(float *x, i64 n, float factor, int threads) {
+    threads = team(threads);
     #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (i64 c = 0; c < RNB_CHUNKS; c++) {
         i64 lo, hi;
@@ -270,6 +296,7 @@ static i64 batch_status(const i64 *perm, i64 nperm, i64 start, i64 n, i64 rows) 
 /* x rows of `d` elements of `item` bytes (float32 images, or uint8 before a cast on the device) */
 i64 rnb_gather(const char *x_src, i64 rows, i64 d, i64 item, const char *y_src, i64 yitem, const i64 *perm, i64 nperm,
                i64 *cursor, char *x_out, char *y_out, i64 n, int threads) {
+    threads = team(threads);
     i64 start = cursor[0];
     i64 status = batch_status(perm, nperm, start, n, rows);
     if (status) return status;
@@ -370,6 +397,7 @@ static void band(void *fptr, int wide, const i64 *r) {
 }
 
 void rnb_gemm_bands(void *fptr, int wide, const i64 *bands, i64 nbands, int threads) {
+    threads = team(threads);
     if (nbands == 1 || threads <= 1) {
         for (i64 t = 0; t < nbands; t++) band(fptr, wide, bands + 11 * t);
         return;

@@ -7,7 +7,7 @@ in about a second, once per machine and source: the library is cached under RNB_
 so a later process only loads it. PyTorch's inductor does the same for its CPU kernels.
 
 The C functions give their numba twins' bytes (tests/test_native.py), so which one a kernel binds
-never changes a result; the numba path stays whole: where there is no C compiler, with
+never changes a result (the clip norm's float64 sum included: both write its order out); the numba path stays whole: where there is no C compiler, with
 ``RNB_NATIVE=0``, or for an operand layout the C loops do not take (``bind_*`` return None), the
 caller binds the numba kernel as before. The build starts in a background thread when this
 module is imported (the task plans meanwhile); the first bind waits for it.
@@ -32,9 +32,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 SOURCE = Path(__file__).with_name("native.c")
-ABI = 4
+ABI = 5
 """native.c's rnb_abi(): a cached library from another version of the source is never called."""
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off", "-fno-math-errno",
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-pthread", "-ffp-contract=off", "-fno-math-errno",
          "-fno-strict-aliasing")
 """-ffp-contract=off: no fused multiply-adds (numba without fastmath has none); -march=native is safe
 because the library is built on the machine that runs it (the CPU is part of its name)."""
@@ -118,15 +118,34 @@ def library_path(cc: str) -> Path:
     return cache_dir() / f"rnb_native-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
 
 
+TEMP_PREFIX = "rnb_building-"
+"""Names of libraries being built; one older than an hour was left by a process that ended mid-build."""
+
+
+def _clear_stale(folder: Path) -> None:
+    for old in folder.glob(TEMP_PREFIX + "*"):
+        try:
+            if time.time() - old.stat().st_mtime > 3600:
+                old.unlink()
+        except OSError:
+            pass
+
+
 def _compile(cc: str, target: Path) -> None:
-    """cc native.c -> target, atomically: a process that finds the file finds it whole."""
+    """cc native.c -> target, atomically: a process that finds the file finds it whole. Readable by all
+    (a shared RNB_CACHE_DIR serves every user, as numba's cache does)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    _clear_stale(target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        out = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+        out = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True,
+                             errors="replace", timeout=300)
         if out.returncode:
             raise OSError(f"{cc} failed: {(out.stderr or out.stdout).strip()[:400]}")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o755 & ~umask)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -157,8 +176,8 @@ def build() -> Build:
         if compiled:
             _compile(cc, path)
         lib = _load(path)
-    except OSError as e:  # a failed build or load: the numba kernels serve
-        return Build(why_not=f"the C kernels could not be built: {e}")
+    except Exception as e:  # noqa: BLE001 - a failed, hung or odd build or load: the numba kernels serve
+        return Build(why_not=f"the C kernels could not be built: {type(e).__name__}: {e}")
     return Build(lib=lib, path=path, seconds=time.perf_counter() - t0, compiled=compiled)
 
 
@@ -197,7 +216,13 @@ DECLINED: list[str] = []
 the warm-up helper is then still worth starting (runtime/warmup.py)."""
 
 
-_use = [True]
+class _Choice(threading.local):
+    """chosen_for's decisions, innermost last, per thread (two threads may compile tasks at once)."""
+    def __init__(self) -> None:
+        self.stack: list[bool] = []
+
+
+_choice = _Choice()
 
 
 @contextmanager
@@ -207,11 +232,11 @@ def chosen_for(ops: set[str]) -> Iterator[bool]:
     numba's, and two pools on the same cores spin against each other (the conv net's step, whose conv,
     batch norm and pooling kernels stay numba, took 1.40x as long with its fc, loss and optimizer in C,
     benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all."""
-    _use.append(lib() is not None and ops <= NUMBA_FREE_OPS)
+    _choice.stack.append(lib() is not None and ops <= NUMBA_FREE_OPS)
     try:
-        yield _use[-1]
+        yield _choice.stack[-1]
     finally:
-        _use.pop()
+        _choice.stack.pop()
 
 
 def plan_note(ops: set[str]) -> str:
@@ -225,14 +250,16 @@ def plan_note(ops: set[str]) -> str:
 
 def active() -> Any:
     """The library the binders use here: lib(), unless chosen_for decided against it."""
-    return lib() if _use[-1] else None
+    stack = _choice.stack
+    return lib() if (not stack or stack[-1]) else None
 
 
 def _binder(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Record in DECLINED when ``f`` returns None with the library in use."""
+    """Record in DECLINED when ``f`` returns None with the library in use while a plan binds (a direct
+    call outside chosen_for, as evaluate() makes per batch, is not a plan's choice)."""
     def bind(*args: Any) -> Any:
         out = f(*args)
-        if out is None and active() is not None:
+        if out is None and _choice.stack and active() is not None:
             DECLINED.append(f.__name__)
         return out
     bind.__name__ = bind.__qualname__ = f.__name__
@@ -293,7 +320,7 @@ def bind_act_grad_colsum(d2: np.ndarray, y2: np.ndarray, act: int, slope: float,
     ldd, ldy = _rows(d2), _rows(y2)
     ok = (L is not None and ldd is not None and ldy is not None and d2.dtype == y2.dtype == out.dtype == np.float32
           and parts.dtype == np.float64 and parts.flags.c_contiguous and _flat(out) and act in range(5)
-          and y2.shape == d2.shape)
+          and y2.shape == d2.shape and parts.ndim == 2 and parts.shape[1] == out.size and out.size in (0, d2.shape[1]))
     if not ok:
         return None
     n, m = d2.shape
@@ -335,7 +362,11 @@ def bind_ema(e: np.ndarray, w: np.ndarray) -> Callable[[float], None] | None:
     if L is None or not _flat(e, w) or e.dtype != np.float32 or w.dtype != np.float32 or e.size != w.size:
         return None
     f, pe, pw, n = L.rnb_ema, _ptr(e), _ptr(w), e.size
-    return lambda decay: f(pe, pw, n, decay)
+
+    def update(decay: float) -> None:
+        f(pe, pw, n, decay)
+    update.keep = (e, w)  # type: ignore[attr-defined]  # the arrays whose addresses it holds
+    return update
 
 
 @_binder
@@ -353,7 +384,14 @@ def bind_clip(x: np.ndarray, threads: int) -> tuple[Callable[[], float], Callabl
     if L is None or not _flat(x) or x.dtype != np.float32:
         return None
     sq, sc, p, n = L.rnb_sq_sum, L.rnb_scale, _ptr(x), x.size
-    return (lambda: sq(p, n, threads)), (lambda factor: sc(p, n, float(factor), threads))
+
+    def total() -> float:
+        return sq(p, n, threads)
+
+    def scale(factor: Any) -> None:
+        sc(p, n, float(factor), threads)
+    total.keep = scale.keep = (x,)  # type: ignore[attr-defined]  # the array whose address they hold
+    return total, scale
 
 
 @_binder
