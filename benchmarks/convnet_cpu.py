@@ -90,6 +90,24 @@ class Torch(TorchContender):
         super().__init__(model, x, y, batch, mode)
 
 
+def torch_version() -> str:
+    """PyTorch's version with its threads set to every core, or "not installed"."""
+    try:
+        import torch
+    except ImportError:
+        return "not installed"
+    torch.set_num_threads(os.cpu_count() or 1)
+    return torch.__version__
+
+
+def side_by_side(module: str, args: argparse.Namespace, have_torch: bool, flops: float = 0.0) -> dict:
+    """run_isolated for ``module``'s contenders: ours, PyTorch eager (default and fused AdamW) and,
+    unless --no-compile, torch.compile."""
+    kinds = ["ours", "eager", "fused"] + ([] if args.no_compile else ["compile"])
+    return run_isolated(args.batch, args.samples, args.rounds, have_torch, not args.no_compile, 0, module=module,
+                        kinds=kinds, flops_per_step=flops)
+
+
 def load(n: int) -> tuple[np.ndarray, np.ndarray]:
     """The training data of this benchmark: (x, y)."""
     return load_images(n)
@@ -109,18 +127,11 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
     args = ap.parse_args()
-    try:
-        import torch
-        torch.set_num_threads(os.cpu_count() or 1)
-        have_torch, tver = True, torch.__version__
-    except ImportError:
-        have_torch, tver = False, "not installed"
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}; torch {tver}; "
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}; torch {torch_version()}; "
           f"our products: {our_sgemm()[0]}")
-    kinds = ["ours", "eager", "fused"] + ([] if args.no_compile else ["compile"])
     flops = step_flops(args.batch)
-    r = run_isolated(args.batch, args.samples, args.rounds, have_torch, not args.no_compile, 0, module="convnet_cpu",
-                     kinds=kinds, flops_per_step=flops)
+    have_torch = torch_version() != "not installed"
+    r = side_by_side("convnet_cpu", args, have_torch, flops)
     print(f"conv net, batch {args.batch}, {r['steps']} steps per pass, medians of {args.rounds} interleaved rounds")
     print_times(r)
     if "roofline_fraction" in r:

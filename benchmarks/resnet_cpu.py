@@ -11,7 +11,6 @@ interleaved round by round, medians.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from machine import machine_line  # noqa: E402
-from mlp_cpu import TorchContender, our_sgemm, print_skipped, print_times, run_isolated  # noqa: E402
+from convnet_cpu import side_by_side, torch_version  # noqa: E402
+from mlp_cpu import TorchContender, our_sgemm, print_skipped, print_times  # noqa: E402
 
 
 def load(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,16 +91,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--no-compile", action="store_true")
     args = ap.parse_args()
-    try:
-        import torch
-        torch.set_num_threads(os.cpu_count() or 1)
-        have_torch, tver = True, torch.__version__
-    except ImportError:
-        have_torch, tver = False, "not installed"
+    tver = torch_version()
     print(f"{machine_line()}; numpy {np.__version__}; torch {tver}; our products: {our_sgemm()[0]}")
-    kinds = ["ours", "eager", "fused"] + ([] if args.no_compile else ["compile"])
-    r = run_isolated(args.batch, args.samples, args.rounds, have_torch, not args.no_compile, 0, module="resnet_cpu",
-                     kinds=kinds)
+    r = side_by_side("resnet_cpu", args, tver != "not installed")
     print(f"ResNet block net (README), 3x32x32, batch {args.batch}, {r['steps']} steps per pass, "
           f"medians of {args.rounds} interleaved rounds")
     print_times(r)
