@@ -100,6 +100,16 @@ def torch_version() -> str:
     return torch.__version__
 
 
+def bench_args(samples: int) -> argparse.ArgumentParser:
+    """The flags of a side-by-side step benchmark (--samples, --rounds, --batch, --no-compile)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", type=int, default=samples)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--no-compile", action="store_true")
+    return ap
+
+
 def side_by_side(module: str, args: argparse.Namespace, have_torch: bool, flops: float = 0.0) -> dict:
     """run_isolated for ``module``'s contenders: ours, PyTorch eager (default and fused AdamW) and,
     unless --no-compile, torch.compile."""
@@ -120,11 +130,7 @@ def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ign
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--samples", type=int, default=5120)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--no-compile", action="store_true")
+    ap = bench_args(5120)
     ap.add_argument("--no-memory", action="store_true")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}; torch {torch_version()}; "

@@ -10,7 +10,6 @@ interleaved round by round, medians.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from machine import machine_line  # noqa: E402
-from convnet_cpu import side_by_side, torch_version  # noqa: E402
+from convnet_cpu import bench_args, side_by_side, torch_version  # noqa: E402
 from mlp_cpu import TorchContender, our_sgemm, print_skipped, print_times  # noqa: E402
 
 
@@ -85,12 +84,7 @@ def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ign
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--samples", type=int, default=2560)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--no-compile", action="store_true")
-    args = ap.parse_args()
+    args = bench_args(2560).parse_args()
     tver = torch_version()
     print(f"{machine_line()}; numpy {np.__version__}; torch {tver}; our products: {our_sgemm()[0]}")
     r = side_by_side("resnet_cpu", args, tver != "not installed")
