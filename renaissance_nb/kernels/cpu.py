@@ -4,8 +4,9 @@ Binding a node calls its factory once with the node's pre-resolved arena views;
 the returned closure is what a replayed step calls. Everything the closure needs
 (views, transposes, activation codes, batch sizes) is resolved at bind time, so a
 step does no lookups and allocates nothing: matrix products write straight into
-arena views (bands of single-threaded sgemm calls on numba's threads, kernels/blas.py),
-everything else is a fused numba pass.
+arena views (bands of single-threaded sgemm calls on one pool of threads, kernels/blas.py),
+everything else is a fused pass: C (kernels/native.c) in a plan whose every op it covers,
+else numba (the same bytes either way; kernels/native.py chooses per plan).
 
 This module holds the dense kernels (DENSE_KERNELS) and, at its end, joins them with those of
 conv.py (convolution, batch norm, pooling) and transfer.py (image batches) into KERNELS. The
