@@ -260,6 +260,7 @@ def test_broken_compiler_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_path) -
     fake.write_text("#!/bin/sh\necho 'cc: fatal error: no input' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv("RNB_NATIVE", "1")
     monkeypatch.setenv("RNB_CACHE_DIR", str(tmp_path / "cache"))
     b = native.build()
     assert b.lib is None and "could not be built" in b.why_not and "fatal error" in b.why_not
