@@ -7,10 +7,11 @@ in about a second, once per machine and source: the library is cached under RNB_
 so a later process only loads it. PyTorch's inductor does the same for its CPU kernels.
 
 The C functions give their numba twins' bytes (tests/test_native.py), so which one a kernel binds
-never changes a result (the clip norm's float64 sum included: both write its order out); the numba path stays whole: where there is no C compiler, with
-``RNB_NATIVE=0``, or for an operand layout the C loops do not take (``bind_*`` return None), the
-caller binds the numba kernel as before. The build starts in a background thread when this
-module is imported (the task plans meanwhile); the first bind waits for it.
+never changes a result (the clip norm's float64 sum included: both write its order out). The numba
+path stays whole: where there is no C compiler, with ``RNB_NATIVE=0``, for an operand layout the C
+loops do not take (``bind_*`` return None), or in a plan with numba kernels of its own (chosen_for:
+one thread pool per plan), the caller binds the numba kernel as before. The build starts in a
+background thread when this module is imported (the task plans meanwhile); the first bind waits.
 """
 from __future__ import annotations
 
