@@ -201,8 +201,7 @@ def describe() -> str:
         why = SGEMM.why_not or OPENBLAS.why_not or "no sgemm to call"
         return f"matrix products on np.matmul, passes on one thread ({why})"
     name = {"mkl": "oneMKL's", "openblas": "NumPy's OpenBLAS"}.get(SGEMM.name, SGEMM.name)
-    pool = "threads" if native.lib() is not None else "numba threads"
-    return (f"matrix products as bands of {name} sgemm on {numba.get_num_threads()} {pool} "
+    return (f"matrix products as bands of {name} sgemm on {numba.get_num_threads()} threads "
             "(RNB_BLAS=openblas|mkl chooses the BLAS)")
 
 
