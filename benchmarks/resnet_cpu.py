@@ -11,7 +11,6 @@ interleaved round by round, medians.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import renaissance_nb as rnb  # noqa: E402
 from machine import machine_line  # noqa: E402
-from convnet_cpu import bench_args, side_by_side, torch_version  # noqa: E402
+from convnet_cpu import Ours, bench_args, side_by_side, torch_version  # noqa: E402
 from mlp_cpu import TorchContender, our_sgemm, print_skipped, print_times  # noqa: E402
 
 
@@ -31,24 +30,10 @@ def load(n: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.standard_normal((n, 3, 32, 32), dtype=np.float32), rng.integers(0, 10, n).astype(np.int32)
 
 
-class Ours:
-    name = "renaissance_nb"
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int) -> None:
-        from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, fc, gap, seq
-        t = time.perf_counter()
-        net = seq(cbr(32, 3, 1, 1), block(32, RESNET_3_3), block(64, RESNET_3_3_DS), gap(), fc(10))
-        self.task = (rnb.DeepLearningTask("bench").model(net).data(train=(x, y), batch_size=batch)
-                     .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW())
-                     .total_epochs(1000).seed(0))
-        self.task.compile()
-        self.compile_s = time.perf_counter() - t
-        self.epoch()
-
-    def epoch(self) -> float:
-        t = time.perf_counter()
-        self.task.run(epochs=1, progress=False)
-        return time.perf_counter() - t
+def resnet() -> rnb.BluePrint:
+    """The README's ResNet."""
+    from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, fc, gap, seq
+    return seq(cbr(32, 3, 1, 1), block(32, RESNET_3_3), block(64, RESNET_3_3_DS), gap(), fc(10))
 
 
 class Torch(TorchContender):
@@ -80,7 +65,7 @@ class Torch(TorchContender):
 def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ignore[no-untyped-def]
     """Build one contender ("ours", "eager", "fused", "compile")."""
     x, y = data if data is not None else load(samples)
-    return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
+    return Ours(x, y, batch, resnet()) if kind == "ours" else Torch(x, y, batch, kind)
 
 
 def main() -> int:
