@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,9 @@ import numpy as np
 from .errors import ConfigError
 
 BACKENDS = ("mpi",)
+# Seconds an aborting rank waits after writing its traceback: MPICH's launcher relays each rank's stderr
+# through a pipe, and MPI_Abort at once could kill the relay first (seen once in CI: exit 130, stderr empty).
+FORWARD_GRACE_S = 0.5
 def under_mpiexec() -> bool:
     """True when a launcher started this process (its environment says so; MPI itself is not loaded):
     MPICH's hydra sets PMI_SIZE, Open MPI OMPI_COMM_WORLD_SIZE, PMIx launchers PMIX_RANK."""
@@ -139,6 +143,7 @@ def abort_with(w: World, exc: BaseException) -> None:
         except Exception:  # noqa: BLE001 - a closed stream must not stop the abort
             pass
     code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+    time.sleep(FORWARD_GRACE_S)  # the launcher relays stderr through a pipe; an abort at once can lose the traceback
     w.abort(code)
     os._exit(code)  # MPICH's MPI_Abort may return before the launcher's kill arrives: run nothing more
 
