@@ -17,6 +17,12 @@ from renaissance_nb.kernels.cpu import KERNELS, BindEnv
 pytestmark = pytest.mark.skipif(not blas.THREADED, reason="tiles need the library's own sgemm threads")
 
 
+@pytest.fixture(autouse=True)
+def im2col_only(monkeypatch):
+    """3x3 stride-1 convs would take Winograd's path (tests/test_winograd.py); here they tile."""
+    monkeypatch.setenv("RNB_WINOGRAD", "0")
+
+
 @pytest.fixture
 def small_tiles(monkeypatch):
     """One image per tile: several tiles per thread and a partial last one."""

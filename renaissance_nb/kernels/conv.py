@@ -49,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import PlanError
-from . import conv_par, conv_tiled, fused
+from . import conv_par, conv_tiled, fused, winograd
 from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
 from .blas import THREADED, gemm
 from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train_bwd_, bn_train_fwd_, col2im_,
@@ -144,6 +144,9 @@ def conv_fwd(outs, ins, p, env):
         raise PlanError(f"conv_fwd: a {k}x{k} convolution (stride {s}, padding {pad}) needs the im2col buffer "
                         f"'cols' ({m}, {k * k * cin}) as its second output.")
     cols, tile = conv_columns("conv_fwd", "cols", outs[1], n, ho * wo, k * k * cin)
+    fast = winograd.bind(x, w, y, cols, b, act) if winograd.applies(k, s, pad, cin, cout, x, w, y, b, cols) else None
+    if fast is not None:
+        return fast
     if conv_tiled.applies(x, w, cols, k, s, pad) and y.flags.c_contiguous and b.flags.c_contiguous:
         return conv_tiled.bind_fwd(x, w, y, cols, b, act, k, s, pad, ho, wo)
     steps = []
@@ -187,7 +190,10 @@ def conv_bwd(outs, ins, p, env):
         if dw_parts is None:  # a hand-built graph: one partial per other thread, outside the arena
             dw_parts = env.scratch("conv_bwd: tiled weight-gradient partials",
                                    (conv_tiled.max_threads(x.shape[0]) - 1, cout, k * k * cin), np.float32)
-        grads = conv_tiled.bind_bwd(x, dy2, w, o.dw2, cols, o.dx, dcols, k, s, pad, ho, wo, dw_parts)
+        grads = _winograd_grads(o, ins[0], x, w, cols, dcols) if winograd.applies(
+            k, s, pad, cin, cout, ins[0], x, w, cols, o.dw2, *([o.dx] if o.dx is not None else [])) else None
+        if grads is None:
+            grads = conv_tiled.bind_bwd(x, dy2, w, o.dw2, cols, o.dx, dcols, k, s, pad, ho, wo, dw_parts)
 
         def run_tiled() -> None:
             pre()
@@ -199,6 +205,21 @@ def conv_bwd(outs, ins, p, env):
         pre()
         for step in steps:
             step()
+    return run
+
+
+def _winograd_grads(o: ConvBwd, dy: np.ndarray, x: np.ndarray, w: np.ndarray, cols: np.ndarray,
+                    dcols: np.ndarray | None) -> Kernel | None:
+    """A 3x3 stride-1 conv's dW, then dx, by F(2x2, 3x3) in its backward scratch (one after the
+    other: each pass uses all of it); None where that scratch is too small for either."""
+    dw_pass = winograd.bind_dw(x, dy, o.dw2.reshape(w.shape), cols)
+    dx_pass = winograd.bind(dy, w, o.dx, dcols, EMPTY_F32, 0, flip=True) if o.dx is not None else (lambda: None)
+    if dw_pass is None or dx_pass is None:
+        return None
+
+    def run() -> None:
+        dw_pass()
+        dx_pass()
     return run
 
 

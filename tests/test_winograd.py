@@ -1,0 +1,138 @@
+"""3x3 stride-1 convolutions by Winograd F(2x2, 3x3) (kernels/winograd.py) against float64 references.
+
+conv_fwd / conv_bwd bind this path on the CPU for 3x3, stride 1, padding 1 convolutions of at least
+MIN_CHANNELS channels in and out; these tests check the forward (with bias and ReLU), the weight and
+input gradients on odd, tiny and uneven shapes, with scratch full of NaN (nothing may read what it
+did not write), on 1 to 3 threads, the fall-back to im2col where the scratch is too small, and a
+trained net against the im2col path.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+from conv_cases import Case, close, reference
+from helpers import train_in_processes
+
+from renaissance_nb.kernels import blas, winograd
+from renaissance_nb.kernels.cpu import KERNELS, BindEnv
+
+pytestmark = pytest.mark.skipif(not blas.THREADED, reason="Winograd's products use the library's own sgemm")
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Counts the Winograd passes bound: {"fwd": n, "dw": n, "dx": n}."""
+    seen = {"fwd": 0, "dw": 0, "dx": 0}
+    bind, bind_dw = winograd.bind, winograd.bind_dw
+
+    def counting(*a, **k):  # type: ignore[no-untyped-def]
+        out = bind(*a, **k)
+        seen["dx" if k.get("flip") else "fwd"] += out is not None
+        return out
+
+    def counting_dw(*a, **k):  # type: ignore[no-untyped-def]
+        out = bind_dw(*a, **k)
+        seen["dw"] += out is not None
+        return out
+    monkeypatch.setattr(winograd, "bind", counting)
+    monkeypatch.setattr(winograd, "bind_dw", counting_dw)
+    return seen
+
+
+@pytest.mark.parametrize("n,h,cin,cout", [(4, 8, 8, 8), (3, 7, 9, 12), (64, 1, 8, 8), (24, 2, 16, 8), (8, 5, 8, 24),
+                                          (6, 13, 12, 10)])
+@pytest.mark.parametrize("bias,act", [(True, "relu"), (False, "none")])
+def test_winograd_conv_matches_the_float64_reference(spy, n, h, cin, cout, bias, act) -> None:
+    c = Case(n, h, cin, cout, 3, 1, 1, bias, act, seed=n * h + cin)
+    assert spy == {"fwd": 1, "dw": 1, "dx": 1}
+    c.cols[...] = np.nan
+    c.check()
+
+
+def test_the_scratch_left_by_the_forward_is_not_read(spy) -> None:
+    c = Case(8, 6, 8, 16, 3, 1, 1, True, "relu")
+    y, dw, dx = reference(c.x, c.w, c.b, "relu", c.dy, 3, 1, 1)
+    c.fwd()
+    close(c.y, y)
+    c.cols[...] = np.nan
+    c.bwd()
+    close(c.dw, dw)
+    close(c.dx, dx)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_every_thread_count_matches_and_repeats_its_bytes(spy, threads) -> None:
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip(f"numba has {numba.config.NUMBA_NUM_THREADS} threads here")
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        c = Case(5, 9, 8, 8, 3, 1, 1, True, "relu")
+        dy = c.dy.copy()
+        c.check()
+        first = (c.y.copy(), c.dw.copy(), c.dx.copy())
+        c.dy[...] = dy  # the backward's pre-pass masks dy in place
+        c.fwd()
+        c.bwd()
+        assert all(np.array_equal(a, b) for a, b in zip(first, (c.y, c.dw, c.dx)))
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_without_dx_only_the_weight_gradient_runs(spy) -> None:
+    Case(4, 6, 8, 8, 3, 1, 1, False, "none", need_dx=False).check(need_dx=False)
+    assert spy == {"fwd": 1, "dw": 1, "dx": 0}
+
+
+def test_a_scratch_too_small_for_the_tiles_keeps_im2col(spy) -> None:
+    """One image's columns of a 64-channel 8x8 conv hold 36,864 floats; U alone needs 65,536: the conv
+    binds its im2col tiles instead, and still matches the reference."""
+    n, h, c = 2, 8, 64
+    assert winograd.plan(n, h, h, c, c, h * h * 9 * c) is None
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, h, h, c)).astype(np.float32)
+    w = (rng.standard_normal((c, 3, 3, c)) / 24).astype(np.float32)
+    y, cols = np.zeros((n, h, h, c), np.float32), np.zeros((h * h, 9 * c), np.float32)
+    KERNELS["conv_fwd"]([y, cols], [x, w], dict(k=3, s=1, p=1, bias=False, act="none"), BindEnv())()
+    assert spy["fwd"] == 0
+    close(y, reference(x, w, None, "none", np.zeros_like(y), 3, 1, 1)[0])
+
+
+def test_which_convolutions_use_winograd(monkeypatch) -> None:
+    x, w = np.zeros((2, 5, 5, 8), np.float32), np.zeros((8, 3, 3, 8), np.float32)
+    assert winograd.applies(3, 1, 1, 8, 8, x, w)
+    assert not winograd.applies(3, 2, 1, 8, 8, x, w)  # stride 2
+    assert not winograd.applies(3, 1, 0, 8, 8, x, w)  # no padding
+    assert not winograd.applies(1, 1, 0, 8, 8, x, w)
+    assert not winograd.applies(3, 1, 1, 3, 8, x, w)  # an RGB stem: the transforms would not vectorise
+    assert not winograd.applies(3, 1, 1, 8, 8, x.astype(np.float64), w)  # the finite-difference tests' float64
+    assert not winograd.applies(3, 1, 1, 8, 8, x[:, :, ::2], w)  # not contiguous
+    monkeypatch.setenv("RNB_WINOGRAD", "0")
+    assert not winograd.applies(3, 1, 1, 8, 8, x, w)
+
+
+_TRAIN = """
+import sys, numpy as np, renaissance_nb as rnb
+from renaissance_nb import RESNET_3_3, block, cbr, gap, seq
+rng = np.random.default_rng(0)
+x = rng.standard_normal((192, 3, 10, 10), dtype=np.float32)
+y = (x[:, 0, :, :5].mean((1, 2)) > 0).astype(np.int32) + 2 * (x[:, 1, :5, :].mean((1, 2)) > 0).astype(np.int32)
+t = (rnb.DeepLearningTask("t").model(seq(cbr(8, 3, 1, 1), block(8, RESNET_3_3), gap(), rnb.fc(4)))
+     .data(train=(x, y), batch_size=32).optimizer(rnb.AdamW().lr(3e-3)).total_epochs(4).seed(2))
+r = t.run(progress=False)
+np.savez(sys.argv[1], losses=r.step_losses, **t.state_dict())
+"""
+
+
+def test_a_residual_block_trained_by_winograd_matches_im2col(tmp_path) -> None:
+    """The same run with RNB_WINOGRAD=0 (every conv by im2col tiles) agrees to float32 rounding, and
+    a Winograd run repeats its bytes in a fresh process."""
+    runs = train_in_processes(tmp_path, _TRAIN, {"wino": {}, "wino2": {}, "im2col": {"RNB_WINOGRAD": "0"}})
+    assert all(np.array_equal(runs["wino"][k], runs["wino2"][k]) for k in runs["wino"])
+    assert not np.array_equal(runs["wino"]["conv2.weight"], runs["im2col"]["conv2.weight"])  # another path ran
+    np.testing.assert_allclose(runs["wino"]["losses"], runs["im2col"]["losses"], rtol=1e-4)
+    assert runs["wino"]["losses"][-6:].mean() < 0.9 * runs["wino"]["losses"][:6].mean()  # it learned
+    for k, v in runs["im2col"].items():
+        if k != "losses":
+            np.testing.assert_allclose(runs["wino"][k], v, rtol=1e-3, atol=1e-4, err_msg=k)
