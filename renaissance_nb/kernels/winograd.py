@@ -165,57 +165,58 @@ def _out_tile(m, y3, n, oh, ow, co, ho, wo):
                 y3[n, oh + 1, (ow + 1) * co + k] = f1 - f2 - f3
 
 
-@par
-def fwd_(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, rows):
-    """y = act(conv3x3(x) + b), stride 1, padding 1, by F(2x2, 3x3): each thread walks its share of the
-    batch's tile rows ``rows`` at a time (bufs[t]: V, M and the staging patch); u is weights_'s."""
-    n_, h, _ = x3.shape
-    ho, wo = h, y3.shape[2] // co
+@jit
+def _inputs(x3, v, stage, u0, u1, th, tw, c):
+    """V of the tiles of tile rows u0..u1 (unit = image * th + tile row), one tile after another;
+    returns how many tiles."""
+    h, w = x3.shape[1], x3.shape[2] // c
+    q = 0
+    for un in range(u0, u1):
+        n = un // th
+        r0 = 2 * (un % th) - 1
+        inner = r0 >= 0 and r0 + 4 <= h
+        for tj in range(tw):
+            c0 = 2 * tj - 1
+            if inner and c0 >= 0 and c0 + 4 <= w:
+                _in_tile(x3[n, r0, c0 * c:(c0 + 4) * c], x3[n, r0 + 1, c0 * c:(c0 + 4) * c],
+                         x3[n, r0 + 2, c0 * c:(c0 + 4) * c], x3[n, r0 + 3, c0 * c:(c0 + 4) * c],
+                         v[:, q * c:(q + 1) * c], c)
+            else:
+                _stage(x3, n, r0, c0, c, stage)
+                _in_tile(stage[0], stage[1], stage[2], stage[3], v[:, q * c:(q + 1) * c], c)
+            q += 1
+    return q
+
+
+@jit
+def _fwd_share(fptr, wide, x3, u, y3, y2, b, act, buf, c, co, rows, u0, u1):
+    """fwd_'s work for tile rows u0..u1, ``rows`` at a time, in one thread's buffer."""
+    ho, wo = x3.shape[1], y3.shape[2] // co
     th, tw = (ho + 1) // 2, (wo + 1) // 2
-    units = n_ * th
-    threads = bufs.shape[0]
     cap = rows * tw
     vs, ms = cap * c + PAD, cap * co + PAD
+    v = buf[:16 * vs].reshape(16, vs)
+    m = buf[16 * vs:16 * (vs + ms)].reshape(16, ms)
+    stage = buf[16 * (vs + ms):16 * (vs + ms) + 16 * c].reshape(4, 4 * c)
     post = act != 0 or b.shape[0] > 0
-    for t in numba.prange(threads):
-        buf = bufs[t]
-        v = buf[:16 * vs].reshape(16, vs)
-        m = buf[16 * vs:16 * (vs + ms)].reshape(16, ms)
-        stage = buf[16 * (vs + ms):16 * (vs + ms) + 16 * c].reshape(4, 4 * c)
-        u0 = cut(units, threads, t)
-        u1 = cut(units, threads, t + 1)
-        while u0 < u1:
-            ue = min(u1, u0 + rows)
-            q = 0
-            for un in range(u0, ue):
-                n = un // th
-                r0 = 2 * (un % th) - 1
-                inner = r0 >= 0 and r0 + 4 <= h
-                for tj in range(tw):
-                    c0 = 2 * tj - 1
-                    if inner and c0 >= 0 and c0 + 4 <= wo:
-                        _in_tile(x3[n, r0, c0 * c:(c0 + 4) * c], x3[n, r0 + 1, c0 * c:(c0 + 4) * c],
-                                 x3[n, r0 + 2, c0 * c:(c0 + 4) * c], x3[n, r0 + 3, c0 * c:(c0 + 4) * c],
-                                 v[:, q * c:(q + 1) * c], c)
-                    else:
-                        _stage(x3, n, r0, c0, c, stage)
-                        _in_tile(stage[0], stage[1], stage[2], stage[3], v[:, q * c:(q + 1) * c], c)
-                    q += 1
-            for xi in range(16):
-                sgemm_at(fptr, wide, NO_TRANS, NO_TRANS, q, co, c, v[xi].ctypes.data, c, u[xi].ctypes.data, co,
-                         m[xi].ctypes.data, co, False)
-            q = 0
-            for un in range(u0, ue):
-                n = un // th
-                oh = 2 * (un % th)
-                for tj in range(tw):
-                    _out_tile(m[:, q * co:(q + 1) * co], y3, n, oh, 2 * tj, co, ho, wo)
-                    q += 1
-            if post:  # the chunk's output rows are one run of y2's rows
-                first = (u0 // th * ho + 2 * (u0 % th)) * wo
-                last = ((ue - 1) // th * ho + min(ho, 2 * ((ue - 1) % th) + 2)) * wo
-                bias_act_(y2[first:last], b, act, 0.0)
-            u0 = ue
+    while u0 < u1:
+        ue = min(u1, u0 + rows)
+        q = _inputs(x3, v, stage, u0, ue, th, tw, c)
+        for xi in range(16):
+            sgemm_at(fptr, wide, NO_TRANS, NO_TRANS, q, co, c, v[xi].ctypes.data, c, u[xi].ctypes.data, co,
+                     m[xi].ctypes.data, co, False)
+        q = 0
+        for un in range(u0, ue):
+            n = un // th
+            oh = 2 * (un % th)
+            for tj in range(tw):
+                _out_tile(m[:, q * co:(q + 1) * co], y3, n, oh, 2 * tj, co, ho, wo)
+                q += 1
+        if post:  # the chunk's output rows are one run of y2's rows
+            first = (u0 // th * ho + 2 * (u0 % th)) * wo
+            last = ((ue - 1) // th * ho + min(ho, 2 * ((ue - 1) % th) + 2)) * wo
+            bias_act_(y2[first:last], b, act, 0.0)
+        u0 = ue
 
 
 @jit
@@ -257,101 +258,103 @@ def _stage_dy(dy3, n, oh, ow, co, ho, wo, stage):
                     seg[k] = 0.0
 
 
+@jit
+def _dw_share(fptr, wide, x3, dy3, buf, c, co, rows, u0, u1):
+    """dw_'s work for tile rows u0..u1: V^T (A dY A^T) added into this thread's dU partial (zero if
+    it has no tiles)."""
+    ho, wo = x3.shape[1], dy3.shape[2] // co
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    cap = rows * tw
+    vs, ms = cap * c + PAD, cap * co + PAD
+    v = buf[:16 * vs].reshape(16, vs)
+    m = buf[16 * vs:16 * (vs + ms)].reshape(16, ms)
+    stage = buf[16 * (vs + ms):16 * (vs + ms) + 16 * c].reshape(4, 4 * c)
+    stage_dy = buf[16 * (vs + ms):16 * (vs + ms) + 4 * co].reshape(2, 2 * co)
+    at = 16 * (vs + ms) + 16 * (c + co)
+    part = buf[at:at + 16 * c * co].reshape(16, c * co)
+    if u0 >= u1:
+        part[:, :] = 0.0
+    first = True
+    while u0 < u1:
+        ue = min(u1, u0 + rows)
+        _inputs(x3, v, stage, u0, ue, th, tw, c)  # stage is free again before the dy tiles use it
+        q = 0
+        for un in range(u0, ue):
+            n = un // th
+            oh = 2 * (un % th)
+            for tj in range(tw):
+                ow = 2 * tj
+                if oh + 1 < ho and ow + 1 < wo:
+                    _dy_tile(dy3[n, oh, ow * co:(ow + 2) * co], dy3[n, oh + 1, ow * co:(ow + 2) * co],
+                             m[:, q * co:(q + 1) * co], co)
+                else:
+                    _stage_dy(dy3, n, oh, ow, co, ho, wo, stage_dy)
+                    _dy_tile(stage_dy[0], stage_dy[1], m[:, q * co:(q + 1) * co], co)
+                q += 1
+        for xi in range(16):
+            sgemm_at(fptr, wide, TRANS, NO_TRANS, c, co, q, v[xi].ctypes.data, c, m[xi].ctypes.data, co,
+                     part[xi].ctypes.data, co, not first)
+        first = False
+        u0 = ue
+    return at
+
+
+@par
+def fwd_(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, rows):
+    """y = act(conv3x3(x) + b), stride 1, padding 1, by F(2x2, 3x3): each thread walks its share of the
+    batch's tile rows (unit = image * th + tile row) ``rows`` at a time in bufs[t]; u is weights_'s."""
+    units = x3.shape[0] * ((x3.shape[1] + 1) // 2)
+    threads = bufs.shape[0]
+    for t in numba.prange(threads):
+        _fwd_share(fptr, wide, x3, u, y3, y2, b, act, bufs[t], c, co, rows, cut(units, threads, t),
+                   cut(units, threads, t + 1))
+
+
 @par
 def dw_(fptr, wide, x3, dy3, dw4, bufs, c, co, rows):
     """dw = the weight gradient of conv3x3 (stride 1, padding 1) through F(2x2, 3x3): each thread adds
-    V[xi]^T (A dY A^T)[xi] over its tiles into its own dU partial (16, c, co) in bufs[t]; the partials
-    are summed in thread order (float64) and dw = G^T dU G."""
-    n_, h, _ = x3.shape
-    ho, wo = h, dy3.shape[2] // co
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
-    units = n_ * th
+    V[xi]^T (A dY A^T)[xi] over its share of the tiles into its own dU partial (16, c, co) in bufs[t];
+    the partials are summed in thread order and dw = G^T dU G."""
+    units = x3.shape[0] * ((x3.shape[1] + 1) // 2)
     threads = bufs.shape[0]
-    cap = rows * tw
-    vs, ms = cap * c + PAD, cap * co + PAD
-    at = 16 * (vs + ms) + 16 * (c + co)  # each thread's dU partial follows its staging area
     for t in numba.prange(threads):
-        buf = bufs[t]
-        v = buf[:16 * vs].reshape(16, vs)
-        m = buf[16 * vs:16 * (vs + ms)].reshape(16, ms)
-        stage = buf[16 * (vs + ms):16 * (vs + ms) + 16 * c].reshape(4, 4 * c)
-        stage_dy = buf[16 * (vs + ms):16 * (vs + ms) + 4 * co].reshape(2, 2 * co)
-        part = buf[at:at + 16 * c * co].reshape(16, c * co)
-        u0 = cut(units, threads, t)
-        u1 = cut(units, threads, t + 1)
-        first = True
-        while u0 < u1:
-            ue = min(u1, u0 + rows)
-            q = 0
-            for un in range(u0, ue):
-                n = un // th
-                r0 = 2 * (un % th) - 1
-                inner = r0 >= 0 and r0 + 4 <= h
-                for tj in range(tw):
-                    c0 = 2 * tj - 1
-                    if inner and c0 >= 0 and c0 + 4 <= wo:
-                        _in_tile(x3[n, r0, c0 * c:(c0 + 4) * c], x3[n, r0 + 1, c0 * c:(c0 + 4) * c],
-                                 x3[n, r0 + 2, c0 * c:(c0 + 4) * c], x3[n, r0 + 3, c0 * c:(c0 + 4) * c],
-                                 v[:, q * c:(q + 1) * c], c)
-                    else:
-                        _stage(x3, n, r0, c0, c, stage)
-                        _in_tile(stage[0], stage[1], stage[2], stage[3], v[:, q * c:(q + 1) * c], c)
-                    oh, ow = r0 + 1, c0 + 1
-                    if oh + 1 < ho and ow + 1 < wo:
-                        _dy_tile(dy3[n, oh, ow * co:(ow + 2) * co], dy3[n, oh + 1, ow * co:(ow + 2) * co],
-                                 m[:, q * co:(q + 1) * co], co)
-                    else:
-                        _stage_dy(dy3, n, oh, ow, co, ho, wo, stage_dy)
-                        _dy_tile(stage_dy[0], stage_dy[1], m[:, q * co:(q + 1) * co], co)
-                    q += 1
-            for xi in range(16):
-                sgemm_at(fptr, wide, TRANS, NO_TRANS, c, co, q, v[xi].ctypes.data, c, m[xi].ctypes.data, co,
-                         part[xi].ctypes.data, co, not first)
-            first = False
-            u0 = ue
-        if first:  # no tiles for this thread
-            part[:, :] = 0.0
-    _dw_from_parts(bufs, at, dw4, c, co)
+        _dw_share(fptr, wide, x3, dy3, bufs[t], c, co, rows, cut(units, threads, t), cut(units, threads, t + 1))
+    cap = rows * ((dy3.shape[2] // co + 1) // 2)
+    _dw_from_parts(bufs, 16 * (cap * (c + co) + 2 * PAD) + 16 * (c + co), dw4, c, co)
 
 
 @jit
 def _dw_from_parts(bufs, at, dw4, c, co):
-    """dw4[co, :, :, ci] = G^T D G, D[xi] the sum over threads, in thread order and float64, of their
-    dU[xi, ci, co]."""
+    """The threads' dU partials summed into thread 0's, in thread order (float32, as conv_tiled's dW
+    partials), then dw4[co, :, :, ci] = G^T D G for D = dU[:, ci, co] (float64, rounded once)."""
+    size = 16 * c * co
+    d = bufs[0, at:at + size]
+    for t in range(1, bufs.shape[0]):
+        other = bufs[t, at:at + size]
+        for j in range(size):
+            d[j] += other[j]
+    d2 = d.reshape(16, c * co)
     for ci in range(c):
         for o in range(co):
-            j = at + ci * co + o
-            s = c * co
-            d0, d1, d2, d3 = _total(bufs, j), _total(bufs, j + s), _total(bufs, j + 2 * s), _total(bufs, j + 3 * s)
-            d4, d5, d6, d7 = (_total(bufs, j + 4 * s), _total(bufs, j + 5 * s), _total(bufs, j + 6 * s),
-                              _total(bufs, j + 7 * s))
-            d8, d9, d10, d11 = (_total(bufs, j + 8 * s), _total(bufs, j + 9 * s), _total(bufs, j + 10 * s),
-                                _total(bufs, j + 11 * s))
-            d12, d13, d14, d15 = (_total(bufs, j + 12 * s), _total(bufs, j + 13 * s), _total(bufs, j + 14 * s),
-                                  _total(bufs, j + 15 * s))
-            # G^T D: three rows of four (G^T's rows: (1, .5, .5, 0), (0, .5, -.5, 0), (0, .5, .5, 1))
-            a0, a1, a2, a3 = _gt(d0, d4, d8, d12), _gt(d1, d5, d9, d13), _gt(d2, d6, d10, d14), _gt(d3, d7, d11, d15)
+            j = ci * co + o
             for r in range(3):
-                e0, e1, e2 = _gt(a0[r], a1[r], a2[r], a3[r])  # (G^T D) G, row r
-                dw4[o, r, 0, ci] = e0
-                dw4[o, r, 1, ci] = e1
-                dw4[o, r, 2, ci] = e2
+                t0 = _gt(d2[0, j], d2[4, j], d2[8, j], d2[12, j], r)
+                t1 = _gt(d2[1, j], d2[5, j], d2[9, j], d2[13, j], r)
+                t2 = _gt(d2[2, j], d2[6, j], d2[10, j], d2[14, j], r)
+                t3 = _gt(d2[3, j], d2[7, j], d2[11, j], d2[15, j], r)
+                for s in range(3):
+                    dw4[o, r, s, ci] = _gt(t0, t1, t2, t3, s)
 
 
 @jit
-def _total(bufs, j):
-    """bufs[0, j] + bufs[1, j] + ... in float64, in thread order."""
-    acc = 0.0
-    for t in range(bufs.shape[0]):
-        acc += np.float64(bufs[t, j])
-    return acc
-
-
-@jit
-def _gt(p0, p1, p2, p3):
-    """G^T (p0, p1, p2, p3): the three values (p0 + (p1 + p2)/2, (p1 - p2)/2, (p1 + p2)/2 + p3)."""
-    h = (p1 + p2) * 0.5
-    return p0 + h, (p1 - p2) * 0.5, h + p3
+def _gt(p0, p1, p2, p3, r):
+    """Row r of G^T (p0, p1, p2, p3): p0 + (p1 + p2)/2, (p1 - p2)/2 or (p1 + p2)/2 + p3, in float64."""
+    a, b = np.float64(p1), np.float64(p2)
+    if r == 0:
+        return np.float64(p0) + (a + b) * 0.5
+    if r == 1:
+        return (a - b) * 0.5
+    return (a + b) * 0.5 + np.float64(p3)
 
 
 class Chunks(NamedTuple):
