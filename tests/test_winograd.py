@@ -136,3 +136,25 @@ def test_a_residual_block_trained_by_winograd_matches_im2col(tmp_path) -> None:
     for k, v in runs["im2col"].items():
         if k != "losses":
             np.testing.assert_allclose(runs["wino"][k], v, rtol=1e-3, atol=1e-4, err_msg=k)
+
+
+def test_the_compile_notes_name_the_winograd_layers(monkeypatch) -> None:
+    """conv1 (3 channels in) and the stride-2 conv4/conv5 stay im2col; the 3x3 stride-1 convs of 8 and 16
+    channels are listed, forward and backward bound by F(2x2, 3x3)."""
+    import renaissance_nb as rnb
+    from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap, seq
+    x = np.random.default_rng(0).standard_normal((64, 3, 8, 8), dtype=np.float32)
+    y = np.arange(64, dtype=np.int32) % 4
+
+    def compiled():  # type: ignore[no-untyped-def]
+        t = (rnb.DeepLearningTask("t").model(seq(cbr(8, 3, 1, 1), block(8, RESNET_3_3), block(16, RESNET_3_3_DS),
+                                                 gap(), rnb.fc(4))).data(train=(x, y), batch_size=32))
+        t.compile()
+        return t
+    t = compiled()
+    note = next(n for n in t.compiled.notes if n.startswith("convolutions by Winograd"))
+    assert "(3x3, stride 1): conv2, conv3, conv6;" in note
+    assert t.executor.winograd_layers() == ["conv2", "conv3", "conv6"]
+    monkeypatch.setenv("RNB_WINOGRAD", "0")
+    t = compiled()
+    assert not any("Winograd" in n for n in t.compiled.notes) and t.executor.winograd_layers() == []

@@ -23,6 +23,9 @@ the finite-difference tests rely on). Why channels-last on this CPU:
   ``dx = col2im(dcols)`` (zero, then scatter-add of contiguous runs).
 * 1x1 / stride-1 / unpadded convolutions skip im2col: ``x.reshape(N*H*W, Cin)`` is
   already the column matrix (and ``dx`` comes straight out of the dcols GEMM).
+* 3x3, stride-1, padding-1 convolutions of at least 8 channels in and out run by Winograd's
+  F(2x2, 3x3) instead (winograd.py: 16 multiplications for 4 outputs instead of 36), forward,
+  weight and input gradient, in the same column scratch; where it does not fit, they stay im2col.
 * One input channel (a grayscale first layer) makes a patch row k scalars, too short for
   the per-pixel loops: there im2col is k*k strided copies, one per tap (4x faster).
 * Batch norm, ReLU and pooling run over contiguous channel vectors (the inner loop
@@ -198,7 +201,7 @@ def conv_bwd(outs, ins, p, env):
         def run_tiled() -> None:
             pre()
             grads()
-        return run_tiled
+        return winograd.tagged(run_tiled) if getattr(grads, "algorithm", None) else run_tiled
     steps = _conv_grads(o, x, remakes_columns(o, cin), scratch, env)
 
     def run() -> None:
@@ -220,7 +223,7 @@ def _winograd_grads(o: ConvBwd, dy: np.ndarray, x: np.ndarray, w: np.ndarray, co
     def run() -> None:
         dw_pass()
         dx_pass()
-    return run
+    return winograd.tagged(run)
 
 
 def _conv_grads(o: ConvBwd, x: np.ndarray, remake: bool, scratch: dict[str, np.ndarray], env: BindEnv) -> list[Kernel]:

@@ -27,7 +27,7 @@ machine and thread count give the same bytes every step. Measured on the 2-core 
 from __future__ import annotations
 
 import os
-from typing import Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 import numba
 import numpy as np
@@ -39,6 +39,8 @@ from .operands import CONV_THREADS
 
 PAD = 16
 """Floats each plane of V and M has beyond its tiles (see the module's doc)."""
+ALGORITHM = "Winograd F(2x2, 3x3)"
+"""The tag a kernel bound here carries as its ``algorithm`` attribute (the compile notes list the layers)."""
 MIN_CHANNELS = 8
 """Fewer input or output channels than this stay im2col: the transforms do not vectorise and K is tiny."""
 CHUNK_BYTES = 256 << 10
@@ -423,7 +425,7 @@ def bind(x: np.ndarray, w: np.ndarray, y: np.ndarray, scratch: np.ndarray, b: np
     def run() -> None:
         tw(w, u, flip)
         f(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, ch.rows)
-    return blas.on_own_cores(run)
+    return tagged(blas.on_own_cores(run))
 
 
 def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) -> Callable[[], None] | None:
@@ -439,7 +441,19 @@ def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) 
     x3, dy3 = x.reshape(n, h, wd * c), dy.reshape(n, h, wd * co)
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, dw_
-    return blas.on_own_cores(lambda: f(fptr, wide, x3, dy3, dw, bufs, c, co, ch.rows))
+    return tagged(blas.on_own_cores(lambda: f(fptr, wide, x3, dy3, dw, bufs, c, co, ch.rows)))
+
+
+def tagged(kernel: Callable[[], None]) -> Callable[[], None]:
+    """``kernel`` marked as this module's (its ``algorithm`` attribute): layers_using reads it."""
+    kernel.algorithm = ALGORITHM  # type: ignore[attr-defined]
+    return kernel
+
+
+def layers_using(nodes_and_kernels: Iterable[tuple[Any, Callable[[], None]]]) -> list[str]:
+    """The layers (node.layer) among (node, kernel) pairs whose kernel runs by F(2x2, 3x3), in order, once each."""
+    seen = [n.layer for n, k in nodes_and_kernels if getattr(k, "algorithm", None) == ALGORITHM]
+    return list(dict.fromkeys(seen))
 
 
 def dw_need(rows: int, tw: int, c: int, co: int) -> int:

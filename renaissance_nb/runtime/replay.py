@@ -100,6 +100,11 @@ class StepPrograms:
         self.atlas: GraphAtlas = compiled.atlas
         self._programs: dict[tuple, Program] = {}
 
+    def winograd_layers(self) -> list[str]:
+        """The conv layers whose kernels run by Winograd F(2x2, 3x3) (kernels/winograd.py), in order."""
+        from ..kernels.winograd import layers_using
+        return layers_using((n, k) for g in self.bound for n, k in zip(g.nodes, g.kernels))
+
     def kernels(self, variant: str, gid: GraphId) -> Program:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -200,6 +205,11 @@ class Executor(StepPrograms):
                 self.bound.append(bind(name, nodes, self.views[key.variant], benv))
                 listed = {id(b) for _, b in self.outside_arena}  # benv may share env's list
                 self.outside_arena += [(name, b) for b in benv.outside_arena if id(b) not in listed]
+
+    def winograd_layers(self) -> list[str]:
+        """The conv layers whose kernels run by Winograd F(2x2, 3x3) (kernels/winograd.py), in order."""
+        from ..kernels.winograd import layers_using
+        return layers_using((n, k) for g in self.bound for n, k in zip(g.nodes, g.kernels))
 
     def kernels(self, variant: str, gid: GraphId) -> Program:
         """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""
