@@ -11,18 +11,21 @@ gradient: dx is the convolution of dy with the filters turned 180 degrees and Ci
 (``weights_(..., flip=True)``). The weight gradient stays im2col + sgemm (conv_tiled.py).
 
 Layout: x and y are NHWC, as everywhere on the CPU. A thread walks its share of the batch's tile
-rows (image n, tile row ti) a chunk at a time; its buffer holds the chunk's V (16 planes of tiles x
-Cin), M (16 planes of tiles x Cout) and a 4x4 staging patch for tiles at the border. The planes are
-PAD floats longer than they need: a multiple of 4 KiB apart, the 16 streams of a transform collided in
-L1 (the forward took 32 ms instead of 13). The buffers come out of the conv's planned column scratch
-(``cols`` forward, ``bwd_cols`` backward): U first, then one buffer per thread; where they do not fit,
-the convolution stays im2col (``plan``).
+rows (image n, tile row ti) a chunk at a time; its buffer holds the chunk's V and M, one row per tile
+(the tile's 16 planes of Cin or Cout channels side by side, so the products read plane xi with a
+leading dimension of 16 C + PAD), a staging patch for tiles at the border, and in the weight-gradient
+pass its dU partial. Each transform is a few loops over the channels with few streams each: numba
+vectorises those (written as one loop with 16 streams it ran scalar, 25% slower in all), and rows of
+V a multiple of 4 KiB apart would collide in L1 (PAD). The buffers come out of the conv's planned
+column scratch (``cols`` forward, ``bwd_cols`` backward): U first, then one buffer per thread; where
+they do not fit, the convolution stays im2col (``plan``).
 
 Numbers: the transforms are exact in real arithmetic, and in float32 the result differs from im2col's
 by rounding (relative error ~3e-7 of the largest output, as im2col's own against a float64 sum). A
-machine and thread count give the same bytes every step. Measured on the 2-core EPYC VM (batch 128):
-32x32x32 -> 32 forward 13.0 ms against 19.8 for im2col + sgemm; 16x16x64 -> 64 9.0 ms against 15.8.
-``RNB_WINOGRAD=0`` keeps every convolution on im2col.
+machine and thread count give the same bytes every step. ``python benchmarks/winograd_cpu.py``
+times each layer shape both ways (benchmarks/results/winograd_cpu.txt: 0.49-0.73x of im2col's time
+forward, 0.54-0.73x backward on the 2-core EPYC VM, batch 128). ``RNB_WINOGRAD=0`` keeps every
+convolution on im2col.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ from .fused import bias_act_, cut, jit, par
 from .operands import CONV_THREADS
 
 PAD = 16
-"""Floats each plane of V and M has beyond its tiles (see the module's doc)."""
+"""Floats each tile's row of V and M has beyond its 16 planes (see the module's doc)."""
 ALGORITHM = "Winograd F(2x2, 3x3)"
 """The tag a kernel bound here carries as its ``algorithm`` attribute (the compile notes list the layers)."""
 MIN_CHANNELS = 8
@@ -83,33 +86,29 @@ def _g_row(u, r, ci, co, a0, a1, a2):
 
 
 @jit
-def _in_tile(p0, p1, p2, p3, v, c):
-    """v[:, q, :] = B^T d B for the 4x4 patch whose rows are p0..p3 (each 4*c: 4 pixels of c channels)."""
+def _in_row(pa, pb, sign, v, c):
+    """One row i of B^T d B, planes 4i..4i+3 into v (4c): e = pa + sign * pb pixel by pixel (B^T's row
+    i picks two patch rows), then (e0 - e2, e1 + e2, e2 - e1, e1 - e3). Few streams, so it vectorises."""
     for k in range(c):
-        d00, d01, d02, d03 = p0[k], p0[c + k], p0[2 * c + k], p0[3 * c + k]
-        d10, d11, d12, d13 = p1[k], p1[c + k], p1[2 * c + k], p1[3 * c + k]
-        d20, d21, d22, d23 = p2[k], p2[c + k], p2[2 * c + k], p2[3 * c + k]
-        d30, d31, d32, d33 = p3[k], p3[c + k], p3[2 * c + k], p3[3 * c + k]
-        e00, e01, e02, e03 = d00 - d20, d01 - d21, d02 - d22, d03 - d23
-        e10, e11, e12, e13 = d10 + d20, d11 + d21, d12 + d22, d13 + d23
-        e20, e21, e22, e23 = d20 - d10, d21 - d11, d22 - d12, d23 - d13
-        e30, e31, e32, e33 = d10 - d30, d11 - d31, d12 - d32, d13 - d33
-        v[0, k] = e00 - e02
-        v[1, k] = e01 + e02
-        v[2, k] = e02 - e01
-        v[3, k] = e01 - e03
-        v[4, k] = e10 - e12
-        v[5, k] = e11 + e12
-        v[6, k] = e12 - e11
-        v[7, k] = e11 - e13
-        v[8, k] = e20 - e22
-        v[9, k] = e21 + e22
-        v[10, k] = e22 - e21
-        v[11, k] = e21 - e23
-        v[12, k] = e30 - e32
-        v[13, k] = e31 + e32
-        v[14, k] = e32 - e31
-        v[15, k] = e31 - e33
+        e0 = pa[k] + sign * pb[k]
+        e1 = pa[c + k] + sign * pb[c + k]
+        e2 = pa[2 * c + k] + sign * pb[2 * c + k]
+        e3 = pa[3 * c + k] + sign * pb[3 * c + k]
+        v[k] = e0 - e2
+        v[c + k] = e1 + e2
+        v[2 * c + k] = e2 - e1
+        v[3 * c + k] = e1 - e3
+
+
+@jit
+def _in_tile(p0, p1, p2, p3, v, c):
+    """v (16c: plane xi at xi*c) = B^T d B for the 4x4 patch whose rows are p0..p3 (each 4c: 4 pixels
+    of c channels). B^T's rows: (1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1)."""
+    one = np.float32(1.0)
+    _in_row(p0, p2, -one, v[0:4 * c], c)
+    _in_row(p1, p2, one, v[4 * c:8 * c], c)
+    _in_row(p2, p1, -one, v[8 * c:12 * c], c)
+    _in_row(p1, p3, -one, v[12 * c:16 * c], c)
 
 
 @jit
@@ -133,45 +132,64 @@ def _stage(x3, n, r0, c0, c, stage):
 
 
 @jit
-def _out_tile(m, y3, n, oh, ow, co, ho, wo):
-    """y[n, oh:oh+2, ow:ow+2, :] = A^T m A for tile q (clipped at the bottom/right edge)."""
-    full = oh + 1 < ho and ow + 1 < wo
-    if full:
-        y0 = y3[n, oh, ow * co:(ow + 2) * co]
-        y1 = y3[n, oh + 1, ow * co:(ow + 2) * co]
-        for k in range(co):
-            m0, m1, m2, m3 = m[0, k], m[1, k], m[2, k], m[3, k]
-            m4, m5, m6, m7 = m[4, k], m[5, k], m[6, k], m[7, k]
-            m8, m9, m10, m11 = m[8, k], m[9, k], m[10, k], m[11, k]
-            m12, m13, m14, m15 = m[12, k], m[13, k], m[14, k], m[15, k]
-            g0, g1, g2, g3 = m0 + m4 + m8, m1 + m5 + m9, m2 + m6 + m10, m3 + m7 + m11
-            f0, f1, f2, f3 = m4 - m8 - m12, m5 - m9 - m13, m6 - m10 - m14, m7 - m11 - m15
-            y0[k] = g0 + g1 + g2
-            y0[co + k] = g1 - g2 - g3
-            y1[k] = f0 + f1 + f2
-            y1[co + k] = f1 - f2 - f3
-        return
+def _out_row(m, ra, rb, rc, sign, y, co):
+    """One output row of A^T M A: g = M[ra] + sign * (M[rb] + M[rc])... as A^T's row picks: row 0 is
+    M0 + M1 + M2 (ra, rb, rc = 0, 1, 2, sign 1), row 1 is M1 - M2 - M3 (1, 2, 3, sign -1); then
+    y = (g0 + g1 + g2, g1 - g2 - g3) (2co)."""
+    a, b, c = ra * 4 * co, rb * 4 * co, rc * 4 * co
     for k in range(co):
-        m0, m1, m2, m3 = m[0, k], m[1, k], m[2, k], m[3, k]
-        m4, m5, m6, m7 = m[4, k], m[5, k], m[6, k], m[7, k]
-        m8, m9, m10, m11 = m[8, k], m[9, k], m[10, k], m[11, k]
-        m12, m13, m14, m15 = m[12, k], m[13, k], m[14, k], m[15, k]
-        g0, g1, g2, g3 = m0 + m4 + m8, m1 + m5 + m9, m2 + m6 + m10, m3 + m7 + m11
-        f0, f1, f2, f3 = m4 - m8 - m12, m5 - m9 - m13, m6 - m10 - m14, m7 - m11 - m15
-        y3[n, oh, ow * co + k] = g0 + g1 + g2
-        if ow + 1 < wo:
-            y3[n, oh, (ow + 1) * co + k] = g1 - g2 - g3
-        if oh + 1 < ho:
-            y3[n, oh + 1, ow * co + k] = f0 + f1 + f2
-            if ow + 1 < wo:
-                y3[n, oh + 1, (ow + 1) * co + k] = f1 - f2 - f3
+        g0 = m[a + k] + sign * m[b + k] + sign * m[c + k]
+        g1 = m[a + co + k] + sign * m[b + co + k] + sign * m[c + co + k]
+        g2 = m[a + 2 * co + k] + sign * m[b + 2 * co + k] + sign * m[c + 2 * co + k]
+        g3 = m[a + 3 * co + k] + sign * m[b + 3 * co + k] + sign * m[c + 3 * co + k]
+        y[k] = g0 + g1 + g2
+        y[co + k] = g1 - g2 - g3
+
+
+@jit
+def _out_tile(m, y3, n, oh, ow, co, ho, wo, stage):
+    """y[n, oh:oh+2, ow:ow+2, :] = A^T M A for the tile whose M is m (16co), clipped at the bottom and
+    right edges (through ``stage``, 4co floats)."""
+    one = np.float32(1.0)
+    if oh + 1 < ho and ow + 1 < wo:
+        _out_row(m, 0, 1, 2, one, y3[n, oh, ow * co:(ow + 2) * co], co)
+        _out_row(m, 1, 2, 3, -one, y3[n, oh + 1, ow * co:(ow + 2) * co], co)
+        return
+    _out_row(m, 0, 1, 2, one, stage[0:2 * co], co)
+    _out_row(m, 1, 2, 3, -one, stage[2 * co:4 * co], co)
+    for a in range(2):
+        for b in range(2):
+            if oh + a < ho and ow + b < wo:
+                dst = y3[n, oh + a, (ow + b) * co:(ow + b + 1) * co]
+                src = stage[(2 * a + b) * co:(2 * a + b + 1) * co]
+                for k in range(co):
+                    dst[k] = src[k]
+
+
+@jit
+def _layout(buf, rows, tw, c, co):
+    """A thread's buffer for chunks of ``rows`` tile rows: V (tiles, 16c + PAD), M (tiles, 16co + PAD),
+    the staging area (16(c + co) floats) and the weight-gradient pass's dU partial (16 c co)."""
+    cap = rows * tw
+    vt, mt = 16 * c + PAD, 16 * co + PAD
+    v = buf[:cap * vt].reshape(cap, vt)
+    m = buf[cap * vt:cap * (vt + mt)].reshape(cap, mt)
+    at = _part_at(cap, c, co)
+    return v, m, buf[cap * (vt + mt):at], buf[at:at + 16 * c * co]
+
+
+@jit
+def _part_at(cap, c, co):
+    """Where a thread's dU partial starts in its buffer (_layout) for chunks of ``cap`` tiles."""
+    return cap * (16 * (c + co) + 2 * PAD) + 16 * (c + co)
 
 
 @jit
 def _inputs(x3, v, stage, u0, u1, th, tw, c):
-    """V of the tiles of tile rows u0..u1 (unit = image * th + tile row), one tile after another;
+    """V of the tiles of tile rows u0..u1 (unit = image * th + tile row), one row of v per tile;
     returns how many tiles."""
     h, w = x3.shape[1], x3.shape[2] // c
+    st = stage[:16 * c].reshape(4, 4 * c)
     q = 0
     for un in range(u0, u1):
         n = un // th
@@ -181,38 +199,35 @@ def _inputs(x3, v, stage, u0, u1, th, tw, c):
             c0 = 2 * tj - 1
             if inner and c0 >= 0 and c0 + 4 <= w:
                 _in_tile(x3[n, r0, c0 * c:(c0 + 4) * c], x3[n, r0 + 1, c0 * c:(c0 + 4) * c],
-                         x3[n, r0 + 2, c0 * c:(c0 + 4) * c], x3[n, r0 + 3, c0 * c:(c0 + 4) * c],
-                         v[:, q * c:(q + 1) * c], c)
+                         x3[n, r0 + 2, c0 * c:(c0 + 4) * c], x3[n, r0 + 3, c0 * c:(c0 + 4) * c], v[q], c)
             else:
-                _stage(x3, n, r0, c0, c, stage)
-                _in_tile(stage[0], stage[1], stage[2], stage[3], v[:, q * c:(q + 1) * c], c)
+                _stage(x3, n, r0, c0, c, st)
+                _in_tile(st[0], st[1], st[2], st[3], v[q], c)
             q += 1
     return q
 
 
 @jit
 def _fwd_share(fptr, wide, x3, u, y3, y2, b, act, buf, c, co, rows, u0, u1):
-    """fwd_'s work for tile rows u0..u1, ``rows`` at a time, in one thread's buffer."""
+    """fwd_'s work for tile rows u0..u1, ``rows`` at a time, in one thread's buffer: 16 products
+    M[:, xi] = V[:, xi] U[xi] per chunk, rows of V and M a tile each (lda 16c + PAD)."""
     ho, wo = x3.shape[1], y3.shape[2] // co
     th, tw = (ho + 1) // 2, (wo + 1) // 2
-    cap = rows * tw
-    vs, ms = cap * c + PAD, cap * co + PAD
-    v = buf[:16 * vs].reshape(16, vs)
-    m = buf[16 * vs:16 * (vs + ms)].reshape(16, ms)
-    stage = buf[16 * (vs + ms):16 * (vs + ms) + 16 * c].reshape(4, 4 * c)
+    v, m, stage, _ = _layout(buf, rows, tw, c, co)
+    vt, mt = v.shape[1], m.shape[1]
     post = act != 0 or b.shape[0] > 0
     while u0 < u1:
         ue = min(u1, u0 + rows)
         q = _inputs(x3, v, stage, u0, ue, th, tw, c)
         for xi in range(16):
-            sgemm_at(fptr, wide, NO_TRANS, NO_TRANS, q, co, c, v[xi].ctypes.data, c, u[xi].ctypes.data, co,
-                     m[xi].ctypes.data, co, False)
+            sgemm_at(fptr, wide, NO_TRANS, NO_TRANS, q, co, c, v.ctypes.data + 4 * xi * c, vt, u[xi].ctypes.data, co,
+                     m.ctypes.data + 4 * xi * co, mt, False)
         q = 0
         for un in range(u0, ue):
             n = un // th
             oh = 2 * (un % th)
             for tj in range(tw):
-                _out_tile(m[:, q * co:(q + 1) * co], y3, n, oh, 2 * tj, co, ho, wo)
+                _out_tile(m[q], y3, n, oh, 2 * tj, co, ho, wo, stage)
                 q += 1
         if post:  # the chunk's output rows are one run of y2's rows
             first = (u0 // th * ho + 2 * (u0 % th)) * wo
@@ -223,26 +238,31 @@ def _fwd_share(fptr, wide, x3, u, y3, y2, b, act, buf, c, co, rows, u0, u1):
 
 @jit
 def _dy_tile(r0, r1, dm, co):
-    """dm[:, :] = A dY A^T for the 2x2 output-gradient tile whose rows are r0, r1 (each 2*co)."""
+    """dm (16co: plane xi at xi*co) = A dY A^T for the 2x2 output-gradient tile whose rows are r0, r1
+    (each 2co): rows (a, b), (a + c, b + d), (a - c, b - d), (-c, -d) of A dY, each (p, q) then
+    (p, p + q, p - q, -q)."""
     for k in range(co):
         a, b, c, d = r0[k], r0[co + k], r1[k], r1[co + k]
-        p1, q1, p2, q2 = a + c, b + d, a - c, b - d
-        dm[0, k] = a
-        dm[1, k] = a + b
-        dm[2, k] = a - b
-        dm[3, k] = -b
-        dm[4, k] = p1
-        dm[5, k] = p1 + q1
-        dm[6, k] = p1 - q1
-        dm[7, k] = -q1
-        dm[8, k] = p2
-        dm[9, k] = p2 + q2
-        dm[10, k] = p2 - q2
-        dm[11, k] = -q2
-        dm[12, k] = -c
-        dm[13, k] = -c - d
-        dm[14, k] = d - c
-        dm[15, k] = d
+        p1, q1 = a + c, b + d
+        dm[k] = a
+        dm[co + k] = a + b
+        dm[2 * co + k] = a - b
+        dm[3 * co + k] = -b
+        dm[4 * co + k] = p1
+        dm[5 * co + k] = p1 + q1
+        dm[6 * co + k] = p1 - q1
+        dm[7 * co + k] = -q1
+    for k in range(co):
+        a, b, c, d = r0[k], r0[co + k], r1[k], r1[co + k]
+        p2, q2 = a - c, b - d
+        dm[8 * co + k] = p2
+        dm[9 * co + k] = p2 + q2
+        dm[10 * co + k] = p2 - q2
+        dm[11 * co + k] = -q2
+        dm[12 * co + k] = -c
+        dm[13 * co + k] = -c - d
+        dm[14 * co + k] = d - c
+        dm[15 * co + k] = d
 
 
 @jit
@@ -266,20 +286,15 @@ def _dw_share(fptr, wide, x3, dy3, buf, c, co, rows, u0, u1):
     it has no tiles)."""
     ho, wo = x3.shape[1], dy3.shape[2] // co
     th, tw = (ho + 1) // 2, (wo + 1) // 2
-    cap = rows * tw
-    vs, ms = cap * c + PAD, cap * co + PAD
-    v = buf[:16 * vs].reshape(16, vs)
-    m = buf[16 * vs:16 * (vs + ms)].reshape(16, ms)
-    stage = buf[16 * (vs + ms):16 * (vs + ms) + 16 * c].reshape(4, 4 * c)
-    stage_dy = buf[16 * (vs + ms):16 * (vs + ms) + 4 * co].reshape(2, 2 * co)
-    at = 16 * (vs + ms) + 16 * (c + co)
-    part = buf[at:at + 16 * c * co].reshape(16, c * co)
+    v, m, stage, part = _layout(buf, rows, tw, c, co)
+    vt, mt = v.shape[1], m.shape[1]
+    stage_dy = stage[:4 * co].reshape(2, 2 * co)
     if u0 >= u1:
-        part[:, :] = 0.0
+        part[:] = 0.0
     first = True
     while u0 < u1:
         ue = min(u1, u0 + rows)
-        _inputs(x3, v, stage, u0, ue, th, tw, c)  # stage is free again before the dy tiles use it
+        _inputs(x3, v, stage, u0, ue, th, tw, c)  # the stage is free again before the dy tiles use it
         q = 0
         for un in range(u0, ue):
             n = un // th
@@ -287,18 +302,16 @@ def _dw_share(fptr, wide, x3, dy3, buf, c, co, rows, u0, u1):
             for tj in range(tw):
                 ow = 2 * tj
                 if oh + 1 < ho and ow + 1 < wo:
-                    _dy_tile(dy3[n, oh, ow * co:(ow + 2) * co], dy3[n, oh + 1, ow * co:(ow + 2) * co],
-                             m[:, q * co:(q + 1) * co], co)
+                    _dy_tile(dy3[n, oh, ow * co:(ow + 2) * co], dy3[n, oh + 1, ow * co:(ow + 2) * co], m[q], co)
                 else:
                     _stage_dy(dy3, n, oh, ow, co, ho, wo, stage_dy)
-                    _dy_tile(stage_dy[0], stage_dy[1], m[:, q * co:(q + 1) * co], co)
+                    _dy_tile(stage_dy[0], stage_dy[1], m[q], co)
                 q += 1
         for xi in range(16):
-            sgemm_at(fptr, wide, TRANS, NO_TRANS, c, co, q, v[xi].ctypes.data, c, m[xi].ctypes.data, co,
-                     part[xi].ctypes.data, co, not first)
+            sgemm_at(fptr, wide, TRANS, NO_TRANS, c, co, q, v.ctypes.data + 4 * xi * c, vt,
+                     m.ctypes.data + 4 * xi * co, mt, part[xi * c * co:].ctypes.data, co, not first)
         first = False
         u0 = ue
-    return at
 
 
 @par
@@ -322,7 +335,7 @@ def dw_(fptr, wide, x3, dy3, dw4, bufs, c, co, rows):
     for t in numba.prange(threads):
         _dw_share(fptr, wide, x3, dy3, bufs[t], c, co, rows, cut(units, threads, t), cut(units, threads, t + 1))
     cap = rows * ((dy3.shape[2] // co + 1) // 2)
-    _dw_from_parts(bufs, 16 * (cap * (c + co) + 2 * PAD) + 16 * (c + co), dw4, c, co)
+    _dw_from_parts(bufs, _part_at(cap, c, co), dw4, c, co)
 
 
 @jit
@@ -381,8 +394,8 @@ def applies(k: int, s: int, pad: int, cin: int, cout: int, *arrays: np.ndarray) 
 
 
 def _need(rows: int, tw: int, c: int, co: int) -> int:
-    """Floats one thread's buffer needs for chunks of ``rows`` tile rows."""
-    return 16 * (rows * tw * (c + co) + 2 * PAD) + 16 * c
+    """Floats one thread's buffer needs for chunks of ``rows`` tile rows (_layout, without dU)."""
+    return rows * tw * (16 * (c + co) + 2 * PAD) + 16 * (c + co)
 
 
 def plan(n: int, h: int, w: int, c: int, co: int, floats: int, weight_grad: bool = False) -> Chunks | None:
@@ -458,4 +471,4 @@ def layers_using(nodes_and_kernels: Iterable[tuple[Any, Callable[[], None]]]) ->
 
 def dw_need(rows: int, tw: int, c: int, co: int) -> int:
     """Floats one thread's buffer needs in the weight-gradient pass: the forward's and its dU partial."""
-    return _need(rows, tw, c, co) + 16 * co + 16 * c * co
+    return _need(rows, tw, c, co) + 16 * c * co

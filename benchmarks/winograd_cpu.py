@@ -1,0 +1,88 @@
+"""3x3 stride-1 convolutions by Winograd F(2x2, 3x3) against the im2col tiles they replaced, per layer.
+
+    python benchmarks/winograd_cpu.py [--rounds 15] [--batch 128]
+
+For each layer shape (the README ResNet's, the conv net's and a few more), both kernels are bound
+through the kernel table on the planned scratch (kernels/operands.conv_scratch_shape), the
+forward and the backward (weight and input gradients) timed alternately, round by round, in this
+one process; printed: medians in ms and the ratio Winograd / im2col. Both give the convolution to
+float32 rounding (tests/test_winograd.py); this measures only the time.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
+
+from renaissance_nb.kernels import blas  # noqa: E402
+from renaissance_nb.kernels.cpu import KERNELS, BindEnv  # noqa: E402
+from renaissance_nb.compiler.layers import CONV_DW_PARTIALS  # noqa: E402
+from renaissance_nb.kernels.operands import conv_scratch_shape  # noqa: E402
+
+SHAPES = [(32, 32, 32, "README ResNet conv2/conv3"), (16, 64, 64, "README ResNet conv6"),
+          (14, 32, 64, "conv net layer 2"), (7, 64, 128, "conv net layer 3"), (28, 16, 16, ""), (8, 64, 64, "")]
+
+
+def bound(n: int, h: int, c: int, co: int, winograd: bool) -> tuple:
+    """(forward, backward) kernels of one 3x3 stride-1 conv, Winograd's or im2col's."""
+    os.environ["RNB_WINOGRAD"] = "1" if winograd else "0"  # read when a kernel binds
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, h, h, c), dtype=np.float32)
+    w = (rng.standard_normal((co, 3, 3, c)) / np.sqrt(9 * c)).astype(np.float32)
+    y = np.zeros((n, h, h, co), np.float32)
+    dy = rng.standard_normal(y.shape, dtype=np.float32)
+    cols = np.zeros(conv_scratch_shape(n, h, h, 3, 1, 1, c), np.float32)
+    bwd_cols, dw, dx = np.zeros_like(cols), np.zeros_like(w), np.zeros_like(x)
+    parts = np.zeros((CONV_DW_PARTIALS, co, 9 * c), np.float32)
+    p = dict(k=3, s=1, p=1, bias=False, act="none")
+    fwd = KERNELS["conv_fwd"]([y, cols], [x, w], p, BindEnv())
+    bwd = KERNELS["conv_bwd"]([dw, dx, bwd_cols, parts], [dy, x, w, bwd_cols, y],
+                              {**p, "need_dx": True, "scratch": ("dw_partials",)}, BindEnv())
+    assert (getattr(fwd, "algorithm", None) is not None) == winograd, "the kernel table bound the other algorithm"
+    return fwd, bwd
+
+
+def timed(kernel) -> float:  # type: ignore[no-untyped-def]
+    t = time.perf_counter()
+    kernel()
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--batch", type=int, default=128)
+    args = ap.parse_args()
+    print(f"{machine_line()}; numpy {np.__version__}; {blas.describe()}")
+    print(f"3x3 stride-1 convolutions, batch {args.batch}, NHWC float32, medians of {args.rounds} alternating rounds "
+          "(ms; backward = weight and input gradients)")
+    print(f"  {'H=W':>4} {'Cin':>4} {'Cout':>4}   {'fwd wino':>8} {'im2col':>7} {'ratio':>6}   "
+          f"{'bwd wino':>8} {'im2col':>7} {'ratio':>6}   layer")
+    for h, c, co, label in SHAPES:
+        kinds = {True: bound(args.batch, h, c, co, True), False: bound(args.batch, h, c, co, False)}
+        times: dict[tuple[bool, int], list[float]] = {(k, i): [] for k in kinds for i in (0, 1)}
+        for k, pair in kinds.items():  # warm-up: compiles, fills caches
+            pair[0](), pair[1]()
+        for r in range(args.rounds):
+            for k in ((True, False) if r % 2 == 0 else (False, True)):
+                for i in (0, 1):
+                    times[(k, i)].append(timed(kinds[k][i]))
+        med = {key: statistics.median(v) * 1e3 for key, v in times.items()}
+        print(f"  {h:>4} {c:>4} {co:>4}   {med[(True, 0)]:8.2f} {med[(False, 0)]:7.2f} "
+              f"{med[(True, 0)] / med[(False, 0)]:5.2f}x   {med[(True, 1)]:8.2f} {med[(False, 1)]:7.2f} "
+              f"{med[(True, 1)] / med[(False, 1)]:5.2f}x   {label}")
+    os.environ.pop("RNB_WINOGRAD", None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
