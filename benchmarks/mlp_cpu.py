@@ -292,13 +292,13 @@ def print_times(r: dict) -> None:
         f"; {k}: {v:.1f} s" for k, v in r["compile_s"].items() if k.startswith("torch.compile")))
 
 
-def print_roofline(r: dict, roof_s: float, rate: float, where: str = "") -> None:
+def print_roofline(r: dict, roof_s: float, rate: float, where: str = "", name: str = "GEMM roofline") -> None:
     """The roofline line of a report: the products' time at the sgemm rate, and the fraction reached."""
     if not where:
         lo, hi = r["roofline_spread"]
         where = (f"median over {r['roofline_segments']} segments of {r['roofline_segment_steps']} steps, each against "
                  f"sgemm bursts just before and after it; quartiles {100 * lo:.0f}-{100 * hi:.0f}%")
-    print(f"  GEMM roofline: {1e3 * roof_s:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s ({where}) "
+    print(f"  {name}: {1e3 * roof_s:.2f} ms/step at {rate / 1e9:.0f} GFLOP/s ({where}) "
           f"-> {100 * r['roofline_fraction']:.0f}% reached")
 
 

@@ -8,14 +8,16 @@ overlap by 2) and each channel, V = B^T d B; for each pair of channels U = G g G
 filter); then 16 products M[xi] = V[xi] U[xi], one sgemm per xi over a chunk of tiles (K = Cin, the
 tiles as rows); the 2x2 outputs are A^T M A (Lavin and Gray, 2015). The same kernel gives the input
 gradient: dx is the convolution of dy with the filters turned 180 degrees and Cin/Cout swapped
-(``weights_(..., flip=True)``). The weight gradient stays im2col + sgemm (conv_tiled.py).
+(``weights_(..., flip=True)``). The weight gradient is the same algebra run backwards (``dw_``):
+dU[xi] = sum over tiles of V[xi]^T (A dY A^T)[xi], one sgemm per xi with the tiles as K, and
+dW = G^T dU G.
 
 Layout: x and y are NHWC, as everywhere on the CPU. A thread walks its share of the batch's tile
 rows (image n, tile row ti) a chunk at a time; its buffer holds the chunk's V and M, one row per tile
 (the tile's 16 planes of Cin or Cout channels side by side, so the products read plane xi with a
 leading dimension of 16 C + PAD), a staging patch for tiles at the border, and in the weight-gradient
 pass its dU partial. Each transform is a few loops over the channels with few streams each: numba
-vectorises those (written as one loop with 16 streams it ran scalar, 25% slower in all), and rows of
+vectorises those (written as one loop with 16 streams it ran scalar: each pass 20-25% slower), and rows of
 V a multiple of 4 KiB apart would collide in L1 (PAD). The buffers come out of the conv's planned
 column scratch (``cols`` forward, ``bwd_cols`` backward): U first, then one buffer per thread; where
 they do not fit, the convolution stays im2col (``plan``).
