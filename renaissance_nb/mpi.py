@@ -23,6 +23,8 @@ BACKENDS = ("mpi",)
 # Seconds an aborting rank waits after writing its traceback: MPICH's launcher relays each rank's stderr
 # through a pipe, and MPI_Abort at once could kill the relay first (seen once in CI: exit 130, stderr empty).
 FORWARD_GRACE_S = 0.5
+
+
 def under_mpiexec() -> bool:
     """True when a launcher started this process (its environment says so; MPI itself is not loaded):
     MPICH's hydra sets PMI_SIZE, Open MPI OMPI_COMM_WORLD_SIZE, PMIx launchers PMIX_RANK."""

@@ -216,7 +216,8 @@ def _winograd_grads(o: ConvBwd, dy: np.ndarray, x: np.ndarray, w: np.ndarray, co
     """A 3x3 stride-1 conv's dW, then dx, by F(2x2, 3x3) in its backward scratch (one after the
     other: each pass uses all of it); None where that scratch is too small for either."""
     dw_pass = winograd.bind_dw(x, dy, o.dw2.reshape(w.shape), cols)
-    dx_pass = winograd.bind(dy, w, o.dx, dcols, EMPTY_F32, 0, flip=True) if o.dx is not None else (lambda: None)
+    dx_pass = (winograd.bind(dy, w, o.dx, dcols, EMPTY_F32, 0, flip=True) if o.dx is not None and dcols is not None
+               else (lambda: None))
     if dw_pass is None or dx_pass is None:
         return None
 

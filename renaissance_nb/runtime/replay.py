@@ -100,11 +100,6 @@ class StepPrograms:
         self.atlas: GraphAtlas = compiled.atlas
         self._programs: dict[tuple, Program] = {}
 
-    def winograd_layers(self) -> list[str]:
-        """The conv layers whose kernels run by Winograd F(2x2, 3x3) (kernels/winograd.py), in order."""
-        from ..kernels.winograd import layers_using
-        return layers_using((n, k) for g in self.bound for n, k in zip(g.nodes, g.kernels))
-
     def kernels(self, variant: str, gid: GraphId) -> Program:  # pragma: no cover - abstract
         raise NotImplementedError
 
