@@ -40,8 +40,8 @@ def spy(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("n,h,cin,cout", [(4, 8, 8, 8), (3, 7, 9, 12), (64, 1, 8, 8), (24, 2, 16, 8), (8, 5, 8, 24),
-                                          (6, 13, 12, 10)])
+@pytest.mark.parametrize("n,h,cin,cout", [(4, 8, 16, 16), (3, 7, 17, 20), (160, 1, 16, 16), (48, 2, 32, 16), (8, 5, 16, 40),
+                                          (6, 13, 20, 18)])
 @pytest.mark.parametrize("bias,act", [(True, "relu"), (False, "none")])
 def test_winograd_conv_matches_the_float64_reference(spy, n, h, cin, cout, bias, act) -> None:
     c = Case(n, h, cin, cout, 3, 1, 1, bias, act, seed=n * h + cin)
@@ -51,7 +51,7 @@ def test_winograd_conv_matches_the_float64_reference(spy, n, h, cin, cout, bias,
 
 
 def test_the_scratch_left_by_the_forward_is_not_read(spy) -> None:
-    c = Case(8, 6, 8, 16, 3, 1, 1, True, "relu")
+    c = Case(8, 6, 16, 24, 3, 1, 1, True, "relu")
     y, dw, dx = reference(c.x, c.w, c.b, "relu", c.dy, 3, 1, 1)
     c.fwd()
     close(c.y, y)
@@ -68,7 +68,7 @@ def test_every_thread_count_matches_and_repeats_its_bytes(spy, threads) -> None:
     before = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        c = Case(5, 9, 8, 8, 3, 1, 1, True, "relu")
+        c = Case(5, 9, 16, 16, 3, 1, 1, True, "relu")
         dy = c.dy.copy()
         c.check()
         first = (c.y.copy(), c.dw.copy(), c.dx.copy())
@@ -81,7 +81,7 @@ def test_every_thread_count_matches_and_repeats_its_bytes(spy, threads) -> None:
 
 
 def test_without_dx_only_the_weight_gradient_runs(spy) -> None:
-    Case(4, 6, 8, 8, 3, 1, 1, False, "none", need_dx=False).check(need_dx=False)
+    Case(4, 6, 16, 16, 3, 1, 1, False, "none", need_dx=False).check(need_dx=False)
     assert spy == {"fwd": 1, "dw": 1, "dx": 0}
 
 
@@ -100,16 +100,17 @@ def test_a_scratch_too_small_for_the_tiles_keeps_im2col(spy) -> None:
 
 
 def test_which_convolutions_use_winograd(monkeypatch) -> None:
-    x, w = np.zeros((2, 5, 5, 8), np.float32), np.zeros((8, 3, 3, 8), np.float32)
-    assert winograd.applies(3, 1, 1, 8, 8, x, w)
-    assert not winograd.applies(3, 2, 1, 8, 8, x, w)  # stride 2
-    assert not winograd.applies(3, 1, 0, 8, 8, x, w)  # no padding
-    assert not winograd.applies(1, 1, 0, 8, 8, x, w)
-    assert not winograd.applies(3, 1, 1, 3, 8, x, w)  # an RGB stem: the transforms would not vectorise
-    assert not winograd.applies(3, 1, 1, 8, 8, x.astype(np.float64), w)  # the finite-difference tests' float64
-    assert not winograd.applies(3, 1, 1, 8, 8, x[:, :, ::2], w)  # not contiguous
+    x, w = np.zeros((2, 5, 5, 16), np.float32), np.zeros((16, 3, 3, 16), np.float32)
+    assert winograd.applies(3, 1, 1, 16, 16, x, w)
+    assert not winograd.applies(3, 2, 1, 16, 16, x, w)  # stride 2
+    assert not winograd.applies(3, 1, 0, 16, 16, x, w)  # no padding
+    assert not winograd.applies(1, 1, 0, 16, 16, x, w)
+    assert not winograd.applies(3, 1, 1, 3, 16, x, w)  # an RGB stem: the transforms would not vectorise
+    assert not winograd.applies(3, 1, 1, 8, 16, x, w)  # 8 channels: im2col was faster
+    assert not winograd.applies(3, 1, 1, 16, 16, x.astype(np.float64), w)  # the finite-difference tests' float64
+    assert not winograd.applies(3, 1, 1, 16, 16, x[:, :, ::2], w)  # not contiguous
     monkeypatch.setenv("RNB_WINOGRAD", "0")
-    assert not winograd.applies(3, 1, 1, 8, 8, x, w)
+    assert not winograd.applies(3, 1, 1, 16, 16, x, w)
 
 
 _TRAIN = """
@@ -118,28 +119,30 @@ from renaissance_nb import RESNET_3_3, block, cbr, gap, seq
 rng = np.random.default_rng(0)
 x = rng.standard_normal((192, 3, 10, 10), dtype=np.float32)
 y = (x[:, 0, :, :5].mean((1, 2)) > 0).astype(np.int32) + 2 * (x[:, 1, :5, :].mean((1, 2)) > 0).astype(np.int32)
-t = (rnb.DeepLearningTask("t").model(seq(cbr(8, 3, 1, 1), block(8, RESNET_3_3), gap(), rnb.fc(4)))
-     .data(train=(x, y), batch_size=32).optimizer(rnb.AdamW().lr(3e-3)).total_epochs(4).seed(2))
+t = (rnb.DeepLearningTask("t").model(seq(cbr(16, 3, 1, 1), block(16, RESNET_3_3), gap(), rnb.fc(4)))
+     .data(train=(x, y), batch_size=32).optimizer(rnb.SGD().lr(0.05).momentum(0.9)).total_epochs(4).seed(2))
 r = t.run(progress=False)
 np.savez(sys.argv[1], losses=r.step_losses, **t.state_dict())
 """
 
 
 def test_a_residual_block_trained_by_winograd_matches_im2col(tmp_path) -> None:
-    """The same run with RNB_WINOGRAD=0 (every conv by im2col tiles) agrees to float32 rounding, and
-    a Winograd run repeats its bytes in a fresh process."""
+    """The same run with RNB_WINOGRAD=0 (every conv by im2col tiles) agrees to float32 rounding (every
+    tensor within 1e-5 relative norm), and a Winograd run repeats its bytes in a fresh process. SGD with
+    momentum: AdamW turns the rounding of near-zero gradients into lr-sized steps (1.5e-3 relative on a
+    bias here, as tests/distributed/worker.py found for 2 ranks against 1)."""
     runs = train_in_processes(tmp_path, _TRAIN, {"wino": {}, "wino2": {}, "im2col": {"RNB_WINOGRAD": "0"}})
     assert all(np.array_equal(runs["wino"][k], runs["wino2"][k]) for k in runs["wino"])
     assert not np.array_equal(runs["wino"]["conv2.weight"], runs["im2col"]["conv2.weight"])  # another path ran
-    np.testing.assert_allclose(runs["wino"]["losses"], runs["im2col"]["losses"], rtol=1e-4)
+    np.testing.assert_allclose(runs["wino"]["losses"], runs["im2col"]["losses"], rtol=1e-5)
     assert runs["wino"]["losses"][-6:].mean() < 0.9 * runs["wino"]["losses"][:6].mean()  # it learned
     for k, v in runs["im2col"].items():
         if k != "losses":
-            np.testing.assert_allclose(runs["wino"][k], v, rtol=1e-3, atol=1e-4, err_msg=k)
+            assert np.linalg.norm(runs["wino"][k] - v) <= 1e-5 * np.linalg.norm(v), k
 
 
 def test_the_compile_notes_name_the_winograd_layers(monkeypatch) -> None:
-    """conv1 (3 channels in) and the stride-2 conv4/conv5 stay im2col; the 3x3 stride-1 convs of 8 and 16
+    """conv1 (3 channels in) and the stride-2 conv4/conv5 stay im2col; the 3x3 stride-1 convs of 16 and 32
     channels are listed, forward and backward bound by F(2x2, 3x3)."""
     import renaissance_nb as rnb
     from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap, seq
@@ -147,7 +150,7 @@ def test_the_compile_notes_name_the_winograd_layers(monkeypatch) -> None:
     y = np.arange(64, dtype=np.int32) % 4
 
     def compiled():  # type: ignore[no-untyped-def]
-        t = (rnb.DeepLearningTask("t").model(seq(cbr(8, 3, 1, 1), block(8, RESNET_3_3), block(16, RESNET_3_3_DS),
+        t = (rnb.DeepLearningTask("t").model(seq(cbr(16, 3, 1, 1), block(16, RESNET_3_3), block(32, RESNET_3_3_DS),
                                                  gap(), rnb.fc(4))).data(train=(x, y), batch_size=32))
         t.compile()
         return t
