@@ -2,11 +2,12 @@
 
     python benchmarks/winograd_cpu.py [--rounds 15] [--batch 128]
 
-For each layer shape (the README ResNet's, the conv net's and a few more), both kernels are bound
+For each layer shape (the README ResNet's, the conv net's, notebook 08's and a few more), both kernels are bound
 through the kernel table on the planned scratch (kernels/operands.conv_scratch_shape), the
 forward and the backward (weight and input gradients) timed alternately, round by round, in this
 one process; printed: medians in ms and the ratio Winograd / im2col. Both give the convolution to
-float32 rounding (tests/test_winograd.py); this measures only the time.
+float32 rounding (tests/test_winograd.py); this measures only the time. Rows below
+kernels/winograd.MIN_CHANNELS are timed with the threshold lifted: the library runs them by im2col.
 """
 from __future__ import annotations
 
@@ -24,17 +25,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 
 from renaissance_nb.kernels import blas  # noqa: E402
+from renaissance_nb.kernels import winograd as wino  # noqa: E402
 from renaissance_nb.kernels.cpu import KERNELS, BindEnv  # noqa: E402
 from renaissance_nb.compiler.layers import CONV_DW_PARTIALS  # noqa: E402
 from renaissance_nb.kernels.operands import conv_scratch_shape  # noqa: E402
 
 SHAPES = [(32, 32, 32, "README ResNet conv2/conv3"), (16, 64, 64, "README ResNet conv6"),
-          (14, 32, 64, "conv net layer 2"), (7, 64, 128, "conv net layer 3"), (28, 16, 16, ""), (8, 64, 64, "")]
+          (14, 32, 64, "conv net layer 2"), (7, 64, 128, "conv net layer 3"), (28, 16, 16, ""), (8, 64, 64, ""),
+          (7, 16, 16, "notebook 08's conv6"), (14, 8, 8, "notebook 08's conv2/conv3: below MIN_CHANNELS, im2col runs"),
+          (32, 8, 8, "below MIN_CHANNELS, im2col runs")]
 
 
 def bound(n: int, h: int, c: int, co: int, winograd: bool) -> tuple:
     """(forward, backward) kernels of one 3x3 stride-1 conv, Winograd's or im2col's."""
     os.environ["RNB_WINOGRAD"] = "1" if winograd else "0"  # read when a kernel binds
+    wino.MIN_CHANNELS = 1  # time the rows below the threshold too: the table shows why it is there
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, h, h, c), dtype=np.float32)
     w = (rng.standard_normal((co, 3, 3, c)) / np.sqrt(9 * c)).astype(np.float32)

@@ -25,8 +25,9 @@ they do not fit, the convolution stays im2col (``plan``).
 Numbers: the transforms are exact in real arithmetic, and in float32 the result differs from im2col's
 by rounding (relative error ~3e-7 of the largest output, as im2col's own against a float64 sum). A
 machine and thread count give the same bytes every step. ``python benchmarks/winograd_cpu.py``
-times each layer shape both ways (benchmarks/results/winograd_cpu.txt: 0.49-0.73x of im2col's time
-forward, 0.54-0.73x backward on the 2-core EPYC VM, batch 128). ``RNB_WINOGRAD=0`` keeps every
+times each layer shape both ways (benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128:
+0.47-0.77x of im2col's time forward and 0.50-0.74x backward from 16 channels up, except 7x7 at 16
+channels, 1.08x and 1.13x). ``RNB_WINOGRAD=0`` keeps every
 convolution on im2col.
 """
 from __future__ import annotations
@@ -47,9 +48,10 @@ PAD = 16
 ALGORITHM = "Winograd F(2x2, 3x3)"
 """The tag a kernel bound here carries as its ``algorithm`` attribute (the compile notes list the layers)."""
 MIN_CHANNELS = 16
-"""Fewer input or output channels than this stay im2col: at 8 channels (K = 8 in the products, the
-transforms' loops one vector long) Winograd took 1.08-1.16x of im2col's time forward and 1.31-1.46x
-backward; at 16, 0.72-0.90x and 0.69-0.98x (the 2-core EPYC VM, batch 96-128, 7x7 to 32x32)."""
+"""Fewer input or output channels than this stay im2col. At 8 (K = 8 in the products, the transforms'
+loops one vector long) Winograd took 1.03-1.09x of im2col's time forward and 1.33-1.58x backward;
+at 16, 0.77x and 0.74x at 28x28 but 1.08x and 1.13x at 7x7, where a 4x4 grid of 2x2 tiles computes
+64 outputs for 49 (benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128)."""
 CHUNK_BYTES = 256 << 10
 """Target size of a thread's V and M for one chunk of tile rows (in L2)."""
 
