@@ -40,7 +40,7 @@ def spy(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("n,h,cin,cout", [(4, 8, 16, 16), (3, 7, 17, 20), (160, 1, 16, 16), (48, 2, 32, 16), (8, 5, 16, 40),
+@pytest.mark.parametrize("n,h,cin,cout", [(4, 8, 16, 16), (6, 7, 33, 34), (160, 1, 32, 32), (48, 2, 32, 16), (8, 5, 32, 40),
                                           (6, 13, 20, 18)])
 @pytest.mark.parametrize("bias,act", [(True, "relu"), (False, "none")])
 def test_winograd_conv_matches_the_float64_reference(spy, n, h, cin, cout, bias, act) -> None:
@@ -68,7 +68,7 @@ def test_every_thread_count_matches_and_repeats_its_bytes(spy, threads) -> None:
     before = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        c = Case(5, 9, 16, 16, 3, 1, 1, True, "relu")
+        c = Case(5, 9, 32, 32, 3, 1, 1, True, "relu")
         dy = c.dy.copy()
         c.check()
         first = (c.y.copy(), c.dw.copy(), c.dx.copy())
@@ -100,8 +100,11 @@ def test_a_scratch_too_small_for_the_tiles_keeps_im2col(spy) -> None:
 
 
 def test_which_convolutions_use_winograd(monkeypatch) -> None:
-    x, w = np.zeros((2, 5, 5, 16), np.float32), np.zeros((16, 3, 3, 16), np.float32)
+    x, w = np.zeros((2, 6, 6, 16), np.float32), np.zeros((16, 3, 3, 16), np.float32)
     assert winograd.applies(3, 1, 1, 16, 16, x, w)
+    assert not winograd.applies(3, 1, 1, 16, 16, np.zeros((2, 7, 7, 16), np.float32), w)  # 64 outputs for 49
+    assert winograd.applies(3, 1, 1, 32, 32, np.zeros((2, 7, 7, 32), np.float32), w)
+    assert winograd.applies(3, 1, 1, 16, 16, np.zeros((2, 13, 13, 16), np.float32), w)  # 196 for 169
     assert not winograd.applies(3, 2, 1, 16, 16, x, w)  # stride 2
     assert not winograd.applies(3, 1, 0, 16, 16, x, w)  # no padding
     assert not winograd.applies(1, 1, 0, 16, 16, x, w)

@@ -51,7 +51,10 @@ MIN_CHANNELS = 16
 """Fewer input or output channels than this stay im2col. At 8 (K = 8 in the products, the transforms'
 loops one vector long) Winograd took 1.03-1.09x of im2col's time forward and 1.33-1.58x backward;
 at 16, 0.77x and 0.74x at 28x28 but 1.08x and 1.13x at 7x7, where a 4x4 grid of 2x2 tiles computes
-64 outputs for 49 (benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128)."""
+64 outputs for 49: there it takes twice as many (min_channels; 7x7 at 64 -> 128 took 0.64x and 0.72x)
+(benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128)."""
+WASTE = 1.2
+"""See min_channels: 7x7 (1.31) needs twice the channels, 13x13 (1.16) and even sizes do not."""
 CHUNK_BYTES = 256 << 10
 """Target size of a thread's V and M for one chunk of tile rows (in L2)."""
 
@@ -392,11 +395,22 @@ def enabled() -> bool:
 
 
 def applies(k: int, s: int, pad: int, cin: int, cout: int, *arrays: np.ndarray) -> bool:
-    """Whether a convolution runs by F(2x2, 3x3) here: 3x3, stride 1, padding 1, at least MIN_CHANNELS
-    in and out, products on the library's threads, every operand C-contiguous float32."""
-    if not (enabled() and blas.THREADED and (k, s, pad) == (3, 1, 1) and min(cin, cout) >= MIN_CHANNELS):
+    """Whether a convolution runs by F(2x2, 3x3) here: 3x3, stride 1, padding 1, products on the library's
+    threads, every operand C-contiguous float32 (the first an NHWC map of the layer's size), and
+    channels enough (min_channels)."""
+    if not (enabled() and blas.THREADED and (k, s, pad) == (3, 1, 1) and arrays and arrays[0].ndim == 4):
+        return False
+    if min(cin, cout) < min_channels(arrays[0].shape[1], arrays[0].shape[2]):
         return False
     return all(isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+
+
+def min_channels(h: int, w: int) -> int:
+    """The fewest channels in and out at which F(2x2, 3x3) pays on an h x w output: MIN_CHANNELS, twice
+    that where its grid of 2x2 tiles computes over WASTE times the outputs the layer has (odd sizes:
+    7x7 takes 64 for 49)."""
+    tiles = ((h + 1) // 2) * ((w + 1) // 2)
+    return MIN_CHANNELS if 4 * tiles <= WASTE * h * w else 2 * MIN_CHANNELS
 
 
 def _need(rows: int, tw: int, c: int, co: int) -> int:
