@@ -164,3 +164,21 @@ def test_the_compile_notes_name_the_winograd_layers(monkeypatch) -> None:
     monkeypatch.setenv("RNB_WINOGRAD", "0")
     t = compiled()
     assert not any("Winograd" in n for n in t.compiled.notes) and t.executor.winograd_layers() == []
+
+
+def test_the_winograd_passes_match_pytorch(spy) -> None:
+    """Forward (bias, ReLU), weight, bias and input gradients of a 32 -> 48 conv on 10x10 images against
+    torch.nn.functional.conv2d and autograd, in float32 (our NHWC / (Cout, kh, kw, Cin) layouts moved)."""
+    torch = pytest.importorskip("torch")
+    c = Case(6, 10, 32, 48, 3, 1, 1, True, "relu", seed=4)
+    assert spy == {"fwd": 1, "dw": 1, "dx": 1}
+    xt = torch.from_numpy(c.x.transpose(0, 3, 1, 2).copy()).requires_grad_()
+    wt = torch.from_numpy(c.w.transpose(0, 3, 1, 2).copy()).requires_grad_()
+    bt = torch.from_numpy(c.b.copy()).requires_grad_()
+    yt = torch.relu(torch.nn.functional.conv2d(xt, wt, bt, stride=1, padding=1))
+    yt.backward(torch.from_numpy(c.dy.transpose(0, 3, 1, 2).copy()))
+    c.fwd()
+    c.bwd()
+    for ours, theirs in ((c.y, yt.detach().numpy().transpose(0, 2, 3, 1)), (c.dw, wt.grad.numpy().transpose(0, 2, 3, 1)),
+                         (c.db, bt.grad.numpy()), (c.dx, xt.grad.numpy().transpose(0, 2, 3, 1))):
+        assert np.abs(ours - theirs).max() <= 2e-5 * max(1.0, np.abs(theirs).max())
