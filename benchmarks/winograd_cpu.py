@@ -52,7 +52,9 @@ def bound(n: int, h: int, c: int, co: int, winograd: bool) -> tuple:
     fwd = KERNELS["conv_fwd"]([y, cols], [x, w], p, BindEnv())
     bwd = KERNELS["conv_bwd"]([dw, dx, bwd_cols, parts], [dy, x, w, bwd_cols, y],
                               {**p, "need_dx": True, "scratch": ("dw_partials",)}, BindEnv())
-    assert (getattr(fwd, "algorithm", None) is not None) == winograd, "the kernel table bound the other algorithm"
+    bound = getattr(fwd, "winograd", ()) + getattr(bwd, "winograd", ())
+    want = ("forward", "weight gradient", "input gradient") if winograd else ()
+    assert bound == want, f"{h}x{h} {c} -> {co}: the kernel table bound {bound or 'im2col'}, expected {want or 'im2col'}"
     return fwd, bwd
 
 

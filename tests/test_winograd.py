@@ -160,10 +160,11 @@ def test_the_compile_notes_name_the_winograd_layers(monkeypatch) -> None:
     t = compiled()
     note = next(n for n in t.compiled.notes if n.startswith("convolutions by Winograd"))
     assert "(3x3, stride 1): conv2, conv3, conv6;" in note
-    assert t.executor.winograd_layers() == ["conv2", "conv3", "conv6"]
+    every = ("forward", "weight gradient", "input gradient")
+    assert t.executor.winograd_layers() == {"conv2": every, "conv3": every, "conv6": every}
     monkeypatch.setenv("RNB_WINOGRAD", "0")
     t = compiled()
-    assert not any("Winograd" in n for n in t.compiled.notes) and t.executor.winograd_layers() == []
+    assert not any("Winograd" in n for n in t.compiled.notes) and t.executor.winograd_layers() == {}
 
 
 def test_the_winograd_passes_match_pytorch(spy) -> None:
@@ -182,3 +183,64 @@ def test_the_winograd_passes_match_pytorch(spy) -> None:
     for ours, theirs in ((c.y, yt.detach().numpy().transpose(0, 2, 3, 1)), (c.dw, wt.grad.numpy().transpose(0, 2, 3, 1)),
                          (c.db, bt.grad.numpy()), (c.dx, xt.grad.numpy().transpose(0, 2, 3, 1))):
         assert np.abs(ours - theirs).max() <= 2e-5 * max(1.0, np.abs(theirs).max())
+
+
+def test_a_weight_gradient_too_large_for_the_scratch_runs_by_tiles_beside_a_winograd_dx() -> None:
+    """Two threads, 16 -> 16 channels on 6x6 images, two of them: the scratch holds U and the input
+    gradient's buffers but not a 16*16*16 dU partial per thread. dx runs by F(2x2, 3x3), dW by im2col
+    tiles; the kernels say which, and both match the reference."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two numba threads")
+    before = numba.get_num_threads()
+    numba.set_num_threads(2)
+    try:
+        floats = 2 * 36 * 9 * 16
+        assert winograd.plan(2, 6, 6, 16, 16, floats) and not winograd.plan(2, 6, 6, 16, 16, floats, weight_grad=True)
+        c = Case(2, 6, 16, 16, 3, 1, 1, True, "relu")
+        assert c.fwd.winograd == ("forward",) and c.bwd.winograd == ("input gradient",)
+        c.cols[...] = np.nan
+        c.check()
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_one_scratch_for_columns_and_dcols_as_the_plan_gives_it(spy) -> None:
+    """The plan hands conv_bwd its bwd_cols as both ``cols`` and ``dcols``: dW's pass, then U' and dx's
+    pass in the same floats."""
+    c = Case(4, 8, 16, 24, 3, 1, 1, True, "relu", seed=9)
+    y, dw, dx = reference(c.x, c.w, c.b, "relu", c.dy, 3, 1, 1)
+    shared = np.full_like(c.cols, np.nan)
+    prm = dict(k=3, s=1, p=1, bias=True, act="relu", need_dx=True)
+    bwd = KERNELS["conv_bwd"]([c.dw, c.db, c.dx, shared], [c.dy, c.x, c.w, shared, c.y], prm, BindEnv())
+    assert bwd.winograd == ("weight gradient", "input gradient")
+    c.fwd()
+    close(c.y, y)
+    bwd()
+    close(c.dw, dw)
+    close(c.dx, dx)
+
+
+@pytest.mark.parametrize("h,w", [(5, 8), (8, 3), (1, 7)])
+def test_images_that_are_not_square(h, w) -> None:
+    """bind / bind_dw on h x w maps, against float64 sums of the nine taps."""
+    rng = np.random.default_rng(h * w)
+    n, c, co = 6, 16, 20
+    x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+    wt = (rng.standard_normal((co, 3, 3, c)) / 12).astype(np.float32)
+    dy = rng.standard_normal((n, h, w, co)).astype(np.float32)
+    y, dx, dw = np.zeros_like(dy), np.zeros_like(x), np.zeros_like(wt)
+    scratch = np.full(200_000, np.nan, np.float32)
+    winograd.bind(x, wt, y, scratch, np.zeros(0, np.float32), 0)()
+    winograd.bind(dy, wt, dx, scratch, np.zeros(0, np.float32), 0, flip=True)()
+    winograd.bind_dw(x, dy, dw, scratch)()
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    dyp = np.pad(dy.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    y64, dx64, dw64 = np.zeros(y.shape), np.zeros(x.shape), np.zeros(wt.shape)
+    for a in range(3):
+        for b in range(3):
+            y64 += np.einsum("nhwc,oc->nhwo", xp[:, a:a + h, b:b + w], wt[:, a, b].astype(np.float64))
+            dx64 += np.einsum("nhwo,oc->nhwc", dyp[:, 2 - a:2 - a + h, 2 - b:2 - b + w], wt[:, a, b].astype(np.float64))
+            dw64[:, a, b] = np.einsum("nhwc,nhwo->oc", xp[:, a:a + h, b:b + w], dy.astype(np.float64))
+    close(y, y64)
+    close(dx, dx64)
+    close(dw, dw64)

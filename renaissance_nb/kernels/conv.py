@@ -150,7 +150,7 @@ def conv_fwd(outs, ins, p, env):
     cols, tile = conv_columns("conv_fwd", "cols", outs[1], n, ho * wo, k * k * cin)
     fast = winograd.bind(x, w, y, cols, b, act) if winograd.applies(k, s, pad, cin, cout, x, w, y, b, cols) else None
     if fast is not None:
-        return fast
+        return winograd.tagged(fast, ("forward",))
     if conv_tiled.applies(x, w, cols, k, s, pad) and y.flags.c_contiguous and b.flags.c_contiguous:
         return conv_tiled.bind_fwd(x, w, y, cols, b, act, k, s, pad, ho, wo)
     steps = []
@@ -194,15 +194,23 @@ def conv_bwd(outs, ins, p, env):
         if dw_parts is None:  # a hand-built graph: one partial per other thread, outside the arena
             dw_parts = env.scratch("conv_bwd: tiled weight-gradient partials",
                                    (conv_tiled.max_threads(x.shape[0]) - 1, cout, k * k * cin), np.float32)
-        grads = _winograd_grads(o, ins[0], x, w, cols, dcols) if winograd.applies(
-            k, s, pad, cin, cout, ins[0], x, w, cols, o.dw2, *([o.dx] if o.dx is not None else [])) else None
-        if grads is None:
-            grads = conv_tiled.bind_bwd(x, dy2, w, o.dw2, cols, o.dx, dcols, k, s, pad, ho, wo, dw_parts)
+        wino = winograd.applies(k, s, pad, cin, cout, ins[0], x, w, cols, o.dw2, *([o.dx] if o.dx is not None else []))
+        dw_w = winograd.bind_dw(x, ins[0], o.dw2.reshape(w.shape), cols) if wino else None
+        dx_w = (winograd.bind(ins[0], w, o.dx, dcols, EMPTY_F32, 0, flip=True)
+                if wino and o.dx is not None and dcols is not None else None)
+        if dx_w is None:  # dx (and with it dW) by im2col tiles, unless there is no dx and dW fits Winograd's
+            dw_w = dw_w if o.dx is None else None
+            dw_pass = dw_w or conv_tiled.bind_bwd(x, dy2, w, o.dw2, cols, o.dx, dcols, k, s, pad, ho, wo, dw_parts)
+        else:  # each pass uses the whole scratch in turn: dW first (by tiles where Winograd's partials do not fit)
+            dw_pass = dw_w or conv_tiled.bind_bwd(x, dy2, w, o.dw2, cols, None, None, k, s, pad, ho, wo, dw_parts)
+        passes = (("weight gradient",) if dw_w else ()) + (("input gradient",) if dx_w else ())
+        dx_pass = dx_w or (lambda: None)
 
         def run_tiled() -> None:
             pre()
-            grads()
-        return winograd.tagged(run_tiled) if getattr(grads, "algorithm", None) else run_tiled
+            dw_pass()
+            dx_pass()
+        return winograd.tagged(run_tiled, passes) if passes else run_tiled
     steps = _conv_grads(o, x, remakes_columns(o, cin), scratch, env)
 
     def run() -> None:
@@ -210,22 +218,6 @@ def conv_bwd(outs, ins, p, env):
         for step in steps:
             step()
     return run
-
-
-def _winograd_grads(o: ConvBwd, dy: np.ndarray, x: np.ndarray, w: np.ndarray, cols: np.ndarray,
-                    dcols: np.ndarray | None) -> Kernel | None:
-    """A 3x3 stride-1 conv's dW, then dx, by F(2x2, 3x3) in its backward scratch (one after the
-    other: each pass uses all of it); None where that scratch is too small for either."""
-    dw_pass = winograd.bind_dw(x, dy, o.dw2.reshape(w.shape), cols)
-    dx_pass = (winograd.bind(dy, w, o.dx, dcols, EMPTY_F32, 0, flip=True) if o.dx is not None and dcols is not None
-               else (lambda: None))
-    if dw_pass is None or dx_pass is None:
-        return None
-
-    def run() -> None:
-        dw_pass()
-        dx_pass()
-    return winograd.tagged(run)
 
 
 def _conv_grads(o: ConvBwd, x: np.ndarray, remake: bool, scratch: dict[str, np.ndarray], env: BindEnv) -> list[Kernel]:

@@ -45,8 +45,6 @@ from .operands import CONV_THREADS
 
 PAD = 16
 """Floats each tile's row of V and M has beyond its 16 planes (see the module's doc)."""
-ALGORITHM = "Winograd F(2x2, 3x3)"
-"""The tag a kernel bound here carries as its ``algorithm`` attribute (the compile notes list the layers)."""
 MIN_CHANNELS = 16
 """Fewer input or output channels than this stay im2col. At 8 (K = 8 in the products, the transforms'
 loops one vector long) Winograd took 1.03-1.09x of im2col's time forward and 1.33-1.58x backward;
@@ -415,7 +413,12 @@ def min_channels(h: int, w: int) -> int:
 
 def _need(rows: int, tw: int, c: int, co: int) -> int:
     """Floats one thread's buffer needs for chunks of ``rows`` tile rows (_layout, without dU)."""
-    return rows * tw * (16 * (c + co) + 2 * PAD) + 16 * (c + co)
+    return int(_part_at(rows * tw, c, co))
+
+
+def dw_need(rows: int, tw: int, c: int, co: int) -> int:
+    """Floats one thread's buffer needs in the weight-gradient pass: the forward's and its dU partial."""
+    return _need(rows, tw, c, co) + 16 * c * co
 
 
 def plan(n: int, h: int, w: int, c: int, co: int, floats: int, weight_grad: bool = False) -> Chunks | None:
@@ -453,12 +456,12 @@ def bind(x: np.ndarray, w: np.ndarray, y: np.ndarray, scratch: np.ndarray, b: np
     u = head.reshape(16, c, co)
     x3, y3, y2 = x.reshape(n, h, wd * c), y.reshape(n, h, wd * co), y.reshape(n * h * wd, co)
     sg = blas.SGEMM
-    fptr, wide, f, tw = sg.address, sg.int_bits == 64, fwd_, weights_
+    fptr, wide, f, transform = sg.address, sg.int_bits == 64, fwd_, weights_
 
     def run() -> None:
-        tw(w, u, flip)
+        transform(w, u, flip)
         f(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, ch.rows)
-    return tagged(blas.on_own_cores(run))
+    return blas.on_own_cores(run)
 
 
 def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) -> Callable[[], None] | None:
@@ -474,21 +477,41 @@ def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) 
     x3, dy3 = x.reshape(n, h, wd * c), dy.reshape(n, h, wd * co)
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, dw_
-    return tagged(blas.on_own_cores(lambda: f(fptr, wide, x3, dy3, dw, bufs, c, co, ch.rows)))
+    return blas.on_own_cores(lambda: f(fptr, wide, x3, dy3, dw, bufs, c, co, ch.rows))
 
 
-def tagged(kernel: Callable[[], None]) -> Callable[[], None]:
-    """``kernel`` marked as this module's (its ``algorithm`` attribute): layers_using reads it."""
-    kernel.algorithm = ALGORITHM  # type: ignore[attr-defined]
+def tagged(kernel: Callable[[], None], passes: tuple[str, ...]) -> Callable[[], None]:
+    """``kernel`` marked as running ``passes`` of its conv ("forward", "weight gradient", "input
+    gradient") by F(2x2, 3x3): its ``winograd`` attribute, which layers_using reads."""
+    kernel.winograd = passes  # type: ignore[attr-defined]
     return kernel
 
 
-def layers_using(nodes_and_kernels: Iterable[tuple[Any, Callable[[], None]]]) -> list[str]:
-    """The layers (node.layer) among (node, kernel) pairs whose kernel runs by F(2x2, 3x3), in order, once each."""
-    seen = [n.layer for n, k in nodes_and_kernels if getattr(k, "algorithm", None) == ALGORITHM]
-    return list(dict.fromkeys(seen))
+def layers_using(nodes_and_kernels: Iterable[tuple[Any, Callable[[], None]]]) -> dict[str, tuple[str, ...]]:
+    """layer -> the passes of it that run by F(2x2, 3x3), over (node, kernel) pairs, in order."""
+    out: dict[str, tuple[str, ...]] = {}
+    for n, k in nodes_and_kernels:
+        for p in getattr(k, "winograd", ()):
+            if p not in out.get(n.layer, ()):
+                out[n.layer] = out.get(n.layer, ()) + (p,)
+    return out
 
 
-def dw_need(rows: int, tw: int, c: int, co: int) -> int:
-    """Floats one thread's buffer needs in the weight-gradient pass: the forward's and its dU partial."""
-    return _need(rows, tw, c, co) + 16 * c * co
+def describe(nodes_and_kernels: Iterable[tuple[Any, Callable[[], None]]]) -> str:
+    """The compile note's list: "conv2, conv3" where every pass a layer has runs by F(2x2, 3x3), else
+    the passes that do: "conv6 (forward, input gradient)"; "" where none."""
+    pairs = list(nodes_and_kernels)
+    every: dict[str, set[str]] = {}
+    for n, _ in pairs:
+        every.setdefault(n.layer, set()).update(_passes_of(n))
+    return ", ".join(name if set(p) >= every[name] else f"{name} ({', '.join(p)})"
+                     for name, p in layers_using(pairs).items())
+
+
+def _passes_of(node: Any) -> tuple[str, ...]:
+    """The passes a conv node computes."""
+    if node.op == "conv_fwd":
+        return ("forward",)
+    if node.op == "conv_bwd":
+        return ("weight gradient",) + (("input gradient",) if node.p.get("need_dx", True) else ())
+    return ()

@@ -201,10 +201,16 @@ class Executor(StepPrograms):
                 listed = {id(b) for _, b in self.outside_arena}  # benv may share env's list
                 self.outside_arena += [(name, b) for b in benv.outside_arena if id(b) not in listed]
 
-    def winograd_layers(self) -> list[str]:
-        """The conv layers whose kernels run by Winograd F(2x2, 3x3) (kernels/winograd.py), in order."""
+    def winograd_layers(self) -> dict[str, tuple[str, ...]]:
+        """The conv layers with passes that run by Winograd F(2x2, 3x3) (kernels/winograd.py), in order:
+        layer -> those passes ("forward", "weight gradient", "input gradient")."""
         from ..kernels.winograd import layers_using
         return layers_using((n, k) for g in self.bound for n, k in zip(g.nodes, g.kernels))
+
+    def winograd_note(self) -> str:
+        """winograd_layers as the compile note lists them ("" where none): kernels/winograd.describe."""
+        from ..kernels.winograd import describe
+        return describe((n, k) for g in self.bound for n, k in zip(g.nodes, g.kernels))
 
     def kernels(self, variant: str, gid: GraphId) -> Program:
         """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""

@@ -84,11 +84,11 @@ class Runner:
                                       "the host arena mirrors the device's at epoch ends.")
                 return gpu, "cuda"
         compiled.notes.append(f"device: CPU, {blas.describe()}; {native.plan_note(self.executor.ops)}.")
-        wino = self.executor.winograd_layers()
+        wino = self.executor.winograd_note()
         if wino:
-            compiled.notes.append(f"convolutions by Winograd F(2x2, 3x3) (3x3, stride 1): {', '.join(wino)}; the "
-                                  "others by im2col tiles. Both use the layer's cols scratch; RNB_WINOGRAD=0 keeps "
-                                  "im2col.")
+            compiled.notes.append(f"convolutions by Winograd F(2x2, 3x3) (3x3, stride 1): {wino}; every "
+                                  "other pass by im2col and GEMM. Both use the layer's cols scratch; RNB_WINOGRAD=0 "
+                                  "keeps im2col.")
         return self.executor, "cpu"
 
     def _initialise(self, lr_table: np.ndarray) -> None:
