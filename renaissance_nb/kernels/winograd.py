@@ -185,10 +185,14 @@ def _layout(buf, rows, tw, c, co):
     return v, m, buf[cap * (vt + mt):at], buf[at:at + 16 * c * co]
 
 
-@jit
-def _part_at(cap, c, co):
-    """Where a thread's dU partial starts in its buffer (_layout) for chunks of ``cap`` tiles."""
+def part_at(cap: int, c: int, co: int) -> int:
+    """Where a thread's dU partial starts in its buffer (_layout) for chunks of ``cap`` tiles: V, M,
+    then the staging area. Plain Python for plan(); the kernels call its numba twin, _part_at (one
+    source: a numba dispatcher called at bind time cost 0.5 s of compile() in a fresh process)."""
     return cap * (16 * (c + co) + 2 * PAD) + 16 * (c + co)
+
+
+_part_at = jit(part_at)
 
 
 @jit
@@ -413,7 +417,7 @@ def min_channels(h: int, w: int) -> int:
 
 def _need(rows: int, tw: int, c: int, co: int) -> int:
     """Floats one thread's buffer needs for chunks of ``rows`` tile rows (_layout, without dU)."""
-    return int(_part_at(rows * tw, c, co))
+    return part_at(rows * tw, c, co)
 
 
 def dw_need(rows: int, tw: int, c: int, co: int) -> int:
