@@ -190,26 +190,12 @@ def conv_bwd(outs, ins, p, env):
     pre = act_grad_colsum_pass(dy2, y2, act, 0.0, db, parts) if (act or db is not None) else (lambda: None)
     x, w = ins[1], ins[2]
     if conv_tiled.applies(x, w, cols, k, s, pad) and all(a is None or a.flags.c_contiguous for a in (dy2, o.dx, dcols)):
-        dw_parts = scratch.get("dw_partials")
-        if dw_parts is None:  # a hand-built graph: one partial per other thread, outside the arena
-            dw_parts = env.scratch("conv_bwd: tiled weight-gradient partials",
-                                   (conv_tiled.max_threads(x.shape[0]) - 1, cout, k * k * cin), np.float32)
-        wino = winograd.applies(k, s, pad, cin, cout, ins[0], x, w, cols, o.dw2, *([o.dx] if o.dx is not None else []))
-        dw_w = winograd.bind_dw(x, ins[0], o.dw2.reshape(w.shape), cols) if wino else None
-        dx_w = (winograd.bind(ins[0], w, o.dx, dcols, EMPTY_F32, 0, flip=True)
-                if wino and o.dx is not None and dcols is not None else None)
-        if dx_w is None:  # dx (and with it dW) by im2col tiles, unless there is no dx and dW fits Winograd's
-            dw_w = dw_w if o.dx is None else None
-            dw_pass = dw_w or conv_tiled.bind_bwd(x, dy2, w, o.dw2, cols, o.dx, dcols, k, s, pad, ho, wo, dw_parts)
-        else:  # each pass uses the whole scratch in turn: dW first (by tiles where Winograd's partials do not fit)
-            dw_pass = dw_w or conv_tiled.bind_bwd(x, dy2, w, o.dw2, cols, None, None, k, s, pad, ho, wo, dw_parts)
-        passes = (("weight gradient",) if dw_w else ()) + (("input gradient",) if dx_w else ())
-        dx_pass = dx_w or (lambda: None)
+        grads, passes = _tiled_grads(o, ins[0], x, w, scratch, env)
 
         def run_tiled() -> None:
             pre()
-            dw_pass()
-            dx_pass()
+            for g in grads:
+                g()
         return winograd.tagged(run_tiled, passes) if passes else run_tiled
     steps = _conv_grads(o, x, remakes_columns(o, cin), scratch, env)
 
@@ -218,6 +204,29 @@ def conv_bwd(outs, ins, p, env):
         for step in steps:
             step()
     return run
+
+
+def _tiled_grads(o: ConvBwd, dy: np.ndarray, x: np.ndarray, w: np.ndarray, scratch: dict[str, np.ndarray],
+                 env: BindEnv) -> tuple[list[Kernel], tuple[str, ...]]:
+    """A conv backward's dW and dx passes on the CPU's threads, and which of them run by Winograd's
+    F(2x2, 3x3): dx by Winograd where it applies and fits, else dx and dW together by im2col tiles;
+    with dx by Winograd (or no dx), dW by Winograd where its partials fit too, else by tiles. The
+    passes run one after the other, each in the whole backward scratch."""
+    n, h, wd, cin, cout, ho, wo = o.geometry
+    k, s, pad, cols, dcols = o.k, o.s, o.pad, o.cols, o.dcols
+    wino = winograd.applies(k, s, pad, cin, cout, dy, x, w, cols, o.dw2, *([o.dx] if o.dx is not None else []))
+    dx_w = (winograd.bind(dy, w, o.dx, dcols, EMPTY_F32, 0, flip=True)
+            if wino and o.dx is not None and dcols is not None else None)
+    dw_w = winograd.bind_dw(x, dy, o.dw2.reshape(w.shape), cols) if wino and (o.dx is None or dx_w) else None
+    if dw_w is None:  # so also wherever dx runs by tiles
+        parts = scratch.get("dw_partials")
+        if parts is None:  # a hand-built graph: one partial per other thread, outside the arena
+            parts = env.scratch("conv_bwd: tiled weight-gradient partials",
+                                (conv_tiled.max_threads(n) - 1, cout, k * k * cin), np.float32)
+        dx_t, dcols_t = (None, None) if dx_w else (o.dx, dcols)  # dx by tiles too where Winograd's does not run
+        dw_t = conv_tiled.bind_bwd(x, o.dy2, w, o.dw2, cols, dx_t, dcols_t, k, s, pad, ho, wo, parts)
+    passes = (("weight gradient",) if dw_w else ()) + (("input gradient",) if dx_w else ())
+    return [dw_w or dw_t] + ([dx_w] if dx_w else []), passes
 
 
 def _conv_grads(o: ConvBwd, x: np.ndarray, remake: bool, scratch: dict[str, np.ndarray], env: BindEnv) -> list[Kernel]:

@@ -129,11 +129,11 @@ def conv_bwd_tiles_(fptr, wide, x3, dy2, w2, dw2, parts, scratch, dscratch, dx3,
             b0 = b1
         if first:  # no images for this thread
             part[:, :] = 0.0
-    _add_parts(parts, dw2)
+    add_parts_(parts, dw2)
 
 
 @jit
-def _add_parts(parts, out):
+def add_parts_(parts, out):
     """out = out + parts[0] + parts[1] + ... in that order."""
     cout, kk = out.shape
     for i in range(cout):

@@ -40,6 +40,7 @@ import numpy as np
 
 from . import blas
 from .blas import NO_TRANS, TRANS, sgemm_at
+from .conv_tiled import add_parts_
 from .fused import bias_act_, cut, jit, par
 from .operands import CONV_THREADS
 
@@ -337,28 +338,23 @@ def fwd_(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, rows):
 
 
 @par
-def dw_(fptr, wide, x3, dy3, dw4, bufs, c, co, rows):
+def dw_(fptr, wide, x3, dy3, dw4, bufs, first, others, c, co, rows):
     """dw = the weight gradient of conv3x3 (stride 1, padding 1) through F(2x2, 3x3): each thread adds
-    V[xi]^T (A dY A^T)[xi] over its share of the tiles into its own dU partial (16, c, co) in bufs[t];
-    the partials are summed in thread order and dw = G^T dU G."""
+    V[xi]^T (A dY A^T)[xi] over its share of the tiles into its own dU partial (16, c, co) in bufs[t]
+    (``first``: thread 0's as (1, 16 c co), ``others``: the rest as (threads - 1, 1, 16 c co)); the
+    partials are summed in thread order, as conv_tiled's dW partials, and dw = G^T dU G."""
     units = x3.shape[0] * ((x3.shape[1] + 1) // 2)
     threads = bufs.shape[0]
     for t in numba.prange(threads):
         _dw_share(fptr, wide, x3, dy3, bufs[t], c, co, rows, cut(units, threads, t), cut(units, threads, t + 1))
-    cap = rows * ((dy3.shape[2] // co + 1) // 2)
-    _dw_from_parts(bufs, _part_at(cap, c, co), dw4, c, co)
+    add_parts_(others, first)
+    _dw_from_total(first[0], dw4, c, co)
 
 
 @jit
-def _dw_from_parts(bufs, at, dw4, c, co):
-    """The threads' dU partials summed into thread 0's, in thread order (float32, as conv_tiled's dW
-    partials), then dw4[co, :, :, ci] = G^T D G for D = dU[:, ci, co] (float64, rounded once)."""
-    size = 16 * c * co
-    d = bufs[0, at:at + size]
-    for t in range(1, bufs.shape[0]):
-        other = bufs[t, at:at + size]
-        for j in range(size):
-            d[j] += other[j]
+def _dw_from_total(d, dw4, c, co):
+    """dw4[co, :, :, ci] = G^T D G for D = dU[:, ci, co], dU summed over the threads (float64, rounded
+    once)."""
     d2 = d.reshape(16, c * co)
     for ci in range(c):
         for o in range(co):
@@ -478,10 +474,12 @@ def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) 
         return None
     assert dw.shape == (co, 3, 3, c), (dw.shape, c, co)
     bufs = _split(scratch, 0, ch)[1]
+    at, size = part_at(ch.rows * ((wd + 1) // 2), c, co), 16 * c * co
+    first, others = bufs[:1, at:at + size], bufs[1:, None, at:at + size]  # the threads' dU partials
     x3, dy3 = x.reshape(n, h, wd * c), dy.reshape(n, h, wd * co)
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, dw_
-    return blas.on_own_cores(lambda: f(fptr, wide, x3, dy3, dw, bufs, c, co, ch.rows))
+    return blas.on_own_cores(lambda: f(fptr, wide, x3, dy3, dw, bufs, first, others, c, co, ch.rows))
 
 
 def tagged(kernel: Callable[[], None], passes: tuple[str, ...]) -> Callable[[], None]:
