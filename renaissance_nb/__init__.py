@@ -27,6 +27,7 @@ from .train.callbacks import EarlyStopping, StopTraining
 from .train.plateau import ReduceLROnPlateau
 from .train.schedulers import (ConstantLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, ExponentialLR,
                                LinearLR, MultiStepLR, OneCycleLR, PolynomialLR, Scheduler, StepLR)
+from .train.wsd import WarmupStableDecayLR
 
 __version__ = "0.1.0"
 
@@ -39,4 +40,5 @@ __all__ = [
     "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
     "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
     "TaskConfig", "checkpoint", "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau", "EarlyStopping", "StopTraining",
+    "WarmupStableDecayLR",
 ]
