@@ -12,7 +12,8 @@ from typing import Any
 
 from .graph import ComputationGraph, node
 from .ids import GraphId
-from .layers import BN_BWD_SCRATCH, BN_FWD_SCRATCH, ArchLayer, ArchPlan
+from ..ops.registry import op_of
+from .layers import ArchLayer, ArchPlan
 
 
 @dataclass(frozen=True)
@@ -52,119 +53,39 @@ class _Emitter:
     def weight(self, layer: ArchLayer, role: str, ema: bool) -> int:
         return self.ids[f"{layer.name}.{role}" + ("@ema" if ema else "")]
 
+    def emit(self, g: ComputationGraph, gid: GraphId, op: str, ins: list[int], outs: list[int], name: str,
+             **params: Any) -> None:
+        """What an op's emission calls: one node appended to ``gid``."""
+        g.append(gid, node(op, ins, outs, name, **params))
+
+    @staticmethod
+    def gid(name: str) -> GraphId:
+        """A GraphId by name, for ops that add to a graph of their own (batch norm's folding)."""
+        return GraphId[name]
+
     def forward(self, g: ComputationGraph, gid: GraphId, layer: ArchLayer, data: int, training: bool,
                 ema: bool = False) -> None:
-        ids, p = self.ids, layer.p
         xs = [self.tid(t, data) for t in layer.inputs]
-        x, y = xs[0], ids[layer.output]
-        k = layer.kind
-        if k == "fc":
-            ins = [x, self.weight(layer, "weight", ema)] + ([self.weight(layer, "bias", ema)] if p["bias"] else [])
-            g.append(gid, node("fc_fwd", ins, [y], layer.name, act=p["act"], slope=p["slope"]))
-        elif k == "conv":
-            ins = [x, self.weight(layer, "weight", ema)] + ([self.weight(layer, "bias", ema)] if p["bias"] else [])
-            g.append(gid, node("conv_fwd", ins, [y, ids[f"{layer.name}.cols"]], layer.name, k=p["k"], s=p["s"],
-                               p=p["p"], bias=p["bias"], act=p["act"]))
-        elif k == "bn":
-            if training:
-                g.append(gid, node("bn_fwd", [x, ids[f"{layer.name}.weight"], ids[f"{layer.name}.bias"]],
-                                   [y, ids[f"{layer.name}.mean"], ids[f"{layer.name}.invstd"],
-                                    ids[f"{layer.name}.running_mean"], ids[f"{layer.name}.running_var"]]
-                                   + [ids[f"{layer.name}.{r}"] for r in BN_FWD_SCRATCH],
-                                   layer.name, momentum=p["momentum"], eps=p["eps"], act=p["act"],
-                                   scratch=BN_FWD_SCRATCH))
-            else:
-                sfx = "@ema" if ema else ""
-                g.append(gid, node("bn_inf", [x, ids[f"{layer.name}.eq_scale{sfx}"], ids[f"{layer.name}.eq_bias{sfx}"]],
-                                   [y], layer.name, act=p["act"]))
-        elif k == "act":
-            g.append(gid, node("act_fwd", [x], [y], layer.name, act=p["act"], slope=p["slope"]))
-        elif k == "flatten":
-            g.append(gid, node("reshape_copy", [x], [y], layer.name))
-        elif k == "dropout":
-            if training and p["p"] > 0:
-                m = ids[f"{layer.name}.mask"]
-                g.append(gid, node("dropout_fwd", [x, ids["rng.offset"]], [y, m], layer.name, p=p["p"]))
-            else:
-                g.append(gid, node("copy", [x], [y], layer.name))
-        elif k == "maxpool":
-            g.append(gid, node("maxpool_fwd", [x], [y, ids[f"{layer.name}.argmax"]], layer.name,
-                               k=p["k"], s=p["s"], p=p["p"]))
-        elif k == "avgpool":
-            g.append(gid, node("avgpool_fwd", [x], [y], layer.name, k=p["k"], s=p["s"], p=p["p"]))
-        elif k == "gap":
-            g.append(gid, node("gap_fwd", [x], [y], layer.name))
-        elif k == "add":
-            g.append(gid, node("add", xs, [y], layer.name))
+        op_of(layer.kind).forward(self, g, gid, layer, xs, self.ids[layer.output], training, ema)
 
     def backward(self, g: ComputationGraph, gid: GraphId, layer: ArchLayer, data: int,
                  seen: dict[str, int]) -> None:
         """Gradients of one layer. ``seen`` counts gradient contributions per tensor so a
         tensor read by several layers gets one slot per reader, summed before its producer."""
-        ids, p = self.ids, layer.p
-        y = ids[layer.output]
+        ids, op = self.ids, op_of(layer.kind)
         dy = ids[f"{layer.output}@grad"]
         for j in range(1, self.consumers.get(layer.output, 0)):
             g.append(gid, node("add", [dy, ids[f"{layer.output}@grad#{j}"]], [dy], layer.name))
 
         def slot(name: str) -> int | None:
-            if name == "input":
-                return ids.get("input@grad") if layer.kind == "bn" else None
+            if name == "input":  # the data: no gradient, unless the op's backward writes one anyway (bn)
+                return ids.get("input@grad") if op.first_layer_dx else None
             j = seen.get(name, 0)
             seen[name] = j + 1
             return ids[f"{name}@grad" if j == 0 else f"{name}@grad#{j}"]
 
         xs = [self.tid(t, data) for t in layer.inputs]
-        x = xs[0]
-        k = layer.kind
-        if k == "add":
-            for t in layer.inputs:
-                d = slot(t)
-                if d is not None:
-                    g.append(gid, node("copy", [dy], [d], layer.name))
-            return
-        dx = slot(layer.inputs[0])
-        if k == "fc":
-            outs = [ids[f"{layer.name}.weight@grad"]] + ([ids[f"{layer.name}.bias@grad"]] if p["bias"] else [])
-            outs += [dx] if dx is not None else []
-            scratch = self.scratch(layer.name, ("bias_partials",) if p["bias"] else ())
-            g.append(gid, node("fc_bwd", [dy, x, ids[f"{layer.name}.weight"], y, ids["ones"]],
-                               outs + [ids[f"{layer.name}.{r}"] for r in scratch], layer.name, act=p["act"],
-                               slope=p["slope"], bias=p["bias"], need_dx=dx is not None, scratch=scratch))
-        elif k == "conv":
-            outs = [ids[f"{layer.name}.weight@grad"]] + ([ids[f"{layer.name}.bias@grad"]] if p["bias"] else [])
-            own = ids.get(f"{layer.name}.bwd_cols")  # a tiled conv's backward: its own scratch for both column tiles
-            cols = own if own is not None else ids[f"{layer.name}.cols"]  # else the forward's whole matrix
-            if dx is not None:
-                outs += [dx, own if own is not None else ids[f"{layer.name}.dcols"]]
-            scratch = self.scratch(layer.name, ("bias_partials", "dw_partials"))
-            g.append(gid, node("conv_bwd", [dy, x, ids[f"{layer.name}.weight"], cols, y],
-                               outs + [ids[f"{layer.name}.{r}"] for r in scratch], layer.name, k=p["k"], s=p["s"],
-                               p=p["p"], bias=p["bias"], act=p["act"], need_dx=dx is not None, scratch=scratch))
-        elif k == "bn":
-            g.append(gid, node("bn_bwd", [dy, x, y, ids[f"{layer.name}.weight"], ids[f"{layer.name}.mean"],
-                                          ids[f"{layer.name}.invstd"]],
-                               [dx, ids[f"{layer.name}.weight@grad"], ids[f"{layer.name}.bias@grad"]]
-                               + [ids[f"{layer.name}.{r}"] for r in BN_BWD_SCRATCH], layer.name,
-                               act=p["act"], scratch=BN_BWD_SCRATCH))
-        elif dx is None:
-            return  # a parameter-free first layer has nothing to compute backwards
-        elif k == "act":
-            g.append(gid, node("act_bwd", [dy, x], [dx], layer.name, act=p["act"], slope=p["slope"]))
-        elif k == "flatten":
-            g.append(gid, node("reshape_copy", [dy], [dx], layer.name))
-        elif k == "dropout":
-            if p["p"] > 0:
-                g.append(gid, node("mul", [dy, ids[f"{layer.name}.mask"]], [dx], layer.name))
-            else:
-                g.append(gid, node("copy", [dy], [dx], layer.name))
-        elif k == "maxpool":
-            g.append(gid, node("maxpool_bwd", [dy, ids[f"{layer.name}.argmax"]], [dx], layer.name,
-                               k=p["k"], s=p["s"], p=p["p"]))
-        elif k == "avgpool":
-            g.append(gid, node("avgpool_bwd", [dy], [dx], layer.name, k=p["k"], s=p["s"], p=p["p"]))
-        elif k == "gap":
-            g.append(gid, node("gap_bwd", [dy], [dx], layer.name))
+        op.backward(self, g, gid, layer, xs, ids[layer.output], dy, [slot(t) for t in layer.inputs])
 
     def loss(self, g: ComputationGraph, gid: GraphId, smoothing: float, grad: bool) -> None:
         logits = self.ids[self.arch.output]
@@ -210,16 +131,10 @@ def _first_forward(g: ComputationGraph, gid: GraphId, ids: dict[str, int], ab: s
     g.append(gid, node("copy", [ids[f"I_{ab}.label"]], [ids["labels"]], "data"))
 
 
-def _bn_fold(g: ComputationGraph, arch: ArchPlan, ids: dict[str, int], ema: bool) -> None:
+def _inference_folds(g: ComputationGraph, arch: ArchPlan, e: _Emitter, ema: bool) -> None:
+    """UPDATE_BN_INF_PARAMS: the inference parameters each op derives from its training ones."""
     for layer in arch.layers:
-        if layer.kind != "bn":
-            continue
-        n = layer.name
-        for sfx in ("", "@ema") if ema else ("",):
-            g.append(GraphId.UPDATE_BN_INF_PARAMS, node(
-                "bn_fold", [ids[f"{n}.weight{sfx}"], ids[f"{n}.bias{sfx}"], ids[f"{n}.running_mean{sfx}"],
-                            ids[f"{n}.running_var{sfx}"]], [ids[f"{n}.eq_scale{sfx}"], ids[f"{n}.eq_bias{sfx}"]], n,
-                eps=layer.p["eps"]))
+        op_of(layer.kind).inference_fold(e, g, layer, ema)
 
 
 def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
@@ -298,5 +213,5 @@ def emit_inference_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions)
     for gid in (GraphId.ACCUM_METRICS, GraphId.ACCUM_METRICS_VAL_LAST):
         g.append(gid, node("accum_metrics", [ids["result"], ids["step"]], [ids["metrics.sum"]], "metrics", log=False))
     g.append(GraphId.CLEAR_METRICS, node("fill", [], [ids["metrics.sum"]], "metrics", value=0.0))
-    _bn_fold(g, arch, ids, ema)
+    _inference_folds(g, arch, e, ema)
     return g

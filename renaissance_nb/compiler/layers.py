@@ -20,13 +20,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..blueprint import ACTIVATIONS, Add2, BluePrint, Layer, Named, Repeat, Seq
+from ..blueprint_nodes import Add2, BluePrint, Layer, Named, Repeat, Seq
 from ..errors import ShapeError
-from ..kernels.operands import CONV_THREADS, PAR_CHUNKS, conv_scratch_shape, conv_tiles
+from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
-
-FUSABLE = {"fc": ("relu", "tanh", "sigmoid", "leaky_relu"), "conv": ("relu",), "bn": ("relu",)}
-PARAM_KINDS = ("fc", "conv", "bn")
+from ..ops.registry import op_for_layer, op_of
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,7 @@ class ArchLayer:
     """One executable layer after fusion; reads ``inputs``, writes ``<name>.out``."""
 
     name: str
-    kind: str  # fc | act | dropout | flatten | conv | bn | maxpool | avgpool | gap | add
+    kind: str  # an op's kind (ops/registry.py): fc, act, conv, bn, maxpool, add...
     params: tuple[tuple[str, Any], ...]
     inputs: tuple[str, ...] = ("input",)
 
@@ -46,24 +44,17 @@ class ArchLayer:
     def output(self) -> str:
         return f"{self.name}.out"
 
+    @property
+    def fused_act(self) -> str:
+        """The activation the compiler folded into this layer's pass ("none" when none was)."""
+        op = op_of(self.kind)
+        act = self.p.get("act", "none")
+        return act if op.fuses else "none"
+
     def describe(self) -> str:
-        p = self.p
-        act = p.get("act", "none")
-        fused = f" + {act} (fused)" if act != "none" and self.kind != "act" else ""
-        src = ", ".join(self.inputs)
-        if self.kind == "fc":
-            core = f"fc({p['out']}, bias={p['bias']})"
-        elif self.kind == "conv":
-            core = f"conv({p['out']}, k={p['k']}, s={p['s']}, p={p['p']}" + ("" if p["bias"] else ", bias=False") + ")"
-        elif self.kind == "act":
-            core = p["act"]
-        elif self.kind == "dropout":
-            core = f"dropout(p={p['p']})"
-        elif self.kind in ("maxpool", "avgpool"):
-            core = f"{self.kind}(k={p['k']}, s={p['s']}, p={p['p']})"
-        else:
-            core = self.kind
-        return f"{self.name}: {core}{fused}  <- {src}"
+        act = self.fused_act
+        fused = f" + {act} (fused)" if act != "none" else ""
+        return f"{self.name}: {op_of(self.kind).describe(self.p)}{fused}  <- {', '.join(self.inputs)}"
 
 
 @dataclass(frozen=True)
@@ -76,19 +67,20 @@ class ArchPlan:
 
     @property
     def param_layers(self) -> list[ArchLayer]:
-        return [l for l in self.layers if l.kind in PARAM_KINDS]
+        return [l for l in self.layers if op_of(l.kind).parametrized]
 
     @property
     def reads_image_layout(self) -> bool:
-        """Whether which input axis holds the channels changes the result: some layer other than
-        flatten or fc reads the input through element-wise layers only (act, dropout, add)."""
+        """Whether which input axis holds the channels changes the result: some layer that is not a
+        flat one (flatten, fc) reads the input through element-wise layers only (act, dropout, add)."""
         agnostic = {"input"}
         for layer in self.layers:
             if not agnostic.intersection(layer.inputs):
                 continue
-            if layer.kind in ("act", "dropout", "add"):
+            layout = op_of(layer.kind).layout
+            if layout == "elementwise":
                 agnostic.add(layer.name)
-            elif layer.kind not in ("flatten", "fc"):
+            elif layout != "flat":
                 return True
         return False
 
@@ -119,24 +111,19 @@ def plan_architecture(bp: BluePrint, fuse: bool = True) -> ArchPlan:
 
     def add(kind: str, label: str, params: tuple, inputs: tuple[str, ...]) -> str:
         counters[label] = counters.get(label, 0) + 1
-        layer = ArchLayer(f"{label}{counters[label]}", kind, params, inputs)
+        sep = "_" if label[-1].isdigit() else ""  # relu6's first is relu6_1, not relu61
+        layer = ArchLayer(f"{label}{sep}{counters[label]}", kind, params, inputs)
         layers.append(layer)
         return layer.output
 
     def walk(b: BluePrint, x: str) -> str:
         if isinstance(b, Layer):
-            k = b.kind
-            if k == "identity":
+            op = op_for_layer(b.kind)
+            planned = op.arch(b)
+            if planned is None:  # identity: the next layer reads x itself
                 return x
-            if k in ACTIVATIONS:
-                slope = b.p.get("negative_slope", 0.0)
-                return add("act", k, (("act", k), ("slope", slope)), (x,))
-            if k in ("fc", "conv", "bn"):
-                return add(k, k, tuple(sorted({**b.p, "act": "none", "slope": 0.0}.items())), (x,))
-            if k in ("dropout", "flatten", "maxpool", "avgpool", "gap"):
-                return add(k, k, b.params, (x,))
-            raise ShapeError(f"plan: layer kind {k!r} is not supported by the CPU engine. "
-                             "Fix: use fc, conv, bn, pooling, activations, dropout, flatten or identity.")
+            label, params = planned
+            return add(op.kind, label, params, (x,))
         if isinstance(b, Seq):
             for c in b.children:
                 x = walk(c, x)
@@ -173,16 +160,15 @@ def _fuse_activations(layers: list[ArchLayer]) -> tuple[list[ArchLayer], list[st
     rename: dict[str, str] = {}
     fused = []
     for i, l in enumerate(layers):
-        if l.kind != "act" or len(l.inputs) != 1:
+        if not op_of(l.kind).folds or len(l.inputs) != 1:
             continue
+        act = l.p["act"]
         src = l.inputs[0]
         j = by_out.get(src)
         if j is None or consumers.get(src) != 1:
             continue
         prod = out[j]
-        if prod is None or prod.kind not in FUSABLE or prod.p.get("act") != "none":
-            continue
-        if l.p["act"] not in FUSABLE[prod.kind]:
+        if prod is None or prod.p.get("act") != "none" or act not in op_of(prod.kind).fuses:
             continue
         params = dict(prod.params)
         params.update(act=l.p["act"], slope=l.p["slope"])
@@ -247,30 +233,9 @@ def internal_sample_shape(sample_shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(sample_shape)
 
 
-def _pool_out(where: str, n: int, k: int, s: int, p: int) -> int:
-    o = (n + 2 * p - k) // s + 1
-    if o < 1:
-        raise ShapeError(f"plan: {where} gets spatial size {n}, too small for k={k}, s={s}, p={p}. "
-                         "Fix: use a larger input, a smaller kernel, or fewer downsampling layers.")
-    return o
-
-
-CONV_DW_PARTIALS = CONV_THREADS - 1
-"""Weight-gradient partials of a tiled conv backward (kernels/conv_tiled.py): one per numba thread
-after the first, so the tiled backward runs on at most CONV_DW_PARTIALS + 1 threads."""
 CLIP_BLOCKS = 264
 """Blocks of the CUDA backend's gradient-norm sum (two per SM of an H100/H200): a fixed count, so
 its partial sums, added in block order, give the same norm on every GPU."""
-
-
-BN_SCRATCH = (("stat_sums", (PAR_CHUNKS + 1, 2), "float64"), ("affine", (2,), "float32"),
-              ("grad_sums", (PAR_CHUNKS + 1, 2), "float64"), ("grad_coef", (3,), "float64"))
-"""A batch norm's scratch, (role, leading shape, dtype), C channels last: the forward's shifted
-sums (row 0 the total, then one row per block) and affine scale/shift; the backward's gradient
-sums and dx coefficients."""
-BN_FWD_SCRATCH = ("stat_sums", "affine")
-BN_BWD_SCRATCH = ("grad_sums", "grad_coef")
-
 
 
 class _LayerTensors:
@@ -291,101 +256,13 @@ class _LayerTensors:
             t.add(f"{base}@ema", shape, f32, Region[f"E_{kind}"])
         t.params.append(ParamInfo(layer, role, shape, fan_in, init))
 
+    def buffer(self, layer: str, role: str, shape: tuple[int, ...], fan_in: int, init: str) -> None:
+        """A layer's state that is not trained (batch norm's running statistics): initialised, never updated."""
+        self.t.params.append(ParamInfo(layer, role, shape, fan_in, init, False))
+
     def layer(self, idx: int, layer: ArchLayer, ins: list[tuple[int, ...]]) -> tuple[int, ...]:
-        """Add ``layer``'s own tensors; return its per-sample output shape."""
-        p, x, t, batch = layer.p, ins[0], self.t, self.batch
-        if layer.kind == "fc":
-            return self.fc(layer, x)
-        if layer.kind == "conv":
-            return self.conv(idx, layer, x)
-        if layer.kind == "bn":
-            return self.bn(idx, layer, x)
-        if layer.kind in ("maxpool", "avgpool"):
-            if len(x) != 3:
-                raise ShapeError(f"plan: {layer.name} ({layer.kind}) needs image features, got shape {x}. "
-                                 "Fix: pool before flatten.")
-            h, w, c = x
-            y = (_pool_out(layer.name, h, p["k"], p["s"], p["p"]), _pool_out(layer.name, w, p["k"], p["s"], p["p"]), c)
-            if layer.kind == "maxpool":
-                t.add(f"{layer.name}.argmax", (batch, *y), "int32", Region.T_TEMP_INT32)
-            return y
-        if layer.kind == "gap":
-            if len(x) != 3:
-                raise ShapeError(f"plan: {layer.name} (gap) needs image features, got shape {x}.")
-            return (x[-1],)
-        if layer.kind == "flatten":
-            return (int(math.prod(x)),)
-        if layer.kind == "add" and ins[0] != ins[1]:
-            raise ShapeError(f"plan: {layer.name} (add2) sums shapes {ins[0]} and {ins[1]}. "
-                             "Fix: make the shortcut match the main branch (e.g. a strided 1x1 conv).")
-        if layer.kind == "dropout":
-            t.add(f"{layer.name}.mask", (batch, *x), "float32", Region.S_MASK)
-        return x  # add, dropout, act
-
-    def fc(self, layer: ArchLayer, x: tuple[int, ...]) -> tuple[int, ...]:
-        if len(x) != 1:
-            raise ShapeError(f"plan: {layer.name} (fc) gets input of shape {x}; fc needs flat features. "
-                             "Fix: put flatten() or gap() before it.")
-        p = layer.p
-        fan_in, out = x[0], p["out"]
-        if p["bias"]:
-            self.param(layer.name, "bias", (out,), "FC_BIAS", fan_in, "uniform")
-        self.param(layer.name, "weight", (out, fan_in), "FC_WEIGHT", fan_in, "uniform")
-        if p["bias"]:
-            self.bias_partials(layer.name, out)
-        return (out,)
-
-    def conv(self, idx: int, layer: ArchLayer, x: tuple[int, ...]) -> tuple[int, ...]:
-        if len(x) != 3:
-            raise ShapeError(f"plan: {layer.name} (conv) gets input of shape {x}; conv needs images. "
-                             "Fix: load the data with layout='image' (N, C, H, W).")
-        p, t, batch = layer.p, self.t, self.batch
-        h, w, c = x
-        k, s, pad, out = p["k"], p["s"], p["p"], p["out"]
-        ho, wo = _pool_out(layer.name, h, k, s, pad), _pool_out(layer.name, w, k, s, pad)
-        kind = "FIRST_CONV" if layer.inputs == ("input",) else "DEEP_CONV"
-        if p["bias"]:
-            self.param(layer.name, "bias", (out,), "FC_BIAS", c * k * k, "uniform")
-        self.param(layer.name, "weight", (out, k, k, c), kind, c * k * k, "uniform")
-        cols = conv_scratch_shape(batch, ho, wo, k, s, pad, c)  # the tiles' columns, not the whole im2col matrix
-        t.add(f"{layer.name}.cols", cols, "float32", Region.T_TEMP_FP32)
-        if conv_tiles(k, s, pad, c):  # the backward makes its columns again, a tile at a time: x's, then dy W's
-            t.add(f"{layer.name}.bwd_cols", cols, "float32", Region.T_TEMP_FP32)
-        elif idx > 0:
-            t.add(f"{layer.name}.dcols", cols, "float32", Region.T_TEMP_FP32)
-        if p["bias"]:
-            self.bias_partials(layer.name, out)
-        if conv_tiles(k, s, pad, c):
-            t.add(f"{layer.name}.dw_partials", (CONV_DW_PARTIALS, out, k * k * c), "float32", Region.T_TEMP_FP32)
-        return (ho, wo, out)
-
-    def bias_partials(self, layer: str, out: int) -> None:
-        """The float64 row-block sums of a bias gradient (the backward pre-pass's scratch)."""
-        self.t.add(f"{layer}.bias_partials", (PAR_CHUNKS, out), "float64", Region.T_TEMP_FP32)
-
-    def bn(self, idx: int, layer: ArchLayer, x: tuple[int, ...]) -> tuple[int, ...]:
-        t, f32, n = self.t, "float32", layer.name
-        c = x[-1]
-        self.param(n, "bias", (c,), "BN_BIAS", c, "zeros")
-        self.param(n, "weight", (c,), "BN_WEIGHT", c, "ones")
-        t.add(f"{n}.running_mean", (c,), f32, Region.B_PREV_MEAN)
-        t.add(f"{n}.running_var", (c,), f32, Region.B_PREV_VAR)
-        t.params.append(ParamInfo(n, "running_mean", (c,), c, "zeros", False))
-        t.params.append(ParamInfo(n, "running_var", (c,), c, "ones", False))
-        t.add(f"{n}.mean", (c,), f32, Region.T_TEMP_FP32)
-        t.add(f"{n}.invstd", (c,), f32, Region.T_TEMP_FP32)
-        for role, shape, dtype in BN_SCRATCH:  # the kernels' sums and coefficients
-            t.add(f"{n}.{role}", (*shape, c), dtype, Region.T_TEMP_FP32)
-        t.add(f"{n}.eq_scale", (c,), f32, Region.W_EQ_SCALE)
-        t.add(f"{n}.eq_bias", (c,), f32, Region.W_EQ_BIAS)
-        if self.ema:  # the EMA model's own running statistics (an EMA of the model's), folded separately
-            t.add(f"{n}.running_mean@ema", (c,), f32, Region.B_NEXT_MEAN)
-            t.add(f"{n}.running_var@ema", (c,), f32, Region.B_NEXT_VAR)
-            t.add(f"{n}.eq_scale@ema", (c,), f32, Region.W_EQ_SCALE)
-            t.add(f"{n}.eq_bias@ema", (c,), f32, Region.W_EQ_BIAS)
-        if idx == 0:
-            t.add("input@grad", (self.batch, *x), f32, Region.F_GRAD_SLOT_FP32)
-        return x
+        """Add ``layer``'s own tensors (its op decides which); return its per-sample output shape."""
+        return op_of(layer.kind).tensors(self, idx, layer, ins)
 
 
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,

@@ -24,6 +24,7 @@ from ..memory.plan import MemoryPlan
 from ..text import bytes_versus, human_bytes, plural
 from ..train.callbacks import lacking_field
 from ..train.plateau import ReduceLROnPlateau
+from ..ops.registry import op_of
 from .emit import StepOptions
 from .layers import ArchPlan, plan_architecture
 from .stages import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
@@ -196,7 +197,7 @@ def _check_batch_norm_values(config: TaskConfig, arch: ArchPlan, shapes: AllShap
     """Batch norm in training needs more than one value per channel in every batch, as in PyTorch
     (one value normalises to 0 and passes no gradient): a training batch of one sample is
     refused where a BN sees no spatial extent (after fc or gap, or at 1x1 maps)."""
-    bns = {layer.name for layer in arch.layers if layer.kind == "bn"}
+    bns = {layer.name for layer in arch.layers if op_of(layer.kind).batch_statistics}
     trains: tuple[str, ...] = ("train_base", "train_last", "train_lowres", "train_lowres_last")
     batch, res = config.batch_size, config.train_resolution
     if res is not None:  # epochs before the boundary train at the first size, the rest at the second

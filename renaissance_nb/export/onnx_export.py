@@ -16,7 +16,6 @@ form and SiLU as x * sigmoid(x), since their own ops came in opsets 20 and 22.
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -24,12 +23,12 @@ import numpy as np
 
 from ..errors import ExportError
 from ..files import write_atomically
+from ..ops.activation import act_onnx
+from ..ops.registry import op_of
 from .packages import need
 
 OPSET = 17
 INPUT, OUTPUT = "input", "logits"
-ACT_OPS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid"}
-"""Activations that are one ONNX op of the same name; leaky_relu, silu and gelu are built below."""
 
 
 class _Graph:
@@ -52,54 +51,14 @@ class _Graph:
     def weight(self, layer: str, role: str) -> str:
         return self.const(f"{layer}.{role}", self.state[f"{layer}.{role}"])
 
-    def act(self, kind: str, slope: float, x: str, out: str) -> str:
-        if kind in ACT_OPS:
-            return self.node(ACT_OPS[kind], [x], out)
-        if kind == "leaky_relu":
-            return self.node("LeakyRelu", [x], out, alpha=float(slope))
-        if kind == "silu":
-            return self.node("Mul", [x, self.node("Sigmoid", [x], f"{out}.sigmoid")], out)
-        if kind == "gelu":  # 0.5 * x * (1 + erf(x / sqrt(2))), PyTorch's approximate='none'
-            half = self.const(f"{out}.half", np.array(0.5, np.float32))
-            root = self.const(f"{out}.sqrt2", np.array(math.sqrt(2.0), np.float32))
-            one = self.const(f"{out}.one", np.array(1.0, np.float32))
-            erf = self.node("Erf", [self.node("Div", [x, root], f"{out}.scaled")], f"{out}.erf")
-            gate = self.node("Mul", [half, self.node("Add", [erf, one], f"{out}.gate")], f"{out}.half_gate")
-            return self.node("Mul", [x, gate], out)
-        raise ExportError(f"export_onnx: activation {kind!r} has no ONNX form here. Fix: report it; use relu, "
-                          "tanh, sigmoid, leaky_relu, silu or gelu.")
-
     def layer(self, layer: Any) -> None:
-        """Emit one ArchLayer; its output is ``layer.output`` (the input's value where it is the identity)."""
-        p, kind, name = layer.p, layer.kind, layer.name
+        """Emit one ArchLayer through its op (ops/); its output is ``layer.output`` (the input's value
+        where it is the identity), a fused activation applied after the op's own nodes."""
         xs = [self.names[t] for t in layer.inputs]
-        x = xs[0]
-        fused = p.get("act", "none") if kind != "act" else "none"  # an activation the compiler fused into it
+        fused = layer.fused_act  # an activation the compiler fused into it
         out = layer.output if fused == "none" else f"{layer.output}.pre"
-        if kind in ("fc", "conv"):
-            ins = [x, self.weight(name, "weight")] + ([self.weight(name, "bias")] if p["bias"] else [])
-            y = (self.node("Gemm", ins, out, transB=1) if kind == "fc" else
-                 self.node("Conv", ins, out, kernel_shape=[p["k"]] * 2, strides=[p["s"]] * 2, pads=[p["p"]] * 4))
-        elif kind == "bn":
-            ins = [x] + [self.weight(name, r) for r in ("weight", "bias", "running_mean", "running_var")]
-            y = self.node("BatchNormalization", ins, out, epsilon=float(p["eps"]))
-        elif kind == "act":
-            y = self.act(p["act"], p["slope"], x, out)
-        elif kind == "dropout":
-            y = x  # the identity in inference: nothing to compute
-        elif kind == "flatten":
-            y = self.node("Flatten", [x], out, axis=1)
-        elif kind in ("maxpool", "avgpool"):
-            extra = {"count_include_pad": 1} if kind == "avgpool" else {}
-            y = self.node("MaxPool" if kind == "maxpool" else "AveragePool", [x], out, kernel_shape=[p["k"]] * 2,
-                          strides=[p["s"]] * 2, pads=[p["p"]] * 4, **extra)
-        elif kind == "gap":
-            y = self.node("Flatten", [self.node("GlobalAveragePool", [x], f"{out}.nc11")], out, axis=1)
-        elif kind == "add":
-            y = self.node("Add", xs, out)
-        else:
-            raise ExportError(f"export_onnx: layer {name} ({kind}) has no ONNX form here. Fix: report it.")
-        self.names[layer.output] = y if fused == "none" else self.act(fused, p["slope"], y, layer.output)
+        y = op_of(layer.kind).onnx(self, layer, xs, out)
+        self.names[layer.output] = y if fused == "none" else act_onnx(self, fused, layer.p["slope"], y, layer.output)
 
 
 def onnx_model(task: Any, *, ema: bool = False) -> Any:

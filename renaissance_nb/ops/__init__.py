@@ -1,0 +1,23 @@
+"""Every layer kind in one module each: its BluePrint builder and checks, its shapes, the tensors it
+needs and their region family, its forward and backward emission, kernels of its own, its ONNX and
+from_torch mappings. The compiler, the exporters and the kernel tables iterate ``registry``;
+nothing outside an op's own module compares layer-kind strings (tests/test_architecture.py).
+
+Adding a layer: a module here with a builder and an ``@register``-ed ``Op`` subclass, its import
+line below, its tests, and its name in blueprint.py's exports (docs/architecture.md walks through it).
+"""
+from . import registry
+from .activation import gelu, leaky_relu, relu, sigmoid, silu, tanh
+from .add import Add
+from .blocks import RESNET_3_3, RESNET_3_3_DS, block, cbr
+from .bn import bn
+from .conv import conv
+from .dropout import dropout
+from .fc import fc
+from .flatten import flatten
+from .gap import gap
+from .identity import identity
+from .pool import avgpool, maxpool
+
+__all__ = ["registry", "Add", "RESNET_3_3", "RESNET_3_3_DS", "avgpool", "block", "bn", "cbr", "conv", "dropout", "fc",
+           "flatten", "gap", "gelu", "identity", "leaky_relu", "maxpool", "relu", "sigmoid", "silu", "tanh"]
