@@ -211,9 +211,10 @@ def check_shape(op: str, name: str, got: Sequence[int], want: Sequence[int]) -> 
 def relu_code(op: str, p: dict) -> int:
     """The fused activation of conv, batch norm and bn_inf: 'none' (0) or 'relu' (1)."""
     act = p.get("act", "none")
-    if act not in ("none", "relu"):
+    code = ACT_CODES.get(act, -1) if isinstance(act, str) else -1
+    if code not in (ACT_CODES["none"], ACT_CODES["relu"]):
         raise PlanError(f"{op}: act must be 'none' or 'relu', got {act!r}.")
-    return 1 if act == "relu" else 0
+    return code
 
 
 def conv_geometry(op: str, x: Any, w: Any, k: int, s: int, p: int) -> tuple[int, int, int, int, int, int, int]:

@@ -1,0 +1,78 @@
+"""The op registry (renaissance_nb/ops/): every layer kind is defined in one module, and nothing
+outside that module chooses by comparing a layer-kind string."""
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+import pytest
+
+from renaissance_nb.ops import registry
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "renaissance_nb"
+
+
+def _kind_owners() -> dict[str, str]:
+    """Layer kind (BluePrint or ArchLayer) -> the source file of the op module that defines it."""
+    owners = {}
+    for table in (registry.OPS, registry.BY_LAYER):
+        for kind, op in table.items():
+            module = type(op).__module__.split(".")
+            owners[kind] = "/".join(module[1:]) + ".py"
+    return owners
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string constants a comparison operand holds: itself, or the items of a literal tuple/list/set."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _strings(e)]
+    return []
+
+
+def _kind_comparisons(kinds: dict[str, str]) -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            for operand in [node.left, *node.comparators]:
+                for s in _strings(operand):
+                    if s in kinds and kinds[s] != rel and _about_layers(node):
+                        found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def _about_layers(node: ast.Compare) -> bool:
+    """Whether a comparison reads a layer's kind: a side that is not a constant names ``kind`` or an
+    activation (``act``, ``p["act"]``); a node's ``op`` names a kernel, a dtype's ``.kind`` is NumPy's."""
+    for side in [node.left, *node.comparators]:
+        if _strings(side):
+            continue
+        text = ast.unparse(side).replace("dtype.kind", "")
+        if re.search(r"\bkind\b|\bact\b|\[.act.\]", text):
+            return True
+    return False
+
+
+def test_no_layer_kind_string_is_compared_outside_its_ops_module() -> None:
+    assert _kind_comparisons(_kind_owners()) == []
+
+
+def test_the_checker_finds_a_comparison_it_should() -> None:
+    """The scan is not vacuous: a kind compared in a module that does not define it is reported."""
+    owners = {**_kind_owners(), "leaky_relu": "ops/conv.py"}  # pretend conv.py defined leaky_relu
+    assert any(line.startswith("ops/activation.py") for line in _kind_comparisons(owners))
+
+
+@pytest.mark.parametrize("kind", sorted(registry.BY_LAYER))
+def test_every_layer_kind_has_a_builder_that_round_trips(kind: str) -> None:
+    from renaissance_nb.blueprint_nodes import LAYER_BUILDERS, BluePrint
+    layer = LAYER_BUILDERS[kind]() if kind not in ("fc", "conv") else (
+        LAYER_BUILDERS[kind](8) if kind == "fc" else LAYER_BUILDERS[kind](8, 3))
+    assert BluePrint.from_dict(layer.to_dict()) == layer
+    assert registry.op_for_layer(kind) is registry.BY_LAYER[kind]
