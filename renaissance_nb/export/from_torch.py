@@ -43,7 +43,7 @@ class _Walk:
 
     def seq(self, module: Any, path: str) -> dict[str, Any]:
         children = []
-        for i, (key, child) in enumerate(module.named_children()):
+        for i, (key, child) in enumerate(_children(module)):
             where = f"{path}{key}" if path else key
             if _is_sequential(child):
                 children.append(self.seq(child, where + "."))
@@ -73,6 +73,12 @@ class _Walk:
         for role, value in m.state_dict().items():
             if role != "num_batches_tracked":  # a count of training steps: nothing here reads it
                 self.state[f"{name}.{role}"] = value.detach().cpu().float().numpy().copy()
+
+
+def _children(module: Any) -> list[tuple[str, Any]]:
+    """A Sequential's direct children in running order, a module used twice listed twice: the same
+    nn.ReLU() instance at two places runs twice (named_children() would list it once)."""
+    return [(name, m) for name, m in module.named_modules(remove_duplicate=False) if name and "." not in name]
 
 
 def _is_sequential(module: Any) -> bool:

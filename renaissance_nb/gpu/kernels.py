@@ -19,6 +19,7 @@ from ..kernels.fused import gather_batch
 from ..kernels.operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges, split_scratch
 from ..kernels.status import status_error
 from ..memory.dtensor import span_bytes
+from ..ops import registry
 from ..train.rng import StreamId
 from . import image_kernels
 from .base import THREADS, GpuBindEnv, Launch, MemoryOps, launch_grid, launch_single, sequence
@@ -36,7 +37,8 @@ which are launched with THREADS threads: one number, set here."""
 def kernel_source() -> str:
     """The CUDA C++ of every kernel: the per-element functions, then the __global__ kernels."""
     src = resources.files("renaissance_nb.gpu") / "src"
-    return "\n".join((src / name).read_text() for name in ("rnb_device.cuh", "rnb_kernels.cu", "rnb_image.cu"))
+    files = "\n".join((src / name).read_text() for name in ("rnb_device.cuh", "rnb_kernels.cu", "rnb_image.cu"))
+    return files + "\n" + registry.cuda_sources()  # the kernels ops define themselves (ops/relu6.py...)
 
 
 def cupy_memory_ops() -> MemoryOps:
@@ -330,7 +332,8 @@ def ema_update(outs, ins, p, env):
     return sequence(*parts)
 
 
-GPU_KERNELS: dict[str, Callable[..., Launch]] = join_tables(DENSE_GPU_KERNELS, image_kernels.IMAGE_GPU_KERNELS)
+GPU_KERNELS: dict[str, Callable[..., Launch]] = join_tables(DENSE_GPU_KERNELS, image_kernels.IMAGE_GPU_KERNELS,
+                                                             registry.gpu_kernels())
 """The complete GPU table, op name -> factory: the one place the GPU kernel modules' tables are joined."""
 
 

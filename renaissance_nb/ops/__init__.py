@@ -13,11 +13,15 @@ from .blocks import RESNET_3_3, RESNET_3_3_DS, block, cbr
 from .bn import bn
 from .conv import conv
 from .dropout import dropout
+from .elu import elu
 from .fc import fc
 from .flatten import flatten
 from .gap import gap
+from .hardswish import hardswish
 from .identity import identity
 from .pool import avgpool, maxpool
+from .relu6 import relu6
 
-__all__ = ["registry", "Add", "RESNET_3_3", "RESNET_3_3_DS", "avgpool", "block", "bn", "cbr", "conv", "dropout", "fc",
-           "flatten", "gap", "gelu", "identity", "leaky_relu", "maxpool", "relu", "sigmoid", "silu", "tanh"]
+__all__ = ["registry", "Add", "RESNET_3_3", "RESNET_3_3_DS", "avgpool", "block", "bn", "cbr", "conv", "dropout", "elu",
+           "fc", "flatten", "gap", "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "relu", "relu6", "sigmoid",
+           "silu", "tanh"]

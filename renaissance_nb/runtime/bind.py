@@ -8,9 +8,15 @@ import numpy as np
 
 from ..errors import PlanError
 from ..compiler.graph import GraphNode
-from ..kernels.cpu import KERNELS, BindEnv
+from ..kernels.cpu import BindEnv
+from ..kernels.cpu import KERNELS as SHARED_KERNELS
 from ..kernels.operands import operand_problem
+from ..ops import registry
 from ..text import plural
+
+
+KERNELS = {**SHARED_KERNELS, **registry.cpu_kernels()}
+"""Every CPU kernel: the shared table (kernels/cpu.py) and the kernels the ops define themselves."""
 
 
 @dataclass
