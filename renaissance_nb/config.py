@@ -50,6 +50,8 @@ class TaskConfig:
     scheduler: Scheduler | None = None
     total_epochs: int = 1
     seed: int = 0
+    init: str = "kaiming_uniform"  # weight initialisation: a torch.nn.init scheme (config_checks.INIT_SCHEMES)
+    init_args: tuple[tuple[str, float | str], ...] = ()  # its keywords that differ from the defaults, by name
     ema: float | None = None
     clip_grad_norm: float | None = None
     train_resolution: tuple[tuple[int, int], tuple[int, int], int] | None = None
@@ -76,6 +78,12 @@ class TaskConfig:
         return replace(self, **changes)
 
     # ---- derived ----------------------------------------------------------------------------------
+    @property
+    def init_text(self) -> str:
+        """The initialisation as init() is called, e.g. ``kaiming_normal(mode='fan_out', nonlinearity='relu')``."""
+        args = ", ".join(f"{k}={v!r}" for k, v in self.init_args)
+        return f"{self.init}({args})" if args else self.init
+
     @property
     def val_batch(self) -> int:
         return self.val_batch_size or self.batch_size
@@ -110,8 +118,8 @@ class TaskConfig:
         return {"model": self.model, "data": self.data, "channels_last": self.channels_last,
                 "batch_size": self.batch_size, "val_batch_size": self.val_batch, "shuffle": self.shuffle,
                 "loss": self.loss, "optimizer": self.optimizer, "scheduler": self.scheduler,
-                "total_epochs": self.total_epochs, "seed": self.seed, "device": self.device, "ema": self.ema,
-                "clip_grad_norm": self.clip_grad_norm, "train_resolution": self.train_resolution,
+                "total_epochs": self.total_epochs, "seed": self.seed, "init": self.init_text, "device": self.device,
+                "ema": self.ema, "clip_grad_norm": self.clip_grad_norm, "train_resolution": self.train_resolution,
                 "augment": {"crop_pad": self.crop_pad, "flip": self.flip}, "options": self.options()}
 
     def options(self) -> dict[str, Any]:
@@ -127,6 +135,7 @@ class TaskConfig:
             "name": self.name, "blueprint": None if self.model is None else self.model.to_dict(),
             "loss": _setting_dict(self.loss), "optimizer": _setting_dict(self.optimizer),
             "scheduler": _setting_dict(self.scheduler), "total_epochs": self.total_epochs, "seed": self.seed,
+            "init": {"scheme": self.init, **dict(self.init_args)},
             "batch_size": self.batch_size, "val_batch_size": self.val_batch_size, "shuffle": self.shuffle,
             "channels_last": self.channels_last, "val_fraction": self.val_fraction,
             "sample_shape": None if d is None else list(d.train.sample_shape),
@@ -155,6 +164,7 @@ class TaskConfig:
                                    **check.loss(rebuilt["loss"]), **check.optimizer(rebuilt["optimizer"]),
                                    **check.scheduler(rebuilt["scheduler"]),
                                    **check.total_epochs(d["total_epochs"]), **check.seed(d["seed"])}
+        fields_.update(check.init(**(d.get("init") or {})))  # a checkpoint from before init(): kaiming_uniform
         if d.get("ema") is not None:
             fields_.update(check.ema(d["ema"]))
         fields_.update(check.clip_grad_norm(d.get("clip_grad_norm")))

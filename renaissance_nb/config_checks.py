@@ -3,6 +3,7 @@ fields it sets. Every argument is checked before any is returned, so a bad one c
 ``TaskConfig.from_dict`` runs the same checks on a checkpoint's record."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -153,6 +154,74 @@ def seed(value: Any) -> Fields:
     if v is None or not 0 <= v < 2**64:  # Philox's key is 64 bits
         raise bad_argument(ConfigError, "seed", "seed", value, "an int in [0, 2**64)", "pass e.g. seed=0")
     return {"seed": v}
+
+
+INIT_SCHEMES: dict[str, tuple[str, ...]] = {
+    "kaiming_uniform": ("a", "mode", "nonlinearity"), "kaiming_normal": ("a", "mode", "nonlinearity"),
+    "xavier_uniform": ("gain",), "xavier_normal": ("gain",), "orthogonal": ("gain",), "zeros": ()}
+"""init()'s schemes (torch.nn.init's functions, named without the trailing underscore) and their keywords."""
+
+NONLINEARITIES = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                  "conv_transpose3d", "sigmoid", "tanh", "relu", "leaky_relu", "selu")
+"""torch.nn.init.calculate_gain's names: kaiming's ``nonlinearity=``."""
+
+KAIMING_UNIFORM_A = math.sqrt(5)
+"""kaiming_uniform's default negative slope: nn.Linear and nn.Conv2d initialise their weights with
+``kaiming_uniform_(w, a=math.sqrt(5))`` (a bound of 1/sqrt(fan_in)); kaiming_uniform_'s own default is 0."""
+
+
+def init_defaults(scheme: str) -> dict[str, Any]:
+    """The keywords ``scheme`` uses when init() is not given them (torch.nn.init's defaults)."""
+    return {"a": KAIMING_UNIFORM_A if scheme == "kaiming_uniform" else 0.0, "mode": "fan_in",
+            "nonlinearity": "leaky_relu", "gain": 1.0}
+
+
+def _init_scheme(scheme: Any) -> str:
+    if isinstance(scheme, str) and scheme in INIT_SCHEMES:
+        return scheme
+    named = scheme if isinstance(scheme, str) else str(getattr(scheme, "__name__", ""))
+    fix = (f"pass the name, init({named.rstrip('_')!r}) (torch.nn.init's {named.rstrip('_')}_)"
+           if named.rstrip("_") in INIT_SCHEMES else "pass e.g. init('kaiming_normal', nonlinearity='relu')")
+    raise bad_argument(ConfigError, "init", "scheme", scheme, "one of " + ", ".join(map(repr, INIT_SCHEMES)), fix)
+
+
+def _init_keyword(scheme: str, name: str, v: Any) -> Any:
+    """One keyword of init(), checked: gain > 0, a >= 0 (finite), mode and nonlinearity by name."""
+    takes = INIT_SCHEMES[scheme]
+    if name not in takes:
+        others = " or ".join(repr(k) for k, ks in INIT_SCHEMES.items() if name in ks)
+        raise bad_argument(ConfigError, "init", name, v, f"no {name}= with {scheme!r} (it takes "
+                           + (", ".join(f"{k}=" for k in takes) or "no keywords") + ")",
+                           f"remove {name}=, or use a scheme that takes it ({others})" if name != "gain" else
+                           "remove gain=: kaiming's scale follows nonlinearity= (and a= for leaky_relu)")
+    if name in ("gain", "a"):
+        x = as_float(v)
+        if x is None or not (x > 0.0 if name == "gain" else x >= 0.0):
+            what = "a finite number > 0" if name == "gain" else "a finite number >= 0 (leaky_relu's negative slope)"
+            raise bad_argument(ConfigError, "init", name, v, what, "pass e.g. gain=1.0" if name == "gain" else
+                               "pass e.g. a=0.01, the slope of the leaky_relu(...) after the layer")
+        return x
+    choices = ("fan_in", "fan_out") if name == "mode" else NONLINEARITIES
+    if not isinstance(v, str) or v not in choices:
+        raise bad_argument(ConfigError, "init", name, v, "one of " + ", ".join(map(repr, choices)),
+                           "pass mode='fan_in' (forward variance) or 'fan_out' (backward)" if name == "mode" else
+                           "pass the activation after the layer, e.g. nonlinearity='relu' (calculate_gain's "
+                           "names; 'relu' is the usual stand-in for gelu and silu)")
+    return v
+
+
+def init(scheme: Any = "kaiming_uniform", *, gain: Any = None, a: Any = None, mode: Any = None,
+         nonlinearity: Any = None) -> Fields:
+    """The scheme and the keywords given that differ from its defaults, sorted by name, so that one
+    initialisation has one config (``init('xavier_uniform', gain=1)`` is ``init('xavier_uniform')``)."""
+    s = _init_scheme(scheme)
+    given = {k: _init_keyword(s, k, v) for k, v in (("a", a), ("gain", gain), ("mode", mode),
+                                                     ("nonlinearity", nonlinearity)) if v is not None}
+    if "a" in given and given.get("nonlinearity", "leaky_relu") != "leaky_relu":
+        raise bad_argument(ConfigError, "init", "a", a, f"no a= with nonlinearity={given['nonlinearity']!r} "
+                           "(a is leaky_relu's negative slope)", "remove a=, or pass nonlinearity='leaky_relu'")
+    defaults = init_defaults(s)
+    return {"init": s, "init_args": tuple((k, v) for k, v in given.items() if v != defaults[k])}
 
 
 def ema(decay: Any) -> Fields:

@@ -123,6 +123,14 @@ class DeepLearningTask(Phased):
         return self._set("seed", lambda: check.seed(seed))
 
     @_arguments_checked
+    def init(self, scheme: str = "kaiming_uniform", *, gain: float | None = None, a: float | None = None,
+             mode: str | None = None, nonlinearity: str | None = None) -> "DeepLearningTask":
+        """Weight initialisation, torch.nn.init's ``<scheme>_`` with its keywords (docs/guide.md):
+        "kaiming_uniform" (nn.Linear's and nn.Conv2d's own, a=sqrt(5): the default), "kaiming_normal",
+        "xavier_uniform", "xavier_normal", "orthogonal" or "zeros"; all but the first zero the biases."""
+        return self._set("init", lambda: check.init(scheme, gain=gain, a=a, mode=mode, nonlinearity=nonlinearity))
+
+    @_arguments_checked
     def ema(self, decay: float = 0.999) -> "DeepLearningTask":
         """Keep exponential-moving-average weights (E_ regions), evaluated each epoch next to the raw ones
         (``evaluate``/``predict*``/``state_dict(..., ema=True)`` use them). After each update ``E = d * E +
@@ -381,21 +389,11 @@ class DeepLearningTask(Phased):
     def result(self) -> TrainingResult:
         return self.run_state.result
 
-    @property
-    def blueprint(self) -> BluePrint | None:
-        return self._config.model
-
-    @property
-    def splits(self) -> DataSplits | None:
-        return self._config.data
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self._config.steps_per_epoch
-
-    @property
-    def total_steps(self) -> int:
-        return self._config.total_steps
+    # settings the views read by their own names (BluePrint | None, DataSplits | None, int, int)
+    blueprint = property(lambda self: self._config.model)
+    splits = property(lambda self: self._config.data)
+    steps_per_epoch = property(lambda self: self._config.steps_per_epoch)
+    total_steps = property(lambda self: self._config.total_steps)
 
     @property
     def settings(self) -> dict[str, Any]:

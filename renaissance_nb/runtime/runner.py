@@ -2,13 +2,13 @@
 
 It owns the arena, the bind environment (seed, data sources, sample orders), the host
 executor (every atlas capture bound once, views by name) and who replays the steps: that
-executor on the CPU, the captured CUDA graphs on a GPU. It initialises the weights as
-PyTorch does and answers the few questions the trainer, inference and checkpoints ask
-of the bound step (a view, a pass over the validation data, the data order of an epoch).
+executor on the CPU, the captured CUDA graphs on a GPU. It initialises the weights by the
+task's init() scheme (runtime/init.py; PyTorch's own by default) and answers the few
+questions the trainer, inference and checkpoints ask of the bound step (a view, a pass over
+the validation data, the data order of an epoch).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, cast
 
 import numpy as np
@@ -24,6 +24,7 @@ from ..mpi import World, world
 from ..train.rng import Philox, StreamId
 from .arena import Arena
 from .data_parallel import DataParallel
+from .init import WeightInit
 from .replay import EpochSchedule, Executor, StepPrograms
 from .warmup import start_warmup
 
@@ -92,21 +93,14 @@ class Runner:
         return self.executor, "cpu"
 
     def _initialise(self, lr_table: np.ndarray) -> None:
-        """PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for fc and conv weights and
-        biases, drawn from Philox's INIT stream; BN weight 1, bias 0, running stats 0 and 1;
-        EMA weights start equal to the weights."""
+        """The weights by the task's init() scheme (runtime/init.py; by default PyTorch's own:
+        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for fc and conv weights and biases), drawn from Philox's
+        INIT stream; BN weight 1, bias 0, running stats 0 and 1; EMA weights start equal to the weights."""
         config, ex = self.config, self.executor
-        rng = Philox(config.seed)
-        offset = 0
+        weights = WeightInit(config.seed, config.init, config.init_args)
         for p in self.compiled.params:
             view = ex.view("train_base", p.name)
-            if p.init == "uniform":
-                bound = 1.0 / math.sqrt(p.fan_in)
-                u = rng.uniform(view.size, int(StreamId.INIT), offset)
-                view[...] = ((2.0 * u.astype(np.float64) - 1.0) * bound).astype(np.float32).reshape(view.shape)
-                offset += Philox.blocks_needed(view.size)
-            else:
-                view.fill(1.0 if p.init == "ones" else 0.0)
+            weights.fill(p, view)
             if config.ema is not None:
                 ex.view("train_base", f"{p.name}@ema")[...] = view
         for v in ex.views.values():
