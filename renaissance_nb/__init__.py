@@ -5,9 +5,9 @@ PLANNING -> MEMORY_LOCKED -> COMPILED; training then replays the compiled step.
 """
 from . import jit_cache  # noqa: F401 - first: it stamps numba's cache of every kernel (see jit_cache.py)
 from . import datasets
-from .blueprint import (RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn, cbr, conv, dropout, elu, fc,
-                        flatten, gap, gelu, hardswish, identity, leaky_relu, maxpool, relu, relu6, repeat, seq, sigmoid,
-                        silu, tanh)
+from .blueprint import (BOTTLENECK, BOTTLENECK_DS, RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn,
+                        cbr, conv, dropout, elu, fc, flatten, gap, gelu, hardswish, identity, leaky_relu, maxpool, relu,
+                        relu6, repeat, seq, sigmoid, silu, tanh)
 from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DeviceError, DownloadError,
                      ExportError, NumericalError, PhaseError, PlanError, RenaissanceError, ShapeError)
 from .compiler.atlas import GraphAtlas
@@ -33,7 +33,7 @@ from .train.wsd import WarmupStableDecayLR
 __version__ = "0.1.0"
 
 __all__ = [
-    "datasets", "BluePrint", "RESNET_3_3", "RESNET_3_3_DS", "add2", "avgpool", "block", "bn", "cbr", "conv", "gap",
+    "datasets", "BluePrint", "BOTTLENECK", "BOTTLENECK_DS", "RESNET_3_3", "RESNET_3_3_DS", "add2", "avgpool", "block", "bn", "cbr", "conv", "gap",
     "maxpool", "dropout", "elu", "fc", "hardswish", "relu6", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
     "sigmoid", "silu", "tanh", "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
     "ConfigError", "DataError", "DeviceError", "DownloadError", "ExportError", "NumericalError", "PhaseError", "PlanError",

@@ -10,6 +10,7 @@ from . import registry
 from .activation import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from .add import Add
 from .blocks import RESNET_3_3, RESNET_3_3_DS, block, cbr
+from .bottleneck import BOTTLENECK, BOTTLENECK_DS
 from .bn import bn
 from .conv import conv
 from .dropout import dropout
@@ -22,6 +23,6 @@ from .identity import identity
 from .pool import avgpool, maxpool
 from .relu6 import relu6
 
-__all__ = ["registry", "Add", "RESNET_3_3", "RESNET_3_3_DS", "avgpool", "block", "bn", "cbr", "conv", "dropout", "elu",
+__all__ = ["registry", "Add", "BOTTLENECK", "BOTTLENECK_DS", "RESNET_3_3", "RESNET_3_3_DS", "avgpool", "block", "bn", "cbr", "conv", "dropout", "elu",
            "fc", "flatten", "gap", "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "relu", "relu6", "sigmoid",
            "silu", "tanh"]

@@ -1,8 +1,12 @@
 """Pre-fused building blocks: BluePrints of several layers under one label (``Named``), which the
-compiler walks like any other BluePrint. The conv + bn + relu block and ResNet's basic block."""
+compiler walks like any other BluePrint. ``cbr`` (conv + bn + relu) and ``block(out, kind)``, whose
+kinds each live in a module of their own and register here: ResNet's basic blocks below,
+BOTTLENECK in bottleneck.py, MBCONV in mbconv.py."""
 from __future__ import annotations
 
-from ..blueprint_nodes import Named, add2, conv_args, positive_int, seq
+from typing import Any, Callable
+
+from ..blueprint_nodes import BluePrint, Named, add2, conv_args, positive_int, seq
 from ..errors import BluePrintError, bad_argument
 from .activation import relu
 from .bn import bn
@@ -11,6 +15,17 @@ from .identity import identity
 
 RESNET_3_3 = "RESNET_3_3"
 RESNET_3_3_DS = "RESNET_3_3_DS"
+BLOCK_KINDS: dict[str, Callable[..., BluePrint]] = {}
+"""block kind -> the function building its body from (out, **options)."""
+
+
+def block_kind(name: str) -> Callable[[Callable[..., BluePrint]], Callable[..., BluePrint]]:
+    """Register a block kind's body builder under ``name`` (the constant users pass as ``kind=``)."""
+    def register(build: Callable[..., BluePrint]) -> Callable[..., BluePrint]:
+        assert name not in BLOCK_KINDS, f"block kind {name} registered twice"
+        BLOCK_KINDS[name] = build
+        return build
+    return register
 
 
 @conv_args
@@ -21,17 +36,31 @@ def cbr(out: int, k: int, s: int = 1, p: int = 0) -> Named:
 
 
 @conv_args
-def block(out: int, kind: str = RESNET_3_3) -> Named:
-    """ResNet basic block: two 3x3 convs with a residual. RESNET_3_3_DS halves the
-    resolution (stride 2) and projects the shortcut with a 1x1 conv + bn."""
+def block(out: int, kind: str = RESNET_3_3, **options: Any) -> Named:
+    """A residual block of ``out`` output channels. RESNET_3_3: ResNet's basic block, two 3x3 convs
+    with an identity shortcut; RESNET_3_3_DS halves the resolution (stride 2) and projects the shortcut
+    with a 1x1 conv + bn. BOTTLENECK / BOTTLENECK_DS: ResNet-50's 1x1-3x3-1x1 (bottleneck.py); MBCONV:
+    MobileNetV2's inverted residual (mbconv.py). ``options`` are the kind's own (e.g. ``expand=6``)."""
     out = positive_int("block", "out", out, "block(64, RESNET_3_3)")
-    if kind == RESNET_3_3:
-        main = seq(cbr(out, 3, 1, 1), conv(out, 3, 1, 1, bias=False), bn())
-        body = seq(add2(identity(), main), relu())
-    elif kind == RESNET_3_3_DS:
-        main = seq(cbr(out, 3, 2, 1), conv(out, 3, 1, 1, bias=False), bn())
-        body = seq(add2(seq(conv(out, 1, 2, 0, bias=False), bn()), main), relu())
-    else:
-        raise bad_argument(BluePrintError, "block", "kind", kind, "RESNET_3_3 or RESNET_3_3_DS",
-                           "pass kind=RESNET_3_3 (same size) or RESNET_3_3_DS (downsample)")
-    return Named(f"block({out}, {kind})", body)
+    build = BLOCK_KINDS.get(kind) if isinstance(kind, str) else None
+    if build is None:
+        raise bad_argument(BluePrintError, "block", "kind", kind, f"one of {', '.join(BLOCK_KINDS)}",
+                           "pass kind=RESNET_3_3 (same size) or RESNET_3_3_DS (downsample), or another listed kind")
+    try:
+        body, label = build(out, **options)
+    except TypeError as exc:  # an option this kind does not take
+        raise BluePrintError(f"block: kind={kind} got options {options!r} it does not take ({exc}). Fix: see "
+                             f"help(block); e.g. s= belongs to the _DS kinds, expand= to MBCONV.") from None
+    return Named(f"block({out}, {kind}{label})", body)
+
+
+@block_kind(RESNET_3_3)
+def _basic(out: int) -> tuple[BluePrint, str]:
+    main = seq(cbr(out, 3, 1, 1), conv(out, 3, 1, 1, bias=False), bn())
+    return seq(add2(identity(), main), relu()), ""
+
+
+@block_kind(RESNET_3_3_DS)
+def _basic_down(out: int) -> tuple[BluePrint, str]:
+    main = seq(cbr(out, 3, 2, 1), conv(out, 3, 1, 1, bias=False), bn())
+    return seq(add2(seq(conv(out, 1, 2, 0, bias=False), bn()), main), relu()), ""
