@@ -251,7 +251,7 @@ function controls(ui) {
       onchange: (e) => ask(ui, key, e.target.checked) }), ` ${label}`));
   }
   const sel = h("select", { class: "rnb-select rnb-insp-optimizer", onchange: (e) => ask(ui, "optimizer", e.target.value) },
-    ...ui.v.optimizers.map((o) => h("option", { value: o, selected: o === a.optimizer }, { sgd: "SGD", sgd_momentum: "SGD + momentum", adam: "Adam", adamw: "AdamW" }[o])));
+    ...ui.v.optimizers.map((o) => h("option", { value: o.value, selected: o.value === a.optimizer }, o.label)));
   out.append(h("label", {}, "optimizer ", sel),
     h("button", { class: "rnb-btn rnb-quiet rnb-insp-reset", onclick: () => ui.save("what_if", {}) }, "as now"));
   return out;

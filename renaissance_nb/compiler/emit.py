@@ -188,8 +188,10 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
     for gid in (GraphId.ACCUM_METRICS, GraphId.ACCUM_METRICS_TRAIN_LAST):
         g.append(gid, node("accum_metrics", acc_in, acc_out, "metrics", log=True))
     g.append(GraphId.CLEAR_METRICS, node("fill", [], [ids["metrics.sum"]], "metrics", value=0.0))
-    g.append(GraphId.OPTIMIZER, node("optimizer", [ids["lr_table"], ids["nan.flag"]], [ids["step"]], "optimizer",
-                                     **dict(opts.optimizer)))
+    from ..optim import definition  # the optimizer's own nodes (optim/, which binds kernels): imported here
+    p = dict(opts.optimizer)
+    for gid, op, ins, outs, params in definition(p["kind"]).update_nodes(ids, p):  # LARS: LARS_NORMS first
+        g.append(GraphId[gid], node(op, ins, outs, "optimizer", **params))
     if opts.ema_decay is not None:
         g.append(GraphId.EMA_UPDATE, node("ema_update", [ids["step"]], [], "ema", decay=opts.ema_decay))
     return g

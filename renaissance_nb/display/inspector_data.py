@@ -16,6 +16,7 @@ from ..errors import RenaissanceError
 from ..inspector.planview import CATEGORIES, MemoryInspector, category_of
 from ..inspector.tensorstats import is_parameter, tensor_stats
 from ..memory.plan import MemoryPlan
+from ..optim import menu, menu_value
 from ..text import human_bytes
 from .sharing import focus_range, share_partners
 from .theme import family_color, shape_text
@@ -24,7 +25,6 @@ from .views import accesses, finite_or_none
 CATEGORY_FAMILY = {"weights": "W", "gradients": "G", "optimizer state": "M", "activations": "F",
                    "temporaries": "T", "inputs": "I", "results": "R", "scalars": "S"}
 """Each category drawn in the colour of its main region family (display/theme.py's palette)."""
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
 MOVED_ROWS = 200
 """The most moved tensors a what-if answer lists (a ResNet's liveness switch moves hundreds)."""
 
@@ -116,11 +116,9 @@ def current_settings(insp: MemoryInspector) -> dict[str, Any]:
     c = insp.config
     assert c.data is not None
     shape = c.data.train.sample_shape
-    opt = c.optimizer.graph_params()
-    kind = "sgd_momentum" if opt["kind"] == "sgd" and opt["momentum"] else opt["kind"]
     return {"batch_size": c.batch_size, "image": len(shape) == 3,
             "resolution": [int(shape[1]), int(shape[2])] if len(shape) == 3 else None,
-            "liveness": c.liveness, "pad_rows": c.pad_rows, "fuse": c.fuse, "optimizer": kind,
+            "liveness": c.liveness, "pad_rows": c.pad_rows, "fuse": c.fuse, "optimizer": menu_value(c.optimizer),
             "ema": c.ema is not None, "train_size": len(c.data.train)}
 
 
@@ -144,22 +142,14 @@ def inspector_view_of(insp: MemoryInspector, phase: str = "", index: TensorIndex
             "ticks": _ticks(insp, index or TensorIndex(insp)), "tensors": tensors, "focus_range": focus,
             "curves": {v: [int(x) for x in insp.live_bytes(v)] for v in variants},
             "peaks": {v: _peak(insp, v, ids) for v in variants}, "categories": category_colors(),
-            "settings": current_settings(insp), "optimizers": list(OPTIMIZERS)}
+            "settings": current_settings(insp), "optimizers": [{"value": e.value, "label": e.label} for e in menu()]}
 
 
 # ---- what-if ------------------------------------------------------------------------------------------
-def _optimizer(kind: Any) -> Any:
-    """What what_if takes for a choice of the optimizer menu: its name ('sgd', 'adam', 'adamw', which
-    labels the plan so), SGD with momentum 0.9 for 'sgd_momentum'; anything else as it is, for
-    what_if to refuse with its own message."""
-    from ..train.optimizers import SGD
-
-    return SGD().momentum(0.9) if kind == "sgd_momentum" else kind
-
-
 def changes_from(insp: MemoryInspector, asked: dict[str, Any]) -> dict[str, Any]:
     """The what_if changes for the settings the controls ask for: only those that differ from now
-    (a batch size with ``batch_changes``, so the validation batch follows it where it does now)."""
+    (a batch size with ``batch_changes``, so the validation batch follows it where it does now). An optimizer
+    is passed by its menu name (optim.menu()), which what_if takes and labels the plan with."""
     now = current_settings(insp)
     out: dict[str, Any] = {}
     for key, value in asked.items():
@@ -170,8 +160,6 @@ def changes_from(insp: MemoryInspector, asked: dict[str, Any]) -> dict[str, Any]
                        else {"batch_size": value})
         elif key == "resolution":
             out["resolution"] = tuple(value) if isinstance(value, list) else value
-        elif key == "optimizer":
-            out["optimizer"] = _optimizer(value)
         elif key == "ema":
             out["ema"] = (insp.config.ema or 0.999) if value is True else (None if value is False else value)
         else:

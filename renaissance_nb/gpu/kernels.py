@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import DeviceError, PlanError
 from ..kernels.base import join_tables, registrar
 from ..kernels.fused import gather_batch
-from ..kernels.operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges, split_scratch
+from ..kernels.operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, split_scratch
 from ..kernels.status import status_error
 from ..memory.dtensor import span_bytes
 from ..ops import registry
@@ -301,24 +301,18 @@ def clip_grad_norm(outs, ins, p, env):
 
 @gpu_kernel("optimizer")
 def optimizer_k(outs, ins, p, env):
-    """The whole update as one kernel over the W/G/M/V ranges, then the step counter."""
-    lr_table, flag = ins
-    (step,) = outs
-    w, g, m, v = optimizer_ranges(env.range_view)
-    kind, n, lr_len = p["kind"], w.size, _i64(lr_table.size)
-    maximize = np.int32(bool(p.get("maximize", False)))
-    if kind in ("adam", "adamw"):
-        update = launch_grid(env, "rnb_adam", n, w, g, m, v, _i64(n), lr_table, lr_len, step, flag,
-                             np.float64(p["beta1"]), np.float64(p["beta2"]), np.float64(p["eps"]),
-                             np.float64(p["weight_decay"]), np.int32(kind == "adamw"), maximize)
-    elif kind == "sgd":
-        mom, wd = float(p["momentum"]), float(p["weight_decay"])
-        update = launch_grid(env, "rnb_sgd", n, w, g, m if mom != 0 else w, _i64(n), lr_table, lr_len, step, flag,
-                             np.float32(mom), np.float32(1.0 - float(p["dampening"])), np.float32(wd),
-                             np.int32(wd != 0.0), np.int32(mom != 0), np.int32(bool(p["nesterov"])), maximize)
-    else:
-        raise PlanError(f"optimizer: unknown kind {kind!r}")
+    """The update its definition binds (renaissance_nb/optim/, by the node's ``kind``), then the step counter."""
+    from ..optim import definition  # the definitions bind this table's launch helpers: imported at bind time
+    flag, (step,) = ins[1], outs
+    update = definition(p["kind"], "optimizer").bind_gpu(outs, ins, p, env)
     return sequence(update, launch_single(env, "rnb_optimizer_done", step, flag))
+
+
+@gpu_kernel("optimizer_norms")
+def optimizer_norms(outs, ins, p, env):
+    """Per-tensor norms an optimizer needs before its update (LARS_NORMS), as its definition binds them."""
+    from ..optim import definition
+    return definition(p["kind"], "optimizer_norms").bind_gpu_norms(outs, ins, p, env)
 
 
 @gpu_kernel("ema_update")

@@ -283,7 +283,7 @@ class MemoryInspector:
     # ---- other plans ----------------------------------------------------------------------------
     def what_if(self, **changes: Any) -> "MemoryInspector":
         """The inspector of this config with ``changes`` (batch_size, val_batch_size, resolution=(h, w),
-        liveness, pad_rows, fuse, optimizer: an Optimizer or 'sgd'/'adam'/'adamw', ema: a decay or
+        liveness, pad_rows, fuse, optimizer: an Optimizer or a menu name such as 'sgd' (optim.menu()), ema: a decay or
         None), planned only: no kernels, no arena."""
         config = changed_config(self.config, changes)
         label = ", ".join(f"{k}={_short(v)}" for k, v in changes.items()) or "unchanged"
@@ -365,7 +365,7 @@ def _short(v: Any) -> str:
 
 def changed_config(config: TaskConfig, changes: dict[str, Any]) -> TaskConfig:
     """``config`` with the what-if changes applied and checked (the builder's own checks where it has them)."""
-    from ..train.optimizers import SGD, Adam, AdamW
+    from ..optim import from_menu  # the optimizer definitions bind kernels: imported when asked
     unknown = [k for k in changes if k not in WHAT_IF_KEYS]
     if unknown:
         raise bad_argument(ConfigError, "memory.what_if", unknown[0], changes[unknown[0]], f"one of {WHAT_IF_KEYS}",
@@ -383,14 +383,8 @@ def changed_config(config: TaskConfig, changes: dict[str, Any]) -> TaskConfig:
             if not isinstance(value, (bool, np.bool_)):
                 raise bad_argument(ConfigError, "memory.what_if", key, value, "True or False", f"pass {key}=False")
             fields[key] = bool(value)
-        elif key == "optimizer":
-            names = {"sgd": SGD, "adam": Adam, "adamw": AdamW}
-            if isinstance(value, str) and value.lower() in names:
-                value = names[value.lower()]()
-            if not hasattr(value, "state"):
-                raise bad_argument(ConfigError, "memory.what_if", key, value, "an optimizer or 'sgd', 'adam', 'adamw'",
-                                   "pass optimizer='sgd' or optimizer=SGD(momentum=0.9)")
-            fields[key] = value
+        elif key == "optimizer":  # an optimizer, or a choice of the optimizer menu by its name (optim/)
+            fields[key] = from_menu(value, "memory.what_if", key)
         elif key == "ema":
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not 0.0 < value < 1.0):

@@ -21,6 +21,7 @@ import numpy as np
 from ..config import TaskConfig
 from ..errors import ConfigError, PlanError, bad_argument
 from ..memory.plan import MemoryPlan
+from ..optim import definition
 
 if TYPE_CHECKING:
     from ..task import DeepLearningTask
@@ -194,13 +195,10 @@ def last_update(read: Reader, config: TaskConfig, name: str, plan: MemoryPlan | 
     step used. The gradient G (``name@grad``) is the one that step used: it is written by the backward
     pass and left in place until the next step's backward pass overwrites it (after clipping, if set:
     clipping scales G in place before the update). The weights before the step, W_old, follow from the
-    kernels' formulas (kernels/fused.py), inverted where the update depends on the old weight:
-
-    - SGD with momentum (not Nesterov): W_old = W + lr * M, the new momentum buffer.
-    - SGD without momentum, or Nesterov: W = W_old - lr * (s + wd * W_old), s = ±G (+ momentum * M), so
-      W_old = (W + lr * s) / (1 - lr * wd).
-    - Adam: W_old = W + u, u = lr / (1 - b1^t) * M / (sqrt(V) / sqrt(1 - b2^t) + eps), from the new
-      moments. AdamW also decays: W = W_old * (1 - lr * wd) - u, so W_old = (W + u) / (1 - lr * wd).
+    kernels' formulas, inverted where the update depends on the old weight; each optimizer's definition
+    holds its inverse (renaissance_nb/optim/: ``old_weights``). SGD with momentum and LARS: W_old = W +
+    lr * M, the new momentum buffer; Adam: W_old = W + u with u from the new moments, AdamW also undoing
+    its decay, W_old = (W + u) / (1 - lr * wd).
 
     W_old is computed in float64 and rounded to float32, the arena's precision, and |dW| is |W - W_old|
     between those float32 values: the change the step made, not the update it asked for, which differs
@@ -236,22 +234,10 @@ def last_update(read: Reader, config: TaskConfig, name: str, plan: MemoryPlan | 
 
 def _old_weights(read: Reader, config: TaskConfig, name: str, w: np.ndarray, g: np.ndarray, t: int,
                  lr: float) -> tuple[np.ndarray, str]:
-    """W before the last step (float64) from the optimizer's state (see ``last_update``), and how."""
+    """W before the last step (float64) from the optimizer's state, and how: its definition's inverse
+    (renaissance_nb/optim/, ``old_weights``)."""
     p = config.optimizer.graph_params()
-    sign = -1.0 if p.get("maximize") else 1.0
-    wd = float(p.get("weight_decay", 0.0))
-    if p["kind"] == "sgd":
-        mom = float(p["momentum"])
-        if mom and not p["nesterov"]:
-            return w + lr * read(f"{name}@m").astype(np.float64), "SGD with momentum: dW = -lr * M"
-        s = sign * g + (mom * read(f"{name}@m").astype(np.float64) if mom else 0.0)
-        return (w + lr * s) / (1.0 - lr * wd), "SGD: dW = -lr * (G + wd * W_old)" + (" + Nesterov momentum" if mom else "")
-    b1, b2, eps = float(p["beta1"]), float(p["beta2"]), float(p["eps"])
-    m, v = read(f"{name}@m").astype(np.float64), read(f"{name}@v").astype(np.float64)
-    u = lr / (1.0 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1.0 - b2 ** t) + eps)
-    if p["kind"] == "adamw":
-        return (w + u) / (1.0 - lr * wd), "AdamW: dW = -lr * wd * W_old - lr * M_hat / (sqrt(V_hat) + eps)"
-    return w + u, "Adam: dW = -lr * M_hat / (sqrt(V_hat) + eps)"
+    return definition(p["kind"], "tensor_stats").old_weights(read, name, w, g, t, lr, p)
 
 
 def stats_from(read: Reader, plan: MemoryPlan, config: TaskConfig, name: Any, bins: Any = BINS) -> TensorStats:

@@ -26,7 +26,7 @@ from .base import EMPTY_F32, EMPTY_F32_2D, Factory, Kernel, join_tables, registr
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
 from .conv import CONV_KERNELS
-from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, optimizer_ranges, split_scratch
+from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, split_scratch
 from .passes import PASS_PAR_MIN, act_grad_colsum_pass, bias_act_pass, bias_partials
 from .status import status_error
 from .transfer import TRANSFER_KERNELS
@@ -348,31 +348,11 @@ def clip_grad_norm(outs, ins, p, env):
 
 @kernel("optimizer")
 def optimizer_k(outs, ins, p, env):
-    """The whole update as one pass over the W/G/M/V ranges (same order, same slot sizes)."""
-    lr_table, flag = ins
-    (step,) = outs
-    w, g, m, v = optimizer_ranges(env.range_view)
-    kind = p["kind"]
-    maximize = bool(p.get("maximize", False))
-    threads = blas.pass_threads(blas.THREADED)
-    if kind in ("adam", "adamw"):
-        f = fused.adam_update_par if blas.THREADED else fused.adam_update
-        b1, b2, eps, wd = float(p["beta1"]), float(p["beta2"]), float(p["eps"]), float(p["weight_decay"])
-        decoupled = kind == "adamw"
-        update = native.bind_adam(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize, threads)
-        if update is None:
-            def update() -> None:
-                f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
-    elif kind == "sgd":
-        fs = fused.sgd_update_par if blas.THREADED else fused.sgd_update
-        mom, damp, wd, nest = float(p["momentum"]), float(p["dampening"]), float(p["weight_decay"]), bool(p["nesterov"])
-        mm = m if mom != 0 else EMPTY_F32
-        update = native.bind_sgd(w, g, mm, lr_table, step, mom, damp, wd, nest, maximize, threads)
-        if update is None:
-            def update() -> None:
-                fs(w, g, mm, lr_table, step, mom, damp, wd, nest, maximize)
-    else:
-        raise PlanError(f"optimizer: unknown kind {kind!r}")
+    """The update of the optimizer the node's ``kind`` names, as its definition binds it (renaissance_nb/optim/:
+    SGD and Adam/AdamW one pass over the W/G/M/V ranges, LARS per weight tensor); skipped on a flagged step."""
+    from ..optim import definition  # the definitions bind this package's kernels: imported when a node is bound
+    flag = ins[1]
+    update = definition(p["kind"], "optimizer").bind_cpu(outs, ins, p, env)
 
     def run() -> None:
         if flag[0]:  # the NaN check asked to skip this update (a skipped update is not a step)
@@ -380,6 +360,14 @@ def optimizer_k(outs, ins, p, env):
             return
         update()
     return run
+
+
+@kernel("optimizer_norms")
+def optimizer_norms(outs, ins, p, env):
+    """Per-tensor norms an optimizer needs before its update (LARS_NORMS: LARS's [||w||, ||g||]), bound by
+    the definition the node's ``kind`` names; they skip a flagged step themselves."""
+    from ..optim import definition
+    return definition(p["kind"], "optimizer_norms").bind_cpu_norms(outs, ins, p, env)
 
 
 @kernel("ema_update")

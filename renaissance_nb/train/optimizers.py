@@ -1,8 +1,10 @@
 """Optimizers with PyTorch's names, defaults and update rules.
 
-Each one is a frozen setting; the update itself is one fused kernel over the
-W/G/M/V ranges of the arena (kernels/fused.py), so its cost does not grow with
-the number of parameter tensors. ``state`` says which moment families it needs.
+Each one is a frozen setting: its hyper-parameters, their checks, ``state`` (the region families it
+needs besides W and G) and ``graph_params`` (what its update node carries, ``kind`` first). Its rules,
+the update on each backend and the inverse the tensor inspector uses, are its definition in
+renaissance_nb/optim/, found by ``kind``: one fused pass over the W/G/M/V ranges of the arena, so the
+cost does not grow with the number of parameter tensors.
 """
 from __future__ import annotations
 
@@ -146,5 +148,6 @@ class SGD(Optimizer):
         return ("M",) if self.momentum_ != 0 else ()
 
     def graph_params(self) -> dict[str, Any]:
-        return {"kind": "sgd", "momentum": self.momentum_, "dampening": self.dampening_,
+        return {"kind": self.kind, "momentum": self.momentum_, "dampening": self.dampening_,
                 "weight_decay": self.weight_decay_, "nesterov": self.nesterov_, "maximize": self.maximize_}
+

@@ -1,0 +1,61 @@
+"""Adam and AdamW (torch.optim.Adam, torch.optim.AdamW): one definition, the weight decay's kind apart.
+
+Adam adds its L2 weight decay to the gradient; AdamW decays the weights first (decoupled). The update
+is one pass over the whole W/G/M/V ranges: kernels/native.c ``rnb_adam`` where the C kernels are built,
+else kernels/fused.py ``adam_update`` (the same bytes); gpu/src/rnb_kernels.cu ``rnb_adam`` on a GPU.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..kernels import fused, native
+from ..kernels.operands import optimizer_ranges
+from ..train.optimizers import Adam, AdamW, Optimizer
+from .base import MenuEntry, OptimizerDefinition, Reader, cpu_operands
+
+
+class AdamDefinition(OptimizerDefinition):
+    """``decoupled``: AdamW's weight decay (w *= 1 - lr * wd before the step), else Adam's (g += wd * w)."""
+
+    def __init__(self, builder: type[Optimizer], decoupled: bool) -> None:
+        self.kind, self.label, self.decoupled = builder.kind, builder.__name__, decoupled
+        self.menu = (MenuEntry(builder.kind, builder.__name__, builder),)
+
+    def bind_cpu(self, outs: Sequence[Any], ins: Sequence[Any], p: Mapping[str, Any], env: Any) -> Callable[[], None]:
+        o = cpu_operands(outs, ins, env)
+        f = fused.adam_update_par if o.threaded else fused.adam_update
+        b1, b2, eps, wd = float(p["beta1"]), float(p["beta2"]), float(p["eps"]), float(p["weight_decay"])
+        decoupled, maximize = self.decoupled, bool(p.get("maximize", False))
+        w, g, m, v, lr_table, step = o.w, o.g, o.m, o.v, o.lr_table, o.step
+        update = native.bind_adam(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize, o.threads)
+        if update is None:
+            def update() -> None:
+                f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
+        return update
+
+    def bind_gpu(self, outs: Sequence[Any], ins: Sequence[Any], p: Mapping[str, Any], env: Any) -> Callable[[Any], None]:
+        from ..gpu.base import launch_grid  # the GPU backend only where it binds
+        lr_table, flag = ins[0], ins[1]
+        (step,) = outs
+        w, g, m, v = optimizer_ranges(env.range_view)
+        return launch_grid(env, "rnb_adam", w.size, w, g, m, v, np.int64(w.size), lr_table, np.int64(lr_table.size),
+                           step, flag, np.float64(p["beta1"]), np.float64(p["beta2"]), np.float64(p["eps"]),
+                           np.float64(p["weight_decay"]), np.int32(self.decoupled),
+                           np.int32(bool(p.get("maximize", False))))
+
+    def old_weights(self, read: Reader, name: str, w: np.ndarray, g: np.ndarray, t: int, lr: float,
+                    p: Mapping[str, Any]) -> tuple[np.ndarray, str]:
+        """W_old = W + u, u = lr / (1 - b1^t) * M / (sqrt(V) / sqrt(1 - b2^t) + eps), from the new moments.
+        AdamW also decays: W = W_old * (1 - lr * wd) - u, so W_old = (W + u) / (1 - lr * wd)."""
+        b1, b2, eps, wd = float(p["beta1"]), float(p["beta2"]), float(p["eps"]), float(p.get("weight_decay", 0.0))
+        m, v = read(f"{name}@m").astype(np.float64), read(f"{name}@v").astype(np.float64)
+        u = lr / (1.0 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1.0 - b2 ** t) + eps)
+        if self.decoupled:
+            return (w + u) / (1.0 - lr * wd), "AdamW: dW = -lr * wd * W_old - lr * M_hat / (sqrt(V_hat) + eps)"
+        return w + u, "Adam: dW = -lr * M_hat / (sqrt(V_hat) + eps)"
+
+
+ADAM = AdamDefinition(Adam, decoupled=False)
+ADAMW = AdamDefinition(AdamW, decoupled=True)
