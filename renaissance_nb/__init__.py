@@ -23,7 +23,7 @@ from .taskbase import TaskBase
 from .config import TaskConfig
 from .runtime import checkpoint
 from .train.losses import CrossEntropyLoss
-from .train.optimizers import SGD, Adam, AdamW
+from .train.optimizers import LARS, SGD, Adam, AdamW
 from .train.callbacks import EarlyStopping, StopTraining
 from .train.plateau import ReduceLROnPlateau
 from .train.schedulers import (ConstantLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, ExponentialLR,
@@ -38,7 +38,7 @@ __all__ = [
     "sigmoid", "silu", "tanh", "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
     "ConfigError", "DataError", "DeviceError", "DownloadError", "ExportError", "NumericalError", "PhaseError", "PlanError",
     "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
-    "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW",
+    "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW", "LARS",
     "ConstantLR", "CosineAnnealingLR", "ExponentialLR", "MultiStepLR", "PolynomialLR", "Scheduler", "StepLR",
     "TaskConfig", "checkpoint", "LinearLR", "CosineAnnealingWarmRestarts", "OneCycleLR", "ReduceLROnPlateau", "EarlyStopping", "StopTraining",
     "WarmupStableDecayLR",

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from renaissance_nb import SGD, Adam, AdamW, ConfigError
+from renaissance_nb import LARS, SGD, Adam, AdamW, ConfigError
 from renaissance_nb.errors import PlanError
 from renaissance_nb.optim import DEFINITIONS, definition, definition_of, from_menu, menu, menu_value
 
@@ -70,7 +70,7 @@ def test_the_checker_finds_what_it_should() -> None:
     assert [line.split(":")[0] for line in _name_choices(_names(), old)] == [rel for rel, _ in old]
 
 
-@pytest.mark.parametrize("opt", [SGD(), SGD().momentum(0.9), Adam(), AdamW()], ids=repr)
+@pytest.mark.parametrize("opt", [SGD(), SGD().momentum(0.9), Adam(), AdamW(), LARS()], ids=repr)
 def test_each_builder_has_a_definition_and_a_menu_choice(opt) -> None:  # type: ignore[no-untyped-def]
     d = definition_of(opt)
     assert d.kind == opt.kind and d is DEFINITIONS[opt.graph_params()["kind"]]
@@ -82,7 +82,7 @@ def test_each_builder_has_a_definition_and_a_menu_choice(opt) -> None:  # type: 
 
 
 def test_unknown_kinds_and_menu_names_are_named_with_the_known_ones() -> None:
-    with pytest.raises(PlanError, match="unknown optimizer kind 'lion'.*sgd, adam, adamw"):
+    with pytest.raises(PlanError, match="unknown optimizer kind 'lion'.*sgd, adam, adamw, lars"):
         definition("lion")
-    with pytest.raises(ConfigError, match="'sgd_momentum'.*'adamw'.*Fix:"):
+    with pytest.raises(ConfigError, match="'sgd_momentum'.*'lars'.*Fix:"):
         from_menu("lion", "memory.what_if", "optimizer")

@@ -4,14 +4,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from renaissance_nb import (RESNET_3_3, AdamW, CrossEntropyLoss, DeepLearningTask, GraphId, Region, avgpool, block,
-                            bn, cbr, conv, dropout, fc, flatten, gap, maxpool, relu, seq)
+from renaissance_nb import (LARS, RESNET_3_3, AdamW, CrossEntropyLoss, DeepLearningTask, GraphId, Region, avgpool,
+                            block, bn, cbr, conv, dropout, fc, flatten, gap, maxpool, relu, seq)
 from renaissance_nb.memory.region import RESERVED
 
 
 @pytest.fixture(scope="module")
 def locked_tasks() -> list[DeepLearningTask]:
-    """An MLP with every training feature, a conv net and a ResNet block net (image augmentation, EMA)."""
+    """An MLP with every training feature, a conv net and a ResNet block net (image augmentation, EMA; LARS, whose
+    norms fill the N regions and LARS_NORMS)."""
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((64, 20)).astype(np.float32), rng.integers(0, 4, 64)
     images = rng.standard_normal((64, 3, 8, 8)).astype(np.float32)
@@ -19,9 +20,10 @@ def locked_tasks() -> list[DeepLearningTask]:
            .data(train=(x, y), batch_size=16, val_fraction=0.25).ema(0.9).clip_grad_norm(1.0)
            .loss(CrossEntropyLoss(weight=[1, 2, 1, 1])).optimizer(AdamW()))
     nets = [DeepLearningTask(name).model(bp).data(train=(images, y), batch_size=16, val_fraction=0.25).ema(0.9)
-            .augment(crop_pad=1, flip=True) for name, bp in
+            .augment(crop_pad=1, flip=True).optimizer(LARS() if name == "resnet_lars" else AdamW()) for name, bp in
             (("resnet", seq(cbr(4, 3, 1, 1), maxpool(2, 2), block(4, RESNET_3_3), gap(), fc(4))),
-             ("conv", seq(conv(4, 3, 1, 1), bn(), relu(), avgpool(2, 2), flatten(), fc(4))))]
+             ("conv", seq(conv(4, 3, 1, 1), bn(), relu(), avgpool(2, 2), flatten(), fc(4))),
+             ("resnet_lars", seq(cbr(4, 3, 1, 1), maxpool(2, 2), block(4, RESNET_3_3), gap(), fc(4))))]
     return [t.lock_memory() for t in [mlp, *nets]]
 
 
@@ -30,6 +32,7 @@ def test_no_model_allocates_in_a_reserved_region_and_every_other_region_is_used(
     assert not used & set(RESERVED)
     assert used | set(RESERVED) == set(Region) - {Region.END}  # the reserved list is exactly what is unused
     assert Region.A_FC_WEIGHT.reserved_for and Region.W_FC_WEIGHT.reserved_for is None
+    assert not any(r.reserved_for for r in Region if r.family == "N")  # LARS fills them
 
 
 def test_no_graph_puts_a_node_in_a_reserved_graph_id(locked_tasks) -> None:
@@ -39,6 +42,7 @@ def test_no_graph_puts_a_node_in_a_reserved_graph_id(locked_tasks) -> None:
             assert not {g for g in filled if g.reserved_for}, task.name
     assert GraphId.FIRST_COMM.reserved_for and GraphId.OPTIMIZER.reserved_for is None
     assert GraphId.DEEP_COMM.reserved_for is None  # filled by a distributed task
+    assert GraphId.LARS_NORMS.reserved_for is None and locked_tasks[3].graphs.train.nodes(GraphId.LARS_NORMS)
 
 
 def test_a_distributed_plan_fills_deep_comm_with_one_all_reduce_of_the_gradient_region(locked_tasks) -> None:

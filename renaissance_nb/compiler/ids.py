@@ -122,12 +122,12 @@ RESERVED: dict[GraphId, str] = {
     GraphId.UPDATE_STATS: "data-parallel training: batch-norm statistics after their all-reduce",
     GraphId.CAST_MAIN_FP32_TO_FP16: "mixed precision (AMP): fp16 copy of the weights",
     GraphId.CAST_EMA_FP32_TO_FP16: "mixed precision (AMP): fp16 copy of the EMA weights",
-    GraphId.LARS_NORMS: "LARS: per-layer norms",
 }
 """GraphIds of the original kept in the enum that no graph of this library fills: the emitters never
 put a node in them, and the atlas binds nothing for them. DEEP_COMM is filled on a distributed task:
 the wait of each layer's all-reduce, started right after that layer's backward (or, with
-``distributed(allreduce='slab')``, one in-place all-reduce of the whole gradient region; compiler/emit.py)."""
+``distributed(allreduce='slab')``, one in-place all-reduce of the whole gradient region; compiler/emit.py);
+LARS_NORMS by a task whose optimizer is LARS (its per-weight norms before the update, optim/lars.py)."""
 
 
 def as_graph_id(value: Any, where: str, argument: str = "gid") -> GraphId:

@@ -250,8 +250,10 @@ class _LayerTensors:
         base = f"{layer}.{role}"
         t.add(base, shape, f32, Region[f"W_{kind}"])
         t.add(f"{base}@grad", shape, f32, Region[f"G_{kind}"])
-        for fam in self.opt_state:
-            t.add(f"{base}@{fam.lower()}", shape, f32, Region[f"{fam}_{kind}"])
+        for fam in self.opt_state:  # a family of per-tensor records (N) has regions for weights only
+            region = Region.__members__.get(f"{fam}_{kind}")
+            if region is not None:
+                t.add(f"{base}@{fam.lower()}", region.record_shape or shape, f32, region)
         if self.ema:
             t.add(f"{base}@ema", shape, f32, Region[f"E_{kind}"])
         t.params.append(ParamInfo(layer, role, shape, fan_in, init))

@@ -157,8 +157,8 @@ def build_computation_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptio
 
 
 STEP_ORDER_A = (GraphId.ZERO_GRAD, GraphId.TRANSFER_B, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
-                GraphId.FIRST_LAYER_BWD_A, GraphId.DEEP_COMM, GraphId.CAST_AND_CHECK, GraphId.ACCUM_METRICS, GraphId.OPTIMIZER,
-                GraphId.EMA_UPDATE)
+                GraphId.FIRST_LAYER_BWD_A, GraphId.DEEP_COMM, GraphId.CAST_AND_CHECK, GraphId.ACCUM_METRICS,
+                GraphId.LARS_NORMS, GraphId.OPTIMIZER, GraphId.EMA_UPDATE)
 """One training step reading buffer A, in the original's order."""
 
 

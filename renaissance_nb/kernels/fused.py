@@ -761,3 +761,84 @@ def ema_(e, w, decay):
             e[j] = d * e[j] + one_d * w[j]
     if n % 2:
         e[n - 1] = d * e[n - 1] + one_d * w[n - 1]
+
+
+# ---- LARS (renaissance_nb/optim/lars.py binds these; kernels/native.c has their C twins) ----------------------
+@jit
+def lars_norms(w, g, n, seg):
+    """[||w||, ||g||] of each LARS weight tensor into the N range: ``seg[i] = (offset in the W and G ranges,
+    size, offset of its pair in the N range)``. Each norm is a float64 sum of squares in sq_sum_chunked's
+    order (one order on every thread count and in C), its square root rounded to float32 as the clip norm is."""
+    for i in range(seg.shape[0]):
+        lo, hi, at = seg[i, 0], seg[i, 0] + seg[i, 1], seg[i, 2]
+        n[at] = np.float32(math.sqrt(sq_sum_chunked(w[lo:hi])))
+        n[at + 1] = np.float32(math.sqrt(sq_sum_chunked(g[lo:hi])))
+
+
+@par
+def lars_norms_par(w, g, n, seg):
+    """lars_norms with its 2 * k norms on numba's threads (each one sum in the serial order: the same bytes)."""
+    for q in numba.prange(2 * seg.shape[0]):
+        i, which = q // 2, q % 2
+        lo, hi = seg[i, 0], seg[i, 0] + seg[i, 1]
+        x = w[lo:hi] if which == 0 else g[lo:hi]
+        n[seg[i, 2] + which] = np.float32(math.sqrt(sq_sum_chunked(x)))
+
+
+@jit
+def lars_trust(n, at, trust_coefficient, weight_decay, eps):
+    """eta * ||w|| / (||g|| + wd * ||w|| + eps) from the pair n[at], n[at + 1] in float64, rounded to
+    float32; 1 where either norm is 0 (torchlars' rule: a zero tensor or gradient keeps the plain step)."""
+    wn, gn = np.float64(n[at]), np.float64(n[at + 1])
+    if wn > 0.0 and gn > 0.0:
+        return np.float32(trust_coefficient * wn / (gn + weight_decay * wn + eps))
+    return np.float32(1.0)
+
+
+@jit
+def _lars_span(w, g, m, lo, hi, lr32, mom, scale, wd32, adapt):
+    """Elements lo..hi of one piece: momentum SGD, on scale * (g + wd * w) where the piece is adapted."""
+    for j in range(lo, hi):
+        gk = g[j]
+        if adapt:
+            gk = scale * (gk + wd32 * w[j])
+        buf = _flush(mom * m[j] + gk)  # a decaying buffer goes subnormal too (see TINY32)
+        m[j] = buf
+        w[j] = w[j] - lr32 * buf
+
+
+@jit
+def _lars_chunks(w, g, m, n, pieces, lr32, momentum, weight_decay, trust_coefficient, eps, c0, c1):
+    mom, wd32 = np.float32(momentum), np.float32(weight_decay)
+    for c in range(c0, c1):
+        lo, hi = chunk(w.shape[0], c)
+        for k in range(pieces.shape[0]):
+            a, b, at = max(pieces[k, 0], lo), min(pieces[k, 1], hi), pieces[k, 2]
+            if a >= b:
+                continue
+            if at >= 0:
+                scale = lars_trust(n, at, trust_coefficient, weight_decay, eps)
+                _lars_span(w, g, m, a, b, lr32, mom, scale, wd32, True)
+            else:
+                _lars_span(w, g, m, a, b, lr32, mom, np.float32(1.0), wd32, False)
+
+
+@jit
+def lars_update(w, g, m, n, pieces, lr_table, step, momentum, weight_decay, trust_coefficient, eps):
+    """One LARS step over the whole W/G/M ranges (optim/lars.py has the formula). ``pieces[k] = (start, end,
+    N offset or -1)`` cut the range in order: an adapted weight tensor with its norms' pair, or a run of
+    excluded values (biases, batch-norm parameters, padding) updated by plain momentum SGD."""
+    t = step[0]
+    lr32 = lr_table[min(t, lr_table.shape[0] - 1)]
+    _lars_chunks(w, g, m, n, pieces, lr32, momentum, weight_decay, trust_coefficient, eps, 0, PAR_CHUNKS)
+    step[0] += 1
+
+
+@par
+def lars_update_par(w, g, m, n, pieces, lr_table, step, momentum, weight_decay, trust_coefficient, eps):
+    """lars_update with its chunks on numba's threads (the same bytes)."""
+    t = step[0]
+    lr32 = lr_table[min(t, lr_table.shape[0] - 1)]
+    for c in numba.prange(PAR_CHUNKS):
+        _lars_chunks(w, g, m, n, pieces, lr32, momentum, weight_decay, trust_coefficient, eps, c, c + 1)
+    step[0] += 1

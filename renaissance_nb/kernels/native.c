@@ -32,7 +32,7 @@ static inline void chunk(i64 n, i64 c, i64 *lo, i64 *hi) {
     *hi = min64(n, *lo + ch);
 }
 
-int rnb_abi(void) { return 5; }
+int rnb_abi(void) { return 6; }
 
 /* GNU OpenMP's thread pool does not survive fork(): a forked child that entered a parallel region
  * would hang. After a fork every pass here runs on the calling thread (the same bytes: a block's
@@ -281,6 +281,63 @@ void rnb_scale(float *x, i64 n, float factor, int threads) {
         chunk(n, c, &lo, &hi);
         for (i64 i = lo; i < hi; i++) x[i] = x[i] * factor;
     }
+}
+
+/* ---- LARS (fused.lars_norms, lars_update; renaissance_nb/optim/lars.py) ------------------------------------ */
+static double sq_sum_chunked(const float *x, i64 n) { /* fused.sq_sum_chunked: the chunks in order, one thread */
+    double total = 0.0;
+    for (i64 c = 0; c < RNB_CHUNKS; c++) {
+        i64 lo, hi;
+        chunk(n, c, &lo, &hi);
+        total += sq_sum_range(x + lo, hi - lo);
+    }
+    return total;
+}
+
+/* seg[i] = (offset in W and G, size, offset of the norm pair in nrm); one norm per iteration */
+void rnb_lars_norms(const float *w, const float *g, float *nrm, const i64 *seg, i64 k, int threads) {
+    threads = team(threads);
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (i64 q = 0; q < 2 * k; q++) {
+        const i64 *s = seg + 3 * (q / 2);
+        const float *x = (q % 2 == 0 ? w : g) + s[0];
+        nrm[s[2] + q % 2] = (float)sqrt(sq_sum_chunked(x, s[1]));
+    }
+}
+
+static float lars_trust(const float *nrm, i64 at, double eta, double wd, double eps) {
+    double wn = nrm[at], gn = nrm[at + 1];
+    if (wn > 0.0 && gn > 0.0) return (float)(eta * wn / (gn + wd * wn + eps));
+    return 1.0f;
+}
+
+/* pieces[k] = (start, end, norm offset or -1): an adapted weight or a run of excluded values */
+void rnb_lars(float *w, const float *g, float *m, i64 n, const float *nrm, const i64 *pieces, i64 np,
+              const float *lr_table, i64 nlr, i64 *step, double momentum, double wd, double eta, double eps,
+              int threads) {
+    threads = team(threads);
+    i64 t = step[0];
+    float lr32 = lr_table[min64(t, nlr - 1)];
+    float mom = (float)momentum, wd32 = (float)wd;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (i64 c = 0; c < RNB_CHUNKS; c++) {
+        i64 lo, hi;
+        chunk(n, c, &lo, &hi);
+        for (i64 k = 0; k < np; k++) {
+            const i64 *p = pieces + 3 * k;
+            i64 a = p[0] > lo ? p[0] : lo, b = p[1] < hi ? p[1] : hi, at = p[2];
+            if (a >= b) continue;
+            float scale = at >= 0 ? lars_trust(nrm, at, eta, wd, eps) : 1.0f;
+            for (i64 j = a; j < b; j++) {
+                float gk = g[j];
+                if (at >= 0) gk = scale * (gk + wd32 * w[j]);
+                float buf = flush32(mom * m[j] + gk);
+                m[j] = buf;
+                w[j] = w[j] - lr32 * buf;
+            }
+        }
+    }
+    step[0] = t + 1;
 }
 
 /* ---- batch gather (fused.gather_batch) --------------------------------------------------------- */

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 SOURCE = Path(__file__).with_name("native.c")
-ABI = 5
+ABI = 6
 """native.c's rnb_abi(): a cached library from another version of the source is never called."""
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-pthread", "-ffp-contract=off", "-fno-math-errno",
          "-fno-strict-aliasing")
@@ -49,6 +49,8 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_adam": (None, (P, P, P, P, I64, P, I64, P, F64, F64, F64, F64, INT, INT, INT)),
     "rnb_sgd": (None, (P, P, P, I64, I64, P, I64, P, F64, F64, F64, INT, INT, INT)),
     "rnb_ema": (None, (P, P, I64, F64)),
+    "rnb_lars_norms": (None, (P, P, P, P, I64, INT)),
+    "rnb_lars": (None, (P, P, P, I64, P, P, I64, P, I64, P, F64, F64, F64, F64, INT)),
     "rnb_nonfinite_probe": (F32, (P, I64, P, INT)),
     "rnb_sq_sum": (F64, (P, I64, INT)),
     "rnb_scale": (None, (P, I64, F32, INT)),
@@ -276,7 +278,8 @@ def covers(ops: set[str], declined_before: int) -> bool:
 
 
 NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy", "fill", "softmax_xent", "accum_metrics",
-                            "transfer", "zero_range", "nan_check", "clip_grad_norm", "optimizer", "ema_update"})
+                            "transfer", "zero_range", "nan_check", "clip_grad_norm", "optimizer", "optimizer_norms",
+                            "ema_update"})
 """Ops whose CPU kernels (kernels/cpu.py) call C or NumPy only when the library is loaded and no
 binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts compiles)."""
 
@@ -354,6 +357,31 @@ def bind_sgd(w, g, m, lr_table, step, momentum, dampening, wd, nesterov, maximiz
     args = (_ptr(w), _ptr(g), _ptr(m), w.size, m.size, _ptr(lr_table), lr_table.size, _ptr(step), float(momentum),
             float(dampening), float(wd), int(nesterov), int(maximize), threads)
     return _call(L.rnb_sgd, args, (w, g, m, lr_table, step))
+
+
+@_binder
+def bind_lars_norms(w: np.ndarray, g: np.ndarray, n: np.ndarray, seg: np.ndarray, threads: int) -> Kernel | None:
+    """fused.lars_norms: [||w||, ||g||] per segment (offset, size, norm offset) of the W/G ranges."""
+    L = active()
+    ok = (L is not None and _flat(w, g, n, seg.reshape(-1)) and w.dtype == g.dtype == n.dtype == np.float32
+          and seg.dtype == np.int64 and seg.ndim == 2 and seg.shape[1] == 3 and seg.flags.c_contiguous
+          and w.size == g.size)
+    if not ok:
+        return None
+    return _call(L.rnb_lars_norms, (_ptr(w), _ptr(g), _ptr(n), _ptr(seg), seg.shape[0], threads), (w, g, n, seg))
+
+
+@_binder
+def bind_lars(w, g, m, n, pieces, lr_table, step, momentum, wd, eta, eps, threads) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """fused.lars_update over the W/G/M ranges cut into pieces (start, end, norm offset or -1)."""
+    L = active()
+    ok = (L is not None and _optimizer_ok(w, lr_table, step, g, m, n) and w.size == g.size == m.size
+          and pieces.dtype == np.int64 and pieces.ndim == 2 and pieces.shape[1] == 3 and pieces.flags.c_contiguous)
+    if not ok:
+        return None
+    args = (_ptr(w), _ptr(g), _ptr(m), w.size, _ptr(n), _ptr(pieces), pieces.shape[0], _ptr(lr_table), lr_table.size,
+            _ptr(step), float(momentum), float(wd), float(eta), float(eps), threads)
+    return _call(L.rnb_lars, args, (w, g, m, n, pieces, lr_table, step))
 
 
 @_binder

@@ -117,6 +117,12 @@ class Region(IntEnum):
         """The feature of the original a reserved region belongs to (no model here fills it), else None."""
         return RESERVED.get(self)
 
+    @property
+    def record_shape(self) -> tuple[int, ...] | None:
+        """The shape of the one record a parameter has here when the family keeps a fixed record per weight
+        tensor instead of a copy of it (N: LARS's [||w||, ||g||]); None for the families shaped like W."""
+        return RECORD_SHAPES.get(self.family)
+
 
 NUM_REGIONS = 68
 """Named regions (the enum has one more slot: the END sentinel)."""
@@ -150,10 +156,13 @@ def param_region(family: str, kind: str) -> Region:
     return Region[f"{family}_{kind}"]
 
 
+RECORD_SHAPES: dict[str, tuple[int, ...]] = {"N": (2,)}
+"""Families holding one fixed-size record per weight tensor (``Region.record_shape``); they have regions only
+for weights (N_FC_WEIGHT, N_FIRST_CONV, N_DEEP_CONV), so biases and batch-norm parameters get none."""
+
 _AMP = "mixed precision (AMP): fp16 copies and working buffers"
 RESERVED: dict[Region, str] = {
     **{r: _AMP for r in Region if r.name.endswith("_FP16") or r.family == "A"},
-    **{r: "LARS: per-layer weight and gradient norms" for r in Region if r.family == "N"},
     Region.R_PREDICTED_LABEL: "stored predictions (predict() takes the argmax of the logits instead)",
     Region.S_SCALAR_INT8: "int8 scalars (quantisation)",
     Region.T_TEMP_INT8: "int8 temporaries (quantisation)",

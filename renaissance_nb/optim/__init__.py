@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ConfigError, PlanError, bad_argument
-from . import adam, sgd
+from . import adam, lars, sgd
 from .base import MenuEntry, OptimizerDefinition
 
-DEFINITIONS: dict[str, OptimizerDefinition] = {d.kind: d for d in (sgd.DEFINITION, adam.ADAM, adam.ADAMW)}
+DEFINITIONS: dict[str, OptimizerDefinition] = {d.kind: d for d in (sgd.DEFINITION, adam.ADAM, adam.ADAMW,
+                                                                    lars.DEFINITION)}
 """kind (the builder's ``kind``, its graph params' "kind") -> its definition."""
 
 

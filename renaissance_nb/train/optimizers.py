@@ -1,4 +1,4 @@
-"""Optimizers with PyTorch's names, defaults and update rules.
+"""Optimizers with PyTorch's names, defaults and update rules (LARS after the paper and torchlars).
 
 Each one is a frozen setting: its hyper-parameters, their checks, ``state`` (the region families it
 needs besides W and G) and ``graph_params`` (what its update node carries, ``kind`` first). Its rules,
@@ -151,3 +151,55 @@ class SGD(Optimizer):
         return {"kind": self.kind, "momentum": self.momentum_, "dampening": self.dampening_,
                 "weight_decay": self.weight_decay_, "nesterov": self.nesterov_, "maximize": self.maximize_}
 
+
+@dataclass(frozen=True, init=False, repr=False)
+class LARS(Optimizer):
+    """Layer-wise Adaptive Rate Scaling (You, Gitman and Ginsburg 2017, "Large Batch Training of Convolutional
+    Networks"), in torchlars' form: SGD with momentum whose step for each weight tensor is scaled by a trust ratio.
+
+    For each weight tensor w (fc weights and conv kernels), with g its gradient after clipping::
+
+        trust = trust_coefficient * ||w|| / (||g|| + weight_decay * ||w|| + eps)   (1 when ||w|| or ||g|| is 0)
+        m = momentum * m + trust * (g + weight_decay * w)
+        w = w - lr * m
+
+    Biases and batch-norm parameters are excluded from both the trust ratio and the weight decay, as is common
+    practice with LARS (torchlars' and the reference implementations' ``exclude``): ``m = momentum * m + g``,
+    ``w = w - lr * m``. The paper's Algorithm 1 puts lr inside the momentum (m = momentum * m + lr * trust * ...);
+    with a constant lr the two are the same, under a schedule this one follows torch.optim.SGD's convention.
+    The norms, float64 sums rounded to float32, are kept per weight tensor in the N regions as [||w||, ||g||]."""
+
+    lr_: float = 0.1
+    momentum_: float = 0.9
+    weight_decay_: float = 0.0
+    trust_coefficient_: float = 1e-3
+    eps_: float = 1e-8
+    kind = "lars"
+
+    def __post_init__(self) -> None:
+        self._set("lr", check_number("LARS", "lr", self.lr_, high=LR_MAX, fix="use a positive learning rate such as 0.1"))
+        self._set("momentum", check_number("LARS", "momentum", self.momentum_, high=1.0, high_open=True,
+                                           fix="use a momentum in [0, 1), e.g. 0.9"))
+        self._set("weight_decay", check_number("LARS", "weight_decay", self.weight_decay_,
+                                               fix="use 0 or a small positive value such as 5e-4"))
+        self._set("trust_coefficient", check_number("LARS", "trust_coefficient", self.trust_coefficient_,
+                                                    low_open=True, fix="use a small positive value such as 1e-3"))
+        self._set("eps", check_number("LARS", "eps", self.eps_, fix="use a small value >= 0 such as 1e-8"))
+
+    def momentum(self, value: float) -> "LARS":
+        return self._with("momentum", value)
+
+    def trust_coefficient(self, value: float) -> "LARS":
+        """eta, the trust ratio's scale (the paper's 0.001)."""
+        return self._with("trust_coefficient", value)
+
+    def eps(self, value: float) -> "LARS":
+        return self._with("eps", value)
+
+    @property
+    def state(self) -> tuple[str, ...]:
+        return ("M", "N")
+
+    def graph_params(self) -> dict[str, Any]:
+        return {"kind": self.kind, "momentum": self.momentum_, "weight_decay": self.weight_decay_,
+                "trust_coefficient": self.trust_coefficient_, "eps": self.eps_}

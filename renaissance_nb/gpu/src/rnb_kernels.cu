@@ -225,6 +225,40 @@ extern "C" __global__ void rnb_sgd(float* w, const float* g, float* m, rnb_i64 n
                      maximize);
 }
 
+// LARS's norms of one weight (optim/lars.py; one thread): the block partial sums of rnb_grad_sq_partials over w and
+// over g, each added in block order, their square roots rounded to float: nrm = [||w||, ||g||].
+extern "C" __global__ void rnb_lars_norms(const double* pw, const double* pg, int blocks, const rnb_i64* flag,
+                                          float* nrm) {
+    if (flag[0]) return;
+    double sw = 0.0, sg = 0.0;
+    for (int b = 0; b < blocks; ++b) sw += pw[b];
+    for (int b = 0; b < blocks; ++b) sg += pg[b];
+    nrm[0] = (float)sqrt(sw);
+    nrm[1] = (float)sqrt(sg);
+}
+
+// LARS over one piece of the W/G/M ranges (kernels/fused.py lars_update, element for element): an adapted weight
+// (adapt = 1) scales g + wd * w by its trust ratio from nrm = [||w||, ||g||]; an excluded run takes g as it is.
+extern "C" __global__ void rnb_lars(float* w, const float* g, float* m, const float* nrm, rnb_i64 n,
+                                    const float* lr_table, rnb_i64 lr_len, const rnb_i64* step, const rnb_i64* flag,
+                                    double momentum, double weight_decay, double eta, double eps, int adapt) {
+    if (flag[0]) return;
+    rnb_i64 t = step[0];
+    float lr = lr_table[t < lr_len - 1 ? t : lr_len - 1];
+    float mom = (float)momentum, wd32 = (float)weight_decay, scale = 1.0f;
+    if (adapt) {
+        double wn = nrm[0], gn = nrm[1];
+        if (wn > 0.0 && gn > 0.0) scale = (float)(eta * wn / (gn + weight_decay * wn + eps));
+    }
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x) {
+        float gk = g[k];
+        if (adapt) gk = scale * (gk + wd32 * w[k]);
+        float buf = rnb_flush(mom * m[k] + gk);
+        m[k] = buf;
+        w[k] = w[k] - lr * buf;
+    }
+}
+
 // After the update: a skipped step (flag 1) is not a step; a halted task (flag 2) stays halted.
 extern "C" __global__ void rnb_optimizer_done(rnb_i64* step, rnb_i64* flag) {
     if (flag[0] == 1) flag[0] = 0;
