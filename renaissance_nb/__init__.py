@@ -7,7 +7,7 @@ from . import jit_cache  # noqa: F401 - first: it stamps numba's cache of every 
 from . import datasets
 from .blueprint import (BOTTLENECK, BOTTLENECK_DS, RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn,
                         cbr, conv, dropout, elu, fc, flatten, gap, gelu, hardswish, identity, leaky_relu, maxpool, relu,
-                        relu6, repeat, seq, sigmoid, silu, tanh)
+                        relu6, repeat, se, seq, sigmoid, silu, tanh)
 from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DeviceError, DownloadError,
                      ExportError, NumericalError, PhaseError, PlanError, RenaissanceError, ShapeError)
 from .compiler.atlas import GraphAtlas
@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "datasets", "BluePrint", "BOTTLENECK", "BOTTLENECK_DS", "RESNET_3_3", "RESNET_3_3_DS", "add2", "avgpool", "block", "bn", "cbr", "conv", "gap",
-    "maxpool", "dropout", "elu", "fc", "hardswish", "relu6", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
+    "maxpool", "dropout", "elu", "fc", "hardswish", "relu6", "se", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
     "sigmoid", "silu", "tanh", "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
     "ConfigError", "DataError", "DeviceError", "DownloadError", "ExportError", "NumericalError", "PhaseError", "PlanError",
     "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",

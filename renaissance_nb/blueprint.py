@@ -13,10 +13,11 @@ from .export import from_torch as _torch_reader  # noqa: F401 - registers BluePr
 from .blueprint_nodes import (LAYER_BUILDERS, SIZE_MAX, Add2, BluePrint, Layer, Named, Repeat, Seq, add2, repeat,
                               seq)
 from .ops import (BOTTLENECK, BOTTLENECK_DS, RESNET_3_3, RESNET_3_3_DS, avgpool, block, bn, cbr, conv, dropout, elu,
-                  fc, flatten, gap, gelu, hardswish, identity, leaky_relu, maxpool, relu, relu6, sigmoid, silu, tanh)
+                  fc, flatten, gap, gelu, hardswish, identity, leaky_relu, maxpool, relu, relu6, se, sigmoid, silu,
+                  tanh)
 
 __all__ = ["LAYER_BUILDERS", "SIZE_MAX", "Add2", "BluePrint", "Layer", "Named", "Repeat", "Seq", "add2", "repeat",
            "seq", "BOTTLENECK", "BOTTLENECK_DS", "RESNET_3_3", "RESNET_3_3_DS", "avgpool", "block", "bn", "cbr",
            "conv", "dropout", "elu", "fc",
-           "flatten", "gap", "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "relu", "relu6", "sigmoid",
+           "flatten", "gap", "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "relu", "relu6", "se", "sigmoid",
            "silu", "tanh"]

@@ -22,7 +22,8 @@ from .hardswish import hardswish
 from .identity import identity
 from .pool import avgpool, maxpool
 from .relu6 import relu6
+from .se import se
 
 __all__ = ["registry", "Add", "BOTTLENECK", "BOTTLENECK_DS", "RESNET_3_3", "RESNET_3_3_DS", "avgpool", "block", "bn", "cbr", "conv", "dropout", "elu",
-           "fc", "flatten", "gap", "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "relu", "relu6", "sigmoid",
+           "fc", "flatten", "gap", "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "relu", "relu6", "se", "sigmoid",
            "silu", "tanh"]

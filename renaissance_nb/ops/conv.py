@@ -3,17 +3,25 @@
 Feature maps are channels-last (N, H, W, C) in the arena (kernels/conv.py says why); the weight is
 stored (out, k, k, in) and leaves as PyTorch's (out, in, k, k) through the state dict. The CPU runs
 it by im2col tiles or, for 3x3 stride-1 ones, Winograd F(2x2, 3x3) in the same scratch.
+
+A grouped conv (``groups`` > 1: depthwise when groups == in == out) is another op with kernels of its
+own (ops/grouped_conv.py): the builder is this one, and this op hands such a layer's tensors, emission
+and ONNX to that one. (The compiler gives an executable layer the kind of the op its BluePrint kind
+maps to, so a grouped one stays kind "conv", named conv<n> in one count with the others, as from_torch
+counts Conv2d modules.) ``groups`` is a parameter only when above 1, so an ungrouped conv's Layer,
+BluePrint description, plan and checkpoint are what they were before groups existed.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ..blueprint_nodes import Layer, boolean, conv_args, nonneg_int, positive_int
-from ..errors import ShapeError
+from ..errors import BluePrintError, ShapeError, bad_argument
 from ..kernels.operands import CONV_THREADS, conv_scratch_shape, conv_tiles
 from ..memory.region import Region
 from .common import bias_partials, square, window_out, with_act_slot
-from .registry import Op, Refused, register
+from .grouped_conv import GROUPED_CONV, signature as grouped_signature
+from .registry import Op, Refused, op_of, register
 
 CONV_DW_PARTIALS = CONV_THREADS - 1
 """Weight-gradient partials of a tiled conv backward (kernels/conv_tiled.py): one per numba thread
@@ -21,11 +29,25 @@ after the first, so the tiled backward runs on at most CONV_DW_PARTIALS + 1 thre
 
 
 @conv_args
-def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True) -> Layer:
-    """2-D convolution (square kernel k, stride s, zero padding p), like nn.Conv2d(in, out, k, s, p)."""
-    return Layer("conv", (("bias", boolean("conv", "bias", bias)), ("k", positive_int("conv", "k", k, "conv(64, 3)")),
-                          ("out", positive_int("conv", "out", out, "conv(64, 3)")), ("p", nonneg_int("conv", "p", p)),
-                          ("s", positive_int("conv", "s", s, "conv(64, 3, s=2)"))))
+def conv(out: int, k: int, s: int = 1, p: int = 0, bias: bool = True, groups: int = 1) -> Layer:
+    """2-D convolution (square kernel k, stride s, zero padding p), like nn.Conv2d(in, out, k, s, p, groups=groups):
+    with groups g, each of g groups of in/g input channels makes out/g of the outputs (depthwise: g == in == out)."""
+    o = positive_int("conv", "out", out, "conv(64, 3)")
+    params = (("bias", boolean("conv", "bias", bias)), ("k", positive_int("conv", "k", k, "conv(64, 3)")),
+              ("out", o), ("p", nonneg_int("conv", "p", p)), ("s", positive_int("conv", "s", s, "conv(64, 3, s=2)")))
+    g = positive_int("conv", "groups", groups, "conv(32, 3, p=1, groups=32)")
+    if g == 1:  # no groups parameter: an ungrouped conv is the Layer it always was
+        return Layer("conv", params)
+    if o % g:
+        fits = ", ".join(str(d) for d in range(1, o + 1) if o % d == 0)
+        raise bad_argument(BluePrintError, "conv", "groups", groups, f"a divisor of out={o} (each group makes "
+                           "out/groups channels)", f"use one of {fits}, or an out that groups divides")
+    return Layer("conv", tuple(sorted(params + (("groups", g),))))
+
+
+def _grouped(p: dict[str, Any]) -> Op | None:
+    """The grouped conv's op for a layer with groups > 1 (ops/grouped_conv.py), else None."""
+    return op_of(GROUPED_CONV) if p.get("groups", 1) > 1 else None
 
 
 @register
@@ -37,6 +59,8 @@ class Convolution(Op):
     fuses = ("relu",)
 
     def signature(self, p: dict[str, Any]) -> str:
+        if _grouped(p):
+            return grouped_signature(p)
         return f"conv({p['out']}, k={p['k']}, s={p['s']}, p={p['p']}" + ("" if p["bias"] else ", bias=False") + ")"
 
     def arch(self, layer: Layer) -> tuple[str, tuple[tuple[str, Any], ...]]:
@@ -46,6 +70,9 @@ class Convolution(Op):
         return self.signature(p)
 
     def tensors(self, ctx: Any, idx: int, layer: Any, ins: list[tuple[int, ...]]) -> tuple[int, ...]:
+        grouped = _grouped(layer.p)
+        if grouped:
+            return grouped.tensors(ctx, idx, layer, ins)
         x = ins[0]
         if len(x) != 3:
             raise ShapeError(f"plan: {layer.name} (conv) gets input of shape {x}; conv needs images. "
@@ -72,13 +99,18 @@ class Convolution(Op):
 
     def forward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, training: bool,
                 ema: bool) -> None:
-        p = layer.p
+        p, grouped = layer.p, _grouped(layer.p)
+        if grouped:
+            return grouped.forward(e, g, gid, layer, xs, y, training, ema)
         ins = [xs[0], e.weight(layer, "weight", ema)] + ([e.weight(layer, "bias", ema)] if p["bias"] else [])
         e.emit(g, gid, "conv_fwd", ins, [y, e.ids[f"{layer.name}.cols"]], layer.name, k=p["k"], s=p["s"], p=p["p"],
                bias=p["bias"], act=p["act"])
 
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
+        grouped = _grouped(layer.p)
+        if grouped:
+            return grouped.backward(e, g, gid, layer, xs, y, dy, dxs)
         ids, p, dx, n = e.ids, layer.p, dxs[0], layer.name
         outs = [ids[f"{n}.weight@grad"]] + ([ids[f"{n}.bias@grad"]] if p["bias"] else [])
         own = ids.get(f"{n}.bwd_cols")  # a tiled conv's backward: its own scratch for both column tiles
@@ -90,14 +122,17 @@ class Convolution(Op):
                n, k=p["k"], s=p["s"], p=p["p"], bias=p["bias"], act=p["act"], need_dx=dx is not None, scratch=scratch)
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
+        grouped = _grouped(layer.p)
+        if grouped:
+            return grouped.onnx(g, layer, xs, out)
         p, name = layer.p, layer.name
         ins = [xs[0], g.weight(name, "weight")] + ([g.weight(name, "bias")] if p["bias"] else [])
         return g.node("Conv", ins, out, kernel_shape=[p["k"]] * 2, strides=[p["s"]] * 2, pads=[p["p"]] * 4)
 
     def from_torch(self, m: Any) -> dict[str, Any]:
-        if m.groups != 1 or square(m.dilation, "dilation") != 1 or m.padding_mode != "zeros":
-            raise Refused(f"groups={m.groups}, dilation={m.dilation}, padding_mode={m.padding_mode!r} (only groups=1, "
-                          "dilation=1 and zero padding are supported)")
-        return {"layer": "conv", "params": {"out": m.out_channels, "k": square(m.kernel_size, "kernel_size"),
-                                            "s": square(m.stride, "stride"), "p": square(m.padding, "padding"),
-                                            "bias": m.bias is not None}}
+        if square(m.dilation, "dilation") != 1 or m.padding_mode != "zeros":
+            raise Refused(f"dilation={m.dilation}, padding_mode={m.padding_mode!r} (only dilation=1 and zero padding "
+                          "are supported)")
+        params = {"out": m.out_channels, "k": square(m.kernel_size, "kernel_size"), "s": square(m.stride, "stride"),
+                  "p": square(m.padding, "padding"), "bias": m.bias is not None}
+        return {"layer": "conv", "params": params | ({"groups": m.groups} if m.groups != 1 else {})}
