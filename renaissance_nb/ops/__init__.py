@@ -18,6 +18,7 @@ from .elu import elu
 from .fc import fc
 from .flatten import flatten
 from .gap import gap
+from .grouped_conv import GroupedConvolution  # conv(..., groups=g > 1) plans into it
 from .hardswish import hardswish
 from .identity import identity
 from .pool import avgpool, maxpool
