@@ -132,7 +132,7 @@ def loss(value: Any) -> Fields:
 def optimizer(value: Any) -> Fields:
     if not isinstance(value, Optimizer):
         raise bad_argument(ConfigError, "optimizer", "optimizer", value,
-                           "renaissance_nb's SGD(), Adam() or AdamW()" + foreign(value),
+                           "renaissance_nb's SGD(), Adam(), AdamW() or LARS()" + foreign(value),
                            "pass an optimizer object, e.g. AdamW().weight_decay(1e-4)")
     return {"optimizer": value}
 
