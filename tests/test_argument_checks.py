@@ -259,10 +259,10 @@ def test_from_dict_rebuilds_through_the_builders() -> None:
 
 
 @pytest.mark.parametrize("call, said", [
-    (lambda: conv(8, 3, padding=1), "conv: padding=1 is invalid; expected one of the names: out, k, s, p, bias. "
-                                    "Fix: write p= (PyTorch's padding=)"),
-    (lambda: conv(8, kernel_size=3), "conv: kernel_size=3 is invalid; expected one of the names: out, k, s, p, bias. "
-                                     "Fix: write k= (PyTorch's kernel_size=)"),
+    (lambda: conv(8, 3, padding=1), "conv: padding=1 is invalid; expected one of the names: out, k, s, p, bias, "
+                                    "groups. Fix: write p= (PyTorch's padding=)"),
+    (lambda: conv(8, kernel_size=3), "conv: kernel_size=3 is invalid; expected one of the names: out, k, s, p, bias, "
+                                     "groups. Fix: write k= (PyTorch's kernel_size=)"),
     (lambda: fc(out_features=10), "Fix: write out= (PyTorch's out_features=)"),
     (lambda: relu(inplace=True), "relu: inplace=True is invalid; expected no arguments (relu() takes no keywords). "
                                  "Fix: drop inplace=: every layer writes its own region of the arena"),
@@ -287,7 +287,7 @@ def test_layer_builders_name_their_arguments_and_pytorch_spellings(call, said) -
 def test_checked_layer_builders_keep_their_signatures() -> None:
     import inspect
 
-    assert list(inspect.signature(conv).parameters) == ["out", "k", "s", "p", "bias"]
+    assert list(inspect.signature(conv).parameters) == ["out", "k", "s", "p", "bias", "groups"]
     assert conv(8, 3, p=1) == conv(out=8, k=3, s=1, p=1, bias=True)
 
 

@@ -113,8 +113,10 @@ def test_thirty_steps_with_batch_norm_match_torchs_bottleneck() -> None:
 def test_bottleneck_options_are_checked() -> None:
     with pytest.raises(BluePrintError, match="multiple of 4"):
         block(30, BOTTLENECK)
-    with pytest.raises(BluePrintError, match="does not take"):
+    with pytest.raises(BluePrintError, match=r"block: s=2 is invalid; expected one of the names: out, kind\. Fix: remove"):
         block(32, BOTTLENECK, s=2)
+    with pytest.raises(BluePrintError, match=r"Fix: write s= \(PyTorch's stride=\)"):
+        block(32, BOTTLENECK_DS, stride=2)
     with pytest.raises(BluePrintError, match="positive int"):
         block(32, BOTTLENECK_DS, s=0)
     assert "block(64, BOTTLENECK_DS, s=1)" in OURS.tree() or block(64, BOTTLENECK_DS, s=1).label.endswith("s=1)")

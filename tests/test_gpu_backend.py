@@ -93,7 +93,7 @@ def test_models_with_ops_the_gpu_lacks_are_named(monkeypatch: pytest.MonkeyPatch
     from renaissance_nb.blueprint import avgpool
     from renaissance_nb.gpu import kernels as gpu_kernels
     from renaissance_nb.gpu.executor import check_supported
-    from renaissance_nb.kernels.cpu import KERNELS
+    from renaissance_nb.runtime.bind import KERNELS  # the shared CPU table and every op's own kernels
     # every op the CPU backend runs has a GPU kernel but the MPI all-reduce: data-parallel training on GPUs
     # (NCCL) is not built, and plan() refuses distributed("mpi") with device("cuda")
     assert set(KERNELS) - set(GPU_KERNELS) == {"allreduce_mean", "allreduce_start", "allreduce_wait"}

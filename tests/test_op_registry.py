@@ -76,3 +76,30 @@ def test_every_layer_kind_has_a_builder_that_round_trips(kind: str) -> None:
         LAYER_BUILDERS[kind](8) if kind == "fc" else LAYER_BUILDERS[kind](8, 3))
     assert BluePrint.from_dict(layer.to_dict()) == layer
     assert registry.op_for_layer(kind) is registry.BY_LAYER[kind]
+
+
+def test_every_trainable_parameter_is_all_reduced_in_exactly_one_bucket() -> None:
+    """Data-parallel buckets (allreduce='buckets') cover every gradient of every op, its named parts
+    included (se's fc1/fc2), and never a feature map's gradient slot."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from renaissance_nb import DeepLearningTask
+    from renaissance_nb.compiler.emit import emit_training_graph
+    from renaissance_nb.compiler.pipeline import step_options
+    from renaissance_nb.ops import bn, cbr, conv, fc, gap, se
+    from renaissance_nb.blueprint_nodes import seq
+
+    x = np.random.default_rng(0).normal(size=(32, 3, 8, 8)).astype(np.float32)
+    task = (DeepLearningTask().model(seq(cbr(8, 3, 1, 1), se(4), conv(8, 3, p=1, groups=8), bn(), gap(), fc(3)))
+            .data(train=(x, np.arange(32) % 3), batch_size=16))
+    task.lock_memory()
+    ids = task.planned.shapes.tables["train_base"].ids
+    params = task.planned.shapes.tables["train_base"].params
+    opts = replace(step_options(task.config), ranks=2, allreduce="buckets")
+    graph = emit_training_graph(task.planned.arch, ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
+    buckets = [(gid, n.inputs) for gid, n in graph if n.op == "allreduce_start"]
+    once = [i for gid, ins in buckets if gid.name != "FIRST_LAYER_BWD_B" for i in ins]  # B: the A step's twin
+    trainable = sorted(ids[f"{p.name}@grad"] for p in params if p.trainable)
+    assert sorted(once) == trainable

@@ -96,8 +96,13 @@ class _Emitter:
 
 
 def _grads(ids: dict[str, int], layer: str) -> list[int]:
-    """A layer's parameter gradients (its bucket): weight, then bias, where it has them."""
-    return [ids[n] for n in (f"{layer}.weight@grad", f"{layer}.bias@grad") if n in ids]
+    """A layer's parameter gradients (its bucket): weight, then bias, where it has them, then those of
+    its named parts in table order (se's ``se1.fc1.weight@grad``...); never its output's gradient slots."""
+    first = [ids[n] for n in (f"{layer}.weight@grad", f"{layer}.bias@grad") if n in ids]
+    out = f"{layer}.out@"
+    parts = [i for n, i in ids.items() if n.startswith(f"{layer}.") and n.endswith("@grad") and not n.startswith(out)
+             and i not in first and "@" not in n[:-len("@grad")]]
+    return first + sorted(parts)
 
 
 def _start_bucket(g: ComputationGraph, gid: GraphId, ids: dict[str, int], layer: str, ranks: int) -> None:

@@ -118,7 +118,7 @@ def plan_architecture(bp: BluePrint, fuse: bool = True) -> ArchPlan:
 
     def walk(b: BluePrint, x: str) -> str:
         if isinstance(b, Layer):
-            op = op_for_layer(b.kind)
+            op = op_for_layer(b.kind).plans_into(b)
             planned = op.arch(b)
             if planned is None:  # identity: the next layer reads x itself
                 return x

@@ -444,7 +444,8 @@ def blueprint_view(task: Any) -> dict[str, Any]:
         if shapes is not None:
             for p in shapes.tables["train_base"].params:  # parameters, as torch counts them: BN's
                 if p.trainable:                              # running statistics are buffers
-                    params[p.layer] = params.get(p.layer, 0) + _param_count(p.shape)
+                    owner = p.layer.split(".", 1)[0]  # se1.fc1's weights count for se1
+                    params[owner] = params.get(owner, 0) + _param_count(p.shape)
         for layer in arch.layers:
             i, o = io.get(layer.name, (None, None))
             what = layer.describe().split(": ", 1)[-1].split("  <- ", 1)[0]

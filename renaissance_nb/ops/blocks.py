@@ -4,9 +4,10 @@ kinds each live in a module of their own and register here: ResNet's basic block
 BOTTLENECK in bottleneck.py, MBCONV in mbconv.py."""
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
-from ..blueprint_nodes import BluePrint, Named, add2, conv_args, positive_int, seq
+from ..blueprint_nodes import CONV_NAMES, BluePrint, Named, add2, conv_args, positive_int, seq
 from ..errors import BluePrintError, bad_argument
 from .activation import relu
 from .bn import bn
@@ -46,12 +47,22 @@ def block(out: int, kind: str = RESNET_3_3, **options: Any) -> Named:
     if build is None:
         raise bad_argument(BluePrintError, "block", "kind", kind, f"one of {', '.join(BLOCK_KINDS)}",
                            "pass kind=RESNET_3_3 (same size) or RESNET_3_3_DS (downsample), or another listed kind")
-    try:
-        body, label = build(out, **options)
-    except TypeError as exc:  # an option this kind does not take
-        raise BluePrintError(f"block: kind={kind} got options {options!r} it does not take ({exc}). Fix: see "
-                             f"help(block); e.g. s= belongs to the _DS kinds, expand= to MBCONV.") from None
+    _check_options(kind, build, options)
+    body, label = build(out, **options)
     return Named(f"block({out}, {kind}{label})", body)
+
+
+def _check_options(kind: str, build: Callable[..., BluePrint], options: dict[str, Any]) -> None:
+    """An option the kind does not take is named with the ones it does (PyTorch's stride= read as s=)."""
+    takes = [q for q in inspect.signature(build).parameters if q != "out"]
+    for name, value in options.items():
+        if name in takes:
+            continue
+        ours = CONV_NAMES.get(name)
+        fix = (f"write {ours}= (PyTorch's {name}=)" if ours in takes else
+               f"remove {name}= or use one of those names" + ("" if takes else f" (kind={kind} takes no options)"))
+        raise BluePrintError(f"block: {name}={value!r} is invalid; expected one of the names: "
+                             f"{', '.join(['out', 'kind', *takes])}. Fix: {fix}.")
 
 
 @block_kind(RESNET_3_3)

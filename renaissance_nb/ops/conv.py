@@ -5,10 +5,9 @@ stored (out, k, k, in) and leaves as PyTorch's (out, in, k, k) through the state
 it by im2col tiles or, for 3x3 stride-1 ones, Winograd F(2x2, 3x3) in the same scratch.
 
 A grouped conv (``groups`` > 1: depthwise when groups == in == out) is another op with kernels of its
-own (ops/grouped_conv.py): the builder is this one, and this op hands such a layer's tensors, emission
-and ONNX to that one. (The compiler gives an executable layer the kind of the op its BluePrint kind
-maps to, so a grouped one stays kind "conv", named conv<n> in one count with the others, as from_torch
-counts Conv2d modules.) ``groups`` is a parameter only when above 1, so an ungrouped conv's Layer,
+own (ops/grouped_conv.py): the builder is this one, and ``plans_into`` sends such a layer to that op
+(labelled conv<n> in one count with the others, as from_torch counts Conv2d modules).
+``groups`` is a parameter only when above 1, so an ungrouped conv's Layer,
 BluePrint description, plan and checkpoint are what they were before groups existed.
 """
 from __future__ import annotations
@@ -58,6 +57,9 @@ class Convolution(Op):
     parametrized = True
     fuses = ("relu",)
 
+    def plans_into(self, layer: Layer) -> Op:
+        return _grouped(layer.p) or self
+
     def signature(self, p: dict[str, Any]) -> str:
         if _grouped(p):
             return grouped_signature(p)
@@ -70,9 +72,6 @@ class Convolution(Op):
         return self.signature(p)
 
     def tensors(self, ctx: Any, idx: int, layer: Any, ins: list[tuple[int, ...]]) -> tuple[int, ...]:
-        grouped = _grouped(layer.p)
-        if grouped:
-            return grouped.tensors(ctx, idx, layer, ins)
         x = ins[0]
         if len(x) != 3:
             raise ShapeError(f"plan: {layer.name} (conv) gets input of shape {x}; conv needs images. "
@@ -99,18 +98,13 @@ class Convolution(Op):
 
     def forward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, training: bool,
                 ema: bool) -> None:
-        p, grouped = layer.p, _grouped(layer.p)
-        if grouped:
-            return grouped.forward(e, g, gid, layer, xs, y, training, ema)
+        p = layer.p
         ins = [xs[0], e.weight(layer, "weight", ema)] + ([e.weight(layer, "bias", ema)] if p["bias"] else [])
         e.emit(g, gid, "conv_fwd", ins, [y, e.ids[f"{layer.name}.cols"]], layer.name, k=p["k"], s=p["s"], p=p["p"],
                bias=p["bias"], act=p["act"])
 
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
-        grouped = _grouped(layer.p)
-        if grouped:
-            return grouped.backward(e, g, gid, layer, xs, y, dy, dxs)
         ids, p, dx, n = e.ids, layer.p, dxs[0], layer.name
         outs = [ids[f"{n}.weight@grad"]] + ([ids[f"{n}.bias@grad"]] if p["bias"] else [])
         own = ids.get(f"{n}.bwd_cols")  # a tiled conv's backward: its own scratch for both column tiles
@@ -122,9 +116,6 @@ class Convolution(Op):
                n, k=p["k"], s=p["s"], p=p["p"], bias=p["bias"], act=p["act"], need_dx=dx is not None, scratch=scratch)
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
-        grouped = _grouped(layer.p)
-        if grouped:
-            return grouped.onnx(g, layer, xs, out)
         p, name = layer.p, layer.name
         ins = [xs[0], g.weight(name, "weight")] + ([g.weight(name, "bias")] if p["bias"] else [])
         return g.node("Conv", ins, out, kernel_shape=[p["k"]] * 2, strides=[p["s"]] * 2, pads=[p["p"]] * 4)

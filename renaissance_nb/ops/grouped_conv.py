@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import PlanError, ShapeError
 from ..kernels.base import EMPTY_F32
 from ..kernels.operands import check_shape, out_size, relu_code
-from .common import window_out
+from .common import with_act_slot, window_out
 from .registry import Op, register
 
 GROUPED_CONV = "grouped_conv"
@@ -376,6 +376,10 @@ class GroupedConvolution(Op):
     cpu_kernels = {"grouped_conv_fwd": cpu_fwd, "grouped_conv_bwd": cpu_bwd}
     gpu_kernels = {"grouped_conv_fwd": gpu_fwd, "grouped_conv_bwd": gpu_bwd}
     cuda_source = CUDA
+
+    def arch(self, layer: Any) -> tuple[str, tuple[tuple[str, Any], ...]]:
+        """Labelled "conv": conv<n> in one count with the ungrouped ones, as from_torch counts Conv2d."""
+        return "conv", with_act_slot(layer.params)
 
     def describe(self, p: dict[str, Any]) -> str:
         return signature(p)

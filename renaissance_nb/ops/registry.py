@@ -66,6 +66,11 @@ class Op:
         """How the builder call reads in a BluePrint tree; None: ``kind(name=value, ...)``."""
         return None
 
+    def plans_into(self, layer: "Layer") -> "Op":
+        """The op that runs this layer: itself, or another op for a variant with kernels of its own
+        (a grouped conv plans into ops/grouped_conv.py's op, named in the same count as the others)."""
+        return self
+
     def arch(self, layer: "Layer") -> tuple[str, tuple[tuple[str, Any], ...]] | None:
         """(label, params) of the executable layer ``layer`` becomes; None: it plans to nothing."""
         return layer.kind, layer.params
