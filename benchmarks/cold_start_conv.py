@@ -32,7 +32,7 @@ t = (rnb.DeepLearningTask("c").model(convnet()).data(train=(x[:896], y[:896]), v
      .optimizer(rnb.AdamW()).total_epochs(1).seed(0))
 t.compile()
 t.run(progress=False)
-print(next((n for n in t.compiled.notes if "Winograd" in n), "no Winograd layers"))
+print(next((n for n in t.runner.notes if "Winograd" in n), "no Winograd layers"))
 """
 
 

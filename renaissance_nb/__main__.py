@@ -65,11 +65,11 @@ def train(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     task.compile()
     compiled = task.compiled
-    assert compiled is not None  # compile() succeeded
+    assert compiled is not None and task.runner is not None  # compile() succeeded
     a = compiled.atlas
     print(f"compile()      COMPILED       {1e3 * (time.perf_counter() - t):7.1f} ms  {len(a.entries)} atlas entries "
           f"-> {len(a.captures)} distinct bound graphs, device {task.device_kind}")
-    for note in compiled.notes:
+    for note in (*compiled.notes, *task.runner.notes):  # the plan's, then what binding found
         if note.startswith(("device", "padded rows")):
             print(f"               {note}")
     print("\narena by region family:")

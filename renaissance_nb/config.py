@@ -14,6 +14,7 @@ from typing import Any
 from .blueprint import BluePrint
 from .data.arrays import DataSplits
 from .errors import ConfigError, RenaissanceError
+from .train.epochs import EpochBatches
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW, Optimizer
 from .train.schedulers import Scheduler
@@ -91,11 +92,29 @@ class TaskConfig:
     @property
     def local_batch(self) -> int:
         """The samples one rank takes of each global batch (``batch_size`` on one process)."""
-        return self.batch_size // self.ranks
+        return self.train_batches.shard(self.ranks).batch
+
+    @property
+    def train_batches(self) -> EpochBatches:
+        """The global batches of a training epoch (no samples without data)."""
+        return EpochBatches(len(self.data.train) if self.data else 0, self.batch_size)
+
+    @property
+    def val_batches(self) -> EpochBatches:
+        """The batches of a validation pass (no samples without validation data)."""
+        return EpochBatches(len(self.data.val) if self.data and self.data.val is not None else 0, self.val_batch)
 
     @property
     def steps_per_epoch(self) -> int:
-        return -(-len(self.data.train) // self.batch_size) if self.data else 0
+        return self.train_batches.steps
+
+    @property
+    def base_lr(self) -> float:
+        """The rate the schedule scales, or every step's without one: the scheduler's ``base_lr`` where
+        set, else the optimizer's ``lr`` (as PyTorch's schedulers scale the optimizer's). The one owner:
+        the plan's table (compiler/pipeline.py) and ReduceLROnPlateau's first rate (runtime/trainer.py)."""
+        sched = self.scheduler
+        return self.optimizer.lr_ if sched is None or sched.base_lr_ is None else sched.base_lr_
 
     @property
     def total_steps(self) -> int:

@@ -19,8 +19,8 @@ import numpy as np
 from . import config_checks as check
 from .blueprint import BluePrint
 from .checks import arguments_checked, as_flag
-from .compiler.pipeline import (Locked, Planned, compile_stage, describe_compiled, learning_rates, lock_stage,
-                                plan_stage)
+from .compiler.pipeline import (Locked, Planned, compile_stage, describe_compiled, learning_rates,
+                                learning_rates_key, lock_stage, plan_stage)
 from .compiler.stages import CompiledPlan
 from .compiler.layers import ArchPlan
 from .config import TaskConfig
@@ -455,7 +455,7 @@ class DeepLearningTask(Phased):
         if self.planned is not None:
             return self.planned.lr_table
         c = self._config
-        key = (c.scheduler, type(c.optimizer), c.optimizer.lr_, c.steps_per_epoch, c.total_epochs)
+        key = learning_rates_key(c)
         if self._lr_cache is None or self._lr_cache[0] != key:
             self._lr_cache = (key, learning_rates(c))
         return self._lr_cache[1]
@@ -468,7 +468,7 @@ class DeepLearningTask(Phased):
         if self.locked is not None:
             lines.append(self.locked.memory.summary())
         if self.compiled is not None:
-            lines += describe_compiled(self.compiled)
+            lines += describe_compiled(self.compiled, self.runner.notes if self.runner is not None else ())
         return "\n".join(lines)
 
     def inspect(self):  # type: ignore[no-untyped-def]

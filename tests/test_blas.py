@@ -239,7 +239,7 @@ def test_compile_notes_say_what_the_products_run_on() -> None:
     x = np.random.default_rng(0).standard_normal((64, 8), dtype=np.float32)
     t = (rnb.DeepLearningTask("t").model(rnb.seq(rnb.fc(4))).data(train=(x, np.arange(64, dtype=np.int32) % 4), batch_size=16)
          .total_epochs(1).compile())
-    notes = [n for n in t.compiled.notes if n.startswith("device: CPU")]
+    notes = [n for n in t.runner.notes if n.startswith("device: CPU")]
     from renaissance_nb.kernels import native
     assert notes == [f"device: CPU, {blas.describe()}; {native.plan_note(t.runner.executor.ops)}."]
     if blas.THREADED:

@@ -14,6 +14,7 @@ def test_train_prints_phases_plan_and_learns(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     for phase in ("plan()", "PLANNING", "lock_memory()", "MEMORY_LOCKED", "compile()", "COMPILED", "device cpu"):
         assert phase in out
+    assert re.search(r"^ {15}device: CPU, .*fused passes in ", out, re.M), out  # the runner's note, under compile()
     tops = [float(t) for t in re.findall(r"val loss [\d.]+ +top1 +([\d.]+)%", out)]
     assert len(tops) == 2 and tops[-1] > 80.0, out  # real MNIST digits: well above chance after 2 epochs
 

@@ -816,7 +816,7 @@ def test_a_gpu_backend_that_fails_to_start_falls_back_under_auto(monkeypatch, de
         return
     task.compile()
     assert task.device_kind == "cpu"
-    assert any(n.startswith("device: auto chose the CPU: No module named") for n in task.compiled.notes)
+    assert any(n.startswith("device: auto chose the CPU: No module named") for n in task.runner.notes)
     task.run(progress=False)
     assert np.isfinite(task.result.history[-1].train_loss)
 

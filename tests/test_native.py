@@ -328,7 +328,7 @@ def test_a_plan_runs_on_one_thread_pool() -> None:
            .optimizer(AdamW()).total_epochs(1).compile())
 
     def note(t: DeepLearningTask) -> str:
-        return next(n for n in t.compiled.notes if n.startswith("device: CPU"))
+        return next(n for n in t.runner.notes if n.startswith("device: CPU"))
     assert "fused passes in C" in note(mlp)
     assert "fused passes in numba: the plan's" in note(conv) and "conv_fwd" in note(conv)
     with native.chosen_for(conv.runner.executor.ops) as use_c:

@@ -158,13 +158,13 @@ def test_the_compile_notes_name_the_winograd_layers(monkeypatch) -> None:
         t.compile()
         return t
     t = compiled()
-    note = next(n for n in t.compiled.notes if n.startswith("convolutions by Winograd"))
+    note = next(n for n in t.runner.notes if n.startswith("convolutions by Winograd"))
     assert "(3x3, stride 1): conv2, conv3, conv6;" in note
     every = ("forward", "weight gradient", "input gradient")
     assert t.executor.winograd_layers() == {"conv2": every, "conv3": every, "conv6": every}
     monkeypatch.setenv("RNB_WINOGRAD", "0")
     t = compiled()
-    assert not any("Winograd" in n for n in t.compiled.notes) and t.executor.winograd_layers() == {}
+    assert not any("Winograd" in n for n in t.runner.notes) and t.executor.winograd_layers() == {}
 
 
 def test_the_winograd_passes_match_pytorch(spy) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from ..memory.liveness import Lifetimes
 from ..memory.plan import MemoryPlan
 from ..text import bytes_versus, human_bytes, plural
 from ..train.callbacks import lacking_field
+from ..train.epochs import EpochBatches
 from ..train.plateau import ReduceLROnPlateau
 from ..ops.registry import op_of
 from .emit import StepOptions
@@ -39,8 +40,8 @@ NO_DATA = "plan: no data was set. Fix: task.data(datasets.default_mnist()) or ta
 
 
 def learning_rates(config: TaskConfig) -> np.ndarray:
-    """The learning rate of every step, read-only: the scheduler's table over the optimizer's lr (or its own
-    base_lr)."""
+    """The learning rate of every step, read-only: the scheduler's table over ``config.base_lr`` (the
+    optimizer's lr, or the scheduler's own base_lr), or that rate at every step without a scheduler."""
     spe, total = config.steps_per_epoch, config.total_steps
     if total > MAX_STEPS:
         raise bad_argument(ConfigError, "total_epochs", "epochs", config.total_epochs,
@@ -50,14 +51,20 @@ def learning_rates(config: TaskConfig) -> np.ndarray:
                            "train for fewer epochs, or with a larger batch size")
     opt, sched = config.optimizer, config.scheduler
     if sched is None:
-        return _read_only(np.full(total, opt.lr_, np.float32))
-    base = sched.base_lr_
-    if base is not None and opt.lr_ not in (base, type(opt)().lr_):
+        return _read_only(np.full(total, config.base_lr, np.float32))
+    if sched.base_lr_ is not None and opt.lr_ not in (sched.base_lr_, type(opt)().lr_):
         raise ConfigError(f"plan: two learning rates: {type(opt).__name__}(lr={opt.lr_!r}) and "
-                          f"{type(sched).__name__}(base_lr={base!r}); the schedule would scale "
+                          f"{type(sched).__name__}(base_lr={sched.base_lr_!r}); the schedule would scale "
                           "base_lr and ignore the optimizer's. Fix: drop base_lr to schedule the optimizer's lr "
                           "(as PyTorch does), or set the same value in both.")
-    return _read_only(sched.table(spe, config.total_epochs, opt.lr_))
+    return _read_only(sched.table(spe, config.total_epochs, config.base_lr))
+
+
+def learning_rates_key(config: TaskConfig) -> tuple[Any, ...]:
+    """What ``learning_rates`` reads (the two-rates check reads the optimizer's lr and its kind's default):
+    a table kept for one key holds while the key is equal (task.lr_table caches it by this)."""
+    return (config.scheduler, type(config.optimizer), config.optimizer.lr_, config.base_lr, config.steps_per_epoch,
+            config.total_epochs)
 
 
 def _read_only(table: np.ndarray) -> np.ndarray:
@@ -154,9 +161,7 @@ def plan_stage(config: TaskConfig) -> Planned:
     if config.train_resolution is not None:
         (h0, w0), (h1, w1), _ = config.train_resolution
         first, low = (sample[0], h0, w0), (sample[0], h1, w1)
-    n_train, batch = local_sizes(config)
-    specs = variant_specs(n_train, len(s.val) if s.val is not None else 0, batch, config.val_batch,
-                          sample, lowres_shape=low, train_shape=first)
+    specs = variant_specs(local_sizes(config), config.val_batches, sample, lowres_shape=low, train_shape=first)
     shapes = derive_all_shapes(arch, specs, s.train.num_classes, config.optimizer.state, config.total_steps,
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
                                class_weights=config.loss.weight_ is not None)
@@ -164,31 +169,32 @@ def plan_stage(config: TaskConfig) -> Planned:
     return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)), lr_table)
 
 
-def local_sizes(config: TaskConfig) -> tuple[int, int]:
-    """(training samples, batch) of one rank: every global batch, the last partial one too, is split
-    into equal contiguous shards, so a rank's plan is the same on every rank and the mean of the
-    ranks' mean gradients is the global batch's mean gradient."""
+def local_sizes(config: TaskConfig) -> EpochBatches:
+    """One rank's training batches: every global batch, the last partial one too, is split into equal
+    contiguous shards, so a rank's plan is the same on every rank and the mean of the ranks' mean
+    gradients is the global batch's mean gradient."""
     assert config.data is not None
-    n, batch, ranks = len(config.data.train), config.batch_size, config.ranks
-    if ranks == 1:
-        return n, batch
-    last = n % batch
-    if batch % ranks or last % ranks:
-        what = (f"batch_size={batch}" if batch % ranks else
-                f"the last batch of an epoch ({n} samples = {n // batch} x {batch} + {last})")
-        raise ConfigError(f"plan: {what} does not split evenly over {ranks} ranks: every rank takes an equal "
-                          "contiguous shard of each global batch, so that the ranks' plans are alike and the "
-                          "averaged gradient is the global batch's. Fix: a batch_size that is a multiple of "
-                          f"{ranks} and leaves a last batch that is one (or none), e.g. "
-                          f"{_fitting_batch(n, batch, ranks)}, or another number of ranks.")
-    return n // ranks, batch // ranks
+    epoch, ranks = config.train_batches, config.ranks
+    if epoch.splits_over(ranks):
+        return epoch.shard(ranks)
+    n, batch = epoch.n, epoch.batch
+    why = ("every rank takes an equal contiguous shard of each global batch, so that the ranks' plans are alike "
+           "and the averaged gradient is the global batch's")
+    if n % ranks:  # n = q * batch + last: were batch and last multiples of ranks, n would be one too
+        raise ConfigError(f"plan: {n} training samples do not split evenly over {ranks} ranks with any batch size "
+                          f"({n} = {n // batch} x {batch} + {epoch.remainder}): {why}, the last batch's too. Fix: "
+                          f"train on a multiple of {ranks} samples (drop {n % ranks}), or another number of ranks.")
+    raise ConfigError(f"plan: batch_size={batch} does not split evenly over {ranks} ranks: {why}. Fix: a batch_size "
+                      f"that is a multiple of {ranks} (its last batch then is one too), e.g. "
+                      f"{_fitting_batch(n, batch, ranks)}, or another number of ranks.")
 
 
 def _fitting_batch(n: int, batch: int, ranks: int) -> int:
-    """The batch size nearest ``batch`` whose batches, the last one too, split over ``ranks``."""
+    """The batch size nearest ``batch`` whose batches, the last one too, split over ``ranks`` (there is
+    one, ``ranks`` itself, when ``n`` is a multiple of ``ranks``)."""
     for d in range(0, batch):
         for b in (batch - d, batch + d):
-            if b >= ranks and b % ranks == 0 and (n % b) % ranks == 0:
+            if b >= ranks and EpochBatches(n, b).splits_over(ranks):
                 return b
     return ranks
 
@@ -261,17 +267,18 @@ def compile_stage(config: TaskConfig, planned: Planned, locked: Locked) -> Compi
     """Stage 5: the atlas (which (graph, GraphId, ShapeId) triples are bound, shared where shapes agree)."""
     specs, table = planned.shapes.specs, planned.shapes.tables["train_base"]
     atlas = share_or_clone(specs, locked.graphs, locked.plans, config.zero_grad, config.nan_check)
-    return CompiledPlan(planned.arch, planned.shapes, list(planned.max_slot_bytes), locked.memory.lifetimes,
+    return CompiledPlan(planned.arch, planned.shapes, planned.max_slot_bytes, locked.memory.lifetimes,
                         locked.plans, locked.graphs, atlas, table.ids, table.params,
-                        _plan_notes(config, locked.memory))
+                        tuple(_plan_notes(config, locked.memory)))
 
 
-def describe_compiled(compiled: Any) -> list[str]:
-    """The atlas lines of a task summary."""
+def describe_compiled(compiled: Any, bound_notes: Sequence[str] = ()) -> list[str]:
+    """The atlas lines of a task summary, then the plan's notes and ``bound_notes``, what binding it
+    found (the Runner's: the device, the kernels chosen)."""
     a = compiled.atlas
     lines = [f"atlas: {len(a.entries)} entries over {len(a.variants)} variants -> "
              f"{len(a.captures)} distinct bound graphs; ShapeIds "
              + ", ".join(f"s{k}={'any' if v is None else v}" for k, v in a.shape_ids.items())]
     if a.collapsed:
         lines.append("variants collapsed: " + ", ".join(f"{k} -> {v}" for k, v in a.collapsed.items()))
-    return lines + [f"note: {n}" for n in compiled.notes]
+    return lines + [f"note: {n}" for n in (*compiled.notes, *bound_notes)]

@@ -13,7 +13,7 @@ them into the task's plan(), lock_memory() and compile().
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,6 +24,7 @@ from ..memory.liveness import Lifetimes, lifetimes_from_programs
 from ..memory.plan import MemoryPlan
 from ..text import human_bytes, plural
 from ..memory.region import PARAM_FAMILIES
+from ..train.epochs import EpochBatches
 from .atlas import GraphAtlas, build_atlas
 from .graph import ComputationGraph, GraphNode
 from .ids import GraphId
@@ -51,25 +52,24 @@ class VariantSpec:
         return (self.batch, *self.sample_shape)
 
 
-def variant_specs(n_train: int, n_val: int, batch: int, val_batch: int, sample_shape: tuple[int, ...],
+def variant_specs(train: EpochBatches, val: EpochBatches, sample_shape: tuple[int, ...],
                   lowres_shape: tuple[int, ...] | None = None,
                   train_shape: tuple[int, ...] | None = None) -> dict[str, VariantSpec]:
     """The six variants of a data set: full and last batches, two resolutions, validation.
 
-    ``train_shape`` is the first training resolution (default: the data's),
+    ``train`` is one rank's training batches (compiler/pipeline.py ``local_sizes``), ``val`` the
+    validation pass's; ``train_shape`` is the first training resolution (default: the data's),
     ``lowres_shape`` the one after the progressive-resizing boundary.
     """
     first = tuple(train_shape) if train_shape is not None else tuple(sample_shape)
     low = tuple(lowres_shape) if lowres_shape is not None else first
-    last = n_train % batch or batch
-    vlast = (n_val % val_batch or val_batch) if n_val else val_batch
     return {
-        "train_base": VariantSpec("train_base", batch, first),
-        "train_last": VariantSpec("train_last", last, first),
-        "train_lowres": VariantSpec("train_lowres", batch, low, lowres_shape is not None),
-        "train_lowres_last": VariantSpec("train_lowres_last", last, low, lowres_shape is not None),
-        "val_base": VariantSpec("val_base", val_batch, tuple(sample_shape), n_val > 0),
-        "val_last": VariantSpec("val_last", vlast, tuple(sample_shape), n_val > 0),
+        "train_base": VariantSpec("train_base", train.batch, first),
+        "train_last": VariantSpec("train_last", train.last, first),
+        "train_lowres": VariantSpec("train_lowres", train.batch, low, lowres_shape is not None),
+        "train_lowres_last": VariantSpec("train_lowres_last", train.last, low, lowres_shape is not None),
+        "val_base": VariantSpec("val_base", val.batch, tuple(sample_shape), val.n > 0),
+        "val_last": VariantSpec("val_last", val.last, tuple(sample_shape), val.n > 0),
     }
 
 
@@ -237,20 +237,21 @@ def share_or_clone(specs: dict[str, VariantSpec], graphs: Graphs, plans: dict[st
 
 
 # ---- the whole pipeline ------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class CompiledPlan:
-    """Everything compile produces before binding: inspect any stage's value here."""
+    """Everything compile produces before binding: inspect any stage's value here. Frozen, as every stage
+    value: what binding found (the device, the kernels chosen) are the Runner's notes, not the plan's."""
 
     arch: ArchPlan
     shapes: AllShapes
-    max_slot_bytes: list[int]
+    max_slot_bytes: tuple[int, ...]
     lifetimes: Lifetimes
     plans: dict[str, MemoryPlan]
     graphs: Graphs
     atlas: GraphAtlas
     ids: dict[str, int]
     params: list[Any]
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
 
     @property
     def plan(self) -> MemoryPlan:

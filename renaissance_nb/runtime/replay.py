@@ -20,6 +20,7 @@ from ..compiler.ids import GraphId
 from ..kernels import native
 from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
+from ..train.epochs import EpochBatches
 from .arena import Arena
 from .bind import BoundGraph, bind
 
@@ -48,12 +49,8 @@ class EpochSchedule:
 
 
 def batch_variants(n: int, batch: int, base: str, last: str) -> list[str]:
-    """Variant of each batch of an epoch: base, and last for a partial final batch."""
-    nb = -(-n // batch)
-    out = [base] * nb
-    if n % batch:
-        out[-1] = last
-    return out
+    """Variant of each batch of an epoch: base, and last for a partial final batch (train/epochs.py)."""
+    return EpochBatches(n, batch).labels(base, last)
 
 
 @dataclass
@@ -72,16 +69,16 @@ class RunSchedules:
 
 def run_schedules(config: "TaskConfig", rx: "StepPrograms") -> RunSchedules:
     """What a run of ``config`` replays through ``rx`` (the trainer's, and the warm-up helper's list)."""
-    s, b = config.data, config.batch_size
+    s, epoch = config.data, config.train_batches  # a rank's shard has the global pass's steps, partial alike
     assert s is not None  # compiled tasks have data
-    base = rx.train_schedule(batch_variants(len(s.train), b, "train_base", "train_last"))
+    base = rx.train_schedule(epoch.labels("train_base", "train_last"))
     low, boundary = base, config.total_epochs + 1
     if config.train_resolution is not None:
         boundary = config.train_resolution[2]
-        low = rx.train_schedule(batch_variants(len(s.train), b, "train_lowres", "train_lowres_last"))
+        low = rx.train_schedule(epoch.labels("train_lowres", "train_lowres_last"))
     val = ema = None
     if s.val is not None:
-        val_vs = batch_variants(len(s.val), config.val_batch, "val_base", "val_last")
+        val_vs = config.val_batches.labels("val_base", "val_last")
         val = rx.eval_schedule(val_vs)
         if config.ema is not None:
             ema = rx.eval_schedule(val_vs, ema=True)

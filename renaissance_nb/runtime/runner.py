@@ -37,6 +37,7 @@ class Runner:
         assert config.data is not None  # plan_stage refused a task without data
         kind = resolve_device(config.device)
         self.config, self.compiled = config, compiled
+        self.notes: list[str] = []  # what binding found (the device, the kernels chosen); the plan's are compiled.notes
         self.arena = Arena(compiled.plan)
         s = config.data
         sources = {"train": (s.train.x, s.train.y)}
@@ -55,7 +56,7 @@ class Runner:
             kind = "cpu"  # plan() refused device('cuda'): 'auto' stays on the CPU
         if config.device == "auto" and kind == "cpu":
             from ..gpu.device import probe
-            compiled.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
+            self.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
         declined = len(native.DECLINED)
         self.executor = Executor(compiled, self.arena, self.env)
         self._initialise(lr_table)
@@ -78,18 +79,18 @@ class Runner:
                     raise DeviceError(f"device('cuda'): the GPU backend failed to start: {type(exc).__name__}: "
                                       f"{exc}. Fix: check CuPy's install (python -c 'import cupy; cupy.show_config()')"
                                       ", or use device('auto') to fall back to the CPU.") from exc
-                compiled.notes.append(f"device: auto chose the CPU: {exc}")
+                self.notes.append(f"device: auto chose the CPU: {exc}")
             else:
-                compiled.notes.append(f"device: CUDA, {len(gpu.atlas.captures)} atlas entries captured as CUDA "
-                                      f"graphs on one device arena, data={gpu.data}, capture={gpu.capture}; "
-                                      "the host arena mirrors the device's at epoch ends.")
+                self.notes.append(f"device: CUDA, {len(gpu.atlas.captures)} atlas entries captured as CUDA "
+                                  f"graphs on one device arena, data={gpu.data}, capture={gpu.capture}; "
+                                  "the host arena mirrors the device's at epoch ends.")
                 return gpu, "cuda"
-        compiled.notes.append(f"device: CPU, {blas.describe()}; {native.plan_note(self.executor.ops)}.")
+        self.notes.append(f"device: CPU, {blas.describe()}; {native.plan_note(self.executor.ops)}.")
         wino = self.executor.winograd_note()
         if wino:
-            compiled.notes.append(f"convolutions by Winograd F(2x2, 3x3) (3x3, stride 1): {wino}; every "
-                                  "other pass by im2col and GEMM. Both use the layer's cols scratch; RNB_WINOGRAD=0 "
-                                  "keeps im2col.")
+            self.notes.append(f"convolutions by Winograd F(2x2, 3x3) (3x3, stride 1): {wino}; every "
+                              "other pass by im2col and GEMM. Both use the layer's cols scratch; RNB_WINOGRAD=0 "
+                              "keeps im2col.")
         return self.executor, "cpu"
 
     def _initialise(self, lr_table: np.ndarray) -> None:

@@ -72,8 +72,7 @@ def plateau_start(config: TaskConfig, lr: float | None = None) -> dict[str, floa
     """ReduceLROnPlateau's first state: the rate in force ``lr``, by default the schedule's base."""
     sched = config.scheduler
     assert isinstance(sched, ReduceLROnPlateau)
-    base = (config.optimizer.lr_ if sched.base_lr_ is None else sched.base_lr_) if lr is None else lr
-    return sched.initial_state(base)
+    return sched.initial_state(config.base_lr if lr is None else lr)
 
 
 class Trainer:
