@@ -237,12 +237,54 @@ def test_static_dashboard_at_every_stage(stage: str, trained: DeepLearningTask) 
     tags = parse(html)
     assert "details" in tags and "svg" in tags
     assert "view failed" not in html
-    for title in ("Phases", "BluePrint", "Variants", "Memory", "Graph", "Atlas", "Training"):
+    for title in ("Phases", "BluePrint", "Variants", "Memory", "Inspector", "Graph", "Atlas", "Training"):
         assert f"<summary>{title}</summary>" in html
     if stage in ("locked", "compiled", "trained"):
         assert "data-tensor=" in html and "<title>fc1.out (#" in html  # hover text without JavaScript
     if stage == "trained":
         assert "train loss" in html
+
+
+def _summaries(html: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"<details(?: open)?><summary>([^<]+)</summary>", html))
+
+
+def test_the_static_page_has_the_live_dashboards_sections() -> None:
+    """One list (display/sections.py) makes both: the same titles in the same order at every stage, for
+    both kinds of task, and each side has a maker for every section of the list."""
+    from renaissance_nb.display.sections import SECTIONS
+
+    titles = tuple(s.title for s in SECTIONS)
+    assert tuple(static.SECTION_HTML) == titles
+    t, hand = small_task(), hand_task(compile_=True)
+    for task, step in ((t, None), (t, "lock_memory"), (t, "compile"), (hand, None)):
+        if step:
+            getattr(task, step)()
+        board = dashboard(task)
+        assert tuple(board.makers()) == titles
+        assert _summaries(static.dashboard_html(task)) == board.tabs.titles, step
+        board.close()
+    assert board.tabs.titles == ("Phases", "Memory", "Graph", "Atlas")
+
+
+def test_the_static_inspector_section_is_the_live_tabs_static_copy() -> None:
+    """Before lock_memory() both say the same; after, the section is what the Inspector tab's own static
+    copy shows at its starting picks (the peak of train_base)."""
+    from renaissance_nb.display.inspector_view import MemoryInspectorView
+    from renaissance_nb.display.sections import INSPECTOR_WAITS
+
+    t = small_task()
+    assert INSPECTOR_WAITS in static.inspector_section_html(t)
+    board = dashboard(t)
+    assert INSPECTOR_WAITS in board.tabs.children[board.tabs.titles.index("Inspector")].value
+    board.close()
+    t.lock_memory()
+    live = MemoryInspectorView(t)
+    html = static.inspector_section_html(t)
+    assert html == live.static_html() and "Step scrubber" in html and "Live at the peak · train_base" in html
+    assert f"tick {live.tick} " in html
+    page = static.dashboard_html(t)
+    assert html in page and "Inspector view failed" not in page
 
 
 def test_static_dashboard_of_a_hand_built_task() -> None:

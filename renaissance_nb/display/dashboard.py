@@ -1,4 +1,5 @@
-"""The dashboard: a header and tabs (Phases, BluePrint, Variants, Memory, Inspector, Graph, Atlas, Training).
+"""The dashboard: a header and one tab per section of sections.py (Phases, BluePrint, Variants, Memory,
+Inspector, Graph, Atlas, Training; the static page folds the same ones).
 
 What ``task`` as the last line of a cell, or ``task.inspect()``, shows. Its views follow the task
 (each polls it while shown, see ViewWidget._on_poll); a change re-reads the task into every tab,
@@ -7,7 +8,7 @@ keeping the tab the user chose.
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 import ipywidgets as w
 
@@ -22,6 +23,7 @@ from .lifetimes import LifetimeView
 from .monitor import TrainingMonitor
 from .phase import PhaseView
 from .regions import RegionMap
+from .sections import INSPECTOR_WAITS, sections_of
 
 
 class Dashboard(OneLine, w.VBox):
@@ -47,29 +49,36 @@ class Dashboard(OneLine, w.VBox):
         self.refresh()
 
     def _build(self) -> list[tuple[str, w.Widget]]:
+        """One tab per section the task has (sections.py: the static page lists the same)."""
+        makers = self.makers()
+        return [(s.title, makers[s.title]()) for s in sections_of(self.task)]
+
+    def makers(self) -> dict[str, Callable[[], w.Widget]]:
+        """Each section's live view by title, made when its tab is built."""
         t = self.task
         deep = views.is_deep(t)
         plans = views.plans_of(t)
-        items: list[tuple[str, w.Widget]] = [("Phases", self.phases)]
-        if deep:
-            items += [("BluePrint", BluePrintView(t)), ("Variants", VariantsView(t))]
-        if plans:
-            compiled_cpu = deep and views.atlas_of(t) is not None and getattr(t, "device_kind", "cpu") == "cpu"
-            memory = w.VBox([RegionMap(t), LifetimeView(t), *([AllocationsPanel(t)] if compiled_cpu else [])])
-        else:
-            memory = _note("The memory plan is fixed by " + ("lock_memory()." if deep else "finalize_memory()."))
-        items.append(("Memory", memory))
-        if deep:
-            items.append(("Inspector", MemoryInspectorView(t) if plans else
-                          _note("The memory inspector reads the plan that lock_memory() fixes.")))
-        items.append(("Graph", GraphView(t) if views.graphs_of(t) else
-                      _note("Graphs are built by " + ("lock_memory()." if deep else "add_graph()."))))
-        items.append(("Atlas", AtlasView(t) if views.atlas_of(t) is not None else
-                      _note("The GraphAtlas is filled by compile()." if deep else
-                            "Hand-built tasks bind their graphs by name; the atlas belongs to DeepLearningTask.")))
-        if deep:
-            items.append(("Training", self.monitor))
-        return items
+        return {
+            "Phases": lambda: self.phases,
+            "BluePrint": lambda: BluePrintView(t),
+            "Variants": lambda: VariantsView(t),
+            "Memory": lambda: self._memory(bool(plans), deep),
+            "Inspector": lambda: MemoryInspectorView(t) if plans else _note(INSPECTOR_WAITS),
+            "Graph": lambda: (GraphView(t) if views.graphs_of(t) else
+                              _note("Graphs are built by " + ("lock_memory()." if deep else "add_graph()."))),
+            "Atlas": lambda: (AtlasView(t) if views.atlas_of(t) is not None else
+                              _note("The GraphAtlas is filled by compile()." if deep else "Hand-built tasks bind "
+                                    "their graphs by name; the atlas belongs to DeepLearningTask.")),
+            "Training": lambda: self.monitor,
+        }
+
+    def _memory(self, plans: bool, deep: bool) -> w.Widget:
+        """The arena by region, the lifetimes, and on a compiled CPU task the allocation count."""
+        t = self.task
+        if not plans:
+            return _note("The memory plan is fixed by " + ("lock_memory()." if deep else "finalize_memory()."))
+        compiled_cpu = deep and views.atlas_of(t) is not None and getattr(t, "device_kind", "cpu") == "cpu"
+        return w.VBox([RegionMap(t), LifetimeView(t), *([AllocationsPanel(t)] if compiled_cpu else [])])
 
     def _made_now(self) -> tuple:
         """What the tabs can show now: a view appears when its stage value does (and goes on reset())."""

@@ -10,8 +10,7 @@ from typing import Any
 
 from ..text import human_bytes, plural
 from .inspector_data import live_ids
-from .static import W
-from .theme import esc
+from .theme import W, esc
 
 
 def _chips(ids: list[int], by_id: dict[int, dict[str, Any]], cls: str, most: int = 24) -> str:

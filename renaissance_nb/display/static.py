@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import itertools
 import textwrap
-from typing import Any
+from typing import Any, Callable
 
 from ..text import human_bytes, plural
 from . import views
 from ._assets import css
-from .theme import PHASE_COLORS, esc
-
-W = 760  # width of every static drawing, in px
+from .sections import INSPECTOR_WAITS, sections_of
+from .theme import PHASE_COLORS, W, esc
 
 
 def wrap(body: str, cls: str = "") -> str:
@@ -468,23 +467,44 @@ def header_html(task: Any) -> str:
     return f"<div class='rnb-header'>{''.join(bits)}</div>"
 
 
+def inspector_section_html(task: Any) -> str:
+    """The memory inspector as its live tab first shows it: at the peak of the first variant, nothing
+    asked (inspector_view.MemoryInspectorView's starting picks), drawn by inspector_static.py."""
+    from . import inspector_data, inspector_static  # the inspector's planning imports only when drawn
+
+    if not views.plans_of(task):
+        return f"<div class='rnb-note'>{esc(INSPECTOR_WAITS)}</div>"
+    view = inspector_data.inspector_view(task)
+    variants = view.get("variants") or ["train_base"]
+    state = {"tick": int(view["peaks"][variants[0]]["time"]) if view.get("ready") else -1,
+             "variant": "train_base" if "train_base" in variants else variants[0],
+             "whatif": {}, "fit": {}, "tensor": {}, "selected": ""}
+    return inspector_static.inspector_html(view, state)
+
+
+SECTION_HTML: dict[str, Callable[[Any], str]] = {
+    "Phases": lambda task: phase_html(views.phase_view(task)),
+    "BluePrint": lambda task: blueprint_html(views.blueprint_view(task)),
+    "Variants": lambda task: variants_html(views.variants_view(task)),
+    "Memory": lambda task: (regions_html(views.region_view(task)) + "<div class='rnb-h'>Lifetimes</div>"
+                            + lifetimes_html(views.lifetime_view(task))),
+    "Inspector": inspector_section_html,
+    "Graph": graph_html,
+    "Atlas": lambda task: atlas_html(views.atlas_view(task)),
+    "Training": lambda task: training_html(views.training_view(task)),
+}
+"""Each section's static HTML by title (sections.py lists them; the live dashboard keeps the same titles)."""
+
+
 def dashboard_html(task: Any) -> str:
     """Every view of a task, one foldable section each (what a notebook shows without a kernel)."""
-    sections = [("Phases", lambda: phase_html(views.phase_view(task)), True)]
-    if views.is_deep(task):
-        sections += [("BluePrint", lambda: blueprint_html(views.blueprint_view(task)), False),
-                     ("Variants", lambda: variants_html(views.variants_view(task)), False)]
-    sections += [("Memory", lambda: regions_html(views.region_view(task)) + "<div class='rnb-h'>Lifetimes</div>"
-                  + lifetimes_html(views.lifetime_view(task)), False),
-                 ("Graph", lambda: graph_html(task), False),
-                 ("Atlas", lambda: atlas_html(views.atlas_view(task)), False)]
-    if views.is_deep(task):
-        sections.append(("Training", lambda: training_html(views.training_view(task)), False))
     parts = []
-    for title, make, open_ in sections:
+    for section in sections_of(task):
+        title = section.title
         try:
-            body = make()
+            body = SECTION_HTML[title](task)
         except Exception as exc:  # a view must never break the whole page
             body = f"<div class='rnb-error'><b>{esc(title)} view failed</b>{esc(type(exc).__name__)}: {esc(exc)}</div>"
-        parts.append(f"<details{' open' if open_ else ''}><summary>{esc(title)}</summary><div>{body}</div></details>")
+        parts.append(f"<details{' open' if section.opened else ''}><summary>{esc(title)}</summary><div>{body}</div>"
+                     "</details>")
     return wrap(f"<div class='rnb-card rnb-dashboard-static'>{header_html(task)}{''.join(parts)}</div>")

@@ -11,6 +11,9 @@ import time
 
 from ..text import human_bytes
 
+W = 760
+"""The width of every static drawing, in px (static.py and inspector_static.py: here, so neither imports the other)."""
+
 # Region families (CONCEPTS.md section 3), in the arena's address order of first use.
 FAMILY_COLORS: dict[str, str] = {
     "B": "#b8a33e",  # batch-norm statistics: olive
