@@ -71,3 +71,29 @@ def train_in_processes(tmp_path: Path, script: str, envs: dict[str, dict[str, st
         subprocess.run([sys.executable, str(path), str(out)], check=True, env={**os.environ, **env}, timeout=300)
         runs[name] = dict(np.load(out))
     return runs
+
+
+def torch_sgd_steps(model, x: np.ndarray, y: np.ndarray, *, batch: int, lr: float,  # type: ignore[no-untyped-def]
+                    momentum: float = 0.9) -> None:
+    """The reference side of a parity run: ``model`` trained on x, y in order, one SGD-with-momentum step
+    of cross entropy per batch of ``batch`` (the engine's shuffle=False epoch), in training mode."""
+    import torch
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    model.train()
+    for i in range(len(x) // batch):
+        xb = torch.from_numpy(np.ascontiguousarray(x[batch * i:batch * (i + 1)]))
+        yb = torch.from_numpy(np.asarray(y[batch * i:batch * (i + 1)], dtype=np.int64))
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+
+
+def copy_into_torch(pairs, state: dict) -> None:  # type: ignore[no-untyped-def]
+    """Load the engine's ``state`` (``task.state_dict()``) into torch modules named as the compiler
+    names them: ``pairs`` is [(our layer name, torch module)]."""
+    import torch
+    with torch.no_grad():
+        for name, mod in pairs:
+            for role, t in mod.state_dict().items():
+                if role != "num_batches_tracked":
+                    t.copy_(torch.from_numpy(state[f"{name}.{role}"]).reshape(t.shape))

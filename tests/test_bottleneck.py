@@ -9,6 +9,7 @@ import pytest
 from renaissance_nb import SGD, AdamW, BluePrintError, CosineAnnealingLR, DeepLearningTask
 from renaissance_nb.ops import BOTTLENECK, BOTTLENECK_DS, block, cbr, fc, gap, maxpool
 from renaissance_nb.blueprint_nodes import seq
+from helpers import copy_into_torch, torch_sgd_steps
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -84,19 +85,9 @@ def test_thirty_steps_with_batch_norm_match_torchs_bottleneck() -> None:
     sd = task.state_dict()
     net = Net()
     pairs = net.named_in_walk_order()
-    with torch.no_grad():
-        for name, mod in pairs:
-            for role, t in mod.state_dict().items():
-                if role != "num_batches_tracked":
-                    t.copy_(torch.from_numpy(sd[f"{name}.{role}"]))
+    copy_into_torch(pairs, sd)
     task.run(progress=False)
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
-    net.train()
-    for i in range(steps):
-        opt.zero_grad()
-        xb, yb = torch.from_numpy(x[batch * i:batch * (i + 1)]), torch.from_numpy(y[batch * i:batch * (i + 1)])
-        nn.functional.cross_entropy(net(xb), yb).backward()
-        opt.step()
+    torch_sgd_steps(net, x, y, batch=batch, lr=lr)
     ours = task.state_dict()
     worst = 0.0
     for name, mod in pairs:

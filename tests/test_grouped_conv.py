@@ -19,6 +19,7 @@ from renaissance_nb.blueprint_nodes import Layer
 from renaissance_nb.memory.region import Region
 from renaissance_nb.ops import grouped_conv
 from renaissance_nb.ops.registry import OPS
+from helpers import torch_sgd_steps
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
@@ -143,12 +144,7 @@ def test_thirty_training_steps_match_torch(net: str) -> None:
     task.compile()
     task.load_state_dict(state)
     task.run(progress=False)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for i in range(steps):
-        xb, yb = torch.from_numpy(x[16 * i:16 * (i + 1)]), torch.from_numpy(y[16 * i:16 * (i + 1)])
-        opt.zero_grad()
-        F.cross_entropy(model(xb), yb).backward()
-        opt.step()
+    torch_sgd_steps(model, x, y, batch=16, lr=0.05)
     ours, theirs = task.state_dict(), dict(zip(state, (p.detach().numpy() for p in model.state_dict().values())))
     assert ours.keys() == theirs.keys()
     for name, b in theirs.items():

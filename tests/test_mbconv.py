@@ -10,6 +10,7 @@ import pytest
 from renaissance_nb import SGD, AdamW, BluePrintError, CosineAnnealingLR, DeepLearningTask
 from renaissance_nb.blueprint_nodes import seq
 from renaissance_nb.ops import MBCONV, block, bn, conv, fc, gap, relu6
+from helpers import copy_into_torch, torch_sgd_steps
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -94,18 +95,9 @@ def test_thirty_steps_match_torchvisions_inverted_residual() -> None:
     net = Net()
     pairs = net.named_in_walk_order()
     assert [n for n, _ in pairs].count("se1") == 1 and len(pairs) == len({n.split(".")[0] for n in sd})
-    with torch.no_grad():
-        for name, mod in pairs:
-            for role, t in mod.state_dict().items():
-                if role != "num_batches_tracked":
-                    t.copy_(torch.from_numpy(sd[f"{name}.{role}"]).reshape(t.shape))
+    copy_into_torch(pairs, sd)
     task.run(progress=False)
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
-    for i in range(steps):
-        opt.zero_grad()
-        xb, yb = torch.from_numpy(x[batch * i:batch * (i + 1)]), torch.from_numpy(y[batch * i:batch * (i + 1)])
-        nn.functional.cross_entropy(net(xb), yb).backward()
-        opt.step()
+    torch_sgd_steps(net, x, y, batch=batch, lr=lr)
     ours = task.state_dict()
     for name, mod in pairs:
         for role, t in mod.state_dict().items():

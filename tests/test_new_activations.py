@@ -12,6 +12,7 @@ import pytest
 from renaissance_nb import (SGD, BluePrint, BluePrintError, DeepLearningTask, conv, elu, fc, flatten, hardswish,
                             maxpool, relu6, seq)
 from renaissance_nb.ops import registry
+from helpers import torch_sgd_steps
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -77,12 +78,7 @@ def _train_both(model: nn.Sequential, image: bool, steps: int = 30, lr: float = 
     task.compile()
     task.load_state_dict(state)
     task.run(progress=False)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    for i in range(steps):
-        xb, yb = torch.from_numpy(x[16 * i:16 * (i + 1)]), torch.from_numpy(y[16 * i:16 * (i + 1)])
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(xb), yb).backward()
-        opt.step()
+    torch_sgd_steps(model, x, y, batch=16, lr=lr)
     ours = task.state_dict()
     names = [n for n in state if n.endswith((".weight", ".bias"))]
     theirs = [p.detach().numpy() for p in model.parameters()]

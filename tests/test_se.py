@@ -14,6 +14,7 @@ import pytest
 from renaissance_nb import (SGD, BluePrint, BluePrintError, DeepLearningTask, ShapeError, conv, fc, flatten, gap,
                             maxpool, relu, se, seq)
 from renaissance_nb.memory.region import Region
+from helpers import torch_sgd_steps
 
 se_module = importlib.import_module("renaissance_nb.ops.se")  # the module (renaissance_nb.ops.se is the builder)
 
@@ -164,12 +165,7 @@ def test_thirty_sgd_steps_match_torch() -> None:
     task.compile()
     task.load_state_dict(state)
     task.run(progress=False)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    for i in range(steps):
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(torch.from_numpy(x[16 * i:16 * (i + 1)])),
-                                    torch.from_numpy(y[16 * i:16 * (i + 1)])).backward()
-        opt.step()
+    torch_sgd_steps(model, x, y, batch=16, lr=lr)
     ours = task.state_dict()
     theirs = dict(zip(state, (p.detach().numpy() for p in model.parameters())))  # both in the Sequential's order
     assert len(theirs) == len(state) == 18 and "se3.fc2.weight" in theirs

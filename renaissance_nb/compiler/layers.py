@@ -16,7 +16,6 @@ channels-last (N, H, W, C): see kernels/conv.py for why.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
