@@ -1,7 +1,6 @@
 """identity: plans to nothing (the next layer reads this one's input); add2's plain skip."""
 from __future__ import annotations
 
-
 from ..blueprint_nodes import Layer, layer_args
 from .registry import Op, register
 
