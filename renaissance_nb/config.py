@@ -20,7 +20,7 @@ from .train.optimizers import AdamW, Optimizer
 from .train.schedulers import Scheduler
 from .train.settings import Settings
 
-PLAN_OPTIONS = ("fuse", "liveness", "pad_rows")
+PLAN_OPTIONS = ("fuse", "liveness", "pad_rows", "fold_bn")
 """The options() switches that change the plan's layout, which a checkpoint's bytes follow."""
 
 STRICT_FIELDS = ("seed", "optimizer", "loss", "scheduler", "total_epochs", "batch_size", "val_batch_size", "shuffle",
@@ -61,6 +61,7 @@ class TaskConfig:
     fuse: bool = True
     liveness: bool = True
     pad_rows: bool = True
+    fold_bn: bool = False  # conv + bn as one convolution at inference (ops/conv_bn.py)
     nan_check: bool = True
     nan_policy: str = "raise"
     zero_grad: bool = False
@@ -142,8 +143,8 @@ class TaskConfig:
                 "augment": {"crop_pad": self.crop_pad, "flip": self.flip}, "options": self.options()}
 
     def options(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("fuse", "liveness", "pad_rows", "nan_check", "nan_policy", "zero_grad",
-                                              "prefetch")}
+        return {k: getattr(self, k) for k in ("fuse", "liveness", "pad_rows", "fold_bn", "nan_check", "nan_policy",
+                                              "zero_grad", "prefetch")}
 
     # ---- as data ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from .graph import ComputationGraph, node
 from .ids import GraphId
+from ..ops import conv_bn
 from ..ops.registry import op_of
 from .layers import ArchLayer, ArchPlan
 
@@ -137,9 +138,25 @@ def _first_forward(g: ComputationGraph, gid: GraphId, ids: dict[str, int], ab: s
 
 
 def _inference_folds(g: ComputationGraph, arch: ArchPlan, e: _Emitter, ema: bool) -> None:
-    """UPDATE_BN_INF_PARAMS: the inference parameters each op derives from its training ones."""
+    """UPDATE_BN_INF_PARAMS: the inference parameters each op derives from its training ones, then the
+    folded convolutions' weights from those (options(fold_bn=True))."""
     for layer in arch.layers:
         op_of(layer.kind).inference_fold(e, g, layer, ema)
+    by_name = {layer.name: layer for layer in arch.layers}
+    for conv, norm in arch.folded:
+        conv_bn.fold_nodes(e, g, by_name[conv], by_name[norm], ema)
+
+
+def _inference_forward(g: ComputationGraph, gid: GraphId, arch: ArchPlan, e: _Emitter, data: int, ema: bool) -> None:
+    """The whole forward at inference: a folded conv + bn pair as one convolution, the rest layer by layer."""
+    by_name = {layer.name: layer for layer in arch.layers}
+    folds = dict(arch.folded)
+    skip = set(folds.values())
+    for layer in arch.layers:
+        if layer.name in folds:
+            conv_bn.forward(e, g, gid, layer, by_name[folds[layer.name]], [e.tid(t, data) for t in layer.inputs], ema)
+        elif layer.name not in skip:
+            e.forward(g, gid, layer, data, training=False, ema=ema)
 
 
 def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
@@ -214,8 +231,7 @@ def emit_inference_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions)
         for kind in ("MAIN", "EMA") if ema else ("MAIN",):
             gid = GraphId[f"INF_{kind}_{ab}"]
             _first_forward(g, gid, ids, ab, opts)
-            for layer in arch.layers:
-                e.forward(g, gid, layer, data, training=False, ema=kind == "EMA")
+            _inference_forward(g, gid, arch, e, data, ema=kind == "EMA")
             e.loss(g, gid, opts.smoothing, grad=False)
     for gid in (GraphId.ACCUM_METRICS, GraphId.ACCUM_METRICS_VAL_LAST):
         g.append(gid, node("accum_metrics", [ids["result"], ids["step"]], [ids["metrics.sum"]], "metrics", log=False))

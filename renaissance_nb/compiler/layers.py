@@ -23,6 +23,7 @@ from ..blueprint_nodes import Add2, BluePrint, Layer, Named, Repeat, Seq
 from ..errors import ShapeError
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
+from ..ops import conv_bn
 from ..ops.registry import op_for_layer, op_of
 
 
@@ -63,6 +64,8 @@ class ArchPlan:
     blueprint: BluePrint
     layers: tuple[ArchLayer, ...]
     fused: tuple[str, ...]
+    folded: tuple[tuple[str, str], ...] = ()
+    """(conv, bn) pairs that run as one convolution at inference (options(fold_bn=True), ops/conv_bn.py)."""
 
     @property
     def param_layers(self) -> list[ArchLayer]:
@@ -100,11 +103,14 @@ class ArchPlan:
         lines += [f"  {l.describe()}" for l in self.layers]
         if self.fused:
             lines.append("  fused: " + ", ".join(self.fused))
+        if self.folded:
+            lines.append("  folded at inference: " + ", ".join(f"{c}+{b}" for c, b in self.folded))
         return "\n".join(lines)
 
 
-def plan_architecture(bp: BluePrint, fuse: bool = True) -> ArchPlan:
-    """Walk the BluePrint into named layers (a DAG for add2), then fuse activations."""
+def plan_architecture(bp: BluePrint, fuse: bool = True, fold_bn: bool = False) -> ArchPlan:
+    """Walk the BluePrint into named layers (a DAG for add2), then fuse activations; with ``fold_bn``,
+    name the conv + bn pairs that inference runs as one convolution."""
     counters: dict[str, int] = {}
     layers: list[ArchLayer] = []
 
@@ -145,7 +151,8 @@ def plan_architecture(bp: BluePrint, fuse: bool = True) -> ArchPlan:
     fused: list[str] = []
     if fuse:
         layers, fused = _fuse_activations(layers)
-    return ArchPlan(bp, tuple(layers), tuple(fused))
+    plan = ArchPlan(bp, tuple(layers), tuple(fused))
+    return replace(plan, folded=conv_bn.pairs(plan.layers, plan.consumers())) if fold_bn else plan
 
 
 def _fuse_activations(layers: list[ArchLayer]) -> tuple[list[ArchLayer], list[str]]:
@@ -299,6 +306,8 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         for j in range(1, consumers.get(layer.output, 0)):
             t.add(f"{layer.output}@grad#{j}", (batch, *y), f32, Region.F_GRAD_SLOT_FP32)
         t.layer_shapes.append((layer.name, x, y))
+    for conv, _ in arch.folded:  # the folded weights the inference graph's convolutions read
+        conv_bn.tensors(alloc, conv, t.specs[t.ids[f"{conv}.weight"]].shape, shapes[f"{conv}.out"][-1])
     if shapes[arch.output] != (num_classes,):
         raise ShapeError(f"plan: the model outputs shape {shapes[arch.output]} per sample, but the data has "
                          f"{num_classes} classes. Fix: end the model with fc({num_classes}).")

@@ -154,7 +154,7 @@ def plan_stage(config: TaskConfig) -> Planned:
     sched = config.scheduler
     if isinstance(sched, ReduceLROnPlateau) and sched.monitor_ not in config.record_fields():
         raise lacking_field(f"plan: {sched!r}", sched.monitor_)
-    arch = plan_architecture(config.model, config.fuse)
+    arch = plan_architecture(config.model, config.fuse, config.fold_bn)
     sample = tuple(s.train.sample_shape)
     _sample_checks(config, arch, sample)
     first = low = None

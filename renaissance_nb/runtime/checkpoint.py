@@ -327,7 +327,8 @@ def _compare_fingerprint(op: str, p: str, saved: dict[str, Any], now: dict[str, 
     moved them (temporaries packed otherwise, scratch a newer library plans), they are restored tensor by
     tensor. Returns whether the state ranges lie exactly as saved (then they are copied whole)."""
     fix = "Fix: build the task exactly as the saved one (same model, data shapes, batch size, optimizer)."
-    differ = {k: v for k, v in (saved_options or {}).items() if k in PLAN_OPTIONS and (options or {}).get(k, v) != v}
+    was = {"fold_bn": False, **saved_options} if saved_options is not None else {}  # written before fold_bn existed
+    differ = {k: v for k, v in was.items() if k in PLAN_OPTIONS and (options or {}).get(k, v) != v}
     if differ:  # the likeliest cause of any difference below: say it first
         fix = (f"Fix: build the task with options({', '.join(f'{k}={v!r}' for k, v in differ.items())}), as the "
                "checkpoint was saved, or use DeepLearningTask.load(path, data), which does.")
