@@ -14,6 +14,7 @@ from .blocks import BLOCK_KINDS, RESNET_3_3, RESNET_3_3_DS, block, cbr
 from .bn import bn
 from .bottleneck import BOTTLENECK, BOTTLENECK_DS
 from .conv import conv
+from .conv_bn import ConvBatchNormFold  # noqa: F401 - options(fold_bn=True): its fold kernels
 from .dropout import dropout
 from .elu import elu
 from .fc import fc
