@@ -164,7 +164,9 @@ def test_from_torch_gives_a_task_with_the_modules_logits(tmp_path, name: str) ->
             .compile())
     task.load_state_dict(state)
     ours = task.predict_logits(x)
-    assert np.abs(ours - theirs).max() <= 1e-6 * np.abs(theirs).max()
+    # 1e-5, not 1e-6: torch's own CPU logits of the "activations" net differ between processes (two sets of
+    # bytes in four runs, 3.7e-6 of the largest logit apart), while ours are the same bytes every run
+    assert np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
     # the module's own safetensors file (tensors named by position: '0.weight', '1.running_var'...) loads too
     st_torch.save_file(net.state_dict(), str(tmp_path / "torch.safetensors"))
     fresh = DeepLearningTask().model(blueprint).data(train=(data.train.x[:64], data.train.y[:64]), batch_size=32)
