@@ -55,7 +55,8 @@ class BluePrint:
         if isinstance(self, Add2):
             return {"add2": [self.shortcut.to_dict(), self.main.to_dict()]}
         if isinstance(self, Named):
-            return {"named": self.label, "body": self.body.to_dict()}
+            return {"named": self.label, "body": self.body.to_dict(),
+                    **({"channels": self.channels} if self.channels is not None else {})}
         raise TypeError(type(self).__name__)
 
     @staticmethod
@@ -84,7 +85,7 @@ class BluePrint:
         if "add2" in d:
             return Add2(BluePrint.from_dict(d["add2"][0]), BluePrint.from_dict(d["add2"][1]))
         if "named" in d:
-            return Named(d["named"], BluePrint.from_dict(d["body"]))
+            return Named(d["named"], BluePrint.from_dict(d["body"]), d.get("channels"))
         raise BluePrintError(f"from_dict: {d!r} is not a BluePrint description. Fix: pass BluePrint.to_dict() output.")
 
     @staticmethod
@@ -196,10 +197,12 @@ class Add2(BluePrint):
 
 @dataclass(frozen=True, repr=False)
 class Named(BluePrint):
-    """A pre-fused building block (cbr, ResNet block): a label over its expansion."""
+    """A pre-fused building block (cbr, ResNet block): a label over its expansion. ``channels``, where
+    given, is the input width the body was built for (MBCONV's cin): plan() checks it."""
 
     label: str
     body: BluePrint
+    channels: int | None = None
 
     def leaves(self) -> list[Layer]:
         return self.body.leaves()

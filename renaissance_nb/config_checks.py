@@ -196,8 +196,8 @@ def _init_keyword(scheme: str, name: str, v: Any) -> Any:
                            "remove gain=: kaiming's scale follows nonlinearity= (and a= for leaky_relu)")
     if name in ("gain", "a"):
         x = as_float(v)
-        if x is None or not (x > 0.0 if name == "gain" else x >= 0.0):
-            what = "a finite number > 0" if name == "gain" else "a finite number >= 0 (leaky_relu's negative slope)"
+        if x is None or not (0.0 < x <= 1e6 if name == "gain" else 0.0 <= x <= 1e6):  # 1e6: sqrt(2/(1+a^2)) stays finite
+            what = "a number in (0, 1e6]" if name == "gain" else "a number in [0, 1e6] (leaky_relu's negative slope)"
             raise bad_argument(ConfigError, "init", name, v, what, "pass e.g. gain=1.0" if name == "gain" else
                                "pass e.g. a=0.01, the slope of the leaky_relu(...) after the layer")
         return x

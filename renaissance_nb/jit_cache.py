@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-JITTED_FOLDERS = ("kernels", "data", "train")
+JITTED_FOLDERS = ("kernels", "data", "train", "ops")
 """The package folders whose modules hold numba-jitted code (or helpers such code inlines)."""
 
 

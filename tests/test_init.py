@@ -244,9 +244,10 @@ def test_xavier_uniform_trains_an_mlp_and_zeros_never_break_symmetry() -> None:
     (("xavier_uniform",), {"a": 1}, r"init: a=1 is invalid; expected no a= with 'xavier_uniform' \(it takes gain=\)"),
     (("kaiming_normal",), {"gain": 2}, r"gain=2 is invalid; expected no gain= with 'kaiming_normal'.*Fix: remove "),
     (("zeros",), {"gain": 2}, r"expected no gain= with 'zeros' \(it takes no keywords\)"),
-    (("kaiming_normal",), {"a": -1}, r"a=-1 is invalid; expected a finite number >= 0"),
+    (("kaiming_normal",), {"a": -1}, r"a=-1 is invalid; expected a number in \[0, 1e6\]"),
+    (("kaiming_uniform",), {"a": 1e200}, r"a=1e\+200 is invalid; expected a number in \[0, 1e6\]"),  # gain overflowed
     (("kaiming_normal",), {"a": True}, r"a=True is invalid"),
-    (("orthogonal",), {"gain": float("nan")}, r"gain=nan is invalid; expected a finite number > 0"),
+    (("orthogonal",), {"gain": float("nan")}, r"gain=nan is invalid; expected a number in \(0, 1e6\]"),
     (("orthogonal",), {"gain": 0}, r"gain=0 is invalid"),
     (("kaiming_normal",), {"mode": "in"}, r"mode='in' is invalid; expected one of 'fan_in', 'fan_out'"),
     (("kaiming_normal",), {"nonlinearity": "gelu"}, r"nonlinearity='gelu' is invalid.*Fix: .*'relu' is the usual"),

@@ -317,3 +317,13 @@ def test_the_emulated_gpu_trains_like_the_cpu(module, image: bool, capture: str)
         np.testing.assert_allclose(gpu.read(k), cpu.read(k), rtol=1e-5)
     runs = {k: module.launches.get(k, 0) - before.get(k, 0) for k in ("rnb_lars", "rnb_lars_norms")}
     assert runs["rnb_lars_norms"] >= STEPS * (3 if image else 2) and runs["rnb_lars"] >= STEPS * 2, runs
+
+
+def test_what_if_names_the_fix_for_an_optimizer_class() -> None:
+    """what_if(optimizer=LARS), the class: a ConfigError saying to pass an object (it was a raw TypeError)."""
+    from renaissance_nb import LARS, ConfigError, DeepLearningTask, fc, seq
+    t = DeepLearningTask().model(seq(fc(4))).data(train=(np.zeros((8, 3), np.float32), np.arange(8) % 4), batch_size=4)
+    t.lock_memory()
+    with pytest.raises(ConfigError, match=r"an object: SGD\(\), not SGD"):
+        t.memory_inspector.what_if(optimizer=LARS)
+    assert t.memory_inspector.what_if(optimizer=LARS()).plan().total_bytes > 0

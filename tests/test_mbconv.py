@@ -145,3 +145,13 @@ def test_a_mobilenet_v2_style_net_learns_the_embedded_digits() -> None:
     top1 = result.history[-1].val_top1
     print(f"MobileNetV2-style net, 6 epochs on the 4,000 embedded digits: val top-1 {top1:.3f}")
     assert top1 > 0.9, top1
+
+
+def test_plan_checks_the_width_the_block_was_built_for() -> None:
+    """cin sizes the expansion and decides the residual: a block told a width it does not get is refused."""
+    from renaissance_nb import ShapeError
+    x, y = _blobs(16)
+    for wrong in (block(16, MBCONV, expand=1, cin=4), block(24, MBCONV, s=2)):
+        with pytest.raises(ShapeError, match=r"was built for \d+ input channels, but conv1.out has 8\. Fix: pass cin=8"):
+            DeepLearningTask().model(seq(conv(8, 3, p=1), wrong, gap(), fc(4))).data(train=(x, y), batch_size=8).plan()
+    assert block(16, MBCONV, cin=8).channels == 8 and block(16, MBCONV).channels == 16

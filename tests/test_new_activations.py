@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 GRID = np.concatenate([np.array([-7, -6, -3.0001, -3, -2.9999, -1, -1e-7, 0, 1e-7, 1, 2.9999, 3, 3.0001, 5.9999, 6,
-                                 6.0001, 9], np.float32),
+                                 6.0001, 9, np.nan, np.inf, -np.inf], np.float32),
                        np.random.default_rng(0).normal(scale=4, size=997).astype(np.float32)])
 CASES = {"relu6": (relu6(), nn.ReLU6()), "hardswish": (hardswish(), nn.Hardswish()),
          "elu": (elu(), nn.ELU()), "elu_0.3": (elu(0.3), nn.ELU(0.3))}
@@ -42,11 +42,11 @@ def test_kernels_match_torch_value_by_value(case: str) -> None:
     ty = module(tx)
     ty.backward(torch.from_numpy(dy))
     if op.kind == "elu":  # exp rounded once from float64 here; torch's float32 expm1: an ulp apart at most
-        np.testing.assert_allclose(y, ty.detach().numpy(), rtol=2e-7, atol=0)
+        np.testing.assert_allclose(y, ty.detach().numpy(), rtol=2e-7, atol=0)  # NaN where torch has NaN
         np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=3e-7, atol=1e-30)
     else:  # float32 arithmetic in torch's order: the same bytes, boundaries included
-        assert np.array_equal(y, ty.detach().numpy())
-        assert np.array_equal(dx, tx.grad.numpy())
+        assert np.array_equal(y, ty.detach().numpy(), equal_nan=True)
+        assert np.array_equal(dx, tx.grad.numpy(), equal_nan=True)
 
 
 def _torch_mlp(act: nn.Module) -> nn.Sequential:
@@ -153,4 +153,4 @@ def test_cuda_kernels_give_the_cpus_bytes_on_the_stand_in(case: str, tmp_path) -
     grid = (max(1, -(-x.size // 7)),), (7,)
     module.get_function(f"rnb_{op.kind}_fwd")(*grid, (x, gy, n, alpha))
     module.get_function(f"rnb_{op.kind}_bwd")(*grid, (dy, x, gdx, n, alpha))
-    assert np.array_equal(y, gy) and np.array_equal(dx, gdx)
+    assert np.array_equal(y, gy, equal_nan=True) and np.array_equal(dx, gdx, equal_nan=True)

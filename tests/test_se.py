@@ -360,3 +360,18 @@ def test_emulated_gpu_training_matches_the_cpu_backend(module) -> None:  # type:
     for k in sc:
         np.testing.assert_allclose(sc[k], sg[k], rtol=1e-4, atol=1e-5, err_msg=k)
     assert module.launches.get("rnb_se_dx", 0) > 0 and module.launches.get("rnb_se_pool", 0) > 0
+
+
+def test_a_sequentials_safetensors_file_with_se_loads_by_position(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """torch names an se's tensors by position and part (``3.fc1.weight``): load_weights pairs them with
+    se1.fc1... in order, as it pairs the numbered ones."""
+    st_torch = pytest.importorskip("safetensors.torch")
+    model = _torch_net().eval()
+    path = str(tmp_path / "seq.safetensors")
+    st_torch.save_file(model.state_dict(), path)
+    x, y = _data(32)
+    task = DeepLearningTask().model(BluePrint.from_torch(model)).data(train=(x, y), batch_size=16).compile()
+    task.load_weights(path)
+    with torch.no_grad():
+        theirs = model(torch.from_numpy(x)).numpy()
+    assert np.abs(task.predict_logits(x) - theirs).max() <= 1e-5 * np.abs(theirs).max()

@@ -66,6 +66,8 @@ class ArchPlan:
     fused: tuple[str, ...]
     folded: tuple[tuple[str, str], ...] = ()
     """(conv, bn) pairs that run as one convolution at inference (options(fold_bn=True), ops/conv_bn.py)."""
+    expects: tuple[tuple[str, str, int], ...] = ()
+    """(tensor, block label, channels): a block built for an input width (MBCONV's cin) reads that tensor."""
 
     @property
     def param_layers(self) -> list[ArchLayer]:
@@ -113,6 +115,7 @@ def plan_architecture(bp: BluePrint, fuse: bool = True, fold_bn: bool = False) -
     name the conv + bn pairs that inference runs as one convolution."""
     counters: dict[str, int] = {}
     layers: list[ArchLayer] = []
+    expects: list[tuple[str, str, int]] = []
 
     def add(kind: str, label: str, params: tuple, inputs: tuple[str, ...]) -> str:
         counters[label] = counters.get(label, 0) + 1
@@ -142,6 +145,8 @@ def plan_architecture(bp: BluePrint, fuse: bool = True, fold_bn: bool = False) -
             m = walk(b.main, x)
             return add("add", "add", (), (a, m))
         if isinstance(b, Named):
+            if b.channels is not None:
+                expects.append((x, b.label, b.channels))
             return walk(b.body, x)
         raise ShapeError(f"plan: {type(b).__name__} is not a BluePrint node the compiler knows.")
 
@@ -151,7 +156,7 @@ def plan_architecture(bp: BluePrint, fuse: bool = True, fold_bn: bool = False) -
     fused: list[str] = []
     if fuse:
         layers, fused = _fuse_activations(layers)
-    plan = ArchPlan(bp, tuple(layers), tuple(fused))
+    plan = ArchPlan(bp, tuple(layers), tuple(fused), expects=tuple(expects))
     return replace(plan, folded=conv_bn.pairs(plan.layers, plan.consumers())) if fold_bn else plan
 
 
@@ -306,6 +311,11 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         for j in range(1, consumers.get(layer.output, 0)):
             t.add(f"{layer.output}@grad#{j}", (batch, *y), f32, Region.F_GRAD_SLOT_FP32)
         t.layer_shapes.append((layer.name, x, y))
+    for tensor, label, channels in arch.expects:
+        if shapes[tensor][-1] != channels:
+            raise ShapeError(f"plan: {label} was built for {channels} input channels, but {tensor} has "
+                             f"{shapes[tensor][-1]}. Fix: pass cin={shapes[tensor][-1]} to the block (its expansion and "
+                             "residual are sized by it).")
     for conv, _ in arch.folded:  # the folded weights the inference graph's convolutions read
         conv_bn.tensors(alloc, conv, t.specs[t.ids[f"{conv}.weight"]].shape, shapes[f"{conv}.out"][-1])
     if shapes[arch.output] != (num_classes,):

@@ -90,7 +90,7 @@ def _by_position(op: str, path: str, found: dict[str, np.ndarray], expected: dic
                  ) -> dict[str, np.ndarray] | None:
     """``found``'s tensors renamed to ``expected``'s names, module by module in order, when the file
     names its tensors by position (a PyTorch nn.Sequential's) and every module's roles match; else None."""
-    if not all(re.fullmatch(r"\d+(\.\d+)*", _module_of(k)[0]) for k in found):
+    if not all(re.fullmatch(r"\d+(\.\d+)*(\.[A-Za-z_]\w*)*", _module_of(k)[0]) for k in found):  # 2.fc1: se's parts
         return None
     modules: dict[str, dict[str, np.ndarray]] = {}
     for k in sorted(found, key=lambda k: _natural(_module_of(k)[0])):

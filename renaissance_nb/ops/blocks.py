@@ -16,8 +16,9 @@ from .identity import identity
 
 RESNET_3_3 = "RESNET_3_3"
 RESNET_3_3_DS = "RESNET_3_3_DS"
-BLOCK_KINDS: dict[str, Callable[..., BluePrint]] = {}
-"""block kind -> the function building its body from (out, **options)."""
+BLOCK_KINDS: dict[str, Callable[..., tuple[BluePrint, str, int | None]]] = {}
+"""block kind -> the function building (its body, the options its label shows, the input width it was
+built for or None) from (out, **options)."""
 
 
 def block_kind(name: str) -> Callable[[Callable[..., BluePrint]], Callable[..., BluePrint]]:
@@ -48,8 +49,8 @@ def block(out: int, kind: str = RESNET_3_3, **options: Any) -> Named:
         raise bad_argument(BluePrintError, "block", "kind", kind, f"one of {', '.join(BLOCK_KINDS)}",
                            "pass kind=RESNET_3_3 (same size) or RESNET_3_3_DS (downsample), or another listed kind")
     _check_options(kind, build, options)
-    body, label = build(out, **options)
-    return Named(f"block({out}, {kind}{label})", body)
+    body, label, channels = build(out, **options)
+    return Named(f"block({out}, {kind}{label})", body, channels)
 
 
 def _check_options(kind: str, build: Callable[..., BluePrint], options: dict[str, Any]) -> None:
@@ -66,12 +67,12 @@ def _check_options(kind: str, build: Callable[..., BluePrint], options: dict[str
 
 
 @block_kind(RESNET_3_3)
-def _basic(out: int) -> tuple[BluePrint, str]:
+def _basic(out: int) -> tuple[BluePrint, str, None]:
     main = seq(cbr(out, 3, 1, 1), conv(out, 3, 1, 1, bias=False), bn())
-    return seq(add2(identity(), main), relu()), ""
+    return seq(add2(identity(), main), relu()), "", None
 
 
 @block_kind(RESNET_3_3_DS)
-def _basic_down(out: int) -> tuple[BluePrint, str]:
+def _basic_down(out: int) -> tuple[BluePrint, str, None]:
     main = seq(cbr(out, 3, 2, 1), conv(out, 3, 1, 1, bias=False), bn())
-    return seq(add2(seq(conv(out, 1, 2, 0, bias=False), bn()), main), relu()), ""
+    return seq(add2(seq(conv(out, 1, 2, 0, bias=False), bn()), main), relu()), "", None

@@ -34,14 +34,14 @@ def _main(out: int, width: int, s: int) -> BluePrint:
 
 
 @block_kind(BOTTLENECK)
-def bottleneck(out: int) -> tuple[BluePrint, str]:
+def bottleneck(out: int) -> tuple[BluePrint, str, None]:
     width = _width(out, BOTTLENECK)
-    return seq(add2(identity(), _main(out, width, 1)), relu()), ""
+    return seq(add2(identity(), _main(out, width, 1)), relu()), "", None
 
 
 @block_kind(BOTTLENECK_DS)
-def bottleneck_down(out: int, s: int = 2) -> tuple[BluePrint, str]:
+def bottleneck_down(out: int, s: int = 2) -> tuple[BluePrint, str, None]:
     width = _width(out, BOTTLENECK_DS)
     s = positive_int("block", "s", s, f"block({out}, BOTTLENECK_DS, s=2)")
     shortcut = seq(conv(out, 1, s, 0, bias=False), bn())
-    return seq(add2(shortcut, _main(out, width, s)), relu()), f", s={s}"
+    return seq(add2(shortcut, _main(out, width, s)), relu()), f", s={s}", None

@@ -43,8 +43,10 @@ def hardswish_bwd(dy, x, dx, alpha):
             fo[k] = zero
         elif z < three:
             fo[k] = fd[k] * (z / three + half)
-        else:
+        elif z >= three:
             fo[k] = fd[k]
+        else:  # NaN: NaN, as torch's
+            fo[k] = z
 
 
 CUDA = r'''
@@ -60,7 +62,7 @@ extern "C" __global__ void rnb_hardswish_fwd(const float* x, float* y, rnb_i64 n
 extern "C" __global__ void rnb_hardswish_bwd(const float* dy, const float* x, float* dx, rnb_i64 n, float alpha) {
     for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x) {
         float z = x[k];
-        dx[k] = z <= -3.0f ? 0.0f : (z < 3.0f ? dy[k] * (z / 3.0f + 0.5f) : dy[k]);
+        dx[k] = z <= -3.0f ? 0.0f : (z < 3.0f ? dy[k] * (z / 3.0f + 0.5f) : (z >= 3.0f ? dy[k] : z));
     }
 }
 '''

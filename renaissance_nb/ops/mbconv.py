@@ -6,8 +6,7 @@ back where the block keeps its shape (s == 1 and cin == out). ``se=r`` puts sque
 
 A BluePrint does not know its input's channels until plan(), so the block is told them: ``cin``
 (default ``out``, the repeated blocks of a stage; the first block of a stage, where the width changes,
-passes the previous stage's). A wrong ``cin`` is found at plan(): the expansion is sized by it, and
-the residual sum refuses shapes that differ."""
+passes the previous stage's). plan() checks ``cin`` against the width the block really gets."""
 from __future__ import annotations
 
 from typing import Any
@@ -35,8 +34,9 @@ def _expand(out: int, expand: Any) -> float:
 
 @block_kind(MBCONV)
 def inverted_residual(out: int, expand: float = 6, s: int = 1, cin: int | None = None,
-                      se: int | None = None) -> tuple[BluePrint, str]:
-    """The body and the label's options of ``block(out, MBCONV, expand=6, s=1, cin=None, se=None)``."""
+                      se: int | None = None) -> tuple[BluePrint, str, int]:
+    """The body, the label's options and the input width of ``block(out, MBCONV, expand=6, s=1, cin=None,
+    se=None)``."""
     e = _expand(out, expand)
     s = positive_int("block", "s", s, f"block({out}, MBCONV, s=2)")
     c = out if cin is None else positive_int("block", "cin", cin, f"block({out}, MBCONV, cin=16)")
@@ -52,4 +52,4 @@ def inverted_residual(out: int, expand: float = 6, s: int = 1, cin: int | None =
     body = add2(identity(), main) if (s == 1 and c == out) else main
     options = "".join(f", {k}={v}" for k, v in (("expand", expand), ("s", s), ("cin", cin), ("se", se))
                       if v is not None and (k, v) not in (("expand", 6), ("s", 1)))
-    return body, options
+    return body, options, c

@@ -161,7 +161,9 @@ def cpu_kernels() -> dict[str, Any]:
 def gpu_kernels() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for op in OPS.values():
-        out.update(op.gpu_kernels)
+        for name, factory in op.gpu_kernels.items():
+            assert name not in out, f"GPU kernel {name} defined by two ops"
+            out[name] = factory
     return out
 
 

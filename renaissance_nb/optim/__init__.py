@@ -47,7 +47,7 @@ def menu_value(optimizer: Any) -> str:
 def from_menu(value: Any, where: str, argument: str) -> Any:
     """The optimizer a menu choice names (any case), or ``value`` itself when it is an optimizer object;
     anything else is a ConfigError listing the choices."""
-    if hasattr(value, "graph_params"):
+    if hasattr(value, "graph_params") and not isinstance(value, type):  # an optimizer object, not its class
         return value
     if isinstance(value, str):
         for entry in menu():
@@ -55,7 +55,7 @@ def from_menu(value: Any, where: str, argument: str) -> Any:
                 return entry.make()
     names = ", ".join(repr(e.value) for e in menu())
     raise bad_argument(ConfigError, where, argument, value, f"an optimizer or one of {names}",
-                       "pass optimizer='sgd' or optimizer=SGD(momentum=0.9)")
+                       "pass optimizer='sgd' or optimizer=SGD(momentum=0.9) (an object: SGD(), not SGD)")
 
 
 __all__ = ["DEFINITIONS", "MenuEntry", "OptimizerDefinition", "definition", "definition_of", "from_menu", "menu",
