@@ -226,3 +226,15 @@ def test_atlas_entry_checks_the_variant_and_gid(atlas: GraphAtlas) -> None:
     raises(lambda: atlas.entry("train_base", "OPTIMISER"), "gid='OPTIMISER'")
     err = raises(lambda: atlas.entry("train_bsae", GraphId.OPTIMIZER), "entry", "variant='train_bsae'")
     assert re.search(r"'train_base', 'val_base'", str(err))
+
+
+@pytest.mark.parametrize("n, batch, ranks, part", [(40, 4, 4, "every"), (42, 8, 2, "the last")])
+def test_a_batch_norm_on_one_sample_per_rank_names_the_ranks(n: int, batch: int, ranks: int, part: str) -> None:
+    """With data-parallel ranks the batch a batch norm sees is one rank's share: the message says so,
+    instead of blaming a last batch (40 samples in batches of 4 have none)."""
+    from renaissance_nb import ConfigError, DeepLearningTask, bn, fc, seq
+    t = (DeepLearningTask().model(seq(fc(8), bn(), fc(4)))
+         .data(train=(np.zeros((n, 8), np.float32), np.arange(n) % 4), batch_size=batch).distributed("mpi", ranks=ranks))
+    with pytest.raises(ConfigError, match=rf"on {ranks} ranks, each rank gets 1 sample of {part} step.*at least "
+                                          rf"{2 * ranks}"):
+        t.plan()

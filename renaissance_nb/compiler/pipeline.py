@@ -214,7 +214,12 @@ def _check_batch_norm_values(config: TaskConfig, arch: ArchPlan, shapes: AllShap
             continue
         for name, x, _ in shapes.tables[v].layer_shapes:
             if name in bns and math.prod(x[:-1]) == 1:
-                if spec.batch == batch:
+                if config.ranks > 1:  # spec.batch is one rank's share of the step
+                    part = "every" if v in ("train_base", "train_lowres") else "the last"
+                    where = f"with batch_size={batch} on {config.ranks} ranks, each rank gets 1 sample of {part} step and"
+                    fix = (f"a batch size of at least {2 * config.ranks} whose last batch also gives every rank 2 "
+                           "samples or more, or fewer ranks")
+                elif spec.batch == batch:
                     where, fix = f"with batch_size={batch},", "a batch size above 1"
                 else:
                     n = len(config.data.train) if config.data else 0
