@@ -207,7 +207,7 @@ def test_ema_kernel_matches_the_cpu_warmup_and_decay(module) -> None:  # type: i
         ec, eg = e.copy(), e.copy()
         d = min(0.99, (1.0 + t) / (10.0 + t))
         fused.ema_(ec, w, d)
-        _run(module, "rnb_ema", n, eg, w, np.int64(n), np.array([t], np.int64), np.float64(0.99))
+        _run(module, "rnb_ema", n, eg, w, np.int64(n), np.array([t], np.int64), np.zeros(1, np.int64), np.float64(0.99))
         assert np.array_equal(ec, eg)
 
 
@@ -351,7 +351,10 @@ def test_the_executor_captures_every_entry_once_and_restores_the_arena(module) -
     assert all(g.nodes for g in captured)
     opt = rx.atlas.captures.index(next(k for k in rx.atlas.captures if k.gid.name == "OPTIMIZER"))
     dot = rx.debug_dot(opt)
-    assert "rnb_adam" in dot and "rnb_optimizer_done" in dot and dot.startswith("digraph")
+    # the task has an EMA: the optimizer only counts the step, the EMA update after it clears the NaN flag
+    assert "rnb_adam" in dot and "rnb_optimizer_count" in dot and dot.startswith("digraph")
+    ema = rx.atlas.captures.index(next(k for k in rx.atlas.captures if k.gid.name == "EMA_UPDATE"))
+    assert "rnb_ema" in rx.debug_dot(ema) and "rnb_skip_done" in rx.debug_dot(ema)
     deep = next(i for i, k in enumerate(rx.atlas.captures) if k.gid.name == "DEEP_FWD_BWD")
     assert "sgemm" in rx.debug_dot(deep) and "rnb_softmax_xent" in rx.debug_dot(deep)
     # replaying a captured graph runs its kernels: one optimizer graph launch, one rnb_adam launch
@@ -938,3 +941,25 @@ def test_the_loss_block_meets_at_every_barrier_in_any_thread_order(blocks) -> No
         runs.append(rg)
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
     assert runs[0][0] == pytest.approx(rc[0], rel=1e-6) and (runs[0][1:] == rc[1:]).all()
+
+
+def test_a_skipped_update_leaves_the_ema_on_the_gpu_too(module) -> None:  # type: ignore[no-untyped-def]
+    """rnb_ema skips a flagged step and rnb_skip_done clears the flag after it (the optimizer only counts)."""
+    batch, rng = 8, np.random.default_rng(0)
+    x, y = rng.standard_normal((3 * batch, 6)).astype(np.float32), rng.integers(0, 3, 3 * batch)
+
+    def run(xx, yy, poison: bool):  # type: ignore[no-untyped-def]
+        t = (DeepLearningTask().model(seq(fc(8, bias=True), relu(), fc(3, bias=True)))
+             .data(train=(xx, yy), batch_size=batch, shuffle=False).optimizer(SGD(lr=0.1)).ema(0.9)
+             .total_epochs(1).seed(1).options(nan_policy="skip"))
+        t = emulated(t, module, data="pinned")  # batches streamed from the host: the poison is seen
+        if poison:
+            t.config.data.train.x[batch + 2, 3] = np.inf
+        t.run(progress=False)
+        return t
+    skipping = run(x, y, True)
+    keep = np.r_[0:batch, 2 * batch:3 * batch]
+    clean = run(x[keep], y[keep], False)
+    assert skipping.skipped_updates == 1
+    for name in ("fc1.weight", "fc1.weight@ema", "fc2.bias@ema"):
+        assert skipping.read(name).tobytes() == clean.read(name).tobytes(), name

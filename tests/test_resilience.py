@@ -318,3 +318,26 @@ def test_a_refused_run_changes_nothing_and_stoppers_count_per_run(tmp_path) -> N
     b.run(progress=False, callbacks=[stopper])  # another task: afresh
     assert stopper._task is b and stopper.best_epoch in (1, 2)
     assert EarlyStopping("val_top1").mode == "max" and EarlyStopping("val_loss").mode == "min"
+
+
+def _skipping_ema_task(x, y, batch: int):  # type: ignore[no-untyped-def]
+    from renaissance_nb import SGD, DeepLearningTask, fc, relu, seq
+    return (DeepLearningTask("ema-skip").model(seq(fc(8), relu(), fc(3))).data(train=(x, y), batch_size=batch,
+                                                                              shuffle=False)
+            .optimizer(SGD(lr=0.1)).ema(0.9).total_epochs(1).seed(1).options(nan_policy="skip")).compile()
+
+
+def test_a_skipped_update_leaves_the_ema_as_it_was() -> None:
+    """nan_policy='skip': the EMA is not averaged with the unchanged weights once more on the skipped
+    step (it was: E = d*E + (1-d)*W ran after every step); the next step finds the flag cleared."""
+    batch, rng = 8, np.random.default_rng(0)
+    x, y = rng.standard_normal((3 * batch, 6)).astype(np.float32), rng.integers(0, 3, 3 * batch)
+    skipping = _skipping_ema_task(x, y, batch)
+    skipping.config.data.train.x[batch + 2, 3] = np.inf  # batch 2 of 3, poisoned after the data checks
+    skipping.run(progress=False)
+    keep = np.r_[0:batch, 2 * batch:3 * batch]
+    clean = _skipping_ema_task(x[keep], y[keep], batch)  # the same run without the skipped batch
+    clean.run(progress=False)
+    assert skipping.skipped_updates == 1 and skipping.read("step")[0] == clean.read("step")[0] == 2
+    for name in ("fc1.weight", "fc1.weight@ema", "fc2.bias@ema"):
+        assert skipping.read(name).tobytes() == clean.read(name).tobytes(), name

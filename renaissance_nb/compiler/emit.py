@@ -212,10 +212,13 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
     g.append(GraphId.CLEAR_METRICS, node("fill", [], [ids["metrics.sum"]], "metrics", value=0.0))
     from ..optim import definition  # the optimizer's own nodes (optim/, which binds kernels): imported here
     p = dict(opts.optimizer)
+    ema = opts.ema_decay is not None
     for gid, op, ins, outs, params in definition(p["kind"]).update_nodes(ids, p):  # LARS: LARS_NORMS first
-        g.append(GraphId[gid], node(op, ins, outs, "optimizer", **params))
-    if opts.ema_decay is not None:
-        g.append(GraphId.EMA_UPDATE, node("ema_update", [ids["step"]], [], "ema", decay=opts.ema_decay))
+        keep = {"keep_flag": True} if ema and op == "optimizer" else {}  # the EMA after it reads the flag too
+        g.append(GraphId[gid], node(op, ins, outs, "optimizer", **params, **keep))
+    if ema:  # skips a step the NaN check skipped, as the optimizer does, then clears the flag
+        g.append(GraphId.EMA_UPDATE, node("ema_update", [ids["step"], ids["nan.flag"]], [], "ema",
+                                          decay=opts.ema_decay))
     return g
 
 

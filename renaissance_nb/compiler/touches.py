@@ -40,7 +40,8 @@ IN_PLACE_INPUTS: dict[str, tuple[int, ...]] = {
     "fc_bwd": (0,),       # dy: the activation's gradient is applied in place
     "conv_bwd": (0, 3),   # dy, likewise; cols, where the kernels make the columns again (tiles)
     "bn_bwd": (0,),       # dy, likewise
-    "optimizer": (1,),    # the NaN flag is cleared after the update
+    "optimizer": (1,),    # the NaN flag is cleared after the update (by the EMA update instead, when one follows)
+    "ema_update": (1,),   # likewise
     "allreduce_start": (0, 1),  # a bucket's gradients (weight, bias): summed over the ranks in place
     "allreduce_wait": (0, 1),   # likewise, then scaled by 1/ranks
 }

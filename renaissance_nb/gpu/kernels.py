@@ -305,7 +305,8 @@ def optimizer_k(outs, ins, p, env):
     from ..optim import definition  # the definitions bind this table's launch helpers: imported at bind time
     flag, (step,) = ins[1], outs
     update = definition(p["kind"], "optimizer").bind_gpu(outs, ins, p, env)
-    return sequence(update, launch_single(env, "rnb_optimizer_done", step, flag))
+    done = "rnb_optimizer_count" if p.get("keep_flag", False) else "rnb_optimizer_done"  # the EMA clears it
+    return sequence(update, launch_single(env, done, step, flag))
 
 
 @gpu_kernel("optimizer_norms")
@@ -317,13 +318,16 @@ def optimizer_norms(outs, ins, p, env):
 
 @gpu_kernel("ema_update")
 def ema_update(outs, ins, p, env):
-    (step,) = ins
+    if len(ins) < 2:
+        raise PlanError("ema_update: the GPU kernel reads [step, nan.flag] (the compiler's graphs give both); "
+                        "a hand-built node gave only the step. Fix: add the NaN flag tensor as its second input.")
+    step, flag = ins[0], ins[1]
     e, w, be, bw = ema_ranges(env.range_view)
     decay = np.float64(p["decay"])
-    parts = [launch_grid(env, "rnb_ema", e.size, e, w, _i64(e.size), step, decay)]
+    parts = [launch_grid(env, "rnb_ema", e.size, e, w, _i64(e.size), step, flag, decay)]
     if be.size:
-        parts.append(launch_grid(env, "rnb_ema", be.size, be, bw, _i64(be.size), step, decay))
-    return sequence(*parts)
+        parts.append(launch_grid(env, "rnb_ema", be.size, be, bw, _i64(be.size), step, flag, decay))
+    return sequence(*parts, launch_single(env, "rnb_skip_done", flag))
 
 
 GPU_KERNELS: dict[str, Callable[..., Launch]] = join_tables(DENSE_GPU_KERNELS, image_kernels.IMAGE_GPU_KERNELS,

@@ -354,9 +354,12 @@ def optimizer_k(outs, ins, p, env):
     flag = ins[1]
     update = definition(p["kind"], "optimizer").bind_cpu(outs, ins, p, env)
 
+    clear = not p.get("keep_flag", False)  # an EMA update after it skips the step too, and clears the flag
+
     def run() -> None:
         if flag[0]:  # the NaN check asked to skip this update (a skipped update is not a step)
-            flag[0] = 0
+            if clear:
+                flag[0] = 0
             return
         update()
     return run
@@ -374,14 +377,19 @@ def optimizer_norms(outs, ins, p, env):
 def ema_update(outs, ins, p, env):
     """E = d * E + (1 - d) * W over the whole E and W parameter ranges, and the same for the
     EMA's BN running statistics (B_NEXT from B_PREV), in one pass each. d warms up as
-    min(decay, (1 + t) / (10 + t)) with t the finished steps, so early averages are useful."""
-    (step,) = ins
+    min(decay, (1 + t) / (10 + t)) with t the finished steps, so early averages are useful. A step the
+    NaN check skipped is not averaged in (the flag, ins[1] where the graph gives it, is cleared here)."""
+    step = ins[0]
+    flag = ins[1] if len(ins) > 1 else np.zeros(1, np.int64)
     e, w, be, bw = ema_ranges(env.range_view)
     decay, f = float(p["decay"]), fused.ema_
     weights = native.bind_ema(e, w) or (lambda d: f(e, w, d))
     stats = (native.bind_ema(be, bw) or (lambda d: f(be, bw, d))) if be.size else None
 
     def run() -> None:
+        if flag[0]:
+            flag[0] = 0
+            return
         t = float(step[0])
         d = min(decay, (1.0 + t) / (10.0 + t))
         weights(d)

@@ -265,7 +265,18 @@ extern "C" __global__ void rnb_optimizer_done(rnb_i64* step, rnb_i64* flag) {
     else if (flag[0] == 0) step[0] += 1;
 }
 
-extern "C" __global__ void rnb_ema(float* e, const float* w, rnb_i64 n, const rnb_i64* step, double decay) {
+// The step counter only: an EMA update follows (rnb_ema skips a flagged step, rnb_skip_done clears flag 1).
+extern "C" __global__ void rnb_optimizer_count(rnb_i64* step, rnb_i64* flag) {
+    if (flag[0] == 0) step[0] += 1;
+}
+
+extern "C" __global__ void rnb_skip_done(rnb_i64* flag) {
+    if (flag[0] == 1) flag[0] = 0;
+}
+
+extern "C" __global__ void rnb_ema(float* e, const float* w, rnb_i64 n, const rnb_i64* step, const rnb_i64* flag,
+                                   double decay) {
+    if (flag[0] != 0) return;  // a step the NaN check skipped (1) or halted (2) is not averaged in
     double dd = rnb_ema_decay(decay, step[0]);
     float d = (float)dd;
     float one_d = (float)(1.0 - dd);
