@@ -180,8 +180,8 @@ class Trainer:
         step = int(self.runner.view("step")[0])
         raise NumericalError(f"step {step + 1}: a non-finite gradient or loss (found on the GPU, which stopped "
                              "updating there; the host checks every 16 steps, and the steps run since then replaced "
-                             "that step's gradients and loss, so they are not named). The weights and moments are "
-                             f"those before step {step + 1}; the EMA weights, batch-norm statistics and dropout "
+                             "that step's gradients and loss, so they are not named). The weights, moments and EMA "
+                             f"weights are those before step {step + 1}; the batch-norm statistics and dropout "
                              "offsets moved on with those steps' forward passes. Fix: lower the learning rate, check "
                              "the data for extreme values, or use options(nan_policy='skip'); task.load_state(path) "
                              "of a checkpoint continues exactly.")
