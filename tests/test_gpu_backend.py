@@ -606,17 +606,20 @@ def _poisoned(policy: str, epochs: int = 2) -> DeepLearningTask:
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_emulated_gpu_nan_policy_raise_stops_with_the_weights_of_before(module) -> None:  # type: ignore[no-untyped-def]
-    cpu = _poisoned("raise")
+    cpu = _poisoned("raise").ema(0.9)
     with pytest.raises(NumericalError) as ec:
         cpu.run(progress=False)
-    gpu = emulated(_poisoned("raise"), module, data="pinned")  # batches gathered from the host's (repairable) data
+    gpu = emulated(_poisoned("raise").ema(0.9), module, data="pinned")  # batches gathered from the host's (repairable) data
     with pytest.raises(NumericalError,
-                       match=r"found on the GPU.*weights and moments are those before step.*nan_policy=.skip.") as eg:
+                       match=r"found on the GPU.*weights, moments and EMA weights are those before step.*"
+                             r"nan_policy=.skip.") as eg:
         gpu.run(progress=False)
     step = re.search(r"step (\d+)", str(ec.value)).group(1)
     assert re.search(r"step (\d+)", str(eg.value)).group(1) == step
     sc, sg = cpu.state_dict(), gpu.state_dict()
     assert all(np.isfinite(sg[k]).all() and np.allclose(sc[k], sg[k], rtol=1e-5, atol=1e-6) for k in sc)
+    sc, sg = cpu.state_dict(ema=True), gpu.state_dict(ema=True)  # the EMA stopped with the weights: the
+    assert all(np.allclose(sc[k], sg[k], rtol=1e-5, atol=1e-6) for k in sc)  # halted steps are not averaged in
     # the halt is cleared: with the data repaired, both train on from the start of that epoch, and say so
     assert gpu.executor.view("train_base", "nan.flag")[0] == 0
     for t in (cpu, gpu):
