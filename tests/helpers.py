@@ -99,13 +99,30 @@ def copy_into_torch(pairs, state: dict) -> None:  # type: ignore[no-untyped-def]
                     t.copy_(torch.from_numpy(state[f"{name}.{role}"]).reshape(t.shape))
 
 
-def image_blobs(n: int, seed: int = 0, classes: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    """n 3x8x8 images whose first channel is shifted by their class: separable, small, deterministic."""
+def image_blobs(n: int, seed: int = 0, classes: int = 4, scale: float = 1.0,
+                shift: float = 0.8) -> tuple[np.ndarray, np.ndarray]:
+    """n 3x8x8 images of N(0, scale) whose first channel is shifted by class * shift: separable, small,
+    deterministic."""
     r = np.random.default_rng(seed)
     y = r.integers(0, classes, n)
-    x = r.normal(size=(n, 3, 8, 8)).astype(np.float32)
-    x[:, 0] += (y * 0.8)[:, None, None].astype(np.float32)
+    x = (r.normal(size=(n, 3, 8, 8)) * scale).astype(np.float32)
+    x[:, 0] += (y * shift)[:, None, None].astype(np.float32)
     return x, y
+
+
+def train_from_torch(model, x: np.ndarray, y: np.ndarray, *, lr: float, batch: int = 16):  # type: ignore[no-untyped-def]
+    """Both sides of a from_torch parity run: the engine trains ``model``'s BluePrint from its weights for
+    one shuffle-free epoch of SGD with momentum, then torch trains ``model`` on the same batches.
+    Returns (the trained task, the state dict from_torch gave: the engine's names in the module's order)."""
+    from renaissance_nb import SGD, BluePrint, DeepLearningTask
+    blueprint, state = BluePrint.from_torch(model, weights=True)
+    task = (DeepLearningTask().model(blueprint).data(train=(x, y), batch_size=batch, shuffle=False)
+            .optimizer(SGD().lr(lr).momentum(0.9)).total_epochs(1).seed(0))
+    task.compile()
+    task.load_state_dict(state)
+    task.run(progress=False)
+    torch_sgd_steps(model, x, y, batch=batch, lr=lr)
+    return task, state
 
 
 def thirty_steps_against_torch(blueprint, net, pairs, *, floor: float = 1e-12,  # type: ignore[no-untyped-def]

@@ -19,7 +19,7 @@ from renaissance_nb.blueprint_nodes import Layer
 from renaissance_nb.memory.region import Region
 from renaissance_nb.ops import grouped_conv
 from renaissance_nb.ops.registry import OPS
-from helpers import torch_sgd_steps
+from helpers import image_blobs, train_from_torch
 
 torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
@@ -104,11 +104,7 @@ def test_kernels_give_the_same_bytes_on_one_thread_and_on_all() -> None:
 
 
 def _data(n: int):  # type: ignore[no-untyped-def]
-    r = np.random.default_rng(2)
-    y = r.integers(0, 4, n)
-    x = (r.normal(size=(n, 3, 8, 8)) * 1.5).astype(np.float32)
-    x[:, 0] += (y * 1.5).reshape(n, 1, 1).astype(np.float32)
-    return x, y
+    return image_blobs(n, seed=2, scale=1.5, shift=1.5)
 
 
 def _depthwise_net() -> nn.Sequential:
@@ -139,12 +135,7 @@ def test_thirty_training_steps_match_torch(net: str) -> None:
     torch.set_num_threads(2)
     steps, model = 30, NETS[net]()
     x, y = _data(steps * 16)
-    blueprint, state = BluePrint.from_torch(model, weights=True)
-    task = _task(blueprint, x, y)
-    task.compile()
-    task.load_state_dict(state)
-    task.run(progress=False)
-    torch_sgd_steps(model, x, y, batch=16, lr=0.05)
+    task, state = train_from_torch(model, x, y, lr=0.05)
     ours, theirs = task.state_dict(), dict(zip(state, (p.detach().numpy() for p in model.state_dict().values())))
     assert ours.keys() == theirs.keys()
     for name, b in theirs.items():

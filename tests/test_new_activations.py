@@ -9,10 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
-from renaissance_nb import (SGD, BluePrint, BluePrintError, DeepLearningTask, conv, elu, fc, flatten, hardswish,
+from renaissance_nb import (BluePrint, BluePrintError, DeepLearningTask, conv, elu, fc, flatten, hardswish,
                             maxpool, relu6, seq)
 from renaissance_nb.ops import registry
-from helpers import torch_sgd_steps
+from helpers import train_from_torch
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -24,20 +24,21 @@ CASES = {"relu6": (relu6(), nn.ReLU6()), "hardswish": (hardswish(), nn.Hardswish
          "elu": (elu(), nn.ELU()), "elu_0.3": (elu(0.3), nn.ELU(0.3))}
 
 
-def _kernels(layer):  # type: ignore[no-untyped-def]
+def _on_the_grid(layer):  # type: ignore[no-untyped-def]
+    """(op, x, dy, y, dx): the layer's own CPU kernels, forward and backward, over GRID."""
     op = registry.op_for_layer(layer.kind)
-    return op, op.cpu_kernels[f"{op.kind}_fwd"], op.cpu_kernels[f"{op.kind}_bwd"]
+    x = GRID.copy()
+    dy = np.random.default_rng(1).normal(size=x.size).astype(np.float32)
+    y, dx = np.empty_like(x), np.empty_like(x)
+    op.cpu_kernels[f"{op.kind}_fwd"]([y], [x], layer.p, None)()
+    op.cpu_kernels[f"{op.kind}_bwd"]([dx], [dy, x], layer.p, None)()
+    return op, x, dy, y, dx
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_kernels_match_torch_value_by_value(case: str) -> None:
     layer, module = CASES[case]
-    op, fwd, bwd = _kernels(layer)
-    x = GRID.copy()
-    dy = np.random.default_rng(1).normal(size=x.size).astype(np.float32)
-    y, dx = np.empty_like(x), np.empty_like(x)
-    fwd([y], [x], layer.p, None)()
-    bwd([dx], [dy, x], layer.p, None)()
+    op, x, dy, y, dx = _on_the_grid(layer)
     tx = torch.from_numpy(x.copy()).requires_grad_(True)
     ty = module(tx)
     ty.backward(torch.from_numpy(dy))
@@ -72,13 +73,7 @@ def _data(image: bool, n: int = 480):  # type: ignore[no-untyped-def]
 def _train_both(model: nn.Sequential, image: bool, steps: int = 30, lr: float = 0.05):  # type: ignore[no-untyped-def]
     """30 steps of SGD with momentum, the same weights and batches on both sides: (ours, torch's) state dicts."""
     x, y = _data(image, steps * 16)
-    blueprint, state = BluePrint.from_torch(model, weights=True)
-    task = (DeepLearningTask().model(blueprint).data(train=(x, y), batch_size=16, shuffle=False)
-            .optimizer(SGD().lr(lr).momentum(0.9)).total_epochs(1).seed(0))
-    task.compile()
-    task.load_state_dict(state)
-    task.run(progress=False)
-    torch_sgd_steps(model, x, y, batch=16, lr=lr)
+    task, state = train_from_torch(model, x, y, lr=lr)
     ours = task.state_dict()
     names = [n for n in state if n.endswith((".weight", ".bias"))]
     theirs = [p.detach().numpy() for p in model.parameters()]
@@ -143,12 +138,7 @@ def test_cuda_kernels_give_the_cpus_bytes_on_the_stand_in(case: str, tmp_path) -
     import cuda_emulator
     module = cuda_emulator.EmulatedModule(tmp_path)
     layer = CASES[case][0]
-    op, fwd, bwd = _kernels(layer)
-    x = GRID.copy()
-    dy = np.random.default_rng(1).normal(size=x.size).astype(np.float32)
-    y, dx = np.empty_like(x), np.empty_like(x)
-    fwd([y], [x], layer.p, None)()
-    bwd([dx], [dy, x], layer.p, None)()
+    op, x, dy, y, dx = _on_the_grid(layer)
     gy, gdx, n, alpha = np.full_like(x, np.nan), np.full_like(x, np.nan), np.int64(x.size), np.float32(op.alpha(layer.p))
     grid = (max(1, -(-x.size // 7)),), (7,)
     module.get_function(f"rnb_{op.kind}_fwd")(*grid, (x, gy, n, alpha))

@@ -11,10 +11,10 @@ import shutil
 import numpy as np
 import pytest
 
-from renaissance_nb import (SGD, BluePrint, BluePrintError, DeepLearningTask, ShapeError, conv, fc, flatten, gap,
+from renaissance_nb import (BluePrint, BluePrintError, DeepLearningTask, ShapeError, conv, fc, flatten, gap,
                             maxpool, relu, se, seq)
 from renaissance_nb.memory.region import Region
-from helpers import torch_sgd_steps
+from helpers import image_blobs, train_from_torch
 
 se_module = importlib.import_module("renaissance_nb.ops.se")  # the module (renaissance_nb.ops.se is the builder)
 
@@ -145,11 +145,7 @@ def _torch_net() -> nn.Sequential:
 
 
 def _data(n: int):  # type: ignore[no-untyped-def]
-    r = np.random.default_rng(2)
-    y = r.integers(0, 4, n)
-    x = (r.normal(size=(n, 3, 8, 8)) * 1.5).astype(np.float32)
-    x[:, 0] += (y * 1.5).reshape(n, 1, 1).astype(np.float32)
-    return x, y
+    return image_blobs(n, seed=2, scale=1.5, shift=1.5)
 
 
 def test_thirty_sgd_steps_match_torch() -> None:
@@ -157,15 +153,10 @@ def test_thirty_sgd_steps_match_torch() -> None:
     steps, lr = 30, 0.05
     model = _torch_net()
     x, y = _data(steps * 16)
-    blueprint, state = BluePrint.from_torch(model, weights=True)
+    blueprint = BluePrint.from_torch(model)
     assert [layer.p for layer in blueprint.leaves() if layer.kind == "se"] == [{"squeeze": 2}, {"squeeze": 2},
                                                                                   {"squeeze": 12}]
-    task = (DeepLearningTask().model(blueprint).data(train=(x, y), batch_size=16, shuffle=False)
-            .optimizer(SGD().lr(lr).momentum(0.9)).total_epochs(1).seed(0))
-    task.compile()
-    task.load_state_dict(state)
-    task.run(progress=False)
-    torch_sgd_steps(model, x, y, batch=16, lr=lr)
+    task, state = train_from_torch(model, x, y, lr=lr)
     ours = task.state_dict()
     theirs = dict(zip(state, (p.detach().numpy() for p in model.parameters())))  # both in the Sequential's order
     assert len(theirs) == len(state) == 18 and "se3.fc2.weight" in theirs
