@@ -18,15 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
 from ..memory.region import Region
+from ..kernels.fused import jit  # the package's numba options, one place
 from .bn import BatchNorm
 from .conv import Convolution
 from .registry import Op, op_of, register
 
-jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
 FOLD = "conv_bn_fold"
 
 

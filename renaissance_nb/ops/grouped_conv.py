@@ -27,13 +27,13 @@ import numpy as np
 from ..errors import PlanError, ShapeError
 from ..kernels.base import EMPTY_F32
 from ..kernels.operands import check_shape, out_size, relu_code
+from ..kernels.fused import par  # the package's numba options, one place
 from .common import with_act_slot, window_out
 from .registry import Op, register
 
 GROUPED_CONV = "grouped_conv"
 """The op's kind: conv's builder makes it for groups > 1 (ops/conv.py hands such a layer to this op)."""
 
-par = numba.njit(cache=True, nogil=True, parallel=True, fastmath=False, error_model="numpy")
 
 
 @par

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
 from ..blueprint_nodes import Layer, layer_args
+from ..kernels.fused import jit  # the package's numba options, one place
 from .pointwise import Pointwise
 from .registry import register
 
-jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
 
 @layer_args

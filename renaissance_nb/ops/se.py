@@ -38,15 +38,13 @@ from ..blueprint_nodes import NOT_HERE, Layer, positive_int
 from ..checks import arguments_checked
 from ..errors import BluePrintError, PlanError, bad_argument
 from ..kernels import blas, native
-from ..kernels.fused import chunk
+from ..kernels.fused import chunk, jit, par  # the package's numba options, one place
 from ..kernels.operands import PAR_CHUNKS
 from ..kernels.passes import PASS_PAR_MIN
 from ..memory.region import Region
 from .common import needs_image, square
 from .registry import Op, Refused, register
 
-jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
-par = numba.njit(cache=True, nogil=True, parallel=True, fastmath=False, error_model="numpy")
 """Samples (or parameter rows) by chunks on numba's threads: each output is one thread's, same bytes."""
 
 WEIGHTS = ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
