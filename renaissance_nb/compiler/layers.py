@@ -213,8 +213,9 @@ class ParamInfo:
     role: str  # weight | bias | running_mean | running_var
     shape: tuple[int, ...]
     fan_in: int
-    init: str = "uniform"  # uniform(+-1/sqrt(fan_in)) | ones | zeros
+    init: str = "uniform"  # uniform(+-1/sqrt(fan_in)) | ones | zeros | normal (N(0, std^2): embeddings)
     trainable: bool = True
+    std: float = 0.0
 
     @property
     def name(self) -> str:
@@ -256,7 +257,8 @@ class _LayerTensors:
     def __init__(self, t: TensorTable, batch: int, opt_state: tuple[str, ...], ema: bool) -> None:
         self.t, self.batch, self.opt_state, self.ema = t, batch, opt_state, ema
 
-    def param(self, layer: str, role: str, shape: tuple[int, ...], kind: str, fan_in: int, init: str) -> None:
+    def param(self, layer: str, role: str, shape: tuple[int, ...], kind: str, fan_in: int, init: str,
+              std: float = 0.0) -> None:
         t, f32 = self.t, "float32"
         base = f"{layer}.{role}"
         t.add(base, shape, f32, Region[f"W_{kind}"])
@@ -267,7 +269,7 @@ class _LayerTensors:
                 t.add(f"{base}@{fam.lower()}", region.record_shape or shape, f32, region)
         if self.ema:
             t.add(f"{base}@ema", shape, f32, Region[f"E_{kind}"])
-        t.params.append(ParamInfo(layer, role, shape, fan_in, init))
+        t.params.append(ParamInfo(layer, role, shape, fan_in, init, std=std))
 
     def buffer(self, layer: str, role: str, shape: tuple[int, ...], fan_in: int, init: str) -> None:
         """A layer's state that is not trained (batch norm's running statistics): initialised, never updated."""
@@ -280,21 +282,24 @@ class _LayerTensors:
 
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,
                  opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False,
-                 class_weights: bool = False) -> TensorTable:
+                 class_weights: bool = False, tokens: bool = False) -> TensorTable:
     """Every tensor of a task for one variant, in a fixed order.
 
     ``opt_state`` lists the optimizer families needed besides W and G ("M", "V");
     ``ema`` adds E_ copies of the parameters (and EMA-folded BN parameters); ``clip`` the
     gradient-norm scalars of clip_grad_norm; ``class_weights`` the loss's per-class weights.
+    ``tokens``: the samples are token sequences (T,) of int32 ids, each position with its own
+    target (a language model's next token), so the labels are (batch, T) and the loss has batch x T rows.
     """
     t = TensorTable()
     f32, i32 = "float32", "int32"
     xshape = internal_sample_shape(sample_shape)
-    t.add("I_A.label", (batch,), i32, Region.I_A_LABEL)
-    t.add("I_A.data", (batch, *xshape), f32, Region.I_A_DATA)
-    t.add("I_B.label", (batch,), i32, Region.I_B_LABEL)
-    t.add("I_B.data", (batch, *xshape), f32, Region.I_B_DATA)
-    t.add("labels", (batch,), i32, Region.T_TEMP_INT32)
+    label = (batch, *xshape) if tokens else (batch,)
+    t.add("I_A.label", label, i32, Region.I_A_LABEL)
+    t.add("I_A.data", (batch, *xshape), i32 if tokens else f32, Region.I_A_DATA)
+    t.add("I_B.label", label, i32, Region.I_B_LABEL)
+    t.add("I_B.data", (batch, *xshape), i32 if tokens else f32, Region.I_B_DATA)
+    t.add("labels", label, i32, Region.T_TEMP_INT32)
     shapes: dict[str, tuple[int, ...]] = {"input": xshape}
     consumers = arch.consumers()
     if consumers.get("input", 0) != 1 or arch.layers[0].inputs != ("input",):
@@ -318,14 +323,20 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
                              "residual are sized by it).")
     for conv, _ in arch.folded:  # the folded weights the inference graph's convolutions read
         conv_bn.tensors(alloc, conv, t.specs[t.ids[f"{conv}.weight"]].shape, shapes[f"{conv}.out"][-1])
-    if shapes[arch.output] != (num_classes,):
+    want = (*xshape, num_classes) if tokens else (num_classes,)
+    if shapes[arch.output] != want:
+        if tokens:
+            raise ShapeError(f"plan: the model outputs shape {shapes[arch.output]} per sequence, but a language "
+                             f"model's data needs {want}: one row of {num_classes} token scores per position. "
+                             f"Fix: end the model with fc({num_classes}) on the (T, d) features.")
+        flat = "flatten() before the first fc, and " if len(shapes[arch.output]) > 1 else ""
         raise ShapeError(f"plan: the model outputs shape {shapes[arch.output]} per sample, but the data has "
-                         f"{num_classes} classes. Fix: end the model with fc({num_classes}).")
+                         f"{num_classes} classes. Fix: {flat}end the model with fc({num_classes}).")
     t.add("result", (3,), f32, Region.R_RESULT)
     t.add("metrics.sum", (4,), "float64", Region.R_RESULT_ACCUMULATED)
     t.add("loss_log", (max(total_steps, 1),), f32, Region.R_RESULT_ACCUMULATED)
     t.add("lr_table", (max(total_steps, 1),), f32, Region.S_SCALAR_FP32)
-    t.add("ones", (batch,), f32, Region.S_SCALAR_FP32)
+    t.add("ones", (batch * (xshape[0] if tokens else 1),), f32, Region.S_SCALAR_FP32)  # a GEMV operand per row
     if class_weights:  # CrossEntropyLoss(weight=...), written at compile time like lr_table
         t.add("loss.weight", (num_classes,), f32, Region.S_SCALAR_FP32)
     for name in ("step", "cursor", "rng.offset", "aug.offset", "nan.flag", "nan.skipped"):

@@ -164,7 +164,7 @@ def plan_stage(config: TaskConfig) -> Planned:
     specs = variant_specs(local_sizes(config), config.val_batches, sample, lowres_shape=low, train_shape=first)
     shapes = derive_all_shapes(arch, specs, s.train.num_classes, config.optimizer.state, config.total_steps,
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
-                               class_weights=config.loss.weight_ is not None)
+                               class_weights=config.loss.weight_ is not None, tokens=s.train.is_tokens)
     _check_batch_norm_values(config, arch, shapes)
     return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)), lr_table)
 

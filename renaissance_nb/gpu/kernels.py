@@ -84,8 +84,8 @@ def _i64(x: int) -> np.int64:
 # ---- linear algebra -----------------------------------------------------------------------
 @gpu_kernel("fc_fwd")
 def fc_fwd(outs, ins, p, env):
-    (y,) = outs
-    x, w = flat2d(ins[0]), ins[1]
+    w = ins[1]
+    x, y = ins[0].reshape(-1, w.shape[1]), outs[0].reshape(-1, w.shape[0])  # (B, in) or (B*T, in): per row
     b = ins[2] if len(ins) > 2 else None
     gemm = env.gemm.bind(y, x, w.T)
     act = ACT_CODES[p["act"]]

@@ -16,6 +16,7 @@ kernel modules import only base.py, passes.py and operands.py, never this module
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from .base import EMPTY_F32, EMPTY_F32_2D, Factory, Kernel, join_tables, registr
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
 from .conv import CONV_KERNELS
-from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, split_scratch
+from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, rows, split_scratch
 from .passes import PASS_PAR_MIN, act_grad_colsum_pass, bias_act_pass, bias_partials
 from .status import status_error
 from .transfer import TRANSFER_KERNELS
@@ -42,8 +43,8 @@ LEAKY_SLOPE = 0.01
 @kernel("fc_fwd")
 def fc_fwd(outs, ins, p, env):
     """y = act(x W^T + b): one GEMM into the output view, then one fused bias+activation pass."""
-    (y,) = outs
-    x, w = flat2d(ins[0]), ins[1]
+    w = ins[1]
+    x, y = ins[0].reshape(-1, w.shape[1]), outs[0].reshape(-1, w.shape[0])  # (B, in) or (B*T, in): per row
     b = ins[2] if len(ins) > 2 else EMPTY_F32
     act = ACT_CODES[p.get("act", "none")]
     slope = float(p.get("slope", LEAKY_SLOPE))
@@ -223,6 +224,8 @@ def dropout_fwd(outs, ins, p, env):
 # ---- loss and metrics -------------------------------------------------------------------------
 @kernel("softmax_xent")
 def softmax_xent_k(outs, ins, p, env):
+    if ins[1].ndim == 2:  # a language model: one row per position, top-1/top-5 as per-sequence fractions
+        return _per_position(softmax_xent_k, outs, ins, p, env)
     logits, labels = flat2d(ins[0]), ins[1]
     result = outs[0]
     grad = bool(p["grad"])
@@ -231,6 +234,21 @@ def softmax_xent_k(outs, ins, p, env):
     smoothing, f = float(p["smoothing"]), fused.softmax_xent
     bound = native.bind_softmax_xent(logits, labels, smoothing, weight, result, dlogits, grad)
     return bound or (lambda: f(logits, labels, smoothing, weight, result, dlogits, grad))
+
+
+def _per_position(loss: Any, outs: Any, ins: Any, p: dict, env: Any) -> Kernel:
+    """The loss over (B, T) targets as over B x T rows (the mean over every position, as
+    ``F.cross_entropy(logits.view(-1, V), y.view(-1))``); the correct counts then divided by T, so the
+    metrics' per-sample sums still add up to one per sequence and accuracy reads as a token accuracy."""
+    positions = np.float32(ins[1].shape[1])
+    flat = [rows(ins[0]), ins[1].reshape(-1), *ins[2:]]
+    bound = loss([outs[0], *(rows(o) for o in outs[1:])], flat, p, env)
+    result = outs[0]
+
+    def run() -> None:
+        bound()
+        result[1:3] /= positions
+    return run
 
 
 @kernel("accum_metrics")
@@ -256,6 +274,8 @@ def transfer(outs, ins, p, env):
         return missing
     xs, ys = env.sources[source]
     perm = env.perms[source]
+    if ys.ndim == 2:  # token sequences: a target per position
+        return _token_transfer(xs, ys, perm, cursor, x_out, y_out, source)
     x2 = flat2d(x_out)
     xs2 = xs.reshape(xs.shape[0], -1)
     f = fused.gather_batch_par if blas.THREADED else fused.gather_batch
@@ -268,6 +288,27 @@ def transfer(outs, ins, p, env):
         status = gather()
         if status:
             raise status_error(status, "transfer", source, len(y_out), perm, int(cursor[0]))
+    return run
+
+
+def _token_transfer(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.ndarray, x_out: np.ndarray,
+                    y_out: np.ndarray, source: str) -> Kernel:
+    """Rows perm[cursor:cursor+B] of token windows (N, T) and their targets (N, T): np.take into the
+    buffers (no copy is made: ``out=`` writes them), after the same bounds check as the image gathers."""
+    n = x_out.shape[0]
+    if xs.shape[1:] != x_out.shape[1:] or ys.shape[1:] != y_out.shape[1:]:
+        raise PlanError(f"transfer: {source} token windows are {xs.shape[1:]} long, the plan's buffers "
+                        f"{x_out.shape[1:]}. Fix: plan the task again with this data.")
+
+    def run() -> None:
+        start = int(cursor[0])
+        status = fused.batch_status(perm, start, n, xs.shape[0])
+        if status:
+            raise status_error(status, "transfer", source, n, perm, start)
+        rows = perm[start:start + n]
+        np.take(xs, rows, axis=0, out=x_out)
+        np.take(ys, rows, axis=0, out=y_out)
+        cursor[0] = start + n
     return run
 
 

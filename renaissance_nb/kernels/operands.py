@@ -102,8 +102,10 @@ def _act(p: dict[str, Any], default: str | None = None) -> str | None:
 
 @rule("fc_fwd", (2, 3), (1, 1))
 def _fc_fwd(ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]) -> str | None:
-    x, w, y = _flat2d_shape(ins[0]), ins[1], outs[0]
-    if len(x) != 2 or len(w) != 2 or len(y) != 2 or w[1] != x[1] or y != (x[0], w[0]):
+    x, w, y = ins[0], ins[1], outs[0]
+    per_row = len(x) == 3 and len(y) == 3 and len(w) == 2 and x[-1] == w[1] and y == (*x[:-1], w[0])  # (B, T, d)
+    x = _flat2d_shape(x)
+    if not per_row and (len(x) != 2 or len(w) != 2 or len(y) != 2 or w[1] != x[1] or y != (x[0], w[0])):
         return f"y = x W^T needs x (m, k), W (n, k), y (m, n); got x {ins[0]}, W {w}, y {y}"
     if len(ins) == 3 and math.prod(ins[2]) != w[0]:
         return f"the bias has {math.prod(ins[2])} values for {w[0]} outputs (shape {ins[2]})"
@@ -362,8 +364,9 @@ def fc_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
     outs = split_scratch(outs, p)[0]
     dw = outs.pop(0)
     db = outs.pop(0) if p["bias"] else None
-    dx = flat2d(outs.pop(0)) if p["need_dx"] else None
-    return dy, flat2d(x), w, y, ones, dw, db, dx
+    out, fan_in = w.shape[0], w.shape[1]  # a sequence's (B, T, d) acts row by row: (B*T, d)
+    dx = outs.pop(0).reshape(-1, fan_in) if p["need_dx"] else None
+    return dy.reshape(-1, out), x.reshape(-1, fan_in), w, y.reshape(-1, out), ones, dw, db, dx
 
 
 def optimizer_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, Any, Any]:

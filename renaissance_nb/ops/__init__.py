@@ -10,6 +10,7 @@ lists every registered builder and block kind by itself. docs/architecture.md wa
 from . import registry
 from .activation import gelu, leaky_relu, relu, sigmoid, silu, tanh
 from .add import Add  # noqa: F401 - add2's residual sum (no builder of its own)
+from .attention import attention
 from .blocks import BLOCK_KINDS, RESNET_3_3, RESNET_3_3_DS, block, cbr
 from .bn import bn
 from .bottleneck import BOTTLENECK, BOTTLENECK_DS
@@ -17,12 +18,16 @@ from .conv import conv
 from .conv_bn import ConvBatchNormFold  # noqa: F401 - options(fold_bn=True): its fold kernels
 from .dropout import dropout
 from .elu import elu
+from .embedding import embedding, pos_embedding
 from .fc import fc
 from .flatten import flatten
 from .gap import gap
+from .gelu_tanh import gelu_tanh
+from .gpt import gpt, transformer_block
 from .grouped_conv import GroupedConvolution  # noqa: F401 - conv(..., groups=g > 1) plans into it
 from .hardswish import hardswish
 from .identity import identity
+from .layernorm import layernorm
 from .mbconv import MBCONV
 from .pool import avgpool, maxpool
 from .relu6 import relu6
@@ -30,6 +35,6 @@ from .se import se
 
 BUILDERS = tuple(sorted({b.__name__ for op in registry.OPS.values() for b in op.builders}))
 """Every layer builder a registered op declares (fc, conv, relu6...)."""
-__all__ = [*BUILDERS, "block", "cbr", *BLOCK_KINDS]
+__all__ = [*BUILDERS, "block", "cbr", "gpt", "transformer_block", *BLOCK_KINDS]
 _missing = [name for name in __all__ if name not in globals()]
 assert not _missing, f"import {_missing} in renaissance_nb/ops/__init__.py: registered but not exported"

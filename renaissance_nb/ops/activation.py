@@ -12,7 +12,7 @@ import numpy as np
 from ..blueprint_nodes import Layer, layer_args
 from ..checks import as_float
 from ..errors import BluePrintError, ExportError, bad_argument
-from .registry import Op, Refused, register
+from .registry import Op, register
 
 
 @layer_args
@@ -36,8 +36,15 @@ def silu() -> Layer:
 
 
 @layer_args
-def gelu() -> Layer:
-    """GELU with the exact erf form (PyTorch's default, approximate='none')."""
+def gelu(approximate: str = "none") -> Layer:
+    """GELU as nn.GELU(approximate=...): the exact erf form x/2 (1 + erf(x/sqrt 2)) (PyTorch's default),
+    or with ``approximate="tanh"`` GPT-2's x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gelu_tanh.py)."""
+    if approximate == "tanh":
+        from .gelu_tanh import gelu_tanh
+        return gelu_tanh()
+    if approximate != "none":
+        raise bad_argument(BluePrintError, "gelu", "approximate", approximate, "'none' or 'tanh'",
+                           "write gelu() for the exact form or gelu(approximate='tanh') for GPT-2's")
     return Layer("gelu")
 
 
@@ -104,7 +111,7 @@ class Activation(Op):
 
     def from_torch(self, m: Any) -> dict[str, Any]:
         kind = TORCH_NAMES[type(m).__name__]
-        if kind == "gelu" and m.approximate != "none":
-            raise Refused(f"approximate={m.approximate!r}; gelu() is the exact erf form (approximate='none')")
+        if kind == "gelu" and m.approximate == "tanh":
+            return {"layer": "gelu_tanh", "params": {}}
         params = {"negative_slope": float(m.negative_slope)} if kind == "leaky_relu" else {}
         return {"layer": kind, "params": params}

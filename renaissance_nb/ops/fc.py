@@ -41,17 +41,17 @@ class FullyConnected(Op):
 
     def tensors(self, ctx: Any, idx: int, layer: Any, ins: list[tuple[int, ...]]) -> tuple[int, ...]:
         x = ins[0]
-        if len(x) != 1:
-            raise ShapeError(f"plan: {layer.name} (fc) gets input of shape {x}; fc needs flat features. "
-                             "Fix: put flatten() or gap() before it.")
+        if len(x) not in (1, 2):
+            raise ShapeError(f"plan: {layer.name} (fc) gets input of shape {x}; fc needs flat features (d,) or "
+                             "a sequence's (T, d). Fix: put flatten() or gap() before it.")
         p = layer.p
-        fan_in, out = x[0], p["out"]
+        fan_in, out = x[-1], p["out"]
         if p["bias"]:
             ctx.param(layer.name, "bias", (out,), "FC_BIAS", fan_in, "uniform")
         ctx.param(layer.name, "weight", (out, fan_in), "FC_WEIGHT", fan_in, "uniform")
         if p["bias"]:
             bias_partials(ctx, layer.name, out)
-        return (out,)
+        return (*x[:-1], out)  # on a sequence, per position: nn.Linear on the last axis
 
     def forward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, training: bool,
                 ema: bool) -> None:

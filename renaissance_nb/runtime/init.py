@@ -59,7 +59,11 @@ class WeightInit:
 
     def fill(self, p: ParamInfo, view: np.ndarray) -> None:
         """Initialise one parameter or buffer (``view``: its arena view, in the arena's layout)."""
-        if p.init != "uniform":  # batch norm's weight and bias, its running statistics
+        if p.init == "normal" and self.plain:  # an embedding's own N(0, std^2) (nn.Embedding, GPT-2's 0.02)
+            self._normal(view, p.std)
+        elif p.init == "normal":  # another scheme re-initialises it as a weight
+            self._weight(view)
+        elif p.init != "uniform":  # batch norm's weight and bias, its running statistics
             view.fill(1.0 if p.init == "ones" else 0.0)
         elif p.role != "weight":  # an fc or conv bias
             if self.scheme == "kaiming_uniform":

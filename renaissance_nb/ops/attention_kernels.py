@@ -1,0 +1,298 @@
+"""The CPU kernels of causal self-attention (ops/attention.py), on (B, H, T, hd) head-major tensors.
+
+Two forms of the same function:
+
+- materialised: the scores S = q k^T / sqrt(hd) of every head, masked above the diagonal, and their
+  softmax P, (B, H, T, T) in the arena; the backward reads P.
+- memory-efficient (flash): query blocks against key blocks with the online softmax (running max m,
+  running sum l, the output rescaled as the max grows), keeping only each row's log-sum-exp
+  L = m + log l; the backward recomputes every block's P = exp(S - L). No T x T tensor exists: the
+  largest scratch is one block of scores per head, (B, H, block, block).
+
+Products are np.matmul into planned buffers (``out=``); the row-wise passes (softmax, its gradient,
+the online update) are numba loops summing in float64 in index order. The same shapes give the same
+bytes on every run. The two forms round differently (the online softmax rescales as it goes): the
+tests compare each with a float64 reference.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numba
+import numpy as np
+
+from ..kernels.fused import jit, par
+
+
+def split_heads(qkv: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    """qkv (B, T, 3d) as nn.Linear(d, 3d) gives it (q | k | v, each head's hd features together) into
+    q, k, v (B, H, T, hd)."""
+    b, h, t, hd = q.shape
+    parts = qkv.reshape(b, t, 3, h, hd)
+    for i, dst in enumerate((q, k, v)):
+        np.copyto(dst, parts[:, :, i].transpose(0, 2, 1, 3))
+
+
+def merge_heads(o: np.ndarray, y: np.ndarray) -> None:
+    """o (B, H, T, hd) into y (B, T, H*hd)."""
+    b, h, t, hd = o.shape
+    np.copyto(y.reshape(b, t, h, hd), o.transpose(0, 2, 1, 3))
+
+
+def merge_qkv(dq: np.ndarray, dk: np.ndarray, dv: np.ndarray, dqkv: np.ndarray) -> None:
+    """dq, dk, dv (B, H, T, hd) into dqkv (B, T, 3d), the layout nn.Linear(d, 3d) gave qkv."""
+    b, h, t, hd = dq.shape
+    parts = dqkv.reshape(b, t, 3, h, hd)
+    for i, src in enumerate((dq, dk, dv)):
+        np.copyto(parts[:, :, i], src.transpose(0, 2, 1, 3))
+
+
+def block_view(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The first prod(shape) elements of a planned buffer as a contiguous array of ``shape``."""
+    return buf.reshape(-1)[:math.prod(shape)].reshape(shape)
+
+
+# ---- row-wise passes (numba) ---------------------------------------------------------------------------
+@par
+def causal_softmax_(s, scale):
+    """s (BH, T, T) = softmax over keys of scale * s, keys after the query masked (probability 0)."""
+    for g in numba.prange(s.shape[0]):
+        for i in range(s.shape[1]):
+            row = s[g, i]
+            m = -np.inf
+            for j in range(i + 1):
+                z = np.float64(row[j]) * scale
+                if z > m:
+                    m = z
+            tot = 0.0
+            for j in range(i + 1):
+                e = math.exp(np.float64(row[j]) * scale - m)
+                row[j] = np.float32(e)
+                tot += e
+            for j in range(i + 1):
+                row[j] = np.float32(row[j] / tot)
+            for j in range(i + 1, row.shape[0]):
+                row[j] = 0.0
+
+
+@par
+def softmax_grad_(dp, p, scale):
+    """dp (BH, T, T) = scale * P (dP - sum_j dP P), in place, each row in float64."""
+    for g in numba.prange(dp.shape[0]):
+        for i in range(dp.shape[1]):
+            s = 0.0
+            for j in range(dp.shape[2]):
+                s += np.float64(dp[g, i, j]) * p[g, i, j]
+            for j in range(dp.shape[2]):
+                dp[g, i, j] = np.float32(scale * p[g, i, j] * (np.float64(dp[g, i, j]) - s))
+
+
+@par
+def online_step_(s, m, l, acc, scale, i0, j0):
+    """One key block of the online softmax for a query block: s (BH, nq, nk) raw scores in, their
+    exp(scale s - m_new) out (masked keys 0); m, l (BH, nq) and acc (BH, nq, hd) rescaled to m_new."""
+    for g in numba.prange(s.shape[0]):
+        for r in range(s.shape[1]):
+            last = min(s.shape[2], i0 + r - j0 + 1)  # keys j0 + c <= query i0 + r
+            mo = m[g, r]
+            mn = mo
+            for c in range(last):
+                z = np.float64(s[g, r, c]) * scale
+                if z > mn:
+                    mn = z
+            corr = math.exp(mo - mn) if mo > -np.inf else 0.0
+            tot = 0.0
+            for c in range(s.shape[2]):
+                if c < last:
+                    e = math.exp(np.float64(s[g, r, c]) * scale - mn)
+                    s[g, r, c] = np.float32(e)
+                    tot += np.float64(np.float32(e))
+                else:
+                    s[g, r, c] = 0.0
+            l[g, r] = l[g, r] * corr + tot
+            m[g, r] = mn
+            for k in range(acc.shape[2]):
+                acc[g, r, k] = np.float32(acc[g, r, k] * corr)
+
+
+@par
+def finish_rows_(acc, m, l, o, lse, i0):
+    """o[i0 + r] = acc[r] / l[r]; lse = m + log l."""
+    for g in numba.prange(acc.shape[0]):
+        for r in range(acc.shape[1]):
+            inv = 1.0 / l[g, r]
+            for k in range(acc.shape[2]):
+                o[g, i0 + r, k] = np.float32(acc[g, r, k] * inv)
+            lse[g, i0 + r] = np.float32(m[g, r] + math.log(l[g, r]))
+
+
+@par
+def recompute_probs_(s, lse, scale, i0, j0):
+    """s (BH, nq, nk) raw scores -> P = exp(scale s - L) of the forward (masked keys 0)."""
+    for g in numba.prange(s.shape[0]):
+        for r in range(s.shape[1]):
+            last = min(s.shape[2], i0 + r - j0 + 1)
+            big = np.float64(lse[g, i0 + r])
+            for c in range(s.shape[2]):
+                s[g, r, c] = np.float32(math.exp(np.float64(s[g, r, c]) * scale - big)) if c < last else 0.0
+
+
+@par
+def block_softmax_grad_(dp, p, dsum, scale, i0):
+    """dS = scale * P (dP - D) for a block, in dp; D = rowsum(dO * O) of the forward output."""
+    for g in numba.prange(dp.shape[0]):
+        for r in range(dp.shape[1]):
+            d = np.float64(dsum[g, i0 + r])
+            for c in range(dp.shape[2]):
+                dp[g, r, c] = np.float32(scale * p[g, r, c] * (np.float64(dp[g, r, c]) - d))
+
+
+@par
+def row_dots_(a, b, out):
+    """out[g, i] = sum_k a[g, i, k] b[g, i, k] in float64."""
+    for g in numba.prange(a.shape[0]):
+        for i in range(a.shape[1]):
+            s = 0.0
+            for k in range(a.shape[2]):
+                s += np.float64(a[g, i, k]) * b[g, i, k]
+            out[g, i] = np.float32(s)
+
+
+@jit
+def fill_(a, value):
+    f = a.reshape(-1)
+    for i in range(f.shape[0]):
+        f[i] = value
+
+
+def _heads(a: np.ndarray) -> np.ndarray:
+    """(B, H, T, x) as (B*H, T, x), the same bytes."""
+    return a.reshape(-1, *a.shape[2:])
+
+
+# ---- the materialised form -----------------------------------------------------------------------------
+def bind_scores(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    """qkv -> q, k, v (saved) and P = softmax(mask(q k^T / sqrt(hd))) (saved)."""
+    (qkv,), (q, k, v, probs) = ins, outs
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    kt, p3 = k.swapaxes(-1, -2), _heads(probs)
+
+    def run() -> None:
+        split_heads(qkv, q, k, v)
+        np.matmul(q, kt, out=probs)
+        causal_softmax_(p3, scale)
+    return run
+
+
+def bind_mix(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    """y (B, T, d) = merge(P v); ``o`` (B, H, T, hd) is scratch."""
+    (probs, v), (y, o) = ins, outs
+
+    def run() -> None:
+        np.matmul(probs, v, out=o)
+        merge_heads(o, y)
+    return run
+
+
+def bind_mix_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    """From dy (B, T, d): dP = dO v^T and dv = P^T dO (dO: dy by heads, in scratch ``do``)."""
+    (dy, probs, v), (dprobs, dv, do) = ins, outs
+    b, h, t, hd = do.shape
+    vt, pt = v.swapaxes(-1, -2), probs.swapaxes(-1, -2)
+
+    def run() -> None:
+        np.copyto(do, dy.reshape(b, t, h, hd).transpose(0, 2, 1, 3))
+        np.matmul(pt, do, out=dv)
+        np.matmul(do, vt, out=dprobs)
+    return run
+
+
+def bind_scores_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    """dS = P (dP - rowsum(dP P)) / sqrt(hd), in dP's own buffer (this node is its last reader, and
+    lists it among its outputs); dq = dS k, dk = dS^T q; with dv, the gradient of qkv (B, T, 3d)."""
+    (dprobs, probs, q, k, dv), (dqkv, dq, dk, dprobs_again) = ins, outs
+    assert dprobs_again.shape == dprobs.shape
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    d3, p3, st = _heads(dprobs), _heads(probs), dprobs.swapaxes(-1, -2)
+
+    def run() -> None:
+        softmax_grad_(d3, p3, scale)
+        np.matmul(dprobs, k, out=dq)
+        np.matmul(st, q, out=dk)
+        merge_qkv(dq, dk, dv, dqkv)
+    return run
+
+
+# ---- the memory-efficient form ---------------------------------------------------------------------------
+def bind_flash_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    """qkv -> q, k, v (saved), y = merge(softmax(q k^T / sqrt hd) v) block by block, and each row's
+    log-sum-exp (saved). Scratch: a score block, the running max, sum and accumulator (float64), a
+    product block, and o (B, H, T, hd)."""
+    (qkv,), (q, k, v, y, lse, sblk, mrow, lrow, acc, prod, o) = ins, outs
+    b, h, t, hd = q.shape
+    bh, blk, scale = b * h, int(p["block"]), 1.0 / math.sqrt(hd)
+    q3, k3, v3, o3, lse2 = _heads(q), _heads(k), _heads(v), _heads(o), lse.reshape(bh, t)
+    plan = []
+    for i0 in range(0, t, blk):
+        nq = min(blk, t - i0)
+        keys = [(j0, min(blk, i0 + nq - j0)) for j0 in range(0, i0 + nq, blk)]
+        plan.append((i0, nq, [(j0, nk, block_view(sblk, (bh, nq, nk)), block_view(prod, (bh, nq, hd)),
+                                k3[:, j0:j0 + nk].swapaxes(-1, -2), v3[:, j0:j0 + nk]) for j0, nk in keys],
+                     block_view(mrow, (bh, nq)), block_view(lrow, (bh, nq)), block_view(acc, (bh, nq, hd)),
+                     q3[:, i0:i0 + nq]))
+
+    def run() -> None:
+        split_heads(qkv, q, k, v)
+        for i0, nq, blocks, m, l, a, qi in plan:
+            m.fill(-np.inf)
+            l.fill(0.0)
+            a.fill(0.0)
+            for j0, nk, s, pv, kj_t, vj in blocks:
+                np.matmul(qi, kj_t, out=s)
+                online_step_(s, m, l, a, scale, i0, j0)
+                np.matmul(s, vj, out=pv)
+                np.add(a, pv, out=a)
+            finish_rows_(a, m, l, o3, lse2, i0)
+        merge_heads(o, y)
+    return run
+
+
+def bind_flash_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    """From dy: D = rowsum(dO O), then per (query block, key block) P = exp(S - L) recomputed,
+    dv_j += P^T dO_i, dS = P (dO_i v_j^T - D) / sqrt hd, dq_i += dS k_j, dk_j += dS^T q_i; the
+    gradient of qkv from dq, dk, dv. Scratch: the score and dP blocks, two product blocks, dO, O, D."""
+    (dy, y, q, k, v, lse), (dqkv, dq, dk, dv, sblk, dpblk, pq, pk, do, o, dsum) = ins, outs
+    b, h, t, hd = q.shape
+    bh, blk, scale = b * h, int(p["block"]), 1.0 / math.sqrt(hd)
+    q3, k3, v3, do3, o3 = _heads(q), _heads(k), _heads(v), _heads(do), _heads(o)
+    dq3, dk3, dv3, lse2, d2 = _heads(dq), _heads(dk), _heads(dv), lse.reshape(bh, t), dsum.reshape(bh, t)
+    plan = []
+    for i0 in range(0, t, blk):
+        nq = min(blk, t - i0)
+        for j0 in range(0, i0 + nq, blk):
+            nk = min(blk, i0 + nq - j0)
+            plan.append((i0, j0, block_view(sblk, (bh, nq, nk)), block_view(dpblk, (bh, nq, nk)),
+                         block_view(pq, (bh, nq, hd)), block_view(pk, (bh, nk, hd)), q3[:, i0:i0 + nq],
+                         k3[:, j0:j0 + nk], v3[:, j0:j0 + nk], do3[:, i0:i0 + nq], dq3[:, i0:i0 + nq],
+                         dk3[:, j0:j0 + nk], dv3[:, j0:j0 + nk]))
+
+    def run() -> None:
+        np.copyto(do, dy.reshape(b, t, h, hd).transpose(0, 2, 1, 3))
+        np.copyto(o, y.reshape(b, t, h, hd).transpose(0, 2, 1, 3))
+        row_dots_(do3, o3, d2)
+        for a in (dq, dk, dv):
+            fill_(a, np.float32(0.0))
+        for i0, j0, s, dp, tq, tk, qi, kj, vj, doi, dqi, dkj, dvj in plan:
+            np.matmul(qi, kj.swapaxes(-1, -2), out=s)
+            recompute_probs_(s, lse2, scale, i0, j0)
+            np.matmul(s.swapaxes(-1, -2), doi, out=tk)
+            np.add(dvj, tk, out=dvj)
+            np.matmul(doi, vj.swapaxes(-1, -2), out=dp)
+            block_softmax_grad_(dp, s, d2, scale, i0)
+            np.matmul(dp, kj, out=tq)
+            np.add(dqi, tq, out=dqi)
+            np.matmul(dp.swapaxes(-1, -2), qi, out=tk)
+            np.add(dkj, tk, out=dkj)
+        merge_qkv(dq, dk, dv, dqkv)
+    return run

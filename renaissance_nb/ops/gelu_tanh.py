@@ -1,0 +1,85 @@
+"""gelu_tanh: GELU in GPT-2's tanh form, x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as
+nn.GELU(approximate="tanh"); ``gelu(approximate="tanh")`` builds it (the exact form is an ``act``
+code of activation.py). Per element in float64, rounded once to float32."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..blueprint_nodes import Layer, layer_args
+from ..kernels.fused import jit
+from .pointwise import Pointwise
+from .registry import register
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+@layer_args
+def gelu_tanh() -> Layer:
+    """GELU's tanh approximation (GPT-2's), as nn.GELU(approximate="tanh")."""
+    return Layer("gelu_tanh")
+
+
+@jit
+def gelu_tanh_fwd(x, y, alpha):
+    fx, fy = x.reshape(-1), y.reshape(-1)
+    for k in range(fx.shape[0]):
+        z = np.float64(fx[k])
+        fy[k] = np.float32(0.5 * z * (1.0 + math.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z * z * z))))
+
+
+@jit
+def gelu_tanh_bwd(dy, x, dx, alpha):
+    fd, fx, fo = dy.reshape(-1), x.reshape(-1), dx.reshape(-1)
+    for k in range(fx.shape[0]):
+        z = np.float64(fx[k])
+        t = math.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z * z * z))
+        g = 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * z * z)
+        fo[k] = np.float32(np.float64(fd[k]) * g)
+
+
+CUDA = r'''
+__device__ __forceinline__ double rnb_gelu_tanh_inner(double z) {
+    return 0.7978845608028654 * (z + 0.044715 * z * z * z);
+}
+
+extern "C" __global__ void rnb_gelu_tanh_fwd(const float* x, float* y, rnb_i64 n, float alpha) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x) {
+        double z = (double)x[k];
+        y[k] = (float)(0.5 * z * (1.0 + tanh(rnb_gelu_tanh_inner(z))));
+    }
+}
+
+extern "C" __global__ void rnb_gelu_tanh_bwd(const float* dy, const float* x, float* dx, rnb_i64 n, float alpha) {
+    for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x) {
+        double z = (double)x[k], t = tanh(rnb_gelu_tanh_inner(z));
+        double g = 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * z * z);
+        dx[k] = (float)((double)dy[k] * g);
+    }
+}
+'''
+
+
+@register
+class GeluTanh(Pointwise):
+    kind = "gelu_tanh"
+    builders = (gelu_tanh,)
+    fwd_loop = staticmethod(gelu_tanh_fwd)
+    bwd_loop = staticmethod(gelu_tanh_bwd)
+    cuda_source = CUDA
+
+    def describe(self, p: dict[str, Any]) -> str:
+        return "gelu(approximate='tanh')"
+
+    def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
+        """Opset 17 has no Gelu: the formula's nodes."""
+        x = xs[0]
+        c = {name: g.const(f"{out}.{name}", np.array(v, np.float32)) for name, v in
+             (("half", 0.5), ("one", 1.0), ("k", SQRT_2_OVER_PI), ("a", 0.044715))}
+        cube = g.node("Mul", [x, g.node("Mul", [x, x], f"{out}.sq")], f"{out}.cube")
+        inner = g.node("Add", [x, g.node("Mul", [c["a"], cube], f"{out}.acube")], f"{out}.inner")
+        t = g.node("Tanh", [g.node("Mul", [c["k"], inner], f"{out}.scaled")], f"{out}.tanh")
+        gate = g.node("Mul", [c["half"], g.node("Add", [t, c["one"]], f"{out}.gate")], f"{out}.half_gate")
+        return g.node("Mul", [x, gate], out)
