@@ -397,14 +397,19 @@ def stratified_split(y: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np
 
 def held_out(ds: Dataset, fraction: float, name: str, where: str = "data") -> DataSplits:
     """``ds`` split into train and a validation set of ``fraction`` of each class (stratified_split:
-    the same split every time, whatever the task's seed)."""
-    tr, va = stratified_split(ds.y, fraction)
+    the same split every time, whatever the task's seed). Token windows are split by position
+    instead: the last ``fraction`` of the windows, so validation text follows the training text."""
+    if ds.is_tokens:
+        n_val = int(len(ds) * fraction)
+        tr, va = np.arange(len(ds) - n_val), np.arange(len(ds) - n_val, len(ds))
+    else:
+        tr, va = stratified_split(ds.y, fraction)
     if not len(tr) or not len(va):
         raise bad_argument(DataError, where, "val_fraction", fraction,
                            f"a fraction that leaves samples on both sides of {len(ds)} samples",
                            "hold out more (each class rounds its share), or give more samples")
-    return DataSplits(Dataset(ds.x[tr], ds.y[tr], ds.num_classes, f"{name}/train"),
-                      Dataset(ds.x[va], ds.y[va], ds.num_classes, f"{name}/val"), name)
+    return DataSplits(Dataset(ds.x[tr], ds.y[tr], ds.num_classes, f"{name}/train", ds.tokenizer),
+                      Dataset(ds.x[va], ds.y[va], ds.num_classes, f"{name}/val", ds.tokenizer), name)
 
 
 def from_arrays(
