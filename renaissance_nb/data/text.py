@@ -79,7 +79,7 @@ def _stream(data: Any, tokenizer: Any, vocab_size: Any, where: str) -> tuple[np.
             raise bad_argument(DataError, where, "data", data, "a non-empty text or 1-D array of token ids",
                                "pass the text to train on")
         tokenizer = tokenizer if tokenizer is not None else CharTokenizer(data)
-        ids = np.asarray(tokenizer.encode(data))
+        ids = _id_array(tokenizer.encode(data), where)  # a tokenizer of another kind may return a list
     else:
         ids = _id_array(data, where)
     vocab = _vocab(ids, tokenizer, vocab_size, where)
