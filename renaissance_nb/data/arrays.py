@@ -15,20 +15,25 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import as_flag
+from ..checks import as_flag, as_int
 from ..errors import DataError, bad_argument
+from .tokenizer import check_ids
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """One labelled set: ``x`` float32 (N, ...) C-contiguous, ``y`` int32 (N,)."""
+    """One labelled set: ``x`` float32 (N, ...) C-contiguous, ``y`` int32 (N,); or a set of token
+    windows: ``x`` int32 (N, T) token ids, ``y`` int32 (N, T) the next token of each position
+    (``y[:, t]`` follows ``x[:, t]``), ``num_classes`` the vocabulary size, ``tokenizer`` the one
+    that maps text to those ids (None for ids given as numbers)."""
 
     x: np.ndarray
     y: np.ndarray
     num_classes: int
     name: str
+    tokenizer: Any = None
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -38,11 +43,24 @@ class Dataset:
         """Shape of one sample (``x.shape[1:]``): what the model's input layer must accept."""
         return tuple(int(d) for d in self.x.shape[1:])
 
+    @property
+    def is_tokens(self) -> bool:
+        """Whether this is a set of token windows (a target per position) rather than labelled samples."""
+        return is_token_pair(self.x, self.y)
+
     def __repr__(self) -> str:
+        if self.is_tokens:
+            return f"Dataset({self.name!r}, N={len(self)}, context={self.x.shape[1]}, vocab={self.num_classes})"
         return (
             f"Dataset({self.name!r}, N={len(self)}, sample_shape={self.sample_shape}, "
             f"classes={self.num_classes})"
         )
+
+
+def is_token_pair(x: np.ndarray, y: np.ndarray) -> bool:
+    """Token windows: integer ids (N, T) and targets of the same shape. Labelled samples never look
+    like this: their x is float32 and their y has one label per sample, shape (N,)."""
+    return x.ndim == 2 and y.ndim == 2 and x.shape == y.shape and x.dtype.kind in "iu"
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,12 +79,18 @@ class DataSplits:
     def sample_shape(self) -> tuple[int, ...]:
         return self.train.sample_shape
 
+    @property
+    def tokenizer(self) -> Any:
+        """The training set's tokenizer (None for labelled samples and for ids given as numbers)."""
+        return self.train.tokenizer
+
     def __repr__(self) -> str:
         val = "None" if self.val is None else str(len(self.val))
-        return (
-            f"DataSplits({self.name!r}, train={len(self.train)}, val={val}, "
-            f"sample_shape={self.sample_shape}, classes={self.num_classes})"
-        )
+        if self.train.is_tokens:
+            shape = f"context={self.sample_shape[0]}, vocab={self.num_classes}"
+        else:
+            shape = f"sample_shape={self.sample_shape}, classes={self.num_classes}"
+        return f"DataSplits({self.name!r}, train={len(self.train)}, val={val}, {shape})"
 
 
 def _as_array(value: Any, where: str, argument: str) -> np.ndarray:
@@ -301,10 +325,49 @@ def channels_first(s: DataSplits, where: str = "data") -> DataSplits:
     return DataSplits(move(s.train, "train"), move(s.val, "val"), s.name)  # type: ignore[arg-type]
 
 
+def validate_tokens(x_in: Any, y_in: Any, num_classes: Any, *, what: str = "train", where: str = "data") -> Dataset:
+    """Check token windows (ids (N, T) and next-token targets (N, T), every id in [0, num_classes))
+    and return them as a :class:`Dataset` of C-contiguous int32 arrays: the embedding gathers rows by
+    these ids without bounds checks, so an id past the vocabulary must be refused here."""
+    vocab = as_int(num_classes)
+    if vocab is None or not 2 <= vocab <= _INT32_MAX:
+        raise bad_argument(DataError, where, "num_classes", num_classes, "the vocabulary size, an int >= 2",
+                           "pass the tokenizer's vocab_size as num_classes")
+    arrays = []
+    for arg, v in ((f"{what} X", x_in), (f"{what} y", y_in)):
+        a = _as_array(v, where, arg)
+        if a.dtype.kind not in "iu" or a.ndim != 2 or 0 in a.shape:
+            raise bad_argument(DataError, where, arg, a, "token ids: a non-empty integer array of shape (N, T)",
+                               "build token windows with datasets.tokens(text_or_ids, context)")
+        check_ids(a, vocab, where, arg, "raise num_classes to the vocabulary size, or re-encode the text with "
+                  "the tokenizer that made the other ids")
+        arrays.append(np.ascontiguousarray(a, dtype=np.int32))
+    if arrays[0].shape != arrays[1].shape:
+        raise bad_argument(DataError, where, f"{what} y", arrays[1], f"targets of the shape of {what} X, "
+                           f"{arrays[0].shape} (one next token per position)", "take x and y from the same windows: "
+                           "x = w[:, :-1], y = w[:, 1:]")
+    return Dataset(arrays[0], arrays[1], vocab, what)
+
+
+def _checked_token_splits(s: DataSplits, where: str) -> DataSplits:
+    tr = validate_tokens(s.train.x, s.train.y, s.train.num_classes, what="train", where=where)
+    va = None
+    if s.val is not None:
+        if not s.val.is_tokens or s.val.sample_shape != tr.sample_shape or s.val.num_classes != tr.num_classes:
+            raise bad_argument(DataError, where, "val", s.val, f"token windows of context {tr.sample_shape[0]} "
+                               f"over a vocabulary of {tr.num_classes}, like train",
+                               "cut both splits from one stream with datasets.tokens(...)")
+        va = validate_tokens(s.val.x, s.val.y, tr.num_classes, what="val", where=where)
+        va = Dataset(va.x, va.y, va.num_classes, s.val.name, s.val.tokenizer)
+    return DataSplits(Dataset(tr.x, tr.y, tr.num_classes, s.train.name, s.train.tokenizer), va, s.name)
+
+
 def checked_splits(s: DataSplits, where: str = "data") -> DataSplits:
     """``s`` with the checks ``make_splits`` makes, for a DataSplits or Dataset built by hand: the batch
     kernels index rows and labels without bounds checks, so a label past num_classes or a val set of
     another sample shape must be refused here, not read out of bounds."""
+    if s.train.is_tokens:
+        return _checked_token_splits(s, where)
     tr = validate_arrays(s.train.x, s.train.y, what="train", num_classes=s.train.num_classes, where=where)
     va = None
     if s.val is not None:
@@ -334,14 +397,19 @@ def stratified_split(y: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np
 
 def held_out(ds: Dataset, fraction: float, name: str, where: str = "data") -> DataSplits:
     """``ds`` split into train and a validation set of ``fraction`` of each class (stratified_split:
-    the same split every time, whatever the task's seed)."""
-    tr, va = stratified_split(ds.y, fraction)
+    the same split every time, whatever the task's seed). Token windows are split by position
+    instead: the last ``fraction`` of the windows, so validation text follows the training text."""
+    if ds.is_tokens:
+        n_val = int(len(ds) * fraction)
+        tr, va = np.arange(len(ds) - n_val), np.arange(len(ds) - n_val, len(ds))
+    else:
+        tr, va = stratified_split(ds.y, fraction)
     if not len(tr) or not len(va):
         raise bad_argument(DataError, where, "val_fraction", fraction,
                            f"a fraction that leaves samples on both sides of {len(ds)} samples",
                            "hold out more (each class rounds its share), or give more samples")
-    return DataSplits(Dataset(ds.x[tr], ds.y[tr], ds.num_classes, f"{name}/train"),
-                      Dataset(ds.x[va], ds.y[va], ds.num_classes, f"{name}/val"), name)
+    return DataSplits(Dataset(ds.x[tr], ds.y[tr], ds.num_classes, f"{name}/train", ds.tokenizer),
+                      Dataset(ds.x[va], ds.y[va], ds.num_classes, f"{name}/val", ds.tokenizer), name)
 
 
 def from_arrays(

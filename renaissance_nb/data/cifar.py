@@ -16,7 +16,6 @@ that is renamed into place at the end, so ``root`` never holds a partial data se
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -29,7 +28,8 @@ import numpy as np
 from ..errors import DataError, DownloadError, bad_argument
 from .arrays import DataSplits, Dataset, check_flag, check_path, validate_arrays
 from ..files import with_default_mode
-from .download import check_timeout, check_writable, download_folder, fetch, fetch_or_why, unwritable, unreadable
+from .download import (check_timeout, check_writable, download_folder, fetch, fetch_or_why, file_digest, unreadable,
+                       unwritable)
 
 #: Where the archive is published (the page https://www.cs.toronto.edu/~kriz/cifar.html links it).
 DEFAULT_CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/"
@@ -111,14 +111,6 @@ def _missing(root: Path) -> list[str]:
 # --------------------------------------------------------------------------- download
 
 
-def _digest(path: Path, algorithm: str) -> str:
-    h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _expected_digests(sha256: str | None, md5: str | None, where: str) -> list[tuple[str, str]]:
     """[(algorithm, hex)] to check: the SHA-256 when given (plus an explicit MD5), else the published MD5."""
     checks: list[tuple[str, str]] = []
@@ -141,7 +133,7 @@ def _verify(path: Path, checks: list[tuple[str, str]]) -> str | None:
     """None when every digest matches, else a sentence naming the first mismatch (as the archive:
     a download is checked in a temporary file whose name would tell the user nothing)."""
     for algo, expected in checks:
-        actual = _digest(path, algo)
+        actual = file_digest(path, algo)
         if actual != expected:
             return f"checksum mismatch for {CIFAR10_ARCHIVE}: expected {algo} {expected}, got {actual}"
     return None

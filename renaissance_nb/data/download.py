@@ -2,6 +2,7 @@
 folder made for it removed again if the download fails."""
 from __future__ import annotations
 
+import hashlib
 import http.client
 import os
 import tempfile
@@ -99,3 +100,12 @@ def fetch_or_why(url: str, dest_dir: Path, timeout: float,
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         why = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
         return None, str(why)
+
+
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """The hex digest of the file's bytes, read a MiB at a time."""
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
