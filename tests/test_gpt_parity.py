@@ -87,3 +87,36 @@ def test_the_two_attention_forms_agree() -> None:
             x, z = np.delete(x, K_BIAS), np.delete(z, K_BIAS)
         rel = float(np.linalg.norm(x - z) / max(np.linalg.norm(x), 1e-12))
         assert rel < 1e-4, (name, rel)
+
+
+def test_adamw_decay_matrices_matches_mingpt_parameter_groups() -> None:
+    """AdamW(decay="matrices") against torch.optim.AdamW with minGPT's two groups: weight decay on the
+    fc and attention matrices only (not on norms, biases or embeddings)."""
+    from renaissance_nb import AdamW, DeepLearningTask, gpt
+    splits = token_splits(BATCH * 10, T, VOCAB)
+    task = (DeepLearningTask().model(gpt(VOCAB, D, 1, HEADS, T)).data(splits, batch_size=BATCH, shuffle=False)
+            .optimizer(AdamW(lr=LR, weight_decay=0.5).decay("matrices")).total_epochs(1).seed(3))
+    task.compile()
+    ref = torch_gpt(VOCAB, D, 1, HEADS, T)
+    load_into_torch(ref, task.state_dict(), 1)
+    task.run(progress=False)
+    decayed = [p for n, p in ref.named_parameters() if n.endswith("weight") and "ln" not in n and "wte" not in n
+               and "wpe" not in n]
+    others = [p for n, p in ref.named_parameters() if all(p is not q for q in decayed)]
+    opt = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.5}, {"params": others, "weight_decay": 0.0}],
+                            lr=LR)
+    for i in range(10):
+        xb = torch.from_numpy(splits.train.x[i * BATCH:(i + 1) * BATCH].astype(np.int64))
+        yb = torch.from_numpy(splits.train.y[i * BATCH:(i + 1) * BATCH].astype(np.int64))
+        opt.zero_grad()
+        logits = ref(xb)
+        torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), yb.reshape(-1)).backward()
+        opt.step()
+    ours, theirs = task.state_dict(), ref.state_dict()
+    for mine, name in engine_names(1):
+        want, got = theirs[name].detach().numpy(), ours[mine].reshape(theirs[name].shape)
+        if mine.endswith("qkv.bias"):
+            got, want = np.delete(got, K_BIAS), np.delete(want, K_BIAS)
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-4, mine
+    # (at weight_decay=0.5 a decayed embedding would shrink by lr * 0.5 per step: 0.15% in ten, 15x the bound)
+    assert "decay='matrices'" in repr(task.config.optimizer)  # saved with the checkpoint's settings

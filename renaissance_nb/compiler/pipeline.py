@@ -11,7 +11,7 @@ judge (channels-last images, class weights, batch norm on one value) run here, a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -243,11 +243,42 @@ def step_options(config: TaskConfig) -> StepOptions:
 
 def lock_stage(config: TaskConfig, planned: Planned) -> Locked:
     """Stage 3 (graphs: they need only tensor ids) before stage 4 (placement, which packs by their liveness)."""
-    ids = planned.shapes.tables["train_base"].ids
-    graphs = build_computation_graph(planned.arch, ids, step_options(config), ("G_BN_BIAS", "G_DEEP_CONV"))
+    table = planned.shapes.tables["train_base"]
+    opts = step_options(config)
+    if dict(opts.optimizer).get("decay") == "matrices":
+        opts = replace(opts, optimizer=opts.optimizer + (("decay_from", first_decayed(planned.arch, table)),))
+    graphs = build_computation_graph(planned.arch, table.ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
     lifetimes = graph_lifetimes(graphs) if config.liveness else None
     plans = create_memory_plans(planned.shapes, list(planned.max_slot_bytes), lifetimes, config.pad_rows)
+    if dict(opts.optimizer).get("decay_from"):
+        _check_decay_prefix(plans["train_base"], planned.arch, dict(opts.optimizer)["decay_from"])
     return Locked(graphs, lifetimes, plans)
+
+
+MATRIX_REGIONS = ("W_FC_WEIGHT", "W_FIRST_CONV", "W_DEEP_CONV")
+
+
+def first_decayed(arch: ArchPlan, table: Any) -> str:
+    """The first weight (in address order: the W regions' order, then table order) that weight decay
+    reaches under decay="matrices": norms (BN regions) and biases (FC_BIAS) lie before the matrix
+    regions, embeddings (the first layers) first inside them. The update decays from it on."""
+    kinds = {layer.name: layer.kind for layer in arch.layers}
+    for spec in table.specs:
+        if spec.region.name in MATRIX_REGIONS and not op_of(kinds[spec.name.split(".")[0]]).decay_exempt:
+            return spec.name
+    raise ConfigError("optimizer: decay='matrices' but the model has no weight matrix to decay. Fix: decay='all', "
+                      "or weight_decay=0.")
+
+
+def _check_decay_prefix(plan: MemoryPlan, arch: ArchPlan, first: str) -> None:
+    """Invariant of decay="matrices": the W tensors before ``first`` are the exempt ones (norms, biases,
+    embeddings), those from it on the decayed matrices: the update splits the W range at its offset."""
+    kinds = {layer.name: layer.kind for layer in arch.layers}
+    cut = next(t.offset for t in plan if t.name == first)
+    for t in plan:
+        if t.region.family == "W":
+            decayed = t.region.name in MATRIX_REGIONS and not op_of(kinds[t.name.split(".")[0]]).decay_exempt
+            assert decayed == (t.offset >= cut), f"{t.name} at {t.offset} against the cut at {cut}"
 
 
 def _plan_notes(config: TaskConfig, memory: MemoryPlan) -> list[str]:

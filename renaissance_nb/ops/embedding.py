@@ -162,6 +162,7 @@ class Embedding(Op):
     builders = (embedding,)
     torch_modules = ("Embedding",)
     parametrized = True
+    decay_exempt = True
     layout = "flat"
     cpu_kernels = {"embedding_fwd": bind_embed_fwd, "embedding_bwd": bind_embed_bwd}
 
@@ -200,6 +201,7 @@ class PositionEmbedding(Op):
     kind = "pos_embedding"
     builders = (pos_embedding,)
     parametrized = True
+    decay_exempt = True
     layout = "flat"
     cpu_kernels = {"pos_embedding_fwd": bind_pos_fwd, "pos_embedding_bwd": bind_pos_bwd}
 

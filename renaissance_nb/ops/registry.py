@@ -52,6 +52,8 @@ class Op:
     """How it reads an image's axes: "elementwise" (any layout), "flat" (needs flat features), "spatial"."""
     batch_statistics: bool = False
     """Normalises over the batch in training (batch norm): a batch of one value per channel is refused."""
+    decay_exempt: bool = False
+    """Its weights are no matrices weight decay should reach under ``decay="matrices"`` (embeddings)."""
     first_layer_dx: bool = False
     """Its backward writes the input's gradient even as the first layer (``input@grad``)."""
     cpu_kernels: dict[str, Any] = {}

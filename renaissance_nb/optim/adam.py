@@ -13,7 +13,7 @@ import numpy as np
 from ..kernels import fused, native
 from ..kernels.operands import optimizer_ranges
 from ..train.optimizers import Adam, AdamW, Optimizer
-from .base import MenuEntry, OptimizerDefinition, Reader, cpu_operands
+from .base import MenuEntry, NodeSpec, OptimizerDefinition, Reader, cpu_operands, element_offset, update_node
 
 
 class AdamDefinition(OptimizerDefinition):
@@ -29,16 +29,37 @@ class AdamDefinition(OptimizerDefinition):
         b1, b2, eps, wd = float(p["beta1"]), float(p["beta2"]), float(p["eps"]), float(p["weight_decay"])
         decoupled, maximize = self.decoupled, bool(p.get("maximize", False))
         w, g, m, v, lr_table, step = o.w, o.g, o.m, o.v, o.lr_table, o.step
-        update = native.bind_adam(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize, o.threads)
-        if update is None:
-            def update() -> None:
-                f(w, g, m, v, lr_table, step, b1, b2, eps, wd, decoupled, maximize)
+
+        def bind(lo: int, hi: int, decay: float) -> Callable[[], None]:
+            ws, gs, ms, vs = w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+            bound = native.bind_adam(ws, gs, ms, vs, lr_table, step, b1, b2, eps, decay, decoupled, maximize,
+                                     o.threads)
+            return bound or (lambda: f(ws, gs, ms, vs, lr_table, step, b1, b2, eps, decay, decoupled, maximize))
+        if not o.extra:
+            return bind(0, w.size, wd)
+        cut = element_offset(o.extra[0], w)  # decay="matrices": the first decayed weight (compiler/pipeline.py)
+        exempt, decayed = bind(0, cut, 0.0), bind(cut, w.size, wd)
+
+        def update() -> None:  # two element-wise passes, one step: each pass counts it, so one count is undone
+            exempt()
+            step[0] -= 1
+            decayed()
         return update
+
+    def update_nodes(self, ids: Mapping[str, int], p: Mapping[str, Any]) -> list[NodeSpec]:
+        """The update reads, with decay="matrices", the first weight decayed (where the exempt prefix of
+        the W range, norms, biases and embeddings, ends)."""
+        first = p.get("decay_from")
+        return [update_node(ids, {k: v for k, v in p.items() if k != "decay_from"}, [ids[first]] if first else [])]
 
     def bind_gpu(self, outs: Sequence[Any], ins: Sequence[Any], p: Mapping[str, Any], env: Any) -> Callable[[Any], None]:
         from ..gpu.base import launch_grid  # the GPU backend only where it binds
         lr_table, flag = ins[0], ins[1]
         (step,) = outs
+        if len(ins) > 2:
+            from ..errors import DeviceError
+            raise DeviceError(f"{self.label}(decay='matrices') has no GPU update yet. Fix: decay='all', or "
+                              "device('cpu').")
         w, g, m, v = optimizer_ranges(env.range_view)
         return launch_grid(env, "rnb_adam", w.size, w, g, m, v, np.int64(w.size), lr_table, np.int64(lr_table.size),
                            step, flag, np.float64(p["beta1"]), np.float64(p["beta2"]), np.float64(p["eps"]),

@@ -62,6 +62,13 @@ def cpu_operands(outs: Sequence[Any], ins: Sequence[Any], env: Any) -> CpuOperan
     return CpuOperands(w, g, m, v, ins[0], outs[0], tuple(ins[2:]), blas.THREADED, blas.pass_threads(blas.THREADED))
 
 
+def element_offset(tensor: np.ndarray, flat: np.ndarray) -> int:
+    """Where ``tensor`` (a view of the arena) starts inside the flat range ``flat``, in elements."""
+    start = tensor.__array_interface__["data"][0] - flat.__array_interface__["data"][0]
+    assert 0 <= start < flat.nbytes and start % flat.itemsize == 0, "the tensor lies outside the range"
+    return start // flat.itemsize
+
+
 def update_node(ids: Mapping[str, int], p: Mapping[str, Any], extra: Sequence[int] = ()) -> NodeSpec:
     """The OPTIMIZER node: reads the lr table and the NaN flag (and ``extra``), counts the step."""
     return ("OPTIMIZER", "optimizer", [ids["lr_table"], ids["nan.flag"], *extra], [ids["step"]], dict(p))

@@ -16,6 +16,14 @@ from ..errors import ConfigError, bad_argument
 from .settings import LR_MAX, Settings, check_number
 
 
+DECAY_GROUPS = ("all", "matrices")
+"""Adam's ``decay=``: weight decay on every parameter (PyTorch's one group), or on the matrices of fc,
+conv and attention only (minGPT's groups: none on norms, biases and embeddings)."""
+DEFAULT_HIDDEN: dict[str, Any] = {"maximize": False, "decay": "all"}
+"""Settings a repr leaves out at their default: a checkpoint compares the text, and those saved before
+the setting existed say nothing of it."""
+
+
 class Optimizer(Settings):
     """Base: lr (used when no scheduler is set), weight decay, state families."""
 
@@ -38,7 +46,7 @@ class Optimizer(Settings):
     def __repr__(self) -> str:
         """The settings, ``maximize`` only when set: a checkpoint compares this text, and those saved
         before ``maximize`` existed say nothing of it."""
-        args = ", ".join(f"{k}={v!r}" for k, v in self.settings().items() if k != "maximize" or v)
+        args = ", ".join(f"{k}={v!r}" for k, v in self.settings().items() if DEFAULT_HIDDEN.get(k, object()) != v)
         return f"{type(self).__name__}({args})"
 
 
@@ -65,6 +73,7 @@ class Adam(Optimizer):
     eps_: float = 1e-8
     weight_decay_: float = 0.0
     maximize_: bool = False
+    decay_: str = "all"
     kind = "adam"
 
     def __post_init__(self) -> None:
@@ -76,6 +85,16 @@ class Adam(Optimizer):
         self._set("weight_decay", check_number(w, "weight_decay", self.weight_decay_,
                                                fix="use 0 or a small positive value such as 1e-4"))
         self._set("maximize", _flag(w, "maximize", self.maximize_))
+        if self.decay_ not in DECAY_GROUPS:
+            raise bad_argument(ConfigError, w, "decay", self.decay_, "'all' or 'matrices'",
+                               "decay='matrices' leaves norms, biases and embeddings undecayed (minGPT's parameter "
+                               "groups); decay='all' decays every parameter (PyTorch's default)")
+
+    def decay(self, groups: str):  # type: ignore[no-untyped-def]
+        """Which parameters the weight decay reaches: "all" (one parameter group, PyTorch's default) or
+        "matrices" (minGPT's and nanoGPT's groups: fc, conv and attention weights; not norms, biases
+        or embeddings)."""
+        return self._with("decay", groups)
 
     def betas(self, beta1: float, beta2: float | None = None):  # type: ignore[no-untyped-def]
         pair = beta1 if beta2 is None else (beta1, beta2)
@@ -94,7 +113,8 @@ class Adam(Optimizer):
 
     def graph_params(self) -> dict[str, Any]:
         return {"kind": self.kind, "beta1": self.betas_[0], "beta2": self.betas_[1], "eps": self.eps_,
-                "weight_decay": self.weight_decay_, "maximize": self.maximize_}
+                "weight_decay": self.weight_decay_, "maximize": self.maximize_,
+                **({"decay": self.decay_} if self.decay_ != "all" else {})}
 
 
 @dataclass(frozen=True, init=False, repr=False)
