@@ -129,8 +129,9 @@ class TaskConfig:
         """The EpochRecord fields this task's epochs will fill: train_ always, val_ with validation
         data, ema_ with validation data and ema() (the EMA is scored on the validation set)."""
         val = self.has_val
-        return ("train_loss", "train_top1", "train_top5") + (
-            ("val_loss", "val_top1", "val_top5") if val else ()) + (
+        ppl = self.data is not None and self.data.train.is_tokens  # perplexity: a language model's figure
+        return ("train_loss", "train_top1", "train_top5") + (("train_ppl",) if ppl else ()) + (
+            ("val_loss", "val_top1", "val_top5") if val else ()) + (("val_ppl",) if val and ppl else ()) + (
             ("ema_loss", "ema_top1", "ema_top5") if val and self.ema is not None else ())
 
     def as_settings(self) -> dict[str, Any]:

@@ -28,6 +28,17 @@ class EpochRecord:
     ema_top5: float | None = None
     first_step_seconds: float = 0.0  # a run's first step, in its first epoch: it compiles or loads the kernels
     # (part of ``seconds``; 0.0 in every other epoch), so a view can tell step time from compile time
+    tokens: bool = False  # a language model's epoch: losses are per token, and perplexity is what one reads
+
+    @property
+    def train_ppl(self) -> float:
+        """Perplexity, exp of the mean per-token loss: the number of equally likely next tokens the
+        model is as unsure as (a language model's usual figure; meaningful for token data)."""
+        return _perplexity(self.train_loss)
+
+    @property
+    def val_ppl(self) -> float | None:
+        return None if self.val_loss is None else _perplexity(self.val_loss)
 
     def __post_init__(self) -> None:
         for f in ("train_loss", "train_top1", "train_top5", "val_loss", "val_top1", "val_top5", "lr", "seconds",
@@ -37,6 +48,8 @@ class EpochRecord:
                 object.__setattr__(self, f, float(v))
 
     def line(self) -> str:
+        if self.tokens:
+            return self._token_line()
         val = "" if self.val_loss is None else (
             f"  val loss {self.val_loss:.4f} top1 {100 * self.val_top1:6.2f}% top5 {100 * self.val_top5:6.2f}%")
         ema = "" if self.ema_top1 is None else f"  ema top1 {100 * self.ema_top1:6.2f}%"
@@ -44,6 +57,20 @@ class EpochRecord:
                  f"  (first step {self.first_step_seconds:.1f}s: kernels compiled or loaded)")
         return (f"epoch {self.epoch:>3}  train loss {self.train_loss:.4f} top1 {100 * self.train_top1:6.2f}%"
                 f"{val}{ema}  lr {self.lr:.2e}  {self.seconds:6.2f}s{first}")
+
+
+    def _token_line(self) -> str:
+        """A language model's epoch: loss per token, perplexity, next-token accuracy."""
+        val = "" if self.val_loss is None else (
+            f"  val loss {self.val_loss:.4f} ppl {self.val_ppl:8.2f} acc {100 * self.val_top1:6.2f}%")
+        first = ("" if self.first_step_seconds < FIRST_STEP_SHOWN_S else
+                 f"  (first step {self.first_step_seconds:.1f}s: kernels compiled or loaded)")
+        return (f"epoch {self.epoch:>3}  train loss {self.train_loss:.4f} ppl {self.train_ppl:8.2f} acc "
+                f"{100 * self.train_top1:6.2f}%{val}  lr {self.lr:.2e}  {self.seconds:6.2f}s{first}")
+
+
+def _perplexity(loss: float) -> float:
+    return float(np.exp(min(loss, 700.0))) if loss == loss else float("nan")
 
 
 FIRST_STEP_SHOWN_S = 0.5
@@ -70,7 +97,11 @@ class TrainingResult:
     def _best(self) -> EpochRecord | None:
         """The epoch with the highest validation top-1 (train top-1 without val data); the earliest on a tie.
         Its top-5 is reported beside it: the best top-1 and the best top-5 of two epochs are no model."""
-        scored = [(r.val_top1 if r.val_top1 is not None else r.train_top1, -r.epoch, r) for r in self.history]
+        if self.history and self.history[0].tokens:  # a language model: the lowest loss (perplexity) is best
+            scored = [(-(r.val_loss if r.val_loss is not None else r.train_loss), -r.epoch, r) for r in self.history]
+        else:
+            scored = [(r.val_top1 if r.val_top1 is not None else r.train_top1, -r.epoch, r) for r in self.history]
+        scored = [t for t in scored if t[0] == t[0]]  # a NaN loss is never best
         return max(scored, key=lambda t: t[:2])[2] if scored else None
 
     def best_by(self, field: str, mode: str) -> int:
@@ -125,6 +156,12 @@ class TrainingResult:
         if not self.history:
             return "TrainingResult(no epochs" + (", interrupted)" if self.interrupted else ")")
         lines = [r.line() for r in self.history]
+        best = self._best
+        if best is not None and best.tokens:
+            ppl = best.val_ppl if best.val_ppl is not None else best.train_ppl
+            lines.append(f"best ppl {ppl:.2f}  acc {100 * self.best_top1:.2f}%  at epoch {self.best_epoch}"
+                         + ("  (interrupted)" if self.interrupted else ""))
+            return "TrainingResult:\n  " + "\n  ".join(lines + ([self.stopped] if self.stopped else []))
         lines.append(f"best top1 {100 * self.best_top1:.2f}%  top5 {100 * self.best_top5:.2f}%  "
                      f"at epoch {self.best_epoch}" + ("  (interrupted)" if self.interrupted else ""))
         if self.stopped:

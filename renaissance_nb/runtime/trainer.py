@@ -339,7 +339,8 @@ class _EpochLoop:
         lr = float(self.lr_table[min(steps, len(self.lr_table)) - 1]) if steps else 0.0
         t_loss, t_top1, t_top5 = (float(v) for v in train[:3] / train[3])
         rec = EpochRecord(epoch + 1, t_loss, t_top1, t_top5, *_means(val), lr, time.perf_counter() - st.epoch_t0,
-                          steps, *_means(emav), first_step_seconds=self.first_step_s)
+                          steps, *_means(emav), first_step_seconds=self.first_step_s,
+                          tokens=bool(self.config.data and self.config.data.train.is_tokens))
         self.first_step_s = 0.0
         st.result.history.append(rec)
         st.epoch += 1
