@@ -58,6 +58,7 @@ class DeepLearningTask(Phased):
         self.locked: Locked | None = None
         self.compiled: CompiledPlan | None = None
         self.runner: Runner | None = None
+        self._decoder: tuple[Any, Any] | None = None  # (the runner it was bound for, its DecodeStep)
         self.trainer: Trainer | None = None
         self.run_state = RunState()
         self._lr_cache: tuple[Any, np.ndarray] | None = None
@@ -333,6 +334,38 @@ class DeepLearningTask(Phased):
         ``softmax(predict_logits(x, ema=ema))``, computed in float64."""
         return self._inference("predict_proba").gathered("predict_proba", x, _softmax, ema)
 
+    def generate(self, prompt: str | Any, tokens: int = 200, *, temperature: float = 1.0, top_k: int | None = None,
+                 seed: int = 0) -> str | np.ndarray:
+        """Continue ``prompt`` by ``tokens`` sampled tokens with the trained language model: a text (encoded
+        and decoded by the data's tokenizer) or token ids (returned as ids). Runs the planned one-token
+        decode step (``task.decoder``: its KV cache is in its arena); the same seed gives the same text."""
+        from .runtime.generate import check_sampling, generate_ids
+        n, t, k, s = check_sampling(tokens, temperature, top_k, seed)
+        step = self.decoder
+        data = self._config.data
+        assert data is not None
+        tokenizer = data.tokenizer
+        if isinstance(prompt, str):
+            if tokenizer is None:
+                raise ConfigError("generate: a text prompt needs the data's tokenizer, and this task's data has none. "
+                                  "Fix: pass token ids, or build the data with datasets.tokens(text, context).")
+            ids = generate_ids(step, np.asarray(tokenizer.encode(prompt), np.int64), n, t, k, s, data.num_classes)
+            return tokenizer.decode(ids)
+        return generate_ids(step, np.asarray(prompt, np.int64).reshape(-1), n, t, k, s, data.num_classes)
+
+    @property
+    def decoder(self) -> Any:
+        """The compiled model's one-token decode step (runtime/decode.py), planned on first use: its
+        MemoryPlan (``task.decoder.plan``) holds each attention layer's KV cache."""
+        self._require("generate", Phase.COMPILED, hint="Call task.compile() (and run()) first.")
+        assert self.runner is not None and self.compiled is not None
+        if self._decoder is None or self._decoder[0] is not self.runner:
+            from .runtime.decode import DecodeStep, decode_context
+            arch = self.compiled.arch
+            step = DecodeStep(arch, self.runner.executor.weight_view, decode_context(arch, self.splits))
+            self._decoder = (self.runner, step)
+        return self._decoder[1]
+
     def state_dict(self, *, ema: bool = False) -> dict[str, np.ndarray]:
         """Parameters and BN buffers by layer name, in PyTorch's layouts: 'fc1.weight' is
         (out, in), 'conv1.weight' is (out, in, k, k), 'bn1.running_mean' ... ``ema=True``: the EMA
@@ -505,7 +538,7 @@ def _by_hand(op: str, does: str, fix: str) -> PlanError:
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64)
-    z -= z.max(axis=1, keepdims=True)
+    z -= z.max(axis=-1, keepdims=True)
     np.exp(z, out=z)
-    z /= z.sum(axis=1, keepdims=True)
+    z /= z.sum(axis=-1, keepdims=True)
     return z

@@ -106,6 +106,10 @@ class Activation(Op):
         if dxs[0] is not None:
             e.emit(g, gid, "act_bwd", [dy, xs[0]], [dxs[0]], layer.name, act=layer.p["act"], slope=layer.p["slope"])
 
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        d.add(y, d.shapes[xs[0]])
+        d.emit("act_fwd", [xs[0]], [y], layer.name, act=layer.p["act"], slope=layer.p["slope"])
+
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         return act_onnx(g, layer.p["act"], layer.p["slope"], xs[0], out)
 

@@ -29,5 +29,9 @@ class Add(Op):
             if d is not None:
                 e.emit(g, gid, "copy", [dy], [d], layer.name)
 
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        d.add(y, d.shapes[xs[0]])
+        d.emit("add", xs, [y], layer.name)
+
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         return g.node("Add", xs, out)

@@ -69,7 +69,7 @@ class Attention(Op):
     layout = "flat"
     cpu_kernels = {"attn_scores": ak.bind_scores, "attn_mix": ak.bind_mix, "attn_mix_bwd": ak.bind_mix_bwd,
                    "attn_scores_bwd": ak.bind_scores_bwd, "flash_attn_fwd": ak.bind_flash_fwd,
-                   "flash_attn_bwd": ak.bind_flash_bwd}
+                   "flash_attn_bwd": ak.bind_flash_bwd, "attn_decode": ak.bind_decode}
 
     def describe(self, p: dict[str, Any]) -> str:
         extra = (f", dropout={p['dropout']}" if p["dropout"] else "") + (
@@ -142,6 +142,9 @@ class Attention(Op):
             e.emit(g, gid, "attn_mix", [probs, qkv[2]], [heads_out, ids[f"{n}.o"]], n, scratch=("o",))
         _fc(e, g, gid, n, heads_out, w["proj.weight"], w["proj.bias"], y)
 
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        _decode(d, layer, xs, y)
+
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
         n, ids, p = layer.name, e.ids, layer.p
@@ -165,6 +168,20 @@ class Attention(Op):
             e.emit(g, gid, "attn_scores_bwd", [dprobs, probs, r["q"], r["k"], r["dv"]],
                    [r["dqkv"], r["dq"], r["dk"], dprobs], n)
         _fc_bwd(e, g, gid, n, "qkv", r["dqkv"], xs[0], dxs[0])
+
+
+def _decode(d: Any, layer: Any, xs: list[str], y: str) -> None:
+    """One position: qkv by the fc kernel, then the step's own kernel writes the position's key and value
+    into the layer's KV cache (1, H, context, hd each, in the decode arena) and attends over positions
+    0..p; the scores cover the whole context (float64, the unused tail left alone), so shapes never change."""
+    n, (dim,), h, ctx = layer.name, d.shapes[xs[0]][-1:], layer.p["heads"], d.context
+    qkv, heads_out = d.add(f"{n}.qkv", (1, 1, 3 * dim)), d.add(f"{n}.heads_out", (1, 1, dim))
+    caches = [d.add(f"{n}.{r}_cache", (1, h, ctx, dim // h)) for r in ("k", "v")]
+    scores = d.add(f"{n}.scores", (1, h, ctx), Region.T_TEMP_FP32, "float64")
+    d.add(y, (1, 1, dim))
+    d.emit("fc_fwd", [xs[0], f"{n}.qkv.weight", f"{n}.qkv.bias"], [qkv], n, act="none", slope=0.0)
+    d.emit("attn_decode", [qkv, "position"], [heads_out, *caches, scores], n)
+    d.emit("fc_fwd", [heads_out, f"{n}.proj.weight", f"{n}.proj.bias"], [y], n, act="none", slope=0.0)
 
 
 def _divisor(d: int, h: int) -> int:

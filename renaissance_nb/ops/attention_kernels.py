@@ -296,3 +296,43 @@ def bind_flash_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
             np.add(dkj, tk, out=dkj)
         merge_qkv(dq, dk, dv, dqkv)
     return run
+
+
+# ---- one token (runtime/decode.py) ----------------------------------------------------------------------
+@jit
+def attn_decode_(qkv, position, kc, vc, scores, y, scale):
+    """One position p of causal attention for batch 1: its key and value into the caches (1, H, ctx, hd),
+    then each head's softmax over the scores of keys 0..p (float64) times the cached values."""
+    h, hd = kc.shape[1], kc.shape[3]
+    d = h * hd
+    p = position[0]
+    for g in range(h):
+        for k in range(hd):
+            kc[0, g, p, k] = qkv[0, 0, d + g * hd + k]
+            vc[0, g, p, k] = qkv[0, 0, 2 * d + g * hd + k]
+    for g in range(h):
+        m = -np.inf
+        for j in range(p + 1):
+            s = 0.0
+            for k in range(hd):
+                s += np.float64(qkv[0, 0, g * hd + k]) * kc[0, g, j, k]
+            s *= scale
+            scores[0, g, j] = s
+            if s > m:
+                m = s
+        tot = 0.0
+        for j in range(p + 1):
+            e = math.exp(scores[0, g, j] - m)
+            scores[0, g, j] = e
+            tot += e
+        for k in range(hd):
+            acc = 0.0
+            for j in range(p + 1):
+                acc += scores[0, g, j] * vc[0, g, j, k]
+            y[0, 0, g * hd + k] = np.float32(acc / tot)
+
+
+def bind_decode(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    (qkv, position), (y, kc, vc, scores) = ins, outs
+    scale = 1.0 / math.sqrt(kc.shape[3])
+    return lambda: attn_decode_(qkv, position, kc, vc, scores, y, scale)

@@ -47,6 +47,10 @@ class Dropout(Op):
         else:
             e.emit(g, gid, "copy", [dy], [dx], layer.name)
 
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        d.add(y, d.shapes[xs[0]])
+        d.emit("copy", [xs[0]], [y], layer.name)  # the identity at inference
+
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         return xs[0]  # the identity in inference: nothing to compute
 

@@ -155,6 +155,19 @@ def bind_pos_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[
     return run
 
 
+@jit
+def add_row_at_(x, table, position, y):
+    """y[0, 0] = x[0, 0] + table[position]: one token's position embedding (runtime/decode.py)."""
+    p = position[0]
+    for k in range(x.shape[2]):
+        y[0, 0, k] = x[0, 0, k] + table[p, k]
+
+
+def bind_pos_decode(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    (x, table, position), (y,) = ins, outs
+    return lambda: add_row_at_(x, table, position, y)
+
+
 # ---- the ops -------------------------------------------------------------------------------------
 @register
 class Embedding(Op):
@@ -189,6 +202,10 @@ class Embedding(Op):
         e.emit(g, gid, "embedding_bwd", [dy, xs[0]], [e.ids[f"{n}.weight@grad"], e.ids[f"{n}.acc"]], n,
                scratch=("acc",))
 
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        d.add(y, (1, 1, layer.p["d"]))
+        d.emit("embedding_fwd", [xs[0], f"{layer.name}.weight"], [y], layer.name)
+
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         return g.node("Gather", [g.weight(layer.name, "weight"), xs[0]], out, axis=0)
 
@@ -203,7 +220,8 @@ class PositionEmbedding(Op):
     parametrized = True
     decay_exempt = True
     layout = "flat"
-    cpu_kernels = {"pos_embedding_fwd": bind_pos_fwd, "pos_embedding_bwd": bind_pos_bwd}
+    cpu_kernels = {"pos_embedding_fwd": bind_pos_fwd, "pos_embedding_bwd": bind_pos_bwd,
+                   "pos_embedding_decode": bind_pos_decode}
 
     def describe(self, p: dict[str, Any]) -> str:
         return f"pos_embedding({p['context']})"
@@ -227,6 +245,10 @@ class PositionEmbedding(Op):
                  dxs: list[int | None]) -> None:
         outs = [e.ids[f"{layer.name}.weight@grad"]] + ([dxs[0]] if dxs[0] is not None else [])
         e.emit(g, gid, "pos_embedding_bwd", [dy], outs, layer.name)
+
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        d.add(y, d.shapes[xs[0]])
+        d.emit("pos_embedding_decode", [xs[0], f"{layer.name}.weight", "position"], [y], layer.name)
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         t = g.shape_of(layer.inputs[0])[0]

@@ -69,6 +69,12 @@ class FullyConnected(Op):
                outs + [ids[f"{n}.{r}"] for r in scratch], n, act=p["act"], slope=p["slope"], bias=p["bias"],
                need_dx=dx is not None, scratch=scratch)
 
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        p, n = layer.p, layer.name
+        d.add(y, (*d.shapes[xs[0]][:-1], p["out"]))
+        ins = [xs[0], f"{n}.weight"] + ([f"{n}.bias"] if p["bias"] else [])
+        d.emit("fc_fwd", ins, [y], n, act=p["act"], slope=p["slope"])
+
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         ins = [xs[0], g.weight(layer.name, "weight")] + ([g.weight(layer.name, "bias")] if layer.p["bias"] else [])
         return g.node("Gemm", ins, out, transB=1)

@@ -169,6 +169,12 @@ class LayerNorm(Op):
         e.emit(g, gid, "layernorm_bwd", ins, outs + [ids[f"{n}.partials"]], n, need_dx=dx is not None,
                scratch=("partials",))
 
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        n, shape = layer.name, d.shapes[xs[0]]
+        d.add(y, shape)
+        stats = [d.add(f"{n}.{r}", shape[:-1], Region.T_TEMP_FP32) for r in ("mean", "rstd")]
+        d.emit("layernorm_fwd", [xs[0], f"{n}.weight", f"{n}.bias"], [y, *stats], n, eps=layer.p["eps"])
+
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         ins = [xs[0], g.weight(layer.name, "weight"), g.weight(layer.name, "bias")]
         return g.node("LayerNormalization", ins, out, axis=-1, epsilon=float(layer.p["eps"]))

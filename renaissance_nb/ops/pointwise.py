@@ -44,6 +44,10 @@ class Pointwise(Op):
         if dxs[0] is not None:
             e.emit(g, gid, f"{self.kind}_bwd", [dy, xs[0]], [dxs[0]], layer.name, **layer.p)
 
+    def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
+        d.add(y, d.shapes[xs[0]])
+        d.emit(f"{self.kind}_fwd", [xs[0]], [y], layer.name, **layer.p)
+
     # ---- kernels: factories with kernels/base.py's and gpu/kernels.py's contracts -----------
     def bind_fwd(self, outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
         (x,), (y,) = ins, outs

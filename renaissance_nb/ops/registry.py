@@ -96,6 +96,14 @@ class Op:
         """Gradients: ``dxs[i]`` is the slot of input i's gradient (None: the data, nothing to write)."""
         raise NotImplementedError(self.kind)
 
+    def decode(self, d: Any, layer: "ArchLayer", xs: list[str], y: str) -> None:
+        """Declare the layer's one-position tensors and nodes for runtime/decode.py's step (batch 1,
+        one token): ``d.add(name, shape, region)``, ``d.emit(op, ins, outs, layer, **params)``, tensor
+        names (weights by their task names), ``d.shapes`` the shapes declared so far."""
+        raise ShapeError(f"generate: layer {layer.name} ({self.kind}) has no one-token decode step. Fix: generate() "
+                         "runs decoder-only language models (embedding, pos_embedding, layernorm, attention, fc, "
+                         "activations, dropout, residual adds).")
+
     def inference_fold(self, e: Any, g: Any, layer: "ArchLayer", ema: bool) -> None:
         """Nodes of UPDATE_BN_INF_PARAMS (inference parameters derived from training ones)."""
 

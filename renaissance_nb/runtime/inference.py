@@ -68,6 +68,8 @@ class Inference:
 
     def evaluate(self, x: Any, y: Any, ema: Any) -> dict[str, float]:
         ema = self._ema_flag("evaluate", ema)
+        if self.data.train.is_tokens:
+            return self._evaluate_tokens(x, y, ema)
         ds = self._inputs_as_trained("evaluate", validate_arrays(
             x, y, what="evaluate", num_classes=self.data.train.num_classes, where="evaluate", names=("x", "y")))
         sums = np.zeros(3)
@@ -81,17 +83,36 @@ class Inference:
         n = len(ds)
         return {"loss": sums[0] / n, "top1": sums[1] / n, "top5": sums[2] / n, "n": n}
 
+    def _evaluate_tokens(self, x: Any, y: Any, ema: bool) -> dict[str, float]:
+        """A language model's loss per token (and perplexity), next-token top-1/top-5, over windows x
+        with their targets y (both (N, T))."""
+        ids, targets = self._token_windows("evaluate", "x", x), self._token_windows("evaluate", "y", y)
+        if targets.shape != ids.shape:
+            raise bad_argument(DataError, "evaluate", "y", y, f"targets shaped like x {ids.shape}",
+                               "pass each window's next tokens (data.val.y for data.val.x)")
+        sums, res, none = np.zeros(3), np.zeros(3, np.float32), np.zeros((0, 0), np.float32)
+        weights, positions = self.config.loss.class_weights, ids.shape[1]
+        for start, n, logits in self._forward_batches(ids, targets, ema):
+            rows, labels = logits.reshape(-1, logits.shape[-1]), targets[start:start + n].reshape(-1)
+            args = (rows, labels, float(self.config.loss.label_smoothing_), weights, res, none, False)
+            (native.bind_softmax_xent(*args) or (lambda: fused.softmax_xent(*args)))()
+            sums += (res[0] * n, res[1] / positions, res[2] / positions)
+        n = len(ids)
+        return {"loss": sums[0] / n, "perplexity": float(np.exp(sums[0] / n)), "top1": sums[1] / n,
+                "top5": sums[2] / n, "n": n}
+
     def predict(self, x: Any, ema: Any) -> np.ndarray:
         count, batches = self._inference("predict", x, ema)
-        out = np.empty(count, np.int64)
+        out = np.empty((count, *self.data.train.sample_shape[:1]) if self.data.train.is_tokens else count, np.int64)
         for start, n, logits in batches:
-            out[start:start + n] = logits.argmax(axis=1)
+            out[start:start + n] = logits.argmax(axis=-1)
         return out
 
     def gathered(self, op: str, x: Any, f: Callable[[np.ndarray], np.ndarray], ema: Any) -> np.ndarray:
-        """f(logits) of every row of x, (N, classes) float32."""
+        """f(logits) of every row of x, (N, classes) float32 ((N, T, vocab) for a language model)."""
         count, batches = self._inference(op, x, ema)
-        out = np.empty((count, self.data.train.num_classes), np.float32)
+        positions = self.data.train.sample_shape[:1] if self.data.train.is_tokens else ()
+        out = np.empty((count, *positions, self.data.train.num_classes), np.float32)
         for start, n, logits in batches:
             out[start:start + n] = f(logits)
         return out
@@ -99,6 +120,9 @@ class Inference:
     def _inference(self, op: str, x: Any, ema: Any) -> tuple[int, Batches]:
         """The rows of x, checked and moved as evaluate() does, and (start, n, logits) per batch."""
         ema = self._ema_flag(op, ema)
+        if self.data.train.is_tokens:
+            ids = self._token_windows(op, "x", x)
+            return len(ids), self._forward_batches(ids, None, ema)
         try:  # without converting x: validate_arrays turns a ragged or odd input into the library's error
             rows = len(x)
         except TypeError:  # a 0-d array or a scalar: validate_arrays refuses it by name
@@ -106,6 +130,19 @@ class Inference:
         ds = self._inputs_as_trained(op, validate_arrays(x, np.zeros(rows, np.int64), what=op, where=op,
                                                          names=("x", "y")))
         return len(ds), self._forward_batches(ds.x, None, ema)
+
+    def _token_windows(self, op: str, arg: str, x: Any) -> np.ndarray:
+        """Token windows (N, T) of ids in [0, vocab), T as in training: a language model's input."""
+        vocab, t = self.data.train.num_classes, self.data.train.sample_shape[0]
+        a = np.asarray(x)
+        if a.ndim == 1:
+            a = a.reshape(1, -1)
+        if a.dtype.kind not in "iu" or a.ndim != 2 or a.shape[1] != t or a.size == 0:
+            raise bad_argument(DataError, op, arg, x, f"token ids shaped (N, {t}) like the training windows",
+                               f"pass windows of {t} ids (tokenizer.encode(text)), e.g. data.val.x[:4]")
+        if int(a.min()) < 0 or int(a.max()) >= vocab:
+            raise bad_argument(DataError, op, arg, x, f"ids in [0, {vocab})", "encode with the data's tokenizer")
+        return np.ascontiguousarray(a, np.int32)
 
     def _ema_flag(self, op: str, ema: Any) -> bool:
         """``ema=`` of the inference calls: a bool, and True only for a task compiled with ``ema()``."""

@@ -216,3 +216,7 @@ class Executor(StepPrograms):
 
     def view(self, variant: str, name: str) -> np.ndarray:
         return self.views[variant][self.compiled.ids[name]]
+
+    def weight_view(self, name: str) -> np.ndarray:
+        """A parameter's view by name (the same bytes in every variant)."""
+        return self.view("train_base", name)

@@ -52,6 +52,7 @@ class StreamId(IntEnum):
     SHUFFLE = 2
     DROPOUT = 3
     AUGMENT = 4
+    SAMPLE = 5  # generate(): one uniform per sampled token
 
 
 # --------------------------------------------------------------------------- NumPy reference

@@ -1,0 +1,68 @@
+"""Text generation from a compiled language model: the prompt fed through the decode step (one token
+per replay, filling the KV cache), then tokens sampled one by one.
+
+Sampling is reproducible: token i draws the uniform Philox(seed, SAMPLE stream, offset i), and picks
+the first token whose cumulative probability passes it, tokens in id order; the probabilities are
+softmax(logits / temperature) in float64, restricted to the ``top_k`` largest logits (ties to the
+lower id). The same seed gives byte-identical text on any machine whose logits agree bit for bit
+(the decode step's sums run in a fixed order). ``temperature=0`` takes the most likely token.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, bad_argument
+from ..train.rng import Philox, StreamId
+from .decode import DecodeStep, check_prompt_ids
+
+
+def next_token(logits: np.ndarray, temperature: float, top_k: int | None, u: float) -> int:
+    """The token the uniform ``u`` picks from ``logits`` (see the module docstring)."""
+    z = logits.astype(np.float64)
+    if temperature == 0:
+        return int(np.argmax(z))
+    order = np.argsort(-z, kind="stable")
+    keep = np.sort(order[:top_k]) if top_k is not None else np.arange(z.size)
+    w = np.exp((z[keep] - z[keep].max()) / temperature)
+    cdf = np.cumsum(w / w.sum())
+    return int(keep[min(int(np.searchsorted(cdf, u, side="right")), keep.size - 1)])
+
+
+def check_sampling(tokens: Any, temperature: Any, top_k: Any, seed: Any) -> tuple[int, float, int | None, int]:
+    from ..checks import as_float, as_int
+    n, t, s = as_int(tokens), as_float(temperature), as_int(seed)
+    if n is None or n < 0:
+        raise bad_argument(ConfigError, "generate", "tokens", tokens, "an int >= 0", "e.g. generate('ROMEO:', 200)")
+    if t is None or not math.isfinite(t) or t < 0:
+        raise bad_argument(ConfigError, "generate", "temperature", temperature, "a finite float >= 0",
+                           "use 1.0 to sample the model's distribution, lower to sharpen it, 0 for the most likely")
+    k = None if top_k is None else as_int(top_k)
+    if top_k is not None and (k is None or k < 1):
+        raise bad_argument(ConfigError, "generate", "top_k", top_k, "None or an int >= 1",
+                           "e.g. top_k=10 samples among the ten likeliest tokens")
+    if s is None or not 0 <= s < 2 ** 63:
+        raise bad_argument(ConfigError, "generate", "seed", seed, "an int in [0, 2**63)", "e.g. seed=0")
+    return n, t, k, s
+
+
+def generate_ids(step: DecodeStep, prompt: np.ndarray, tokens: int, temperature: float, top_k: int | None,
+                 seed: int, vocab: int) -> np.ndarray:
+    """The prompt's ids followed by ``tokens`` sampled ones."""
+    check_prompt_ids(prompt, vocab, step.context, tokens)
+    step.reset()
+    rng = Philox(seed)
+    out = [int(t) for t in prompt]
+    logits = None
+    for pos, tok in enumerate(out):
+        logits = step.run(tok, pos)
+    for i in range(tokens):
+        assert logits is not None
+        u = float(rng.uniform(1, int(StreamId.SAMPLE), i)[0])
+        tok = next_token(logits, temperature, top_k, u)
+        out.append(tok)
+        if i + 1 < tokens:
+            logits = step.run(tok, len(out) - 1)
+    return np.asarray(out, np.int64)

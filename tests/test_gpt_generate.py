@@ -1,0 +1,111 @@
+"""Generation with the planned decode step: its logits against the full forward, byte-identical text
+for a seed, a KV cache in its own MemoryPlan, nothing allocated per token, and the errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from renaissance_nb import AdamW, DeepLearningTask, gpt
+from renaissance_nb.errors import ConfigError, PlanError
+from renaissance_nb.inspector.allocations import enable_nrt_stats, nrt_counts
+from tests.gpt_helpers import token_splits
+
+VOCAB, T = 11, 16
+
+
+@pytest.fixture(scope="module")
+def trained():  # type: ignore[no-untyped-def]
+    splits = token_splits(200, T, VOCAB, val=40)
+    task = (DeepLearningTask().model(gpt(VOCAB, 32, 2, 4, T)).data(splits, batch_size=20)
+            .optimizer(AdamW(lr=3e-3)).total_epochs(3).seed(0))
+    task.run(progress=False)
+    return task, splits
+
+
+def test_decode_step_gives_the_full_forwards_logits(trained) -> None:  # type: ignore[no-untyped-def]
+    task, splits = trained
+    x = splits.val.x[:2]
+    full = task.predict_logits(x)
+    assert full.shape == (2, T, VOCAB)
+    step = task.decoder
+    for row in range(2):
+        step.reset()
+        for p in range(T):
+            np.testing.assert_allclose(step.run(int(x[row, p]), p), full[row, p], atol=2e-6)
+
+
+def test_evaluate_reports_per_token_loss_and_perplexity(trained) -> None:  # type: ignore[no-untyped-def]
+    task, splits = trained
+    m = task.evaluate(splits.val.x, splits.val.y)
+    logits = task.predict_logits(splits.val.x).astype(np.float64)
+    z = logits - logits.max(-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, splits.val.y[..., None].astype(np.int64), -1).mean()
+    assert m["loss"] == pytest.approx(nll, rel=1e-5)
+    assert m["perplexity"] == pytest.approx(np.exp(nll), rel=1e-5)
+    assert m["top1"] == pytest.approx((logits.argmax(-1) == splits.val.y).mean(), abs=1e-6)
+    assert task.result.history[-1].val_loss == pytest.approx(nll, rel=1e-4)  # the epoch's val pass agrees
+
+
+def test_generation_is_byte_identical_for_a_seed_and_learnt_the_rule(trained) -> None:  # type: ignore[no-untyped-def]
+    task, _ = trained
+    a = task.generate([1, 4], 12, seed=7)
+    b = task.generate([1, 4], 12, seed=7)
+    assert a.tobytes() == b.tobytes() and len(a) == 14
+    assert not np.array_equal(a, task.generate([1, 4], 12, seed=8))  # another seed, another draw
+    greedy = task.generate([1], 10, temperature=0)
+    assert list(greedy) == [1, 4, 2, 7, 0, 1, 4, 2, 7, 0, 1]  # next = 3 cur + 1 (mod 11), learnt
+    top1 = task.generate([1], 10, top_k=1, seed=3)
+    assert list(top1) == list(greedy)  # top_k=1 is greedy whatever the draw
+
+
+def test_the_kv_cache_is_planned_and_the_step_allocates_nothing(trained) -> None:  # type: ignore[no-untyped-def]
+    import tracemalloc
+    task, _ = trained
+    step = task.decoder
+    caches = [t for t in step.plan if t.name.endswith("_cache")]
+    assert [t.name for t in caches] == ["attention1.k_cache", "attention1.v_cache", "attention2.k_cache",
+                                        "attention2.v_cache"]
+    assert all(t.shape == (1, 4, T, 8) for t in caches)
+    assert step.cache_bytes == 4 * 4 * T * 8 * 4
+    step.reset()
+    step.run(1, 0)  # warm
+    enable_nrt_stats()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        a0 = nrt_counts()
+        for p in range(1, T):
+            step.run(p % VOCAB, p)
+        grown = tracemalloc.get_traced_memory()[0] - before
+        a1 = nrt_counts()
+    finally:
+        tracemalloc.stop()
+    assert grown <= 0, grown  # nothing kept: every buffer is the decode arena's
+    assert a1[0] - a0[0] == a1[1] - a0[1]  # numba's call records, all freed in the call
+
+
+def test_generate_refuses_bad_requests(trained) -> None:  # type: ignore[no-untyped-def]
+    task, _ = trained
+    with pytest.raises(PlanError, match="past the model's context of 16"):
+        task.generate([1, 2, 3], 14)
+    with pytest.raises(ConfigError, match=r"\[0, 11\)"):
+        task.generate([11], 2)
+    with pytest.raises(ConfigError, match="temperature"):
+        task.generate([1], 2, temperature=-1)
+    with pytest.raises(ConfigError, match="tokenizer"):
+        task.generate("hello", 2)  # toy data: no tokenizer
+    with pytest.raises(ConfigError, match="top_k"):
+        task.generate([1], 2, top_k=0)
+
+
+def test_a_conv_net_has_no_decode_step() -> None:
+    from renaissance_nb import conv, fc, flatten, relu, seq
+    from renaissance_nb.errors import ShapeError
+    from tests.helpers import image_blobs
+    x, y = image_blobs(32)
+    task = (DeepLearningTask().model(seq(conv(4, 3, p=1), relu(), flatten(), fc(4))).data(train=(x, y), batch_size=8)
+            .total_epochs(1))
+    task.compile()
+    with pytest.raises(ShapeError, match="conv1 .conv. has no one-token decode step"):
+        task.decoder
