@@ -35,6 +35,9 @@ class ArchLayer:
     kind: str  # an op's kind (ops/registry.py): fc, act, conv, bn, maxpool, add...
     params: tuple[tuple[str, Any], ...]
     inputs: tuple[str, ...] = ("input",)
+    block: str = ""
+    """The outermost pre-fused block it came from, numbered ("transformer_block(128, 4) #2"), or "" (the
+    memory inspector groups live bytes by it)."""
 
     @property
     def p(self) -> dict[str, Any]:
@@ -116,11 +119,12 @@ def plan_architecture(bp: BluePrint, fuse: bool = True, fold_bn: bool = False) -
     counters: dict[str, int] = {}
     layers: list[ArchLayer] = []
     expects: list[tuple[str, str, int]] = []
+    blocks: list[str] = []  # the outermost Named block being walked, numbered ([] outside any)
 
     def add(kind: str, label: str, params: tuple, inputs: tuple[str, ...]) -> str:
         counters[label] = counters.get(label, 0) + 1
         sep = "_" if label[-1].isdigit() else ""  # relu6's first is relu6_1, not relu61
-        layer = ArchLayer(f"{label}{sep}{counters[label]}", kind, params, inputs)
+        layer = ArchLayer(f"{label}{sep}{counters[label]}", kind, params, inputs, blocks[0] if blocks else "")
         layers.append(layer)
         return layer.output
 
@@ -147,7 +151,14 @@ def plan_architecture(bp: BluePrint, fuse: bool = True, fold_bn: bool = False) -
         if isinstance(b, Named):
             if b.channels is not None:
                 expects.append((x, b.label, b.channels))
-            return walk(b.body, x)
+            if blocks:
+                return walk(b.body, x)
+            counters[f"block:{b.label}"] = counters.get(f"block:{b.label}", 0) + 1
+            blocks.append(f"{b.label} #{counters[f'block:{b.label}']}")
+            try:
+                return walk(b.body, x)
+            finally:
+                blocks.pop()
         raise ShapeError(f"plan: {type(b).__name__} is not a BluePrint node the compiler knows.")
 
     walk(bp, "input")

@@ -32,6 +32,7 @@ from ..memory.region import Region
 from ..text import human_bytes
 from .allocations import StepAllocations, audit_allocations
 from .resident import DeviceMemory, device_memory_of
+from .sequence import SEQUENCE_WHAT_IF, peak_by_block, peak_by_kind, sequence_changes
 from .timings import StepTimings, profile_kernels
 
 if TYPE_CHECKING:
@@ -44,7 +45,8 @@ CATEGORIES = ("weights", "gradients", "optimizer state", "activations", "tempora
 _FAMILY_CATEGORY = {"W": "weights", "E": "weights", "B": "weights", "A": "weights", "G": "gradients",
                     "M": "optimizer state", "V": "optimizer state", "N": "optimizer state",
                     "F": "activations", "T": "temporaries", "I": "inputs", "R": "results", "S": "scalars"}
-WHAT_IF_KEYS = ("batch_size", "val_batch_size", "resolution", "liveness", "pad_rows", "fuse", "optimizer", "ema")
+WHAT_IF_KEYS = ("batch_size", "val_batch_size", "resolution", "liveness", "pad_rows", "fuse", "optimizer", "ema",
+                *SEQUENCE_WHAT_IF)
 
 
 def category_of(region: Region) -> str:
@@ -280,11 +282,20 @@ class MemoryInspector:
         return PeakReport(variant, int(live[at.time]), self.plan(variant).total_bytes, at.time, at.program,
                           at.node.op, at.node.layer, tensors)
 
+    def peak_by_kind(self, variant: str = "train_base") -> dict[str, int]:
+        """Bytes live at the peak by kind: weights, gradients, moments, activations, attention scores..."""
+        return peak_by_kind(self, variant)
+
+    def peak_by_block(self, variant: str = "train_base") -> dict[str, int]:
+        """Bytes live at the peak by block (a transformer block, a ResNet block; other layers by name)."""
+        return peak_by_block(self, variant)
+
     # ---- other plans ----------------------------------------------------------------------------
     def what_if(self, **changes: Any) -> "MemoryInspector":
         """The inspector of this config with ``changes`` (batch_size, val_batch_size, resolution=(h, w),
         liveness, pad_rows, fuse, optimizer: an Optimizer or a menu name such as 'sgd' (optim.menu()), ema: a decay or
-        None), planned only: no kernels, no arena."""
+        None; for a language model context (the window length), heads, attention ('materialized' or 'flash'),
+        recompute), planned only: no kernels, no arena."""
         config = changed_config(self.config, changes)
         label = ", ".join(f"{k}={_short(v)}" for k, v in changes.items()) or "unchanged"
         return MemoryInspector.from_config(config, label=label)
@@ -313,18 +324,25 @@ class MemoryInspector:
         follow = self.config.val_batch_size in (None, self.config.batch_size)
         return {"batch_size": batch, **({"val_batch_size": batch} if follow else {})}
 
-    def fit(self, budget_bytes: int) -> int:
-        """The largest batch size whose arena fits in ``budget_bytes`` (a search over plans, settings
-        as ``batch_changes``, the rest as now). A batch is at most the training set's size."""
+    def fit(self, budget_bytes: int, over: str = "batch_size") -> int:
+        """The largest batch size (``over="batch_size"``) or, for a language model, context length
+        (``over="context"``) whose arena fits in ``budget_bytes``: a search over plans, the rest as now.
+        A batch is at most the training set's size; a context at most 2**20 positions."""
         budget = _positive_bytes(budget_bytes)
         assert self.config.data is not None
-        hi_limit = len(self.config.data.train)
+        if over not in ("batch_size", "context"):
+            raise bad_argument(ConfigError, "memory.fit", "over", over, "'batch_size' or 'context'",
+                               "pass over='context' to fit a language model's window length")
+        hi_limit = len(self.config.data.train) if over == "batch_size" else 1 << 20
 
-        def fits(batch: int) -> bool:
-            return self.what_if(**self.batch_changes(batch)).arena_bytes <= budget
+        def changes(n: int) -> dict[str, int]:
+            return self.batch_changes(n) if over == "batch_size" else {"context": n}
+
+        def fits(n: int) -> bool:
+            return self.what_if(**changes(n)).arena_bytes <= budget
         if not fits(1):
-            need = self.what_if(**self.batch_changes(1)).arena_bytes
-            raise PlanError(f"memory.fit({budget_bytes}): even batch 1 needs an arena of {human_bytes(need)}. "
+            need = self.what_if(**changes(1)).arena_bytes
+            raise PlanError(f"memory.fit({budget_bytes}): even {over} 1 needs an arena of {human_bytes(need)}. "
                             "Fix: a larger budget, or a smaller model.")
         lo, hi = 1, 2
         while hi <= hi_limit and fits(hi):
@@ -391,6 +409,8 @@ def changed_config(config: TaskConfig, changes: dict[str, Any]) -> TaskConfig:
                 raise bad_argument(ConfigError, "memory.what_if", key, value, "a decay in (0, 1) or None",
                                    "pass ema=0.999 (or None for no EMA)")
             fields[key] = None if value is None else float(value)
+        elif key in SEQUENCE_WHAT_IF:
+            fields.update(sequence_changes(config.with_(**fields), key, value))
         else:
             fields["data"] = _resized_data(config, value)
     return config.with_(**fields)

@@ -52,6 +52,9 @@ class Op:
     """How it reads an image's axes: "elementwise" (any layout), "flat" (needs flat features), "spatial"."""
     batch_statistics: bool = False
     """Normalises over the batch in training (batch norm): a batch of one value per channel is refused."""
+    tensor_kinds: dict[str, str] = {}
+    """Its own tensors' roles -> what the memory inspector calls them (attention: "attention scores");
+    the rest are counted by their region's category."""
     decay_exempt: bool = False
     """Its weights are no matrices weight decay should reach under ``decay="matrices"`` (embeddings)."""
     first_layer_dx: bool = False

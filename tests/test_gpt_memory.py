@@ -1,0 +1,68 @@
+"""The memory plan of a GPT: attention's scores grow as T squared in the materialised form and not in
+the flash form, the inspector's by-kind and by-block reports add up, the what-ifs of a sequence model,
+and fit() over the context length."""
+from __future__ import annotations
+
+import pytest
+
+from renaissance_nb import AdamW, DeepLearningTask, gpt
+from renaissance_nb.errors import ConfigError
+from renaissance_nb.inspector.planview import MemoryInspector
+from tests.gpt_helpers import token_splits
+
+VOCAB, D, LAYERS, HEADS, T, BATCH = 13, 32, 2, 4, 32, 8
+
+
+@pytest.fixture(scope="module")
+def inspector() -> MemoryInspector:
+    task = (DeepLearningTask().model(gpt(VOCAB, D, LAYERS, HEADS, T)).data(token_splits(64, T, VOCAB),
+                                                                            batch_size=BATCH)
+            .optimizer(AdamW(lr=1e-3)).total_epochs(1))
+    task.plan()
+    task.lock_memory()
+    return MemoryInspector.of(task)
+
+
+def _scores(m: MemoryInspector) -> int:
+    return sum(t.storage_bytes for t in m.plan() if t.name.split(".")[1:2] in (["probs"], ["dprobs"]))
+
+
+def test_materialised_scores_grow_as_t_squared_and_flash_has_none(inspector) -> None:  # type: ignore[no-untyped-def]
+    for t in (16, 32, 64):
+        m = inspector.what_if(context=t)
+        # per layer: P and dP, (B, H, T, T) float32 each
+        assert _scores(m) == LAYERS * 2 * BATCH * HEADS * t * t * 4
+        f = inspector.what_if(context=t, attention="flash")
+        assert _scores(f) == 0
+        assert all(s[-1] != t or len(s) != 4 or s[-2] != t for s in (x.shape for x in f.plan()))  # no (.., T, T)
+    big = (inspector.what_if(context=256), inspector.what_if(context=256, attention="flash"))
+    assert big[1].arena_bytes < big[0].arena_bytes  # at T = 256 the scores dominate: flash plans less
+
+
+def test_peak_by_kind_and_by_block_add_up_to_the_peak(inspector) -> None:  # type: ignore[no-untyped-def]
+    peak = inspector.peak()
+    kinds, blocks = inspector.peak_by_kind(), inspector.peak_by_block()
+    assert sum(kinds.values()) == peak.peak_bytes == sum(blocks.values())
+    assert kinds["attention scores"] > 0 and kinds["moments"] == 2 * kinds["weights"]  # Adam: M and V
+    assert [b for b in blocks if b.startswith("transformer_block")] == [
+        f"transformer_block({D}, {HEADS}) #{i}" for i in (1, 2)]
+
+
+def test_what_if_heads_changes_only_the_scores(inspector) -> None:  # type: ignore[no-untyped-def]
+    a, b = inspector, inspector.what_if(heads=8)
+    assert _scores(b) == 2 * _scores(a)  # twice the heads, twice the (T, T) maps
+    assert b.by_category()["weights"] == a.by_category()["weights"]  # the projections do not change
+
+
+@pytest.mark.parametrize("budget_mib", [2, 4, 8])
+def test_fit_over_the_context_length(inspector, budget_mib: int) -> None:  # type: ignore[no-untyped-def]
+    budget = budget_mib << 20
+    t = inspector.fit(budget, over="context")
+    assert inspector.what_if(context=t).arena_bytes <= budget < inspector.what_if(context=t + 1).arena_bytes
+
+
+def test_sequence_what_ifs_are_checked(inspector) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match="context"):
+        inspector.what_if(context=0)
+    with pytest.raises(ConfigError, match="over"):
+        inspector.fit(1 << 20, over="heads")
