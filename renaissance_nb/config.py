@@ -206,8 +206,9 @@ class TaskConfig:
 def _setting_dict(obj: Settings | None) -> dict[str, Any] | None:
     if obj is None:
         return None
+    later = getattr(obj, "added_later", {})  # settings newer than saved checkpoints: recorded only when set
     return {"class": type(obj).__name__, "settings": {k: (list(v) if isinstance(v, tuple) else v)
-                                                     for k, v in obj.settings().items()}}
+                                                     for k, v in obj.settings().items() if later.get(k, object()) != v}}
 
 
 def setting_from_dict(d: Any) -> Any:

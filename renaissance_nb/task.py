@@ -19,7 +19,7 @@ import numpy as np
 from . import config_checks as check
 from .blueprint import BluePrint
 from .checks import arguments_checked, as_flag
-from .compiler.pipeline import (Locked, Planned, compile_stage, describe_compiled, learning_rates,
+from .compiler.pipeline import (Locked, Planned, compile_stage, describe_task, learning_rates,
                                 learning_rates_key, lock_stage, plan_stage)
 from .compiler.stages import CompiledPlan
 from .compiler.layers import ArchPlan
@@ -58,7 +58,6 @@ class DeepLearningTask(Phased):
         self.locked: Locked | None = None
         self.compiled: CompiledPlan | None = None
         self.runner: Runner | None = None
-        self._decoder: tuple[Any, Any] | None = None  # (the runner it was bound for, its DecodeStep)
         self.trainer: Trainer | None = None
         self.run_state = RunState()
         self._lr_cache: tuple[Any, np.ndarray] | None = None
@@ -336,35 +335,11 @@ class DeepLearningTask(Phased):
 
     def generate(self, prompt: str | Any, tokens: int = 200, *, temperature: float = 1.0, top_k: int | None = None,
                  seed: int = 0) -> str | np.ndarray:
-        """Continue ``prompt`` by ``tokens`` sampled tokens with the trained language model: a text (encoded
-        and decoded by the data's tokenizer) or token ids (returned as ids). Runs the planned one-token
-        decode step (``task.decoder``: its KV cache is in its arena); the same seed gives the same text."""
-        from .runtime.generate import check_sampling, generate_ids
-        n, t, k, s = check_sampling(tokens, temperature, top_k, seed)
-        step = self.decoder
-        data = self._config.data
-        assert data is not None
-        tokenizer = data.tokenizer
-        if isinstance(prompt, str):
-            if tokenizer is None:
-                raise ConfigError("generate: a text prompt needs the data's tokenizer, and this task's data has none. "
-                                  "Fix: pass token ids, or build the data with datasets.tokens(text, context).")
-            ids = generate_ids(step, np.asarray(tokenizer.encode(prompt), np.int64), n, t, k, s, data.num_classes)
-            return tokenizer.decode(ids)
-        return generate_ids(step, np.asarray(prompt, np.int64).reshape(-1), n, t, k, s, data.num_classes)
+        """``prompt`` (text or token ids) and ``tokens`` sampled tokens from the decode step (runtime/generate.py)."""
+        from .runtime.generate import generate
+        return generate(self.decoder, self._config.data, prompt, tokens, temperature, top_k, seed)
 
-    @property
-    def decoder(self) -> Any:
-        """The compiled model's one-token decode step (runtime/decode.py), planned on first use: its
-        MemoryPlan (``task.decoder.plan``) holds each attention layer's KV cache."""
-        self._require("generate", Phase.COMPILED, hint="Call task.compile() (and run()) first.")
-        assert self.runner is not None and self.compiled is not None
-        if self._decoder is None or self._decoder[0] is not self.runner:
-            from .runtime.decode import DecodeStep, decode_context
-            arch = self.compiled.arch
-            step = DecodeStep(arch, self.runner.executor.weight_view, decode_context(arch, self.splits))
-            self._decoder = (self.runner, step)
-        return self._decoder[1]
+    decoder = property(lambda self: self._inference("generate").runner.decoder, doc="The one-token decode step.")
 
     def state_dict(self, *, ema: bool = False) -> dict[str, np.ndarray]:
         """Parameters and BN buffers by layer name, in PyTorch's layouts: 'fc1.weight' is
@@ -497,14 +472,7 @@ class DeepLearningTask(Phased):
 
     def summary(self) -> str:
         """Plan summary: arena by family, reuse, distinct bound graphs, collapsed variants."""
-        lines = [f"{self.name}: phase {self.phase}"]
-        if self.planned is not None:
-            lines.append(repr(self.planned.arch))
-        if self.locked is not None:
-            lines.append(self.locked.memory.summary())
-        if self.compiled is not None:
-            lines += describe_compiled(self.compiled, self.runner.notes if self.runner is not None else ())
-        return "\n".join(lines)
+        return describe_task(self.name, self.phase, self.planned, self.locked, self.compiled, self.runner)
 
     def inspect(self):  # type: ignore[no-untyped-def]
         """The dashboard widget (needs the notebook extra)."""

@@ -72,8 +72,8 @@ def test_the_checker_finds_a_comparison_it_should() -> None:
 @pytest.mark.parametrize("kind", sorted(registry.BY_LAYER))
 def test_every_layer_kind_has_a_builder_that_round_trips(kind: str) -> None:
     from renaissance_nb.blueprint_nodes import LAYER_BUILDERS, BluePrint
-    layer = LAYER_BUILDERS[kind]() if kind not in ("fc", "conv") else (
-        LAYER_BUILDERS[kind](8) if kind == "fc" else LAYER_BUILDERS[kind](8, 3))
+    required = {"fc": (8,), "conv": (8, 3), "attention": (4,), "embedding": (65, 16), "pos_embedding": (16,)}
+    layer = LAYER_BUILDERS[kind](*required.get(kind, ()))
     assert BluePrint.from_dict(layer.to_dict()) == layer
     assert registry.op_for_layer(kind) is registry.BY_LAYER[kind]
 

@@ -308,6 +308,19 @@ def compile_stage(config: TaskConfig, planned: Planned, locked: Locked) -> Compi
                         tuple(_plan_notes(config, locked.memory)))
 
 
+def describe_task(name: str, phase: Any, planned: Planned | None, locked: Locked | None, compiled: Any,
+                  runner: Any) -> str:
+    """task.summary(): the phase, then each stage's value as far as the task has come."""
+    lines = [f"{name}: phase {phase}"]
+    if planned is not None:
+        lines.append(repr(planned.arch))
+    if locked is not None:
+        lines.append(locked.memory.summary())
+    if compiled is not None:
+        lines += describe_compiled(compiled, runner.notes if runner is not None else ())
+    return "\n".join(lines)
+
+
 def describe_compiled(compiled: Any, bound_notes: Sequence[str] = ()) -> list[str]:
     """The atlas lines of a task summary, then the plan's notes and ``bound_notes``, what binding it
     found (the Runner's: the device, the kernels chosen)."""

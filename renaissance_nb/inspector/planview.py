@@ -342,7 +342,8 @@ class MemoryInspector:
             return self.what_if(**changes(n)).arena_bytes <= budget
         if not fits(1):
             need = self.what_if(**changes(1)).arena_bytes
-            raise PlanError(f"memory.fit({budget_bytes}): even {over} 1 needs an arena of {human_bytes(need)}. "
+            what = "batch" if over == "batch_size" else over
+            raise PlanError(f"memory.fit({budget_bytes}): even {what} 1 needs an arena of {human_bytes(need)}. "
                             "Fix: a larger budget, or a smaller model.")
         lo, hi = 1, 2
         while hi <= hi_limit and fits(hi):

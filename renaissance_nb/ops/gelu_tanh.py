@@ -41,20 +41,16 @@ def gelu_tanh_bwd(dy, x, dx, alpha):
 
 
 CUDA = r'''
-__device__ __forceinline__ double rnb_gelu_tanh_inner(double z) {
-    return 0.7978845608028654 * (z + 0.044715 * z * z * z);
-}
-
 extern "C" __global__ void rnb_gelu_tanh_fwd(const float* x, float* y, rnb_i64 n, float alpha) {
     for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x) {
         double z = (double)x[k];
-        y[k] = (float)(0.5 * z * (1.0 + tanh(rnb_gelu_tanh_inner(z))));
+        y[k] = (float)(0.5 * z * (1.0 + tanh(0.7978845608028654 * (z + 0.044715 * z * z * z))));
     }
 }
 
 extern "C" __global__ void rnb_gelu_tanh_bwd(const float* dy, const float* x, float* dx, rnb_i64 n, float alpha) {
     for (rnb_i64 k = blockIdx.x * (rnb_i64)blockDim.x + threadIdx.x; k < n; k += (rnb_i64)gridDim.x * blockDim.x) {
-        double z = (double)x[k], t = tanh(rnb_gelu_tanh_inner(z));
+        double z = (double)x[k], t = tanh(0.7978845608028654 * (z + 0.044715 * z * z * z));
         double g = 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * z * z);
         dx[k] = (float)((double)dy[k] * g);
     }

@@ -48,6 +48,19 @@ def check_sampling(tokens: Any, temperature: Any, top_k: Any, seed: Any) -> tupl
     return n, t, k, s
 
 
+def generate(step: DecodeStep, data: Any, prompt: Any, tokens: Any, temperature: Any, top_k: Any,
+             seed: Any) -> Any:
+    """task.generate: a text prompt through the data's tokenizer (text back), or ids (ids back)."""
+    n, t, k, s = check_sampling(tokens, temperature, top_k, seed)
+    if not isinstance(prompt, str):
+        return generate_ids(step, np.asarray(prompt, np.int64).reshape(-1), n, t, k, s, data.num_classes)
+    if data.tokenizer is None:
+        raise ConfigError("generate: a text prompt needs the data's tokenizer, and this task's data has none. "
+                          "Fix: pass token ids, or build the data with datasets.tokens(text, context).")
+    ids = np.asarray(data.tokenizer.encode(prompt), np.int64)
+    return data.tokenizer.decode(generate_ids(step, ids, n, t, k, s, data.num_classes))
+
+
 def generate_ids(step: DecodeStep, prompt: np.ndarray, tokens: int, temperature: float, top_k: int | None,
                  seed: int, vocab: int) -> np.ndarray:
     """The prompt's ids followed by ``tokens`` sampled ones."""

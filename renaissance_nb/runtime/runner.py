@@ -37,6 +37,7 @@ class Runner:
         assert config.data is not None  # plan_stage refused a task without data
         kind = resolve_device(config.device)
         self.config, self.compiled = config, compiled
+        self._decoder: Any = None  # generate()'s decode step (runtime/decode.py), made when first asked for
         self.notes: list[str] = []  # what binding found (the device, the kernels chosen); the plan's are compiled.notes
         self.arena = Arena(compiled.plan)
         s = config.data
@@ -63,6 +64,15 @@ class Runner:
         self.replay, self.device_kind = self._start_device(kind)
         numba_free = native.covers(self.executor.ops, declined)
         self.warmup = start_warmup(config, self.device_kind, numba_free)  # a first run: compile kernels on a second core
+
+    @property
+    def decoder(self) -> Any:
+        """The compiled language model's one-token decode step, bound on first use to this arena's weights."""
+        if self._decoder is None:
+            from .decode import DecodeStep, decode_context
+            arch = self.compiled.arch
+            self._decoder = DecodeStep(arch, self.executor.weight_view, decode_context(arch, self.config.data))
+        return self._decoder
 
     def _start_device(self, kind: str) -> tuple[StepPrograms, str]:
         """Who replays: the GPU backend when the device resolved to CUDA and it starts, else this host."""

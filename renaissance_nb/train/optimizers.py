@@ -75,6 +75,7 @@ class Adam(Optimizer):
     maximize_: bool = False
     decay_: str = "all"
     kind = "adam"
+    added_later = {"decay": "all"}  # a checkpoint's record names decay= only when it is not the default
 
     def __post_init__(self) -> None:
         w = type(self).__name__
