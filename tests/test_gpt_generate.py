@@ -109,3 +109,16 @@ def test_a_conv_net_has_no_decode_step() -> None:
     task.compile()
     with pytest.raises(ShapeError, match="conv1 .conv. has no one-token decode step"):
         task.decoder
+
+
+def test_onnx_export_runs_in_onnxruntime_with_the_tasks_logits(trained, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    task, splits = trained
+    path = task.export_onnx(str(tmp_path / "gpt.onnx"))
+    x = splits.val.x[:5]
+    got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+        None, {"input": x.astype(np.int64)})[0]
+    want = task.predict_logits(x)
+    assert got.shape == want.shape == (5, T, VOCAB)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

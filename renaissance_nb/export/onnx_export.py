@@ -34,8 +34,10 @@ INPUT, OUTPUT = "input", "logits"
 class _Graph:
     """Nodes and initializers of the ONNX graph, built layer by layer from the ArchPlan."""
 
-    def __init__(self, helper: Any, numpy_helper: Any, state: dict[str, np.ndarray]) -> None:
+    def __init__(self, helper: Any, numpy_helper: Any, state: dict[str, np.ndarray], positions: int = 0) -> None:
         self.h, self.nh, self.state = helper, numpy_helper, state
+        self.positions = positions
+        """A language model's window length T (its values are (N, T, ...)), 0 for one row per sample."""
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self.names: dict[str, str] = {"input": INPUT}  # ArchPlan tensor -> ONNX value
@@ -46,6 +48,11 @@ class _Graph:
 
     def const(self, name: str, value: np.ndarray) -> str:
         self.inits.append(self.nh.from_array(np.ascontiguousarray(value, dtype=np.float32), name))
+        return name
+
+    def ints(self, name: str, values: Any) -> str:
+        """An int64 initializer (shapes, indices, axes)."""
+        self.inits.append(self.nh.from_array(np.asarray(values, dtype=np.int64), name))
         return name
 
     def weight(self, layer: str, role: str) -> str:
@@ -67,16 +74,18 @@ def onnx_model(task: Any, *, ema: bool = False) -> Any:
     state = task.state_dict(ema=ema)  # first: a task not compiled is told so, whatever is installed
     onnx = need("onnx", "export_onnx")
     from onnx import helper, numpy_helper
-    g = _Graph(helper, numpy_helper, state)
+    sample, classes = tuple(task.splits.train.sample_shape), task.splits.train.num_classes
+    tokens = task.splits.train.is_tokens  # a language model: int64 ids (N, T) in, logits (N, T, vocab) out
+    g = _Graph(helper, numpy_helper, state, sample[0] if tokens else 0)
     arch = task.compiled.arch
     for layer in arch.layers:
         g.layer(layer)
     g.node("Identity", [g.names[arch.output]], OUTPUT)
-    sample, classes = tuple(task.splits.train.sample_shape), task.splits.train.num_classes
+    kind = onnx.TensorProto.INT64 if tokens else onnx.TensorProto.FLOAT
     graph = helper.make_graph(
-        g.nodes, task.name or "renaissance_nb",
-        [helper.make_tensor_value_info(INPUT, onnx.TensorProto.FLOAT, ["N", *sample])],
-        [helper.make_tensor_value_info(OUTPUT, onnx.TensorProto.FLOAT, ["N", classes])], g.inits)
+        g.nodes, task.name or "renaissance_nb", [helper.make_tensor_value_info(INPUT, kind, ["N", *sample])],
+        [helper.make_tensor_value_info(OUTPUT, onnx.TensorProto.FLOAT, ["N", *sample[:1] * tokens, classes])],
+        g.inits)
     from .. import __version__
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="renaissance_nb",
                               producer_version=__version__, doc_string=repr(arch.blueprint))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..blueprint_nodes import Layer, layer_args, positive_int, probability
 from ..errors import BluePrintError, ShapeError, bad_argument
 from ..kernels.operands import PAR_CHUNKS
@@ -147,6 +149,9 @@ class Attention(Op):
     def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
         _decode(d, layer, xs, y)
 
+    def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
+        return _onnx(g, layer, xs[0], out)
+
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
         n, ids, p = layer.name, e.ids, layer.p
@@ -170,6 +175,27 @@ class Attention(Op):
             e.emit(g, gid, "attn_scores_bwd", [dprobs, probs, r["q"], r["k"], r["dv"]],
                    [r["dqkv"], r["dq"], r["dk"], dprobs], n)
         _fc_bwd(e, g, gid, n, "qkv", r["dqkv"], xs[0], dxs[0])
+
+
+def _onnx(g: Any, layer: Any, x: str, out: str) -> str:
+    """The materialised form in ONNX ops (both forms compute the same function): qkv, heads, masked
+    softmax of the scaled scores, the heads merged, the projection."""
+    from .fc import linear_onnx
+    n, h = layer.name, layer.p["heads"]
+    d = g.state[f"{n}.proj.weight"].shape[0]
+    t, hd = g.positions, d // h
+    qkv = linear_onnx(g, x, f"{n}.qkv", True, f"{out}.qkv")
+    split = g.node("Reshape", [qkv, g.ints(f"{out}.split", [0, 0, 3, h, hd])], f"{out}.split5")
+    heads = g.node("Transpose", [split], f"{out}.heads", perm=[2, 0, 3, 1, 4])  # (3, N, H, T, hd)
+    q, k, v = (g.node("Gather", [heads, g.ints(f"{out}.i{i}", i)], f"{out}.{r}", axis=0) for i, r in enumerate("qkv"))
+    kt = g.node("Transpose", [k], f"{out}.kt", perm=[0, 1, 3, 2])
+    s = g.node("Mul", [g.node("MatMul", [q, kt], f"{out}.qk"),
+                       g.const(f"{out}.scale", np.array(1.0 / np.sqrt(hd), np.float32))], f"{out}.scores")
+    mask = np.where(np.triu(np.ones((t, t), bool), 1), -np.inf, 0.0).astype(np.float32)
+    p = g.node("Softmax", [g.node("Add", [s, g.const(f"{out}.mask", mask)], f"{out}.masked")], f"{out}.probs", axis=-1)
+    o = g.node("Transpose", [g.node("MatMul", [p, v], f"{out}.o")], f"{out}.ot", perm=[0, 2, 1, 3])
+    merged = g.node("Reshape", [o, g.ints(f"{out}.merge", [0, 0, d])], f"{out}.merged")
+    return linear_onnx(g, merged, f"{n}.proj", True, out)
 
 
 def _decode(d: Any, layer: Any, xs: list[str], y: str) -> None:

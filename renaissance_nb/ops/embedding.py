@@ -251,7 +251,5 @@ class PositionEmbedding(Op):
         d.emit("pos_embedding_decode", [xs[0], f"{layer.name}.weight", "position"], [y], layer.name)
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
-        t = g.shape_of(layer.inputs[0])[0]
-        rows = g.node("Slice", [g.weight(layer.name, "weight"), g.const(f"{out}.start", [0]),
-                                g.const(f"{out}.end", [t]), g.const(f"{out}.axes", [0])], f"{out}.rows")
+        rows = g.const(f"{layer.name}.rows", g.state[f"{layer.name}.weight"][:g.positions])  # the T positions used
         return g.node("Add", [xs[0], rows], out)

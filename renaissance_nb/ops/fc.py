@@ -21,6 +21,13 @@ def fc(out: int, bias: bool = True) -> Layer:
     return Layer("fc", (("out", positive_int("fc", "out", out, "fc(128)")), ("bias", boolean("fc", "bias", bias))))
 
 
+def linear_onnx(g: Any, x: str, name: str, bias: bool, out: str) -> str:
+    """nn.Linear on the last axis of any rank: MatMul by W^T (stored transposed), then the bias."""
+    w = g.const(f"{name}.weight_t", g.state[f"{name}.weight"].T)
+    y = g.node("MatMul", [x, w], f"{out}.matmul" if bias else out)
+    return g.node("Add", [y, g.weight(name, "bias")], out) if bias else y
+
+
 @register
 class FullyConnected(Op):
     kind = "fc"
@@ -76,6 +83,8 @@ class FullyConnected(Op):
         d.emit("fc_fwd", ins, [y], n, act=p["act"], slope=p["slope"])
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
+        if g.positions:  # (N, T, d): a MatMul on the last axis (Gemm is 2-D only)
+            return linear_onnx(g, xs[0], layer.name, layer.p["bias"], out)
         ins = [xs[0], g.weight(layer.name, "weight")] + ([g.weight(layer.name, "bias")] if layer.p["bias"] else [])
         return g.node("Gemm", ins, out, transB=1)
 
