@@ -22,7 +22,9 @@ from typing import Any, Callable
 import numba
 import numpy as np
 
-from ..kernels.fused import jit, par
+from ..kernels.fused import chunk, jit, par
+from ..kernels.operands import PAR_CHUNKS
+from .common import threaded
 
 
 def split_heads(qkv: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
@@ -53,11 +55,11 @@ def block_view(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return buf.reshape(-1)[:math.prod(shape)].reshape(shape)
 
 
-# ---- row-wise passes (numba) ---------------------------------------------------------------------------
-@par
-def causal_softmax_(s, scale):
+# ---- row-wise passes (numba): each over heads g0 <= g < g1, and its twin over PAR_CHUNKS blocks of heads ------
+@jit
+def causal_softmax_rows(s, scale, g0, g1):
     """s (BH, T, T) = softmax over keys of scale * s, keys after the query masked (probability 0)."""
-    for g in numba.prange(s.shape[0]):
+    for g in range(g0, g1):
         for i in range(s.shape[1]):
             row = s[g, i]
             m = -np.inf
@@ -76,10 +78,10 @@ def causal_softmax_(s, scale):
                 row[j] = 0.0
 
 
-@par
-def softmax_grad_(dp, p, scale):
+@jit
+def softmax_grad_rows(dp, p, scale, g0, g1):
     """dp (BH, T, T) = scale * P (dP - sum_j dP P), in place, each row in float64."""
-    for g in numba.prange(dp.shape[0]):
+    for g in range(g0, g1):
         for i in range(dp.shape[1]):
             s = 0.0
             for j in range(dp.shape[2]):
@@ -88,11 +90,11 @@ def softmax_grad_(dp, p, scale):
                 dp[g, i, j] = np.float32(scale * p[g, i, j] * (np.float64(dp[g, i, j]) - s))
 
 
-@par
-def online_step_(s, m, l, acc, scale, i0, j0):
+@jit
+def online_step_rows(s, m, l, acc, scale, i0, j0, g0, g1):
     """One key block of the online softmax for a query block: s (BH, nq, nk) raw scores in, their
     exp(scale s - m_new) out (masked keys 0); m, l (BH, nq) and acc (BH, nq, hd) rescaled to m_new."""
-    for g in numba.prange(s.shape[0]):
+    for g in range(g0, g1):
         for r in range(s.shape[1]):
             last = min(s.shape[2], i0 + r - j0 + 1)  # keys j0 + c <= query i0 + r
             mo = m[g, r]
@@ -105,21 +107,21 @@ def online_step_(s, m, l, acc, scale, i0, j0):
             tot = 0.0
             for c in range(s.shape[2]):
                 if c < last:
-                    e = math.exp(np.float64(s[g, r, c]) * scale - mn)
-                    s[g, r, c] = np.float32(e)
-                    tot += np.float64(np.float32(e))
+                    e = np.float32(math.exp(np.float64(s[g, r, c]) * scale - mn))
+                    s[g, r, c] = e
+                    tot += np.float64(e)
                 else:
                     s[g, r, c] = 0.0
             l[g, r] = l[g, r] * corr + tot
             m[g, r] = mn
             for k in range(acc.shape[2]):
-                acc[g, r, k] = np.float32(acc[g, r, k] * corr)
+                acc[g, r, k] = acc[g, r, k] * corr
 
 
-@par
-def finish_rows_(acc, m, l, o, lse, i0):
+@jit
+def finish_rows(acc, m, l, o, lse, i0, g0, g1):
     """o[i0 + r] = acc[r] / l[r]; lse = m + log l."""
-    for g in numba.prange(acc.shape[0]):
+    for g in range(g0, g1):
         for r in range(acc.shape[1]):
             inv = 1.0 / l[g, r]
             for k in range(acc.shape[2]):
@@ -127,10 +129,10 @@ def finish_rows_(acc, m, l, o, lse, i0):
             lse[g, i0 + r] = np.float32(m[g, r] + math.log(l[g, r]))
 
 
-@par
-def recompute_probs_(s, lse, scale, i0, j0):
+@jit
+def recompute_probs_rows(s, lse, scale, i0, j0, g0, g1):
     """s (BH, nq, nk) raw scores -> P = exp(scale s - L) of the forward (masked keys 0)."""
-    for g in numba.prange(s.shape[0]):
+    for g in range(g0, g1):
         for r in range(s.shape[1]):
             last = min(s.shape[2], i0 + r - j0 + 1)
             big = np.float64(lse[g, i0 + r])
@@ -138,25 +140,82 @@ def recompute_probs_(s, lse, scale, i0, j0):
                 s[g, r, c] = np.float32(math.exp(np.float64(s[g, r, c]) * scale - big)) if c < last else 0.0
 
 
-@par
-def block_softmax_grad_(dp, p, dsum, scale, i0):
+@jit
+def block_softmax_grad_rows(dp, p, dsum, scale, i0, g0, g1):
     """dS = scale * P (dP - D) for a block, in dp; D = rowsum(dO * O) of the forward output."""
-    for g in numba.prange(dp.shape[0]):
+    for g in range(g0, g1):
         for r in range(dp.shape[1]):
             d = np.float64(dsum[g, i0 + r])
             for c in range(dp.shape[2]):
                 dp[g, r, c] = np.float32(scale * p[g, r, c] * (np.float64(dp[g, r, c]) - d))
 
 
-@par
-def row_dots_(a, b, out):
+@jit
+def row_dots_rows(a, b, out, g0, g1):
     """out[g, i] = sum_k a[g, i, k] b[g, i, k] in float64."""
-    for g in numba.prange(a.shape[0]):
+    for g in range(g0, g1):
         for i in range(a.shape[1]):
             s = 0.0
             for k in range(a.shape[2]):
                 s += np.float64(a[g, i, k]) * b[g, i, k]
             out[g, i] = np.float32(s)
+
+
+@par
+def causal_softmax_par(s, scale):
+    for c in numba.prange(PAR_CHUNKS):
+        g0, g1 = chunk(s.shape[0], c)
+        causal_softmax_rows(s, scale, g0, g1)
+
+
+@par
+def softmax_grad_par(dp, p, scale):
+    for c in numba.prange(PAR_CHUNKS):
+        g0, g1 = chunk(dp.shape[0], c)
+        softmax_grad_rows(dp, p, scale, g0, g1)
+
+
+@par
+def online_step_par(s, m, l, acc, scale, i0, j0):
+    for c in numba.prange(PAR_CHUNKS):
+        g0, g1 = chunk(s.shape[0], c)
+        online_step_rows(s, m, l, acc, scale, i0, j0, g0, g1)
+
+
+@par
+def finish_par(acc, m, l, o, lse, i0):
+    for c in numba.prange(PAR_CHUNKS):
+        g0, g1 = chunk(acc.shape[0], c)
+        finish_rows(acc, m, l, o, lse, i0, g0, g1)
+
+
+@par
+def recompute_probs_par(s, lse, scale, i0, j0):
+    for c in numba.prange(PAR_CHUNKS):
+        g0, g1 = chunk(s.shape[0], c)
+        recompute_probs_rows(s, lse, scale, i0, j0, g0, g1)
+
+
+@par
+def block_softmax_grad_par(dp, p, dsum, scale, i0):
+    for c in numba.prange(PAR_CHUNKS):
+        g0, g1 = chunk(dp.shape[0], c)
+        block_softmax_grad_rows(dp, p, dsum, scale, i0, g0, g1)
+
+
+@par
+def row_dots_par(a, b, out):
+    for c in numba.prange(PAR_CHUNKS):
+        g0, g1 = chunk(a.shape[0], c)
+        row_dots_rows(a, b, out, g0, g1)
+
+
+def pick(serial: Callable[..., None], parallel: Callable[..., None], heads: int, work: int) -> Callable[..., None]:
+    """The pass to bind: the parallel twin for large work (ops/common.py ``threaded``), else the serial
+    one over every head. Both give the same bytes (each head's rows are one thread's)."""
+    if threaded(work):
+        return parallel
+    return lambda *args: serial(*args, 0, heads)
 
 
 @jit
@@ -177,11 +236,12 @@ def bind_scores(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[]
     (qkv,), (q, k, v, probs) = ins, outs
     scale = 1.0 / math.sqrt(q.shape[-1])
     kt, p3 = k.swapaxes(-1, -2), _heads(probs)
+    softmax = pick(causal_softmax_rows, causal_softmax_par, p3.shape[0], probs.size)
 
     def run() -> None:
         split_heads(qkv, q, k, v)
         np.matmul(q, kt, out=probs)
-        causal_softmax_(p3, scale)
+        softmax(p3, scale)
     return run
 
 
@@ -215,9 +275,10 @@ def bind_scores_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callabl
     assert dprobs_again.shape == dprobs.shape
     scale = 1.0 / math.sqrt(q.shape[-1])
     d3, p3, st = _heads(dprobs), _heads(probs), dprobs.swapaxes(-1, -2)
+    grad = pick(softmax_grad_rows, softmax_grad_par, d3.shape[0], dprobs.size)
 
     def run() -> None:
-        softmax_grad_(d3, p3, scale)
+        grad(d3, p3, scale)
         np.matmul(dprobs, k, out=dq)
         np.matmul(st, q, out=dk)
         merge_qkv(dq, dk, dv, dqkv)
@@ -241,6 +302,8 @@ def bind_flash_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
                                 k3[:, j0:j0 + nk].swapaxes(-1, -2), v3[:, j0:j0 + nk]) for j0, nk in keys],
                      block_view(mrow, (bh, nq)), block_view(lrow, (bh, nq)), block_view(acc, (bh, nq, hd)),
                      q3[:, i0:i0 + nq]))
+    work = bh * blk * blk
+    online, finish = pick(online_step_rows, online_step_par, bh, work), pick(finish_rows, finish_par, bh, work)
 
     def run() -> None:
         split_heads(qkv, q, k, v)
@@ -250,10 +313,10 @@ def bind_flash_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
             a.fill(0.0)
             for j0, nk, s, pv, kj_t, vj in blocks:
                 np.matmul(qi, kj_t, out=s)
-                online_step_(s, m, l, a, scale, i0, j0)
+                online(s, m, l, a, scale, i0, j0)
                 np.matmul(s, vj, out=pv)
                 np.add(a, pv, out=a)
-            finish_rows_(a, m, l, o3, lse2, i0)
+            finish(a, m, l, o3, lse2, i0)
         merge_heads(o, y)
     return run
 
@@ -276,20 +339,24 @@ def bind_flash_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
                          block_view(pq, (bh, nq, hd)), block_view(pk, (bh, nk, hd)), q3[:, i0:i0 + nq],
                          k3[:, j0:j0 + nk], v3[:, j0:j0 + nk], do3[:, i0:i0 + nq], dq3[:, i0:i0 + nq],
                          dk3[:, j0:j0 + nk], dv3[:, j0:j0 + nk]))
+    work = bh * blk * blk
+    probs_of = pick(recompute_probs_rows, recompute_probs_par, bh, work)
+    grad_of = pick(block_softmax_grad_rows, block_softmax_grad_par, bh, work)
+    dots = pick(row_dots_rows, row_dots_par, bh, do.size)
 
     def run() -> None:
         np.copyto(do, dy.reshape(b, t, h, hd).transpose(0, 2, 1, 3))
         np.copyto(o, y.reshape(b, t, h, hd).transpose(0, 2, 1, 3))
-        row_dots_(do3, o3, d2)
+        dots(do3, o3, d2)
         for a in (dq, dk, dv):
             fill_(a, np.float32(0.0))
         for i0, j0, s, dp, tq, tk, qi, kj, vj, doi, dqi, dkj, dvj in plan:
             np.matmul(qi, kj.swapaxes(-1, -2), out=s)
-            recompute_probs_(s, lse2, scale, i0, j0)
+            probs_of(s, lse2, scale, i0, j0)
             np.matmul(s.swapaxes(-1, -2), doi, out=tk)
             np.add(dvj, tk, out=dvj)
             np.matmul(doi, vj.swapaxes(-1, -2), out=dp)
-            block_softmax_grad_(dp, s, d2, scale, i0)
+            grad_of(dp, s, d2, scale, i0)
             np.matmul(dp, kj, out=tq)
             np.add(dqi, tq, out=dqi)
             np.matmul(dp.swapaxes(-1, -2), qi, out=tk)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ShapeError
+from ..kernels import blas, native
 from ..kernels.operands import PAR_CHUNKS
+from ..kernels.passes import PASS_PAR_MIN
 from ..memory.region import Region
 from .registry import Refused
 
@@ -43,3 +45,10 @@ def square(value: Any, what: str) -> int:
     if not isinstance(value, int):
         raise Refused(f"{what}={value!r} is not a whole number of pixels")
     return value
+
+
+def threaded(work: int) -> bool:
+    """Whether an op's pass over ``work`` values runs on numba's threads: as the element-wise passes decide
+    (kernels/passes.py: large enough to pay for waking the threads), and never in a plan bound to the C
+    kernels' own pool (kernels/native.py: one thread pool per plan, or the two fight over the cores)."""
+    return blas.THREADED and native.active() is None and work >= PASS_PAR_MIN

@@ -25,6 +25,7 @@ from ..errors import BluePrintError, DataError, ShapeError, bad_argument
 from ..kernels.fused import chunk, jit, par
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
+from .common import threaded
 from .registry import Op, register
 
 
@@ -122,6 +123,8 @@ def batch_sum_(dy, dtable, dx):
 def bind_embed_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (ids, w), (y,) = ins, outs
     vocab, name = w.shape[0], "embedding"
+    n_rows = ids.shape[0]
+    gather = (lambda: gather_par_(ids, w, y)) if threaded(y.size) else (lambda: gather_rows_(ids, w, y, 0, n_rows))
 
     def run() -> None:
         n, t = bad_id(ids, vocab)
@@ -129,7 +132,7 @@ def bind_embed_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
             raise DataError(f"{name}: token id {int(ids[n, t])} at sample {n}, position {t} is outside the "
                             f"vocabulary [0, {vocab}). Fix: encode the text with the tokenizer the model was "
                             f"planned for (vocab={vocab}).")
-        gather_par_(ids, w, y)
+        gather()
     return run
 
 

@@ -24,6 +24,7 @@ from ..errors import BluePrintError, ShapeError, bad_argument
 from ..kernels.fused import chunk, jit, par
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
+from .common import threaded
 from .registry import Op, register
 
 
@@ -97,6 +98,14 @@ def ln_bwd_(dy, x, w, mean, rstd, dx, part):
 
 
 @jit
+def ln_bwd_serial_(dy, x, w, mean, rstd, dx, part):
+    """ln_bwd_'s blocks one after the other on the calling thread (the same partial sums, the same bytes)."""
+    for c in range(PAR_CHUNKS):
+        lo, hi = chunk(x.shape[0], c)
+        ln_bwd_rows_(dy, x, w, mean, rstd, dx, part, c, lo, hi)
+
+
+@jit
 def ln_param_grads_(part, dw, db):
     for k in range(dw.shape[0]):
         sw = 0.0
@@ -115,7 +124,10 @@ def _rows(a: np.ndarray) -> np.ndarray:
 def bind_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (x, w, b), (y, mean, rstd) = ins, outs
     x2, y2, m1, r1, eps = _rows(x), _rows(y), mean.reshape(-1), rstd.reshape(-1), float(p["eps"])
-    return lambda: ln_fwd_(x2, w, b, y2, m1, r1, eps)
+    if threaded(x.size):
+        return lambda: ln_fwd_(x2, w, b, y2, m1, r1, eps)
+    rows = x2.shape[0]
+    return lambda: ln_fwd_rows_(x2, w, b, y2, m1, r1, eps, 0, rows)
 
 
 def bind_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
@@ -123,9 +135,10 @@ def bind_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], N
     part = rest[-1]
     dx = _rows(rest[0]) if p["need_dx"] else np.empty((0, x.shape[-1]), np.float32)
     dy2, x2, m1, r1 = _rows(dy), _rows(x), mean.reshape(-1), rstd.reshape(-1)
+    rows = ln_bwd_ if threaded(x.size) else ln_bwd_serial_
 
     def run() -> None:
-        ln_bwd_(dy2, x2, w, m1, r1, dx, part)
+        rows(dy2, x2, w, m1, r1, dx, part)
         ln_param_grads_(part, dw, db)
     return run
 

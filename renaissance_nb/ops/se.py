@@ -37,12 +37,10 @@ import numpy as np
 from ..blueprint_nodes import NOT_HERE, Layer, positive_int
 from ..checks import arguments_checked
 from ..errors import BluePrintError, PlanError, bad_argument
-from ..kernels import blas, native
 from ..kernels.fused import chunk, jit, par  # the package's numba options, one place
 from ..kernels.operands import PAR_CHUNKS
-from ..kernels.passes import PASS_PAR_MIN
 from ..memory.region import Region
-from .common import needs_image, square
+from .common import needs_image, square, threaded
 from .registry import Op, Refused, register
 
 """Samples (or parameter rows) by chunks on numba's threads: each output is one thread's, same bytes."""
@@ -190,12 +188,6 @@ def se_dx_par_(dy, w1, scale, dh, dz, dx):
         se_dx_rows_(dy, w1, scale, dh, dz, dx, lo, hi)
 
 
-def _threaded(work: int) -> bool:
-    """Whether a pass over ``work`` values runs on numba's threads: as the element-wise passes decide
-    (kernels/passes.py), and never in a plan bound to the C kernels' pool (kernels/native.py)."""
-    return blas.THREADED and native.active() is None and work >= PASS_PAR_MIN
-
-
 def _maps(*arrays: np.ndarray) -> list[np.ndarray]:
     """Feature maps (N, H, W, C) as (N, HW, C) views of the same bytes (a copy would lose the writes)."""
     out = []
@@ -216,7 +208,7 @@ def bind_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], N
     (x, w1, b1, w2, b2), (y, pooled, hidden, scale, sums) = ins, outs
     x3, y3 = _maps(x, y)
     w1m, w2m = _matrix(w1), _matrix(w2)
-    if _threaded(x.size):
+    if threaded(x.size):
         f = se_fwd_par_
         return lambda: f(x3, w1m, b1, w2m, b2, y3, pooled, hidden, scale, sums)
     g, n = se_fwd_rows_, x.shape[0]
@@ -225,7 +217,7 @@ def bind_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], N
 
 def _rows(serial: Any, parallel: Any, work: int, rows: int, *args: Any) -> Callable[[], None]:
     """One of the backward's passes over ``rows`` rows, bound: threaded or on the calling thread."""
-    if _threaded(work):
+    if threaded(work):
         return lambda: parallel(*args)
     return lambda: serial(*args, 0, rows)
 
