@@ -33,6 +33,11 @@ class Asked:
     want: Any
     rel: float
     abs: float
+    accept: Callable[[Any], bool] | None = None
+
+    def accepts(self, answer: Any) -> bool:
+        """Whether the check would take ``answer`` (without printing or counting a try)."""
+        return self.accept(answer) if self.accept is not None else same(answer, self.want, self.rel, self.abs)
 
 
 asked: dict[str, Asked] = {}
@@ -133,7 +138,7 @@ def check(name: str, got: Any, want: Any, *, rel: float = 0.0, abs: float = 0.0,
           hint: str = "", accept: Callable[[Any], bool] | None = None) -> bool:
     """Whether ``got`` matches ``want`` in any correct form (numbers within ``rel``/``abs``; sets in any
     order). ``accept``, if given, decides instead, for exercises with more than one right answer."""
-    asked[name] = Asked(want, rel, abs)
+    asked[name] = Asked(want, rel, abs, accept)
     if got is None or got is Ellipsis:
         print(f"✗ {name}: not yet: no answer (replace the None with yours, then run the cell again).")
         return False
