@@ -20,7 +20,7 @@ FACTS: dict[str, str] = {
         "grad": sum(a.region.name == b.region.name == "F_GRAD_SLOT_FP32" for a, b, _ in task.memory.shared_bytes()),
         "temp": sum(a.region is b.region and a.region.name.startswith("T_") for a, b, _ in task.memory.shared_bytes()),
         "feature": sum(a.region.name == b.region.name == "F_FEATURE_FP32" for a, b, _ in task.memory.shared_bytes())}""",
-    "02_phases_by_hand.ipynb": """{"padded": [t.name for t in deep.memory if t.pitch]}""",
+    "02_phases_by_hand.ipynb": """{"padded": [t.name for t in deep.memory if t.pitch] + [t.name for t in wider.memory if t.pitch]}""",
     "03_memory_plan.ipynb": """{"start": start_tick, "peak": insp.peak("train_base").time,
         "extra": sum(t.storage_bytes - t.nbytes for t in wide.memory if t.pitch),
         "grew": wide.memory.total_bytes - flat.memory.total_bytes,
