@@ -49,6 +49,11 @@ class ShapeError(PlanError):
     """Shapes do not fit together (a layer's input does not match what it needs)."""
 
 
+class TraceError(RenaissanceError, TypeError):
+    """A Python function cannot become a static graph as written (a branch on a computed value, an
+    operand that is not traced, shapes that do not fit): renaissance_nb.tracing."""
+
+
 class NumericalError(RenaissanceError, FloatingPointError):
     """Training produced a non-finite value (NaN or Inf)."""
 
