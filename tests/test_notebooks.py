@@ -41,8 +41,11 @@ EXPECTED_WIDGETS = {
     "09_data_parallel.ipynb": 3,
     "10_build_a_planner.ipynb": 0,
     "11_from_python_to_graph.ipynb": 0,
+    "12_small_gpt_memory.ipynb": 3,
 }
-NEEDS = {"09_data_parallel.ipynb": ("mpi4py", "ipyparallel")}  # the [mpi] extra (in [test]): skipped without it
+NEEDS = {"09_data_parallel.ipynb": ("mpi4py", "ipyparallel")}
+ENV = {"12_small_gpt_memory.ipynb": {"RNB_GPT_TRAIN_SECONDS": "15"}}
+"""Settings a notebook reads (its training budget: three minutes for a reader, seconds under test)."""  # the [mpi] extra (in [test]): skipped without it
 _RUNS: dict[str, tuple[Any, float]] = {}
 
 
@@ -53,6 +56,8 @@ def executed(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tup
     for module in NEEDS.get(path.name, ()):
         pytest.importorskip(module, reason=f"{path.name} needs {module} (pip install 'renaissance_nb[mpi]')")
     # the kernel inherits this environment: it imports renaissance_nb from this checkout
+    for key, value in ENV.get(path.name, {}).items():
+        monkeypatch.setenv(key, value)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(probe_source(path.name, [c.source for c in nb.cells if c.cell_type == "code"])))

@@ -63,19 +63,32 @@ def generate(step: DecodeStep, data: Any, prompt: Any, tokens: Any, temperature:
 
 def generate_ids(step: DecodeStep, prompt: np.ndarray, tokens: int, temperature: float, top_k: int | None,
                  seed: int, vocab: int) -> np.ndarray:
-    """The prompt's ids followed by ``tokens`` sampled ones."""
-    check_prompt_ids(prompt, vocab, step.context, tokens)
-    step.reset()
-    rng = Philox(seed)
+    """The prompt's ids followed by ``tokens`` sampled ones. The model sees at most its context: a longer
+    prompt is cut to its last ``context`` tokens (as minGPT's generate crops it), and when the cache is full
+    the last half of the text is read again from position 0 (a sliding window, shifted by half a context
+    at a time, so re-reading costs one extra step per generated token on average)."""
+    check_prompt_ids(prompt, vocab)
+    rng, ctx = Philox(seed), step.context
     out = [int(t) for t in prompt]
-    logits = None
-    for pos, tok in enumerate(out):
-        logits = step.run(tok, pos)
+    logits, pos = _read(step, out[-ctx:]), min(len(out), ctx)
     for i in range(tokens):
-        assert logits is not None
         u = float(rng.uniform(1, int(StreamId.SAMPLE), i)[0])
-        tok = next_token(logits, temperature, top_k, u)
-        out.append(tok)
-        if i + 1 < tokens:
-            logits = step.run(tok, len(out) - 1)
+        out.append(next_token(logits, temperature, top_k, u))
+        if i + 1 == tokens:
+            break
+        if pos == ctx:  # the cache is full: keep the last half, from position 0
+            window = out[-(ctx // 2 or 1):]
+            logits, pos = _read(step, window), len(window)
+        else:
+            logits, pos = step.run(out[-1], pos), pos + 1
     return np.asarray(out, np.int64)
+
+
+def _read(step: DecodeStep, window: list[int]) -> np.ndarray:
+    """A fresh cache filled with ``window`` from position 0; the logits after its last token."""
+    step.reset()
+    logits = None
+    for pos, tok in enumerate(window):
+        logits = step.run(tok, pos)
+    assert logits is not None
+    return logits
