@@ -1,8 +1,10 @@
-"""A minGPT-style PyTorch GPT in float64 and the data the GPT tests share: the reference side of the
+"""A nanoGPT-style PyTorch GPT in float64 and the data the GPT tests share: the reference side of the
 parity runs (tests/test_gpt_parity.py), built from the same parts as ``renaissance_nb.gpt``."""
 from __future__ import annotations
 
 import numpy as np
+
+from renaissance_nb.export.from_gpt import gpt_weight_names
 
 
 def token_splits(n: int, t: int, vocab: int, seed: int = 0, noise: float = 0.1, val: int = 0):  # type: ignore[no-untyped-def]
@@ -23,56 +25,55 @@ def token_splits(n: int, t: int, vocab: int, seed: int = 0, noise: float = 0.1, 
 
 
 def torch_gpt(vocab: int, d: int, layers: int, heads: int, context: int, approximate: str = "none"):  # type: ignore[no-untyped-def]
-    """minGPT's GPT (pre-norm blocks, c_attn/c_proj, GELU MLP, bias-free head) in float64, with
-    F.scaled_dot_product_attention(is_causal=True) for the attention."""
+    """nanoGPT's GPT (its module names; pre-norm blocks, c_attn/c_proj, GELU MLP, bias-free head, untied) in
+    float64, with F.scaled_dot_product_attention(is_causal=True) for the attention."""
     import torch
     from torch import nn
     from torch.nn import functional as F
 
-    class Block(nn.Module):
+    class Attention(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
             self.c_attn, self.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
 
         def forward(self, x):  # type: ignore[no-untyped-def]
             b, t, _ = x.shape
-            q, k, v = self.c_attn(self.ln1(x)).split(d, dim=2)
-            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in self.c_attn(x).split(d, dim=2))
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, d))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate=approximate))
+            return self.c_proj(y.transpose(1, 2).reshape(b, t, d))
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c_fc, self.c_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.c_proj(F.gelu(self.c_fc(x), approximate=approximate))
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(d), Attention(), nn.LayerNorm(d), MLP()
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
 
     class GPT(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(context, d)
-            self.blocks = nn.ModuleList(Block() for _ in range(layers))
-            self.ln_f, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+            self.transformer = nn.ModuleDict(dict(wte=nn.Embedding(vocab, d), wpe=nn.Embedding(context, d),
+                                                  h=nn.ModuleList(Block() for _ in range(layers)), ln_f=nn.LayerNorm(d)))
+            self.lm_head = nn.Linear(d, vocab, bias=False)
 
         def forward(self, idx):  # type: ignore[no-untyped-def]
-            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-            for blk in self.blocks:
+            tr = self.transformer
+            x = tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1]))
+            for blk in tr.h:
                 x = blk(x)
-            return self.head(self.ln_f(x))
+            return self.lm_head(tr.ln_f(x))
 
     return GPT().double()
-
-
-def engine_names(layers: int) -> list[tuple[str, str]]:
-    """(the engine's parameter name, the torch model's) for ``gpt(...)`` of ``layers`` blocks."""
-    pairs = [("embedding1.weight", "wte.weight"), ("pos_embedding1.weight", "wpe.weight")]
-    for i in range(layers):
-        b = f"blocks.{i}"
-        pairs += [(f"layernorm{2 * i + 1}.{r}", f"{b}.ln1.{r}") for r in ("weight", "bias")]
-        pairs += [(f"attention{i + 1}.qkv.{r}", f"{b}.c_attn.{r}") for r in ("weight", "bias")]
-        pairs += [(f"attention{i + 1}.proj.{r}", f"{b}.c_proj.{r}") for r in ("weight", "bias")]
-        pairs += [(f"layernorm{2 * i + 2}.{r}", f"{b}.ln2.{r}") for r in ("weight", "bias")]
-        pairs += [(f"fc{2 * i + 1}.{r}", f"{b}.fc1.{r}") for r in ("weight", "bias")]
-        pairs += [(f"fc{2 * i + 2}.{r}", f"{b}.fc2.{r}") for r in ("weight", "bias")]
-    return pairs + [(f"layernorm{2 * layers + 1}.{r}", f"ln_f.{r}") for r in ("weight", "bias")] + [
-        (f"fc{2 * layers + 1}.weight", "head.weight")]
 
 
 def load_into_torch(model, state: dict, layers: int) -> None:  # type: ignore[no-untyped-def]
@@ -80,7 +81,7 @@ def load_into_torch(model, state: dict, layers: int) -> None:  # type: ignore[no
     import torch
     ours = model.state_dict()
     with torch.no_grad():
-        for mine, theirs in engine_names(layers):
+        for mine, theirs in gpt_weight_names(layers):
             ours[theirs].copy_(torch.from_numpy(np.asarray(state[mine], np.float64)).reshape(ours[theirs].shape))
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.gpt_helpers import engine_names, load_into_torch, token_splits, torch_gpt, torch_train
+from renaissance_nb.export.from_gpt import gpt_weight_names as engine_names
+from tests.gpt_helpers import load_into_torch, token_splits, torch_gpt, torch_train
 
 torch = pytest.importorskip("torch")
 
@@ -66,7 +67,7 @@ def test_thirty_steps_match_pytorch_float64(form: str, approximate: str, block: 
         # A key bias adds the same q.b_k to every score of a query's row, which the softmax cancels: its
         # gradient is zero in exact arithmetic, rounding noise in practice, and Adam normalises noise to
         # steps of about lr. Both sides' key biases only drift by such steps from where they started.
-        moved = ours[f"attention{i + 1}.qkv.bias"][K_BIAS] - theirs[f"blocks.{i}.c_attn.bias"].detach().numpy()[K_BIAS]
+        moved = ours[f"attention{i + 1}.qkv.bias"][K_BIAS] - theirs[f"transformer.h.{i}.attn.c_attn.bias"].detach().numpy()[K_BIAS]
         assert np.abs(moved).max() <= 2 * LR * STEPS
     np.testing.assert_allclose(task.result.step_losses[:STEPS], losses, rtol=1e-5)
     assert losses[-1] < losses[0] - 0.5, losses  # it learnt: the stream is predictable
@@ -100,7 +101,7 @@ def test_adamw_decay_matrices_matches_mingpt_parameter_groups() -> None:
     ref = torch_gpt(VOCAB, D, 1, HEADS, T)
     load_into_torch(ref, task.state_dict(), 1)
     task.run(progress=False)
-    decayed = [p for n, p in ref.named_parameters() if n.endswith("weight") and "ln" not in n and "wte" not in n
+    decayed = [p for n, p in ref.named_parameters() if n.endswith("weight") and "ln_" not in n and "wte" not in n
                and "wpe" not in n]
     others = [p for n, p in ref.named_parameters() if all(p is not q for q in decayed)]
     opt = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.5}, {"params": others, "weight_decay": 0.0}],

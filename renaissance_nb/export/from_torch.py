@@ -20,6 +20,7 @@ import numpy as np
 from ..blueprint_nodes import READERS
 from ..errors import BluePrintError
 from ..ops.registry import BY_LAYER, BY_TORCH, Refused
+from .from_gpt import describe_gpt, looks_like_gpt
 
 
 def supported() -> str:
@@ -91,6 +92,11 @@ def _is_sequential(module: Any) -> bool:
 def describe_sequential(module: Any, weights: bool) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(BluePrint description, state dict) of an ``nn.Sequential``; the state dict is empty unless
     ``weights``. Errors are BluePrintErrors naming the layer's position and class."""
+    if not _is_sequential(module) and looks_like_gpt(module):  # nanoGPT's or minGPT's GPT (from_gpt.py)
+        if not isinstance(weights, bool):
+            raise BluePrintError(f"from_torch: weights={weights!r} is invalid; expected True or False. Fix: pass "
+                                 "weights=True to copy the module's weights too.")
+        return describe_gpt(module, weights)
     if not _is_sequential(module):
         raise BluePrintError(f"from_torch: module={type(module).__name__} is invalid; expected a torch.nn.Sequential "
                              f"of {supported()}. Fix: pass an nn.Sequential (a custom nn.Module's forward() cannot be "
