@@ -44,16 +44,17 @@ def load(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Ours:
-    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, form: str) -> None:
+    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, form: str, recompute: bool = False) -> None:
         import renaissance_nb as rnb
         from renaissance_nb.data.arrays import DataSplits, Dataset
         s = _shape()
-        self.name = f"renaissance_nb ({form})"
+        self.name = f"renaissance_nb ({form}{', recompute' if recompute else ''})"
         t = time.perf_counter()
         splits = DataSplits(Dataset(x, y, 65, "corpus"), None, "corpus")
         self.task = (rnb.DeepLearningTask("gpt").model(rnb.gpt(65, s["d"], s["layers"], s["heads"], s["context"],
                                                                  attention_form=form))
-                     .data(splits, batch_size=batch).optimizer(rnb.AdamW(lr=1e-3)).total_epochs(1000).seed(0))
+                     .data(splits, batch_size=batch).optimizer(rnb.AdamW(lr=1e-3)).total_epochs(1000).seed(0)
+                     .options(recompute=recompute))
         self.task.compile()
         self.compile_s = time.perf_counter() - t
         self.epoch()
@@ -107,6 +108,8 @@ def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ign
         return Ours(x, y, batch, "materialized")
     if kind == "ours_flash":
         return Ours(x, y, batch, "flash")
+    if kind == "ours_recompute":
+        return Ours(x, y, batch, "flash", recompute=True)
     return TorchGPT(x, y, batch, kind)
 
 
@@ -162,7 +165,7 @@ def main() -> int:
     print(f"model: gpt(vocab 65, d {s['d']}, {s['layers']} layers, {s['heads']} heads, context {s['context']}), "
           f"AdamW, batch {args.batch}; {args.steps} steps per round, {args.rounds} interleaved rounds, "
           "each contender in its own process")
-    kinds = ["ours", "ours_flash"] + ((["eager"] + ([] if args.no_compile else ["compile"])) if have_torch else [])
+    kinds = ["ours", "ours_flash", "ours_recompute"] + ((["eager"] + ([] if args.no_compile else ["compile"])) if have_torch else [])
     r = run_isolated(args.batch, samples, args.rounds, have_torch, not args.no_compile, 0, module="gpt_cpu",
                      kinds=kinds)
     print_step_times(r)
@@ -170,7 +173,8 @@ def main() -> int:
         print(f"  skipped: {line}")
     if not args.no_memory:
         mem = {"ours (materialized)": peak_rss_child("ours", args.batch, samples, module="gpt_cpu"),
-               "ours (flash)": peak_rss_child("ours_flash", args.batch, samples, module="gpt_cpu")}
+               "ours (flash)": peak_rss_child("ours_flash", args.batch, samples, module="gpt_cpu"),
+               "ours (flash, recompute)": peak_rss_child("ours_recompute", args.batch, samples, module="gpt_cpu")}
         if have_torch:
             mem["PyTorch eager"] = peak_rss_child("eager", args.batch, samples, module="gpt_cpu")
         print_memory(mem, args.batch)

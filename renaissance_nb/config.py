@@ -62,6 +62,7 @@ class TaskConfig:
     liveness: bool = True
     pad_rows: bool = True
     fold_bn: bool = False  # conv + bn as one convolution at inference (ops/conv_bn.py)
+    recompute: bool = False  # each block's activations recomputed before its backward (compiler/recompute.py)
     nan_check: bool = True
     nan_policy: str = "raise"
     zero_grad: bool = False
@@ -144,8 +145,9 @@ class TaskConfig:
                 "augment": {"crop_pad": self.crop_pad, "flip": self.flip}, "options": self.options()}
 
     def options(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("fuse", "liveness", "pad_rows", "fold_bn", "nan_check", "nan_policy",
-                                              "zero_grad", "prefetch")}
+        return {**{k: getattr(self, k) for k in ("fuse", "liveness", "pad_rows", "fold_bn", "nan_check", "nan_policy",
+                                                 "zero_grad", "prefetch")},
+                **({"recompute": True} if self.recompute else {})}  # named only when on: older records lack it
 
     # ---- as data ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -262,14 +262,15 @@ def augment(crop_pad: Any = 0, flip: Any = False) -> Fields:
 
 
 def options(*, fuse: Any = None, liveness: Any = None, nan_check: Any = None, zero_grad: Any = None,
-            nan_policy: Any = None, prefetch: Any = None, pad_rows: Any = None, fold_bn: Any = None) -> Fields:
+            nan_policy: Any = None, prefetch: Any = None, pad_rows: Any = None, fold_bn: Any = None,
+            recompute: Any = None) -> Fields:
     if nan_policy is not None and (not isinstance(nan_policy, str) or nan_policy not in ("raise", "skip")):
         raise bad_argument(ConfigError, "options", "nan_policy", nan_policy, "'raise' or 'skip'",
                            "pass nan_policy='raise' or nan_policy='skip'")
     out: Fields = {k: flag("options", k, v) for k, v in (("fuse", fuse), ("liveness", liveness),
                                                         ("nan_check", nan_check), ("zero_grad", zero_grad),
                                                         ("prefetch", prefetch), ("pad_rows", pad_rows),
-                                                        ("fold_bn", fold_bn))
+                                                        ("fold_bn", fold_bn), ("recompute", recompute))
                    if v is not None}
     if nan_policy is not None:
         out["nan_policy"] = nan_policy

@@ -161,25 +161,25 @@ class DeepLearningTask(Phased):
     @_arguments_checked
     def options(self, *, fuse: bool | None = None, liveness: bool | None = None, nan_check: bool | None = None,
                 zero_grad: bool | None = None, nan_policy: str | None = None, prefetch: bool | None = None,
-                pad_rows: bool | None = None, fold_bn: bool | None = None) -> "DeepLearningTask":
+                pad_rows: bool | None = None, fold_bn: bool | None = None,
+                recompute: bool | None = None) -> "DeepLearningTask":
         """Compiler switches, each testable against the plain path (like tinygrad's flags).
 
-        pad_rows (default True): weight matrices whose rows are a multiple of 4 KiB (1024 floats)
-        are stored with 64 bytes more per row, and so are their gradients, moments and EMA copies:
-        rows at such strides alias in the cache and slow the matrix products (oneMKL's guide says so).
-
-        fold_bn (default False): at inference a conv + bn runs as one conv (ops/conv_bn.py).
+        pad_rows (default True): weight matrices with rows a multiple of 4 KiB get 64 more bytes per row (so do
+        their gradients, moments, EMA copies): such strides alias in the cache and slow the products (oneMKL's guide).
+        fold_bn (default False): at inference a conv + bn runs as one conv (ops/conv_bn.py); recompute
+        (default False): each block's activations are recomputed before its backward (compiler/recompute.py).
 
         nan_policy: "raise" (default) stops at a non-finite gradient or loss, naming it;
         "skip" skips that update and counts it (task.skipped_updates). A skipped update is not a
         step: Adam's step count (as torch's, whose GradScaler skips ``optimizer.step()``) and the
         schedule both index finished updates, so the lr table is not advanced by a skipped batch (as
         DeepSpeed skips its scheduler on overflow; a torch AMP loop that calls ``scheduler.step()``
-        every batch would advance it), and a run with skips ends before the table's last entries.
-        """
+        every batch would advance it), and a run with skips ends before the table's last entries."""
         return self._set("options", lambda: check.options(fuse=fuse, liveness=liveness, nan_check=nan_check,
                                                           zero_grad=zero_grad, nan_policy=nan_policy,
-                                                          prefetch=prefetch, pad_rows=pad_rows, fold_bn=fold_bn))
+                                                          prefetch=prefetch, pad_rows=pad_rows, fold_bn=fold_bn,
+                                                          recompute=recompute))
 
     @_arguments_checked
     def device(self, device: str = "auto", *, data: str = "auto", capture: str = "entry") -> "DeepLearningTask":

@@ -66,3 +66,37 @@ def test_sequence_what_ifs_are_checked(inspector) -> None:  # type: ignore[no-un
         inspector.what_if(context=0)
     with pytest.raises(ConfigError, match="over"):
         inspector.fit(1 << 20, over="heads")
+
+
+@pytest.mark.parametrize("form", ["materialized", "flash"])
+def test_recompute_frees_the_blocks_activations_and_changes_no_byte(form: str) -> None:
+    """options(recompute=True): each block's forward runs again before its backward, into twins; the plan is
+    smaller, and the weights after training are the same bytes (dropout reuses its masks)."""
+    from renaissance_nb import DeepLearningTask
+    splits = token_splits(48, T, VOCAB)
+    drop = 0.1 if form == "materialized" else 0.0
+
+    def trained(recompute: bool):  # type: ignore[no-untyped-def]
+        task = (DeepLearningTask().model(gpt(VOCAB, D, LAYERS, HEADS, T, dropout=drop, attention_form=form))
+                .data(splits, batch_size=BATCH, shuffle=False).optimizer(AdamW(lr=3e-3)).total_epochs(1).seed(0)
+                .options(recompute=recompute))
+        task.run(progress=False)
+        return task
+    plain, again = trained(False), trained(True)
+    assert again.arena_bytes < plain.arena_bytes
+    assert again.memory_inspector.peak().peak_bytes < plain.memory_inspector.peak().peak_bytes
+    a, b = plain.state_dict(), again.state_dict()
+    assert all(a[k].tobytes() == b[k].tobytes() for k in a)
+    twins = [t.name for t in again.memory if t.name.endswith("@recompute")]
+    assert "attention1.q@recompute" in twins and "add2.out@recompute" not in twins  # a block's output is kept
+
+
+def test_recompute_is_a_what_if_and_refuses_batch_norm(inspector) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb import DeepLearningTask, RESNET_3_3, block, conv, fc, gap, seq
+    from tests.helpers import image_blobs
+    assert inspector.what_if(recompute=True).arena_bytes < inspector.arena_bytes
+    x, y = image_blobs(32)
+    task = (DeepLearningTask().model(seq(conv(8, 3, p=1), block(8, RESNET_3_3), gap(), fc(4)))
+            .data(train=(x, y), batch_size=8).options(recompute=True))
+    with pytest.raises(ConfigError, match="batch norm"):
+        task.plan()

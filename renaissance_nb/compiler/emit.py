@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .recompute import recomputed_layers, twin_ids
 from .graph import ComputationGraph, node
 from .ids import GraphId
 from ..ops import conv_bn
@@ -34,15 +35,25 @@ class StepOptions:
     prefetch: bool = True
     ranks: int = 1  # data-parallel ranks: above 1, the gradients are all-reduced (_start_bucket, DEEP_COMM)
     allreduce: str = "buckets"  # per layer as backward writes it ('buckets') or the whole G range at once ('slab')
+    recompute: bool = False  # each block's forward again before its backward, into twins (compiler/recompute.py)
 
 
 class _Emitter:
     """Emits each layer's node patterns; tensor names resolve to ids, "input" to the data buffer."""
 
-    def __init__(self, arch: ArchPlan, ids: dict[str, int]) -> None:
+    def __init__(self, arch: ArchPlan, ids: dict[str, int], recomputing: bool = False) -> None:
         self.arch = arch
         self.ids = ids
         self.consumers = arch.consumers()
+        self.recomputing = recomputing
+        """A block's second forward (compiler/recompute.py): dropout reuses its mask instead of drawing."""
+
+    def dropout(self, g: ComputationGraph, gid: GraphId, x: int, y: int, mask: int, layer: str, p: float) -> None:
+        """Inverted dropout of x into y: a fresh Philox mask, or the one already drawn when recomputing."""
+        if self.recomputing:
+            self.emit(g, gid, "mul", [x, mask], [y], layer)
+        else:
+            self.emit(g, gid, "dropout_fwd", [x, self.ids["rng.offset"]], [y, mask], layer, p=p)
 
     def tid(self, name: str, data: int) -> int:
         return data if name == "input" else self.ids[name]
@@ -178,8 +189,13 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
     e.loss(g, gid, opts.smoothing, grad=True)
     seen: dict[str, int] = {}
     buckets = opts.ranks > 1 and opts.allreduce == "buckets"
+    blocks = recomputed_layers(arch) if opts.recompute else {}
+    again = _Emitter(arch, twin_ids(ids), recomputing=True) if blocks else e
     for layer in reversed(deep):
-        e.backward(g, gid, layer, data_any, seen)
+        if layer.block in blocks and layer is blocks[layer.block][-1]:  # its block's backward starts: forward again
+            for twin in blocks[layer.block]:
+                again.forward(g, gid, twin, data_any, training=True)
+        (again if layer.block in blocks else e).backward(g, gid, layer, data_any, seen)
         if buckets:
             _start_bucket(g, gid, ids, layer.name, opts.ranks)
     for ab in ("A", "B"):

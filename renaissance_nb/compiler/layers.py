@@ -24,6 +24,8 @@ from ..errors import ShapeError
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
 from ..ops import conv_bn
+from .recompute import SUFFIX as RECOMPUTE
+from .recompute import twins as recompute_twins
 from ..ops.registry import op_for_layer, op_of
 
 
@@ -293,7 +295,7 @@ class _LayerTensors:
 
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,
                  opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False,
-                 class_weights: bool = False, tokens: bool = False) -> TensorTable:
+                 class_weights: bool = False, tokens: bool = False, recompute: bool = False) -> TensorTable:
     """Every tensor of a task for one variant, in a fixed order.
 
     ``opt_state`` lists the optimizer families needed besides W and G ("M", "V");
@@ -301,6 +303,7 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     gradient-norm scalars of clip_grad_norm; ``class_weights`` the loss's per-class weights.
     ``tokens``: the samples are token sequences (T,) of int32 ids, each position with its own
     target (a language model's next token), so the labels are (batch, T) and the loss has batch x T rows.
+    ``recompute``: each block's feature maps get a twin the recomputed forward writes (compiler/recompute.py).
     """
     t = TensorTable()
     f32, i32 = "float32", "int32"
@@ -327,6 +330,9 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         for j in range(1, consumers.get(layer.output, 0)):
             t.add(f"{layer.output}@grad#{j}", (batch, *y), f32, Region.F_GRAD_SLOT_FP32)
         t.layer_shapes.append((layer.name, x, y))
+    if recompute:
+        for spec in recompute_twins(arch, list(t.specs)):
+            t.add(f"{spec.name}{RECOMPUTE}", spec.shape, spec.dtype, spec.region)
     for tensor, label, channels in arch.expects:
         if shapes[tensor][-1] != channels:
             raise ShapeError(f"plan: {label} was built for {channels} input channels, but {tensor} has "

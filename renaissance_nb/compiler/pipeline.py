@@ -27,6 +27,7 @@ from ..train.epochs import EpochBatches
 from ..train.plateau import ReduceLROnPlateau
 from ..ops.registry import op_of
 from .emit import StepOptions
+from .recompute import check_recompute
 from .layers import ArchPlan, plan_architecture
 from .stages import (AllShapes, CompiledPlan, Graphs, build_computation_graph, compute_max_slot_bytes,
                      create_memory_plans, derive_all_shapes, graph_lifetimes, share_or_clone, variant_specs)
@@ -155,6 +156,8 @@ def plan_stage(config: TaskConfig) -> Planned:
     if isinstance(sched, ReduceLROnPlateau) and sched.monitor_ not in config.record_fields():
         raise lacking_field(f"plan: {sched!r}", sched.monitor_)
     arch = plan_architecture(config.model, config.fuse, config.fold_bn)
+    if config.recompute:
+        check_recompute(arch)
     sample = tuple(s.train.sample_shape)
     _sample_checks(config, arch, sample)
     first = low = None
@@ -164,7 +167,8 @@ def plan_stage(config: TaskConfig) -> Planned:
     specs = variant_specs(local_sizes(config), config.val_batches, sample, lowres_shape=low, train_shape=first)
     shapes = derive_all_shapes(arch, specs, s.train.num_classes, config.optimizer.state, config.total_steps,
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
-                               class_weights=config.loss.weight_ is not None, tokens=s.train.is_tokens)
+                               class_weights=config.loss.weight_ is not None, tokens=s.train.is_tokens,
+                               recompute=config.recompute)
     _check_batch_norm_values(config, arch, shapes)
     return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)), lr_table)
 
@@ -238,7 +242,7 @@ def step_options(config: TaskConfig) -> StepOptions:
                        ema_decay=config.ema, clip_norm=config.clip_grad_norm,
                        image=len(config.data.train.sample_shape) == 3,
                        crop_pad=config.crop_pad, flip=config.flip, prefetch=config.prefetch, ranks=config.ranks,
-                       allreduce=config.allreduce)
+                       allreduce=config.allreduce, recompute=config.recompute)
 
 
 def lock_stage(config: TaskConfig, planned: Planned) -> Locked:

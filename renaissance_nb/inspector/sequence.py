@@ -94,4 +94,6 @@ def sequence_changes(config: Any, key: str, value: Any) -> dict[str, Any]:
     if key == "attention":
         return {"model": _rewrite(model, "attention", {"form": value, **({"dropout": 0.0} if value == "flash" else {})})}
     assert key == "recompute"
-    return {"recompute": value}
+    if not isinstance(value, (bool, np.bool_)):
+        raise bad_argument(ConfigError, "memory.what_if", "recompute", value, "True or False", "pass recompute=True")
+    return {"recompute": bool(value)}

@@ -140,8 +140,7 @@ class Attention(Op):
             e.emit(g, gid, "attn_scores", [ids[f"{n}.qkv"]], qkv + [probs], n)
             if training and p["dropout"] > 0:
                 dropped = ids[f"{n}.probs_dropped"]
-                e.emit(g, gid, "dropout_fwd", [probs, ids["rng.offset"]], [dropped, ids[f"{n}.mask"]], n,
-                       p=p["dropout"])
+                e.dropout(g, gid, probs, dropped, ids[f"{n}.mask"], n, p["dropout"])
                 probs = dropped
             e.emit(g, gid, "attn_mix", [probs, qkv[2]], [heads_out, ids[f"{n}.o"]], n, scratch=("o",))
         _fc(e, g, gid, n, heads_out, w["proj.weight"], w["proj.bias"], y)

@@ -32,8 +32,7 @@ class Dropout(Op):
     def forward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, training: bool,
                 ema: bool) -> None:
         if training and layer.p["p"] > 0:
-            m = e.ids[f"{layer.name}.mask"]
-            e.emit(g, gid, "dropout_fwd", [xs[0], e.ids["rng.offset"]], [y, m], layer.name, p=layer.p["p"])
+            e.dropout(g, gid, xs[0], y, e.ids[f"{layer.name}.mask"], layer.name, layer.p["p"])
         else:
             e.emit(g, gid, "copy", [xs[0]], [y], layer.name)
 
