@@ -149,8 +149,8 @@ class DeepLearningTask(Phased):
     @_arguments_checked
     def train_resolution(self, begin: int | tuple[int, int], end: int | tuple[int, int],
                          boundary_epoch: int) -> "DeepLearningTask":
-        """Progressive resizing: train at ``begin`` (H, W) before ``boundary_epoch``, at ``end`` after.
-        Both use the same graph; the atlas binds one copy per distinct ShapeId."""
+        """Progressive resizing: train at ``begin`` (H, W) before ``boundary_epoch``, at ``end`` after (for a language
+        model: context lengths). Both use the same graph; the atlas binds one copy per distinct ShapeId."""
         return self._set("train_resolution", lambda: check.train_resolution(begin, end, boundary_epoch))
 
     @_arguments_checked

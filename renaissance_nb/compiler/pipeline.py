@@ -121,9 +121,12 @@ class Locked:
 
 # ---- the stages ---------------------------------------------------------------------------------------
 def _sample_checks(config: TaskConfig, arch: ArchPlan, sample: tuple[int, ...]) -> None:
-    if config.train_resolution is not None and len(sample) != 3:
-        raise ConfigError(f"plan: train_resolution needs image data (N, C, H, W); the samples are {sample}. "
-                          "Fix: load images with layout='image', or drop train_resolution().")
+    tokens = config.data is not None and config.data.train.is_tokens
+    if config.train_resolution is not None and tokens:
+        _check_train_context(config.train_resolution, sample[0])
+    elif config.train_resolution is not None and len(sample) != 3:
+        raise ConfigError(f"plan: train_resolution needs image data (N, C, H, W) or token windows; the samples are "
+                          f"{sample}. Fix: load images with layout='image', or drop train_resolution().")
     if arch.reads_image_layout and config.channels_last is None and looks_channels_last(sample):
         c, h, w = sample
         raise ConfigError(f"plan: the training images are shaped {sample}, which looks like channels-last "
@@ -139,6 +142,17 @@ def _sample_checks(config: TaskConfig, arch: ArchPlan, sample: tuple[int, ...]) 
     if weights is not None and len(weights) != classes:
         raise ConfigError(f"plan: the loss has {len(weights)} class weights (CrossEntropyLoss(weight=...)); the "
                           f"data has {classes} classes. Fix: give one weight per class, in class order.")
+
+
+def _check_train_context(res: Any, t: int) -> None:
+    """A language model's progressive context: train_resolution(begin, end, epoch) reads begin and end as
+    context lengths (the windows' first positions), each at most the windows' length."""
+    (t0, w0), (t1, w1), _ = res
+    for name, (a, b) in (("begin", (t0, w0)), ("end", (t1, w1))):
+        if a != b or a > t:
+            raise ConfigError(f"plan: train_resolution's {name} for token windows is a context length of at most {t} "
+                              f"(the windows'); got {(a, b) if a != b else a}. Fix: e.g. train_resolution({t // 2}, {t}, "
+                              "boundary_epoch=2): a short context first, the full one after.")
 
 
 def plan_stage(config: TaskConfig) -> Planned:
@@ -161,7 +175,10 @@ def plan_stage(config: TaskConfig) -> Planned:
     sample = tuple(s.train.sample_shape)
     _sample_checks(config, arch, sample)
     first = low = None
-    if config.train_resolution is not None:
+    if config.train_resolution is not None and s.train.is_tokens:  # progressive context: windows' first T'
+        (t0, _), (t1, _), _ = config.train_resolution
+        first, low = (t0,), (t1,)
+    elif config.train_resolution is not None:
         (h0, w0), (h1, w1), _ = config.train_resolution
         first, low = (sample[0], h0, w0), (sample[0], h1, w1)
     specs = variant_specs(local_sizes(config), config.val_batches, sample, lowres_shape=low, train_shape=first)

@@ -296,9 +296,18 @@ def _token_transfer(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np
     """Rows perm[cursor:cursor+B] of token windows (N, T) and their targets (N, T): np.take into the
     buffers (no copy is made: ``out=`` writes them), after the same bounds check as the image gathers."""
     n = x_out.shape[0]
-    if xs.shape[1:] != x_out.shape[1:] or ys.shape[1:] != y_out.shape[1:]:
+    if x_out.shape[1] > xs.shape[1] or ys.shape[1:] != xs.shape[1:] or y_out.shape != x_out.shape:
         raise PlanError(f"transfer: {source} token windows are {xs.shape[1:]} long, the plan's buffers "
                         f"{x_out.shape[1:]}. Fix: plan the task again with this data.")
+    if x_out.shape[1] < xs.shape[1]:  # a shorter training context (train_resolution): each window's start
+        def crop() -> int:
+            return fused.gather_token_windows(xs, ys, perm, cursor, x_out, y_out)
+
+        def run_crop() -> None:
+            status = crop()
+            if status:
+                raise status_error(status, "transfer", source, n, perm, int(cursor[0]))
+        return run_crop
 
     def run() -> None:
         start = int(cursor[0])

@@ -618,6 +618,24 @@ def gather_batch_par(x_src, y_src, perm, cursor, x_out, y_out):
 
 
 @jit
+def gather_token_windows(x_src, y_src, perm, cursor, x_out, y_out):
+    """gather_batch for token windows cut to the buffers' shorter context: the first T' ids and targets of
+    rows perm[cursor:cursor+B]; batch_status's code (0 ok, nothing copied otherwise)."""
+    start = cursor[0]
+    n, t = x_out.shape
+    status = batch_status(perm, start, n, x_src.shape[0])
+    if status:
+        return status
+    for i in range(n):
+        r = perm[start + i]
+        for k in range(t):
+            x_out[i, k] = x_src[r, k]
+            y_out[i, k] = y_src[r, k]
+    cursor[0] = start + n
+    return 0
+
+
+@jit
 def mul_(out, a, b):
     """out = a * b elementwise (flat views)."""
     fo = out.reshape(-1)
