@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from machine import machine_line  # noqa: E402
-from mlp_cpu import peak_rss_child, print_memory, run_isolated  # noqa: E402
+from mlp_cpu import TorchContender, peak_rss_child, print_memory, run_isolated  # noqa: E402
 
 SHAPE = {"layers": 4, "d": 128, "heads": 4, "context": 128}
 """The model (overridden by the command line through the environment, so worker processes see it)."""
@@ -65,41 +65,25 @@ class Ours:
         return time.perf_counter() - t
 
 
-class TorchGPT:
+class TorchGPT(TorchContender):
+    """The same GPT in PyTorch (tests/gpt_helpers.py, float32): AdamW, the mean cross entropy over every
+    position; eager, or torch.compile with its compile time apart (mlp_cpu.py's harness)."""
+
     NAMES = {"eager": "PyTorch eager", "compile": "torch.compile"}
 
     def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, mode: str) -> None:
         import torch
-        sys.path.insert(0, str(ROOT))
         from tests.gpt_helpers import torch_gpt
         s = _shape()
         torch.manual_seed(0)
-        self.torch, self.name, self.batch = torch, self.NAMES[mode], batch
-        self.model = torch_gpt(65, s["d"], s["layers"], s["heads"], s["context"]).float()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
-        self.x, self.y = torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
-        self.forward, self.compile_s = self.model, 0.0
-        if mode == "compile":
-            self.forward = torch.compile(self.model)
-            t = time.perf_counter()
-            self._step(self.x[:batch], self.y[:batch])
-            self._step(self.x[:batch], self.y[:batch])
-            self.compile_s = time.perf_counter() - t
-        self.epoch()
+        model = torch_gpt(65, s["d"], s["layers"], s["heads"], s["context"]).float()
+        super().__init__(model, x.astype(np.int64), y, batch, "eager" if mode == "eager" else mode)
 
     def _step(self, xb, yb) -> None:  # type: ignore[no-untyped-def]
         self.opt.zero_grad(set_to_none=True)
         logits = self.forward(xb)
         self.torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), yb.reshape(-1)).backward()
         self.opt.step()
-
-    def epoch(self) -> float:
-        t = time.perf_counter()
-        perm = self.torch.randperm(len(self.x))
-        for i in range(0, len(self.x) - self.batch + 1, self.batch):
-            idx = perm[i:i + self.batch]
-            self._step(self.x[idx], self.y[idx])
-        return time.perf_counter() - t
 
 
 def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ignore[no-untyped-def]

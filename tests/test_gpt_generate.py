@@ -79,7 +79,8 @@ def test_the_kv_cache_is_planned_and_the_step_allocates_nothing(trained) -> None
     assert [t.name for t in caches] == ["attention1.k_cache", "attention1.v_cache", "attention2.k_cache",
                                         "attention2.v_cache"]
     assert all(t.shape == (1, 4, T, 8) for t in caches)
-    assert step.cache_bytes == 4 * 4 * T * 8 * 4
+    assert step.cache_bytes == 4 * 4 * T * 8 * 4 == step.by_kind()["KV cache"]
+    assert sum(step.by_kind().values()) == sum(t.storage_bytes for t in step.plan)
     step.reset()
     step.run(1, 0)  # warm
     enable_nrt_stats()

@@ -69,8 +69,9 @@ class Attention(Op):
     builders = (attention,)
     parametrized = True
     layout = "flat"
-    tensor_kinds = {r: "attention scores" for r in ("probs", "probs_dropped", "mask", "dprobs", "dprobs_dropped",
-                                                    "sblk", "dpblk")}
+    tensor_kinds = {**{r: "attention scores" for r in ("probs", "probs_dropped", "mask", "dprobs", "dprobs_dropped",
+                                                       "sblk", "dpblk", "scores")},
+                    "k_cache": "KV cache", "v_cache": "KV cache"}
     cpu_kernels = {"attn_scores": ak.bind_scores, "attn_mix": ak.bind_mix, "attn_mix_bwd": ak.bind_mix_bwd,
                    "attn_scores_bwd": ak.bind_scores_bwd, "flash_attn_fwd": ak.bind_flash_fwd,
                    "flash_attn_bwd": ak.bind_flash_bwd, "attn_decode": ak.bind_decode}

@@ -62,7 +62,7 @@ class DecodeStep:
         for layer in arch.layers:
             xs = ["token" if t == "input" else t for t in layer.inputs]
             op_of(layer.kind).decode(d, layer, xs, layer.output)  # a layer that cannot decode says so
-        self.output = arch.output
+        self.arch, self.output = arch, arch.output
         self.plan = MemoryPlan("decode")
         for name, shape, dtype, region in d.specs:
             self.plan.alloc(shape, dtype, region, name)
@@ -93,6 +93,18 @@ class DecodeStep:
         self.position[0] = position
         self.graph()
         return self.logits
+
+    def by_kind(self) -> dict[str, int]:
+        """The decode arena's bytes by what they are for: the KV cache, attention scores, activations..."""
+        kinds = {layer.name: layer.kind for layer in self.arch.layers}
+        out: dict[str, int] = {}
+        for t in self.plan:
+            layer, _, role = t.name.partition(".")
+            kind = op_of(kinds[layer]).tensor_kinds.get(role) if layer in kinds else None
+            kind = kind or ("inputs" if t.region.family == "I" else "scalars" if t.region.family == "S" else
+                            "activations" if t.region.family == "F" else "temporaries")
+            out[kind] = out.get(kind, 0) + t.storage_bytes
+        return out
 
     @property
     def cache_bytes(self) -> int:
