@@ -18,7 +18,7 @@ import numpy as np
 
 from . import config_checks as check
 from .blueprint import BluePrint
-from .checks import arguments_checked, as_flag
+from .checks import arguments_checked, as_flag, no_such_attribute
 from .compiler.pipeline import (Locked, Planned, compile_stage, describe_compiled, learning_rates,
                                 learning_rates_key, lock_stage, plan_stage)
 from .compiler.stages import CompiledPlan
@@ -48,6 +48,13 @@ _arguments_checked = arguments_checked(ConfigError, call="task.")
 """Task builders: a misspelt keyword or a setting passed by position is a ConfigError."""
 
 
+_ELSEWHERE = {"lr": "the learning rate is the optimizer's: task.optimizer(AdamW().lr(1e-3)).",
+              "batch_size": "the batch size comes with the data: task.data(splits, batch_size=128).",
+              "fit": "task.run() trains (it compiles first when needed).",
+              "train": "task.run() trains (it compiles first when needed)."}
+"""Names users bring from other libraries for what lives elsewhere here, with where it lives."""
+
+
 class DeepLearningTask(Phased):
     """Model, data, loss, optimizer and schedule, compiled into one replayable step."""
 
@@ -61,6 +68,9 @@ class DeepLearningTask(Phased):
         self.trainer: Trainer | None = None
         self.run_state = RunState()
         self._lr_cache: tuple[Any, np.ndarray] | None = None
+
+    def __getattr__(self, name: str) -> Any:  # only for names the class lacks: task.epochs(3) -> total_epochs
+        raise no_such_attribute(self, name, _ELSEWHERE)
 
     # ---- settings (PLANNING, before plan()) ---------------------------------------------------------
     def _settable(self, name: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from ..checks import as_float
+from ..checks import as_float, closest, no_such_attribute
 from ..errors import ConfigError, bad_argument
 
 S = TypeVar("S", bound="Settings")
@@ -38,8 +38,9 @@ class Settings:
             if name.endswith("_") and name[:-1] in names:  # dataclasses.replace passes the field names
                 name = name[:-1]
             if name not in names:
+                close = closest(name, names)
                 raise bad_argument(ConfigError, where, name, value, f"one of the settings {', '.join(names)}",
-                                   f"remove {name}= or use one of those names")
+                                   f"did you mean {close}=?" if close else f"remove {name}= or use one of those names")
             object.__setattr__(self, name + "_", self._check(name, value))
         self.__post_init__()
 
@@ -65,6 +66,9 @@ class Settings:
     def settings(self) -> dict[str, Any]:
         """The settings as ``{name: value}``, the constructor's keywords."""
         return {n: getattr(self, n + "_") for n in self._names()}
+
+    def __getattr__(self, name: str) -> Any:  # only for names the class lacks: a misspelt setter
+        raise no_such_attribute(self, name)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
