@@ -81,6 +81,16 @@ def no_such_attribute(obj: Any, name: str, hints: Mapping[str, str] | None = Non
     return AttributeError(f"{cls} has no method or attribute {name!r}. Fix: {fix}")
 
 
+class SuggestsNames:
+    """A base whose instances answer a name their class lacks with the nearest one it has (``no_such_attribute``);
+    ``_elsewhere`` maps names from other libraries to where that thing lives here."""
+
+    _elsewhere: Mapping[str, str] = {}
+
+    def __getattr__(self, name: str) -> Any:  # only for names the class lacks
+        raise no_such_attribute(self, name, self._elsewhere)
+
+
 def arguments_checked(error: type[RenaissanceError], call: str = "",
                       aliases: Mapping[str, str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a builder so that a misspelt keyword or too many positional arguments raise

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import config_checks as check
 from .blueprint import BluePrint
-from .checks import arguments_checked, as_flag, no_such_attribute
+from .checks import SuggestsNames, arguments_checked, as_flag
 from .compiler.pipeline import (Locked, Planned, compile_stage, describe_compiled, learning_rates,
                                 learning_rates_key, lock_stage, plan_stage)
 from .compiler.stages import CompiledPlan
@@ -55,8 +55,9 @@ _ELSEWHERE = {"lr": "the learning rate is the optimizer's: task.optimizer(AdamW(
 """Names users bring from other libraries for what lives elsewhere here, with where it lives."""
 
 
-class DeepLearningTask(Phased):
+class DeepLearningTask(Phased, SuggestsNames):
     """Model, data, loss, optimizer and schedule, compiled into one replayable step."""
+    _elsewhere = _ELSEWHERE  # task.epochs(3): did you mean total_epochs; task.lr: the optimizer's
 
     def __init__(self, name: str = "task", *, config: TaskConfig | None = None) -> None:
         self._config = config if config is not None else TaskConfig(name=name)
@@ -68,9 +69,6 @@ class DeepLearningTask(Phased):
         self.trainer: Trainer | None = None
         self.run_state = RunState()
         self._lr_cache: tuple[Any, np.ndarray] | None = None
-
-    def __getattr__(self, name: str) -> Any:  # only for names the class lacks: task.epochs(3) -> total_epochs
-        raise no_such_attribute(self, name, _ELSEWHERE)
 
     # ---- settings (PLANNING, before plan()) ---------------------------------------------------------
     def _settable(self, name: str) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from ..checks import as_float, closest, no_such_attribute
+from ..checks import SuggestsNames, as_float, closest
 from ..errors import ConfigError, bad_argument
 
 S = TypeVar("S", bound="Settings")
 
 
-class Settings:
+class Settings(SuggestsNames):
     """Base of frozen ``@dataclass(init=False)`` settings whose fields end in '_' and whose setters share the name.
 
     The constructor takes the setters' names as keywords (``Adam(lr=1e-3)``,
@@ -66,9 +66,6 @@ class Settings:
     def settings(self) -> dict[str, Any]:
         """The settings as ``{name: value}``, the constructor's keywords."""
         return {n: getattr(self, n + "_") for n in self._names()}
-
-    def __getattr__(self, name: str) -> Any:  # only for names the class lacks: a misspelt setter
-        raise no_such_attribute(self, name)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
