@@ -23,7 +23,7 @@ from .checks import closest
 from .errors import RenaissanceError
 from .memory.region import FAMILIES
 from .mpi import launch_command, under_mpiexec
-from .text import bytes_versus, human_bytes
+from .text import bytes_versus, human_bytes, plural
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW
 from .train.schedulers import CosineAnnealingLR
@@ -60,7 +60,7 @@ def train(args: argparse.Namespace) -> int:
     print(f"data: {s.name}: {len(s.train)} train, {len(s.val) if s.val else 0} val, "
           f"sample shape {s.train.sample_shape}, {s.train.num_classes} classes")
     print(f"model:\n{task.blueprint!r}")
-    _say_ranks(task, args)
+    _say_ranks(args)
     print(f"phase {task.phase}")
     _compile_saying_so(task)
     if args.resume:
@@ -79,7 +79,7 @@ def train(args: argparse.Namespace) -> int:
         print(f"time: {_seconds(time.perf_counter() - began)} in all")
         return INTERRUPTED
     print(f"time: {_seconds(time.perf_counter() - began)} in all, {_seconds(sum(r.seconds for r in result.history))} "
-          f"of it in {len(result.history)} epochs of training")
+          f"of it in {plural(len(result.history), 'epoch')} of training")
     _next_steps(args, result.best_epoch)
     return 0
 
@@ -130,7 +130,7 @@ def _seconds(t: float) -> str:
     return f"{t:.1f} s" if t < 120 else f"{t / 60:.1f} min"
 
 
-def _say_ranks(task: DeepLearningTask, args: argparse.Namespace) -> None:
+def _say_ranks(args: argparse.Namespace) -> None:
     """Under ``--nproc N``: how many ranks run, and what each takes of the global batch."""
     if not under_mpiexec():
         return
@@ -151,15 +151,15 @@ def _position(task: DeepLearningTask) -> str:
 
 
 def _keep_or_lose(task: DeepLearningTask, args: argparse.Namespace) -> None:
-    """After Ctrl-C: the checkpoint written at the step it stopped at, or what was lost and how to keep it."""
+    """After Ctrl-C: the checkpoint written at the step it stopped at, or what was lost and how to keep it
+    (on stdout, which only rank 0 of an MPI job prints; every rank takes part in the save)."""
     if args.checkpoint:
         task.save(args.checkpoint)
         print(f"saved the run at this step in {args.checkpoint}; continue it with: {_prog()} train --resume "
-              f"{args.checkpoint}", file=sys.stderr)
+              f"{args.checkpoint}")
     else:
         print("the progress is lost: nothing was saved. To keep it next time, add --checkpoint run.npz (saved "
-              f"at every epoch's end and at Ctrl-C), then continue with {_prog()} train --resume run.npz",
-              file=sys.stderr)
+              f"at every epoch's end and at Ctrl-C), then continue with {_prog()} train --resume run.npz")
 
 
 def _next_steps(args: argparse.Namespace, best_epoch: int) -> None:

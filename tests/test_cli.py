@@ -122,7 +122,7 @@ def test_checkpoint_keeps_a_run_stopped_by_ctrl_c_and_resume_ends_on_the_same_we
     captured = capsys.readouterr()
     assert "interrupted by Ctrl-C after 1 of 2 epochs" in captured.err
     assert f"saved the run at this step in {cut}; continue it with: python -m renaissance_nb train --resume {cut}" \
-        in captured.err
+        in captured.out
     assert np.load(cut)["region_W"].tobytes() != np.load(whole)["region_W"].tobytes()
 
     assert main(["train", "--resume", str(cut)]) == 0  # its epochs, batch size, rate and seed from the file
@@ -137,9 +137,10 @@ def test_ctrl_c_without_checkpoint_says_the_progress_is_lost_and_how_to_keep_it(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     _ctrl_c_at_step_event(monkeypatch, 1)
     assert main(["train", "--epochs", "1", "--batch-size", "64"]) == 130
-    err = capsys.readouterr().err
-    assert "the progress is lost: nothing was saved. To keep it next time, add --checkpoint run.npz" in err
-    assert "then continue with python -m renaissance_nb train --resume run.npz" in err
+    captured = capsys.readouterr()
+    assert "interrupted by Ctrl-C after 0 of 1 epochs" in captured.err
+    assert "the progress is lost: nothing was saved. To keep it next time, add --checkpoint run.npz" in captured.out
+    assert "then continue with python -m renaissance_nb train --resume run.npz" in captured.out
 
 
 def test_resume_refuses_a_flag_that_differs_from_the_checkpoint(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
