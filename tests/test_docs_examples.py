@@ -27,6 +27,7 @@ from test_mnist import fake_mnist, idx_bytes
 
 from renaissance_nb import datasets
 from renaissance_nb.data.cifar import CIFAR10_ARCHIVE
+from renaissance_nb.kernels.native import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -92,6 +93,7 @@ def served_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
     for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("RNB_CACHE_DIR", str(cache_dir()))  # the built C passes stay where they are, not in HOME
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     work, server = tmp_path / "work", tmp_path / "server"
     work.mkdir()
