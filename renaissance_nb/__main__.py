@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from typing import NoReturn
 
 from . import __version__, datasets
 from .blueprint import fc, relu, seq
 from .task import DeepLearningTask
+from .checks import closest
 from .errors import RenaissanceError
+from .memory.region import FAMILIES
 from .mpi import launch_command, under_mpiexec
-from .text import bytes_versus, human_bytes
+from .text import bytes_versus, human_bytes, plural
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW
 from .train.schedulers import CosineAnnealingLR
@@ -33,7 +37,7 @@ def original_mlp():  # type: ignore[no-untyped-def]
 
 def build_task(args: argparse.Namespace) -> DeepLearningTask:
     data = (datasets.mnist(args.mnist, download=args.download) if args.mnist else datasets.default_mnist())
-    return (DeepLearningTask("mnist-mlp")
+    task = (DeepLearningTask("mnist-mlp")
             .model(original_mlp())
             .data(data, batch_size=args.batch_size)
             .loss(CrossEntropyLoss().label_smoothing(0.1))
@@ -43,16 +47,46 @@ def build_task(args: argparse.Namespace) -> DeepLearningTask:
             .seed(args.seed)
             .device(args.device)
             .distributed("mpi" if under_mpiexec() else None))
+    if args.checkpoint:  # every epoch's end into the one file, the best epoch beside it ({} are literal here)
+        task.save_every(1, _literal(args.checkpoint)).save_best(_literal(best_path(args.checkpoint)))
+    return task
 
 
 def train(args: argparse.Namespace) -> int:
+    began = time.perf_counter()
     task = build_task(args)
     s = task.splits
     assert s is not None and task.compiled is None  # build_task gave it data; nothing compiled yet
     print(f"data: {s.name}: {len(s.train)} train, {len(s.val) if s.val else 0} val, "
           f"sample shape {s.train.sample_shape}, {s.train.num_classes} classes")
     print(f"model:\n{task.blueprint!r}")
+    _say_ranks(args)
     print(f"phase {task.phase}")
+    _compile_saying_so(task)
+    if args.resume:
+        task.load_state(args.resume)
+        print(f"resumed from {args.resume}: {_position(task)}")
+    print()
+    result = task.run(progress="lines")
+    if result.best_epoch >= 1:
+        print(f"\nbest val top-1 {100 * result.best_top1:.2f}%  top-5 {100 * result.best_top5:.2f}%  "
+              f"at epoch {result.best_epoch}")
+    if result.interrupted:
+        done = len(result.history)
+        print(f"interrupted by Ctrl-C after {done} of {args.epochs} epochs; nothing more is run",
+              file=sys.stderr)
+        _keep_or_lose(task, args)
+        print(f"time: {_seconds(time.perf_counter() - began)} in all")
+        return INTERRUPTED
+    print(f"time: {_seconds(time.perf_counter() - began)} in all, {_seconds(sum(r.seconds for r in result.history))} "
+          f"of it in {plural(len(result.history), 'epoch')} of training")
+    _next_steps(args, result.best_epoch)
+    return 0
+
+
+def _compile_saying_so(task: DeepLearningTask) -> None:
+    """plan(), lock_memory() and compile(), each printed with its time and what it made, then the arena by
+    region family (the letters explained) and the variants in plain words."""
     t = time.perf_counter()
     arch = task.plan()
     print(f"plan()         PLANNING       {1e3 * (time.perf_counter() - t):7.1f} ms  {len(arch.layers)} executable "
@@ -70,24 +104,104 @@ def train(args: argparse.Namespace) -> int:
     print(f"compile()      COMPILED       {1e3 * (time.perf_counter() - t):7.1f} ms  {len(a.entries)} atlas entries "
           f"-> {len(a.captures)} distinct bound graphs, device {task.device_kind}")
     for note in (*compiled.notes, *task.runner.notes):  # the plan's, then what binding found
-        if note.startswith(("device", "padded rows")):
+        if note.startswith("device"):
             print(f"               {note}")
-    print("\narena by region family:")
+        elif note.startswith("padded rows"):
+            print(f"               {plain_padding(note)}")
+    print("\narena by region family (one letter each, the start of its regions' names):")
     for fam, n in m.family_bytes().items():
-        print(f"  {fam}  {human_bytes(n):>10}")
+        print(f"  {fam}  {human_bytes(n):>10}  {FAMILIES.get(fam, '')}")
     if a.collapsed:
-        print("variants collapsed: " + ", ".join(f"{k} -> {v}" for k, v in a.collapsed.items()))
-    print()
-    result = task.run(progress="lines")
-    if result.best_epoch >= 1:
-        print(f"\nbest val top-1 {100 * result.best_top1:.2f}%  top-5 {100 * result.best_top5:.2f}%  "
-              f"at epoch {result.best_epoch}")
-    if result.interrupted:
-        done = len(result.history)
-        print(f"interrupted by Ctrl-C after {done} of {args.epochs} epochs; nothing more is run",
-              file=sys.stderr)
-        return INTERRUPTED
-    return 0
+        print(plain_variants(a.collapsed))
+
+
+def best_path(path: str) -> str:
+    """Where ``--checkpoint PATH`` keeps the best epoch: beside it, ``run.npz`` -> ``run-best.npz``."""
+    root, ext = os.path.splitext(path)
+    return f"{root}-best{ext or '.npz'}"
+
+
+def _literal(path: str) -> str:
+    """A path as save_every/save_best's template, which fills {name} and {epoch}: its braces kept as they are."""
+    return path.replace("{", "{{").replace("}", "}}")
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.1f} s" if t < 120 else f"{t / 60:.1f} min"
+
+
+def _say_ranks(args: argparse.Namespace) -> None:
+    """Under ``--nproc N``: how many ranks run, and what each takes of the global batch."""
+    if not under_mpiexec():
+        return
+    from .mpi import world
+    n = world().size
+    print(f"ranks: {n} MPI processes started by mpiexec, data-parallel: each trains on {args.batch_size // n} "
+          f"of every global batch of {args.batch_size} samples, and the gradients are averaged over the {n} "
+          "ranks (all-reduce) before every update, so the weights stay the same on every rank")
+
+
+def _position(task: DeepLearningTask) -> str:
+    """Where a restored run continues, in words."""
+    done, total, steps = len(task.result.history), task.config.total_epochs, task.steps_per_epoch
+    at = task.run_state.resume_at
+    if at is not None:
+        return f"continuing epoch {at[0] + 1} of {total} after its step {at[1]} of {steps}"
+    return f"{done} of {total} epochs done" + ("; nothing is left to train" if done >= total else "")
+
+
+def _keep_or_lose(task: DeepLearningTask, args: argparse.Namespace) -> None:
+    """After Ctrl-C: the checkpoint written at the step it stopped at, or what was lost and how to keep it
+    (on stdout, which only rank 0 of an MPI job prints; every rank takes part in the save)."""
+    if args.checkpoint:
+        task.save(args.checkpoint)
+        print(f"saved the run at this step in {args.checkpoint}; continue it with: {_prog()} train --resume "
+              f"{args.checkpoint}")
+    else:
+        print("the progress is lost: nothing was saved. To keep it next time, add --checkpoint run.npz (saved "
+              f"at every epoch's end and at Ctrl-C), then continue with {_prog()} train --resume run.npz")
+
+
+def _next_steps(args: argparse.Namespace, best_epoch: int) -> None:
+    """Where the trained model is and what to try next with it."""
+    if not args.checkpoint:
+        print("the trained model was not saved; add --checkpoint run.npz to keep it (the best epoch goes to "
+              "run-best.npz), then export or evaluate it")
+        print("next: open the same task in a notebook, every stage a widget: jupyter lab notebooks/01_tour.ipynb")
+        return
+    best = best_path(args.checkpoint)
+    print(f"saved: the last epoch in {args.checkpoint}, the best (epoch {best_epoch}) in {best}")
+    print("next:\n"
+          f"  {_prog()} export {best} --onnx model.onnx --safetensors model.safetensors\n"
+          f"  python3 -c \"from renaissance_nb import DeepLearningTask, datasets; d = {_data_call(args)}; "
+          f"print(DeepLearningTask.load('{best}', d).evaluate(d.val.x, d.val.y))\"\n"
+          "  jupyter lab notebooks/01_tour.ipynb   (the same task, every stage a widget)")
+
+
+def _data_call(args: argparse.Namespace) -> str:
+    return f"datasets.mnist({args.mnist!r})" if args.mnist else "datasets.default_mnist()"
+
+
+_PADDING = re.compile(r"padded rows: (.+?) (\d+) -> (\d+) floats per row")
+
+
+def plain_padding(note: str) -> str:
+    """The compile note on padded rows in plain words (the CLI has no options(pad_rows=False))."""
+    m = _PADDING.match(note)
+    if m is None:
+        return note
+    names, n, padded = m.groups()
+    return (f"padding: each row of {names} ({n} floats, a multiple of 4 KiB) is stored as {padded} floats, and so "
+            "are its gradient and optimizer moments: rows exactly 4 KiB apart land on the same cache lines and slow "
+            "the matrix products; the extra floats are never read")
+
+
+def plain_variants(collapsed: dict[str, str]) -> str:
+    """The atlas's collapsed variants in plain words."""
+    pairs = " and ".join(f"{k} has {v}'s shapes" for k, v in collapsed.items())
+    return ("variants: the step is compiled for every batch shape it can meet (training and validation, full and "
+            "last partial batch, and the training pair again at a second resolution for progressive resizing); "
+            f"here {pairs}, so they reuse those graphs")
 
 
 def export(args: argparse.Namespace) -> int:
@@ -118,17 +232,38 @@ def _prog() -> str:
     return name if name.startswith("renaissance-nb") else "python -m renaissance_nb"
 
 
+TRAIN_DEFAULTS = {"epochs": 5, "batch_size": 128, "lr": 1e-3, "seed": 123}
+"""The training flags a new run starts with; ``--resume`` takes the checkpoint's instead."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the nearest right flag for a misspelt one (``--batchsize`` -> ``--batch-size``)."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        unknown = re.findall(r"(?:^| )(--?[\w-]+)", message.split("unrecognized arguments:", 1)[1]) \
+            if "unrecognized arguments:" in message else []
+        hints = [f"{u}: did you mean {c}?" for u in unknown
+                 if (c := closest(u, flags) or closest(u.replace("_", "-"), flags))]
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice and (c := closest(choice[1], re.findall(r"'([^']*)'", choice[2]))):
+            hints.append(f"did you mean {c}?")
+        if hints:
+            message += " (" + "; ".join(hints) + ")"
+        super().error(message)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=_prog(), description=__doc__.splitlines()[0].replace("``", ""))
+    parser = _Parser(prog=_prog(), description=__doc__.splitlines()[0].replace("``", ""))
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     tr = sub.add_parser("train", help="train the MNIST MLP, printing phases and metrics")
-    tr.add_argument("--epochs", type=int, default=5, help="training epochs (default %(default)s)")
-    tr.add_argument("--batch-size", type=int, default=128, help="samples per step (default %(default)s)")
-    tr.add_argument("--lr", type=float, default=1e-3,
-                    help="AdamW's learning rate, on a cosine schedule after one warmup epoch (default %(default)s)")
-    tr.add_argument("--seed", type=int, default=123,
-                    help="seed of every random stream: same seed, same weights (default %(default)s)")
+    d = TRAIN_DEFAULTS
+    tr.add_argument("--epochs", type=int, help=f"training epochs (default {d['epochs']})")
+    tr.add_argument("--batch-size", type=int, help=f"samples per step (default {d['batch_size']})")
+    tr.add_argument("--lr", type=float,
+                    help=f"AdamW's learning rate, on a cosine schedule after one warmup epoch (default {d['lr']})")
+    tr.add_argument("--seed", type=int, help=f"seed of every random stream: same seed, same weights (default {d['seed']})")
     tr.add_argument("--mnist", metavar="DIR", help="folder with the four MNIST IDX files (default: embedded 5k)")
     tr.add_argument("--download", action="store_true", help="download MNIST into --mnist DIR if missing")
     tr.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
@@ -136,12 +271,19 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--nproc", type=int, default=1, metavar="N",
                     help="data-parallel MPI ranks, started with mpiexec; --batch-size stays the global batch "
                          "(default %(default)s)")
+    tr.add_argument("--checkpoint", metavar="PATH", help="save the run to PATH (.npz) at every epoch's end and at "
+                                                         "Ctrl-C, the best epoch beside it (PATH-best.npz)")
+    tr.add_argument("--resume", metavar="PATH", help="continue the run saved in PATH where it stopped, with its "
+                                                     "settings, to the same weights as a run never stopped; it "
+                                                     "keeps saving there unless --checkpoint says elsewhere")
     ex = sub.add_parser("export", help="write a checkpoint's model as ONNX and/or its weights as safetensors")
     ex.add_argument("checkpoint", metavar="CHECKPOINT", help="a .npz file written by task.save() or autosave")
     ex.add_argument("--onnx", metavar="PATH", help="write the inference graph as ONNX (opset 17, dynamic batch)")
     ex.add_argument("--safetensors", metavar="PATH", help="write the weights as safetensors (PyTorch's names)")
     ex.add_argument("--ema", action="store_true", help="the checkpoint's EMA weights instead")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the subcommand's parser knows its flags: it names the nearest
+        {"train": tr, "export": ex}.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "export":
         if not (args.onnx or args.safetensors):
             ex.error("name what to write: --onnx PATH and/or --safetensors PATH")
@@ -153,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.download and not args.mnist:
         tr.error("--download needs --mnist DIR, the folder to download MNIST into")
+    try:
+        _training_flags(args)
+    except RenaissanceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if args.nproc > 1 and not under_mpiexec():
         return _launch(args.nproc, sys.argv[1:] if argv is None else list(argv))
     if under_mpiexec():
@@ -165,6 +312,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before or after the run (the run itself stops at a step and returns)
         print("interrupted by Ctrl-C", file=sys.stderr)
         return INTERRUPTED
+
+
+def _training_flags(args: argparse.Namespace) -> None:
+    """Fill the training flags left out: the defaults, or with ``--resume`` the checkpoint's settings (a flag
+    given that differs is load_state's error, naming it). ``--resume`` keeps saving where it read."""
+    saved: dict[str, object] = {}
+    if args.resume:
+        from .runtime.checkpoint import read_header
+        config = read_header(args.resume)["config"]
+        lr = ((config.get("optimizer") or {}).get("settings") or {}).get("lr")
+        saved = {"epochs": config.get("total_epochs"), "batch_size": config.get("batch_size"),
+                 "seed": config.get("seed"), "lr": lr}
+        args.checkpoint = args.checkpoint or args.resume
+    for flag, default in TRAIN_DEFAULTS.items():
+        if getattr(args, flag) is None:
+            setattr(args, flag, default if saved.get(flag) is None else saved[flag])
 
 
 def _launch(nproc: int, argv: list[str]) -> int:
@@ -251,7 +414,24 @@ def _as_flags(message: str) -> str:
     """A library fix phrased for the command line ('pass download=True' is '--download' here)."""
     for library, flag in _FLAGS:
         message = message.replace(library, flag)
-    return message
+    return _ranks_as_flags(message)
+
+
+def _ranks_as_flags(message: str) -> str:
+    """The plan's advice for a batch that does not split over the ranks, as --nproc and --batch-size values
+    (the command line cannot drop samples, so it names the rank counts that divide them)."""
+    uneven = re.search(r"plan: (\d+) training samples do not split evenly over (\d+) ranks", message)
+    if uneven:
+        n = int(uneven[1])
+        fits = [str(k) for k in range(2, 17) if n % k == 0]
+        some = fits[:4]
+        instead = (f"--nproc {', '.join(some[:-1]) + ' or ' if len(some) > 1 else ''}{some[-1]} (rank counts that "
+                   f"divide {n})" if some else "--nproc 1 (no count of 2 to 16 ranks divides it)")
+        return re.sub(r"Fix: train on a multiple of .*$", f"Fix: {instead}, or --mnist DIR with data whose "
+                      "training samples the ranks divide.", message)
+    return re.sub(r"Fix: a batch_size that is a multiple of (\d+) \(its last batch then is one too\), e\.g\. (\d+), "
+                  r"or another number of ranks\.",
+                  r"Fix: --batch-size \2 (a multiple of \1 whose last batch is one too), or another --nproc.", message)
 
 
 if __name__ == "__main__":

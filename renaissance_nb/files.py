@@ -1,5 +1,6 @@
 """Files written atomically (a temp file renamed into place) get the mode a plain ``open()`` or
-``mkdir()`` would have given them.
+``mkdir()`` would have given them; the temporary files of writers killed mid-write are removed by
+the next write into their folder.
 
 Why: ``tempfile.mkstemp``/``mkdtemp`` make owner-only files (0600) and folders (0700), and the
 rename keeps that mode, so a checkpoint or a dataset in a shared folder would be unreadable to
@@ -8,9 +9,16 @@ everyone else.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import threading
+import time
 from typing import Any, BinaryIO, Callable
+
+try:
+    import fcntl
+except ImportError:  # Windows: the pid in the name alone tells a live writer's file
+    fcntl = None  # type: ignore[assignment]
 
 _LOCK = threading.Lock()
 
@@ -40,13 +48,86 @@ def with_default_mode(path: str | os.PathLike[str], folder: bool = False) -> Non
         pass
 
 
+TEMP_PREFIX, TEMP_SUFFIX = ".rnb-", ".tmp"
+"""A writer's temporary file is ``.rnb-<pid>-<random>.tmp``, beside the file it becomes."""
+_TEMP_NAME = re.compile(r"^\.rnb-(?:(\d+)-)?[\w]+\.tmp$")
+LEGACY_AGE = 3600.0
+"""Seconds after which a temporary file without a pid (written before names carried one) counts as stale."""
+
+
+def _hold(fd: int) -> None:
+    """An exclusive lock on the writer's open temporary file, released when it closes (or its process dies)."""
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a file system without locks: the pid in the name still protects it
+            pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (one of another user's counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _unlocked(path: str) -> bool:
+    """Whether no writer holds ``path`` (the lock is free); True where there are no locks to ask."""
+    if fcntl is None:
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:  # held: a writer is at work (here, or on another machine sharing the folder)
+        return False
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temporaries(folder: str) -> list[str]:
+    """Remove the temporary files that writers killed mid-write (SIGKILL, a power loss) left in ``folder``;
+    returns their names. A file is stale when its writer is gone: no process holds its lock and the pid in
+    its name runs no more here (a live writer, on this machine or another sharing the folder, holds the
+    lock; the pid covers the moment between its creating the file and locking it, and file systems without
+    locks); an older file without a pid, when no lock is held and it is an hour old."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        m = _TEMP_NAME.match(name)
+        if m is None:
+            continue
+        path = os.path.join(folder, name)
+        try:
+            old = time.time() - os.stat(path).st_mtime > LEGACY_AGE
+            gone = not _alive(int(m[1])) if m[1] else old
+            if gone and _unlocked(path):
+                os.unlink(path)
+                removed.append(name)
+        except OSError:  # removed by another cleaner just now, or not ours to remove
+            continue
+    return removed
+
+
 def write_atomically(path: Any, write: Callable[[BinaryIO], object], *, op: str, error: type[Exception],
                      example: str, verb: str = "write") -> str:
     """Write a file through ``write(f)`` into a temporary file in the same folder, fsync it, then
     ``os.replace`` it onto ``path``: a failure at any point (a full disk, a refused name, an exception
     in ``write``) leaves whatever ``path`` held before and no temporary file behind. ``error`` (the
     caller's library error) names ``op`` and the path when the path cannot be written; ``example`` is
-    a file name to suggest, ``verb`` the caller's word for writing ("save")."""
+    a file name to suggest, ``verb`` the caller's word for writing ("save"). A process killed mid-write
+    cannot clean up: the next write into the folder removes what such writers left
+    (``remove_stale_temporaries``)."""
     given = path
     try:
         path = os.fspath(path)
@@ -59,12 +140,14 @@ def write_atomically(path: Any, write: Callable[[BinaryIO], object], *, op: str,
     if not os.path.isdir(folder):
         raise error(f"{op}: the folder {folder!r} of path {path!r} does not exist. Fix: create it first "
                     f"(os.makedirs) or {verb} elsewhere.")
+    remove_stale_temporaries(folder)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".rnb-", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=TEMP_SUFFIX, dir=folder)
     except OSError as exc:
         raise error(f"{op}: cannot write in the folder {folder!r} of path {path!r} ({exc.strerror}). Fix: {verb} "
                     "to a folder you can write to.") from None
     try:
+        _hold(fd)  # while this writer lives, no other one takes its file for litter
         with_default_mode(tmp)  # mkstemp's file is owner-only; this one is a file like any other
         with os.fdopen(fd, "wb") as f:
             write(f)

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import config_checks as check
 from .blueprint import BluePrint
-from .checks import arguments_checked, as_flag
+from .checks import SuggestsNames, arguments_checked, as_flag
 from .compiler.pipeline import (Locked, Planned, compile_stage, describe_task, learning_rates,
                                 learning_rates_key, lock_stage, plan_stage)
 from .compiler.stages import CompiledPlan
@@ -48,8 +48,16 @@ _arguments_checked = arguments_checked(ConfigError, call="task.")
 """Task builders: a misspelt keyword or a setting passed by position is a ConfigError."""
 
 
-class DeepLearningTask(Phased):
+_ELSEWHERE = {"lr": "the learning rate is the optimizer's: task.optimizer(AdamW().lr(1e-3)).",
+              "batch_size": "the batch size comes with the data: task.data(splits, batch_size=128).",
+              "fit": "task.run() trains (it compiles first when needed).",
+              "train": "task.run() trains (it compiles first when needed)."}
+"""Names users bring from other libraries for what lives elsewhere here, with where it lives."""
+
+
+class DeepLearningTask(Phased, SuggestsNames):
     """Model, data, loss, optimizer and schedule, compiled into one replayable step."""
+    _elsewhere = _ELSEWHERE  # task.epochs(3): did you mean total_epochs; task.lr: the optimizer's
 
     def __init__(self, name: str = "task", *, config: TaskConfig | None = None) -> None:
         self._config = config if config is not None else TaskConfig(name=name)
@@ -169,7 +177,6 @@ class DeepLearningTask(Phased):
         their gradients, moments, EMA copies): such strides alias in the cache and slow the products (oneMKL's guide).
         fold_bn (default False): at inference a conv + bn runs as one conv (ops/conv_bn.py); recompute
         (default False): each block's activations are recomputed before its backward (compiler/recompute.py).
-
         nan_policy: "raise" (default) stops at a non-finite gradient or loss, naming it;
         "skip" skips that update and counts it (task.skipped_updates). A skipped update is not a
         step: Adam's step count (as torch's, whose GradScaler skips ``optimizer.step()``) and the

@@ -3,7 +3,7 @@
 # the package with its [test] and [mkl] extras (so both sgemm paths, OpenBLAS and oneMKL, are
 # tested), PyTorch (the reference for the parity tests), then (as root, with apt-get) gcc for the C
 # kernels if there is no C compiler, Debian's chromium, graphviz and fonts for the browser test and
-# the graph drawings, then pytest.
+# the graph drawings, then pytest, which ends by listing the 15 slowest tests.
 # Safe to run again: anything already present is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,4 +27,5 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
 else
   echo "warning: not root or no apt-get: chromium/graphviz not installed; the tests that need them skip"
 fi
-exec python3 -m pytest -q -p no:cacheprovider "$@"
+# --durations=15: the 15 slowest tests close the output, so a slow one is seen when it comes
+exec python3 -m pytest -q -p no:cacheprovider --durations=15 "$@"

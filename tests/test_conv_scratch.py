@@ -21,7 +21,7 @@ from renaissance_nb.memory.region import Region
 
 
 def readme_resnet(n: int = 256) -> DeepLearningTask:
-    """The README's ResNet example on random 3x32x32 images (its plan depends only on the shapes)."""
+    """The guide's ResNet example (docs/guide.md, image models) on random 3x32x32 images (its plan depends only on the shapes)."""
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((n, 3, 32, 32), dtype=np.float32), rng.integers(0, 10, n).astype(np.int32)
     net = seq(cbr(32, 3, 1, 1), block(32, RESNET_3_3), block(64, RESNET_3_3_DS), gap(), fc(10))

@@ -276,6 +276,8 @@ def _stops_train_nproc_2(group: bool) -> None:
     proc, out, err, after = _interrupt([sys.executable, "-m", "renaissance_nb", "train", "--nproc", "2",
                                         "--epochs", "30"], lambda line: line.startswith("epoch   1 "), group=group)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert ("ranks: 2 MPI processes started by mpiexec, data-parallel: each trains on 64 of every global batch of "
+            "128 samples") in out, out[:3000]  # the output used to never say it ran on 2 ranks
     assert re.search(r"stopped after step (16|32) of 32 in epoch \d+ \(Ctrl-C\)", out), out[-2000:]
     done = re.findall(r"interrupted by Ctrl-C after (\d+) of 30 epochs", err)
     assert len(done) == 2 and len(set(done)) == 1, err[-2000:]  # rank 0 and rank 1, at the same point

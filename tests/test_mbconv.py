@@ -115,10 +115,10 @@ def test_a_mobilenet_v2_style_net_learns_the_embedded_digits() -> None:
               block(24, MBCONV, s=2, cin=16), block(24, MBCONV), block(32, MBCONV, s=2, cin=24, se=4),
               block(32, MBCONV, se=4), conv(64, 1, bias=False), bn(), relu6(), gap(), fc(10))
     task = (DeepLearningTask("mobilenet-v2-style").model(net).data(data, batch_size=64)
-            .optimizer(AdamW().lr(3e-3)).scheduler(CosineAnnealingLR()).total_epochs(6).seed(0))
-    result = task.run(progress=False)
+            .optimizer(AdamW().lr(3e-3)).scheduler(CosineAnnealingLR()).total_epochs(3).seed(0))
+    result = task.run(progress=False)  # 3 epochs, not 6: 0.956 here (the suite's slowest test took twice as long)
     top1 = result.history[-1].val_top1
-    print(f"MobileNetV2-style net, 6 epochs on the 4,000 embedded digits: val top-1 {top1:.3f}")
+    print(f"MobileNetV2-style net, 3 epochs on the 4,000 embedded digits: val top-1 {top1:.3f}")
     assert top1 > 0.9, top1
 
 

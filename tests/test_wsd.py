@@ -135,7 +135,8 @@ def test_linear_and_cosine_equal_torchs_three_phase_sequence(warmup, fraction, s
     (lambda: WarmupStableDecayLR(warmup=1, decay_fraction=0.8).table(4, 2),
      r"decay_fraction=0.8 is invalid; expected at most the 4 steps left after the warmup's 4 of 8; it is 6 steps: the decay "
      r"would overlap the warmup\. Fix: lower decay_fraction or shorten the warmup"),
-    (lambda: WarmupStableDecayLR(warmup=2).table(4, 2), r"warmup longer than training"),
+    (lambda: WarmupStableDecayLR(warmup=2).table(4, 2), r"it is 8 steps: warmup as long as training"),
+    (lambda: WarmupStableDecayLR(warmup=3).table(4, 2), r"it is 12 steps: warmup longer than training"),
 ])
 def test_bad_arguments_are_config_errors_naming_value_and_fix(make, match) -> None:
     with pytest.raises(ConfigError, match=match) as info:

@@ -152,7 +152,8 @@ class Scheduler(Settings):
         if w >= total:
             raise bad_argument(ConfigError, self._where("warmup"), "warmup", self.warmup_,
                                f"fewer than {total} steps ({epochs} epochs of {spe} steps); "
-                               f"it is {w} steps: warmup longer than training",
+                               f"it is {w} steps: " + ("warmup as long as training, which would never reach "
+                                                       "the base rate" if w == total else "warmup longer than training"),
                                "shorten the warmup or train for more epochs")
         lrs = np.empty(total, dtype=np.float64)
         if w:

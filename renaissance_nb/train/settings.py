@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from ..checks import as_float
+from ..checks import SuggestsNames, as_float, closest
 from ..errors import ConfigError, bad_argument
 
 S = TypeVar("S", bound="Settings")
 
 
-class Settings:
+class Settings(SuggestsNames):
     """Base of frozen ``@dataclass(init=False)`` settings whose fields end in '_' and whose setters share the name.
 
     The constructor takes the setters' names as keywords (``Adam(lr=1e-3)``,
@@ -38,8 +38,9 @@ class Settings:
             if name.endswith("_") and name[:-1] in names:  # dataclasses.replace passes the field names
                 name = name[:-1]
             if name not in names:
+                close = closest(name, names)
                 raise bad_argument(ConfigError, where, name, value, f"one of the settings {', '.join(names)}",
-                                   f"remove {name}= or use one of those names")
+                                   f"did you mean {close}=?" if close else f"remove {name}= or use one of those names")
             object.__setattr__(self, name + "_", self._check(name, value))
         self.__post_init__()
 
