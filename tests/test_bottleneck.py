@@ -69,7 +69,10 @@ OURS = seq(cbr(8, 3, 1, 1), block(16, BOTTLENECK_DS, s=1), block(16, BOTTLENECK)
 def test_thirty_steps_with_batch_norm_match_torchs_bottleneck() -> None:
     torch.set_num_threads(2)
     net = Net()
-    assert thirty_steps_against_torch(OURS, net, net.named_in_walk_order()) > 0.0  # it compared real numbers
+    # lr 0.01: at 0.02 this net's loss jumps about from step 10 on (0.39, 0.72, 0.20), a trajectory where
+    # float32 rounding that differs by 1e-7 at step 9 grows to 6% by step 30, on one CPU and not on another
+    # (the gradients of every step still agree to 1e-6 when both sides start from the same weights)
+    assert thirty_steps_against_torch(OURS, net, net.named_in_walk_order(), lr=0.01) > 0.0  # real numbers
 
 
 def test_bottleneck_options_are_checked() -> None:
