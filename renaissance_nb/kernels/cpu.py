@@ -133,7 +133,8 @@ def _relu_pass(x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> Kernel | None:
 @kernel("act_fwd")
 def act_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
-    code, slope, f = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_forward
+    code, slope = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE))
+    f = fused.act_forward_par if _threaded_elementwise(y, x) else fused.act_forward
     fast = _relu_pass(x, y, EMPTY_F32) if code == ACT_CODES["relu"] else None
     return fast or (lambda: f(x, y, code, slope))
 
@@ -141,7 +142,8 @@ def act_fwd(outs, ins, p, env):
 @kernel("act_bwd")
 def act_bwd(outs, ins, p, env):
     (dy, x), (dx,) = ins, outs
-    code, slope, f = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE)), fused.act_backward
+    code, slope = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE))
+    f = fused.act_backward_par if _threaded_elementwise(dx, dy, x) else fused.act_backward
     fast = _relu_pass(x, dx, dy) if code == ACT_CODES["relu"] else None
     return fast or (lambda: f(dy, x, dx, code, slope))
 

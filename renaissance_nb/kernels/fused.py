@@ -229,11 +229,9 @@ def add_chunks_par_(a, b, out):
 
 
 @jit
-def act_forward(x, y, act, slope):
-    """y = act(x) for any activation (silu and gelu need x for their gradient)."""
-    fx = x.reshape(-1)
-    fy = y.reshape(-1)
-    for k in range(fx.shape[0]):
+def act_forward_range(fx, fy, act, slope, lo, hi):
+    """y = act(x) over flat elements lo <= k < hi (silu and gelu need x for their gradient)."""
+    for k in range(lo, hi):
         z = fx[k]
         if act == 1:
             r = z if z > 0 else np.float32(0.0)
@@ -253,12 +251,25 @@ def act_forward(x, y, act, slope):
 
 
 @jit
-def act_backward(dy, x, dx, act, slope):
-    """dx = dy * act'(x)."""
-    fd = dy.reshape(-1)
+def act_forward(x, y, act, slope):
+    """y = act(x) for any activation."""
     fx = x.reshape(-1)
-    fo = dx.reshape(-1)
-    for k in range(fx.shape[0]):
+    act_forward_range(fx, y.reshape(-1), act, slope, 0, fx.shape[0])
+
+
+@par
+def act_forward_par(x, y, act, slope):
+    """act_forward in PAR_CHUNKS blocks on numba's threads (element-wise: the same bytes)."""
+    fx, fy = x.reshape(-1), y.reshape(-1)
+    for c in numba.prange(PAR_CHUNKS):
+        lo, hi = chunk(fx.shape[0], c)
+        act_forward_range(fx, fy, act, slope, lo, hi)
+
+
+@jit
+def act_backward_range(fd, fx, fo, act, slope, lo, hi):
+    """dx = dy * act'(x) over flat elements lo <= k < hi."""
+    for k in range(lo, hi):
         z = np.float64(fx[k])
         if act == 1:
             g = 1.0 if z > 0 else 0.0
@@ -278,6 +289,22 @@ def act_backward(dy, x, dx, act, slope):
         else:
             g = 1.0
         fo[k] = fd[k] * g
+
+
+@jit
+def act_backward(dy, x, dx, act, slope):
+    """dx = dy * act'(x)."""
+    fx = x.reshape(-1)
+    act_backward_range(dy.reshape(-1), fx, dx.reshape(-1), act, slope, 0, fx.shape[0])
+
+
+@par
+def act_backward_par(dy, x, dx, act, slope):
+    """act_backward in PAR_CHUNKS blocks on numba's threads (element-wise: the same bytes)."""
+    fd, fx, fo = dy.reshape(-1), x.reshape(-1), dx.reshape(-1)
+    for c in numba.prange(PAR_CHUNKS):
+        lo, hi = chunk(fx.shape[0], c)
+        act_backward_range(fd, fx, fo, act, slope, lo, hi)
 
 
 @jit
