@@ -154,6 +154,7 @@ class TrainingMonitor(ViewWidget):
                 self._in_run = False
             self.status = "error" if failed else self._run_status  # as the refresh just read the task
             self._changed()
+            self.tell_peers()
         return result
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
