@@ -42,7 +42,7 @@ function render({ model, el }) {
     for (const g of v.graph_ids) {
       const stream = v.streams[g];
       const row = h("tr", {}, h("th", { class: "rnb-mono" }, g),
-        h("td", {}, h("span", { class: "rnb-pill", style: { background: v.stream_colors[stream] } }, stream)));
+        h("td", {}, h("span", { class: "rnb-pill", style: { background: v.stream_colors[stream], color: inkOn(v.stream_colors[stream]) } }, stream)));
       for (const name of v.variants) {
         const c = (v.cells[name] || {})[g];
         if (!c) { row.append(h("td", { class: "rnb-empty" }, "—")); continue; }
@@ -69,13 +69,13 @@ function render({ model, el }) {
       h("div", { class: "rnb-legend rnb-share-legend" }, h("span", { class: "rnb-muted" }, "shared by:"),
         ...(v.patterns || []).map((p) => h("span", { "data-pattern": p.variants.join(" ") },
           h("span", { class: "rnb-swatch", style: { background: p.color, outline: `1px solid ${p.ink}` } }), p.variants.join(" = "))),
-        h("span", {}, h("span", { class: "rnb-swatch", style: { background: "#f6f8fa", outline: "1px solid #667085" } }), "this cell only")));
+        h("span", {}, h("span", { class: "rnb-swatch", style: { background: "var(--rnb-panel)", outline: "1px solid var(--rnb-muted)" } }), "this cell only")));
 
     const d = model.get("detail") || {};
     const detail = h("div", { class: "rnb-detail rnb-atlas-detail", "data-captured": d.captured ?? "" });
     if (d.gid) {
       detail.append(h("div", { class: "rnb-row" },
-        h("span", { class: "rnb-pill", style: { background: d.ink } }, `#${d.captured}`),
+        h("span", { class: "rnb-pill", style: { background: d.ink, color: inkOn(d.ink) } }, `#${d.captured}`),
         h("b", { class: "rnb-mono" }, `${d.graph} / ${d.gid}`),
         h("span", { class: "rnb-muted" }, `in ${d.variant} · ShapeId s${d.shape_id} = ${d.shape} · stream ${d.stream} · ${plural(d.n_nodes, "node")}`),
         h("span", { class: "rnb-grow" }),

@@ -96,7 +96,7 @@ function scrubberSection(ui) {
 function strip(ui, lo, hi, cls) {
   const span = Math.max(hi - lo, 1), H = 30, rects = [];
   const svg = s("svg", { viewBox: `0 0 ${SW} ${H + 14}`, class: `rnb-insp-strip ${cls}` });
-  svg.append(s("rect", { x: 0, y: 0, width: SW, height: H, rx: 5, fill: "#f2f4f7" }));
+  svg.append(s("rect", { x: 0, y: 0, width: SW, height: H, rx: 5, fill: "#f2f4f7", class: "rnb-svg-panel" }));
   for (const t of ui.v.tensors) {
     if (!t.slot_bytes || t.offset + t.slot_bytes <= lo || t.offset >= hi) continue;
     const a = Math.max(t.offset, lo), b = Math.min(t.offset + t.slot_bytes, hi);
@@ -106,8 +106,8 @@ function strip(ui, lo, hi, cls) {
     svg.append(r);
     rects.push([t, r]);
   }
-  svg.append(s("text", { x: 0, y: H + 12, "font-size": 10, fill: "#667085" }, lo.toLocaleString()),
-    s("text", { x: SW, y: H + 12, "font-size": 10, fill: "#667085", "text-anchor": "end" }, `${hi.toLocaleString()} bytes`));
+  svg.append(s("text", { x: 0, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, lo.toLocaleString()),
+    s("text", { x: SW, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, `${hi.toLocaleString()} bytes`));
   const of = new Map(rects.map(([t, r]) => [r, t]));
   svg.addEventListener("mouseover", (e) => {
     const t = of.get(e.target);
@@ -139,15 +139,15 @@ function drawCurve(ui) {
   const X = (t) => (t / n) * SW, Y = (b) => H - (b / top) * (H - 6);
   const pts = c.map((b, i) => `${X(i).toFixed(1)},${Y(b).toFixed(1)}`);
   const svg = s("svg", { viewBox: `0 0 ${SW} ${H + 14}`, class: "rnb-insp-curve" });
-  for (const p of programs(ui.v.ticks)) svg.append(s("rect", { x: X(p.start), y: 0, width: Math.max(X(p.end) - X(p.start), 1), height: H, fill: "#f6f8fa" }));
+  for (const p of programs(ui.v.ticks)) svg.append(s("rect", { x: X(p.start), y: 0, width: Math.max(X(p.end) - X(p.start), 1), height: H, fill: "#f6f8fa", class: "rnb-svg-panel" }));
   const sofar = s("polygon", { fill: "#3b6fb6", "fill-opacity": 0.15 });
   const pk = ui.v.peaks[ui.variant()].time;
-  const line = s("line", { y1: 0, y2: H, stroke: "#1f2328", "stroke-width": 1.6, class: "rnb-insp-marker" });
-  const dot = s("circle", { r: 3.5, fill: "#1f2328" });
+  const line = s("line", { y1: 0, y2: H, stroke: "#1f2328", "stroke-width": 1.6, class: "rnb-insp-marker rnb-svg-marker" });
+  const dot = s("circle", { r: 3.5, fill: "#1f2328", class: "rnb-svg-dot" });
   svg.append(s("polyline", { points: pts.join(" "), fill: "none", stroke: "#3b6fb6", "stroke-width": 1.4 }), sofar,
     s("line", { x1: X(pk), x2: X(pk), y1: 0, y2: H, stroke: "#c2334d", "stroke-dasharray": "4 3" }), line, dot,
-    s("text", { x: 0, y: H + 12, "font-size": 10, fill: "#667085" }, "tick 0"),
-    s("text", { x: SW, y: H + 12, "font-size": 10, fill: "#667085", "text-anchor": "end" }, `live bytes · peak ${human(top)} (red)`));
+    s("text", { x: 0, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, "tick 0"),
+    s("text", { x: SW, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, `live bytes · peak ${human(top)} (red)`));
   ui.box.curve.replaceChildren(svg);
   ui.curve = (at) => {
     sofar.setAttribute("points", `0,${H} ` + pts.slice(0, at + 1).join(" ") + ` ${X(at)},${H}`);
@@ -342,8 +342,8 @@ function histogram(st) {
     svg.append(r);
   });
   const last = st.edges[st.edges.length - 1];
-  svg.append(s("text", { x: 0, y: H + 12, "font-size": 10, fill: "#667085", class: "rnb-insp-edge-lo", "data-value": st.edges[0] }, num(st.edges[0], 4)),
-    s("text", { x: W, y: H + 12, "font-size": 10, fill: "#667085", "text-anchor": "end", class: "rnb-insp-edge-hi", "data-value": last }, num(last, 4)));
+  svg.append(s("text", { x: 0, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax rnb-insp-edge-lo", "data-value": st.edges[0] }, num(st.edges[0], 4)),
+    s("text", { x: W, y: H + 12, "font-size": 12, fill: "#667085", "text-anchor": "end", class: "rnb-svg-ax rnb-insp-edge-hi", "data-value": last }, num(last, 4)));
   return svg;
 }
 
@@ -416,7 +416,8 @@ function draw(ui) {
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-inspector");
-  liveView(model, el);
+  liveView(model, el, [["← →", "the previous or next node (the scrubber focused)"], ["Home End", "the step's first or last node"],
+    ["Enter", "apply a field (batch, resolution, budget)"]]);
   const ui = makeUi(model, el);
   el.addEventListener("click", (e) => {  // every tensor drawn: chips, strip boxes, table rows
     const hit = e.target.closest ? e.target.closest(PICKABLE) : null;

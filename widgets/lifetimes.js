@@ -54,26 +54,26 @@ function render({ model, el }) {
     svg.append(s("rect", { x: left, y: top, width: pw, height: H, fill: "var(--rnb-panel, #f6f8fa)", rx: 4 }));
     for (const p of v.programs) {
       const x = X(p.start), w = X(p.end + 1) - X(p.start);
-      svg.append(s("rect", { x, y: top, width: w, height: H, fill: "#ffffff", "fill-opacity": 0.55, stroke: "#e4e7ec" }));
+      svg.append(s("rect", { x, y: top, width: w, height: H, fill: "#ffffff", "fill-opacity": 0.55, stroke: "#e4e7ec", class: "rnb-svg-paper rnb-svg-grid" }));
       const fit = Math.floor(w / 6);
-      svg.append(s("text", { x: x + 3, y: top - 8, "font-size": 10.5, fill: "#667085" },
+      svg.append(s("text", { x: x + 3, y: top - 8, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" },
         p.name.length <= fit ? p.name : p.name.slice(0, Math.max(fit - 1, 1)) + "…"));
     }
     // y axis: a few byte offsets
     for (let k = 0; k <= 4; k++) {
       const o = lo + (span * k) / 4;
-      svg.append(s("line", { x1: left - 4, x2: left, y1: Y(o), y2: Y(o), stroke: "#98a2b3" }));
-      svg.append(s("text", { x: left - 7, y: Y(o) + 3.5, "font-size": 9.5, fill: "#667085", "text-anchor": "end" }, human(o - (scope === "arena" ? 0 : lo))));
+      svg.append(s("line", { x1: left - 4, x2: left, y1: Y(o), y2: Y(o), stroke: "#98a2b3", class: "rnb-svg-tick" }));
+      svg.append(s("text", { x: left - 7, y: Y(o) + 3.5, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, human(o - (scope === "arena" ? 0 : lo))));
     }
-    svg.append(s("text", { x: 12, y: top + H / 2, "font-size": 10.5, fill: "#667085", "text-anchor": "middle", transform: `rotate(-90 12 ${top + H / 2})` },
+    svg.append(s("text", { x: 12, y: top + H / 2, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "middle", transform: `rotate(-90 12 ${top + H / 2})` },
       scope === "arena" ? "offset in the arena" : `offset from ${lo.toLocaleString()}`));
     // x axis
     const tickEvery = n > 60 ? 10 : 5;
     for (let t = 0; t < n; t += tickEvery) {
-      svg.append(s("line", { x1: X(t + 0.5), x2: X(t + 0.5), y1: top + H, y2: top + H + 4, stroke: "#98a2b3" }));
-      svg.append(s("text", { x: X(t + 0.5), y: top + H + 15, "font-size": 9.5, fill: "#667085", "text-anchor": "middle" }, t));
+      svg.append(s("line", { x1: X(t + 0.5), x2: X(t + 0.5), y1: top + H, y2: top + H + 4, stroke: "#98a2b3", class: "rnb-svg-tick" }));
+      svg.append(s("text", { x: X(t + 0.5), y: top + H + 15, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "middle" }, t));
     }
-    svg.append(s("text", { x: left + pw / 2, y: top + H + 29, "font-size": 10.5, fill: "#667085", "text-anchor": "middle" },
+    svg.append(s("text", { x: left + pw / 2, y: top + H + 29, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "middle" },
       "step order: node index on the liveness timeline →"));
 
     const boxes = new Map();

@@ -1,7 +1,8 @@
 // TrainingMonitor: four small charts (loss, top-1, learning rate, step time) drawn once and
 // updated in place as epochs arrive, so the curves grow without flicker.
 
-const W = 360, H = 160, L = 44, R = 10, T = 10, B = 32;
+const STATUS = { running: "#3b6fb6", paused: "#7a6fb0", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" };
+const W = 360, H = 170, L = 50, R = 10, T = 10, B = 36;
 
 // A round step (1, 2 or 5 times a power of ten) giving about n intervals over span.
 function niceStep(span, n) {
@@ -36,7 +37,7 @@ function chart(title, key, series, xlabel = "epoch") {
   });
   const bars = s("g", { fill: series[0].color });
   layer.append(bars);
-  const empty = s("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "font-size": 11, fill: "#98a2b3" }, "waiting for the first epoch…");
+  const empty = s("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, "waiting for the first epoch…");
   svg.append(empty);
   const box = h("div", { class: "rnb-chart", "data-chart": key },
     h("div", { class: "rnb-chart-title" }, title, value), svg,
@@ -76,18 +77,18 @@ function chart(title, key, series, xlabel = "epoch") {
     const span = ticks.length > 1 ? ticks[1] - ticks[0] : 1;
     const digits = Math.max(0, -Math.floor(Math.log10(span) + 1e-9));
     for (const y of ticks) {
-      grid.append(s("line", { x1: L, x2: W - R, y1: Y(y), y2: Y(y), stroke: "#eef0f3" }));
+      grid.append(s("line", { x1: L, x2: W - R, y1: Y(y), y2: Y(y), stroke: "#eef0f3", class: "rnb-svg-grid" }));
       const label = y === 0 ? "0" : (log ? (y >= 0.01 && y < 1e4 ? String(+y.toPrecision(2)) : y.toExponential(0))
         : (span < 0.01 ? y.toExponential(1) : y.toFixed(Math.min(digits, 4))));
-      axes.append(s("text", { x: L - 5, y: Y(y) + 3.5, "text-anchor": "end", "font-size": 9.5, fill: "#667085" }, label));
+      axes.append(s("text", { x: L - 5, y: Y(y) + 3.5, "text-anchor": "end", "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, label));
     }
     const xstep = Math.max(1, niceStep(xmax, 6));
     for (let x = 0; x <= xmax + 1e-9; x += xstep) {
-      axes.append(s("text", { x: X(x), y: H - B + 12, "text-anchor": "middle", "font-size": 9.5, fill: "#667085" }, +x.toFixed(6)));
+      axes.append(s("text", { x: X(x), y: H - B + 14, "text-anchor": "middle", "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, +x.toFixed(6)));
     }
-    axes.append(s("text", { x: L + (W - L - R) / 2, y: H - 3, "text-anchor": "middle", "font-size": 10, fill: "#475467",
+    axes.append(s("text", { x: L + (W - L - R) / 2, y: H - 3, "text-anchor": "middle", "font-size": 12, fill: "#475467", class: "rnb-svg-ax",
       "data-axis": "x" }, xlabel));
-    axes.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#c0c6d0" }));
+    axes.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#c0c6d0", class: "rnb-svg-tick" }));
     for (const sr of paths) {
       const q = data[sr.name] || [];
       sr.p.setAttribute("d", q.map(([x, y], i) => `${i ? "L" : "M"}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join(""));
@@ -148,7 +149,8 @@ function render({ model, el }) {
     el.dataset.epochs = String(recs.length);
     status.textContent = st;
     status.dataset.status = st;
-    status.style.background = { running: "#3b6fb6", paused: "#7a6fb0", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" }[st] || "#98a2b3";
+    status.style.background = STATUS[st] || "#98a2b3";
+    status.style.color = inkOn(STATUS[st] || "#98a2b3");
     const done = recs.length ? recs[recs.length - 1].epoch : 0;
     bar.firstChild.style.width = `${Math.min(100, (100 * done) / Math.max(total, 1))}%`;
     count.textContent = `epoch ${done}/${total}`;

@@ -91,7 +91,7 @@ function render({ model, el }) {
       if (r.base > cursor) bar.append(h("div", { style: { flex: `0 0 ${((r.base - cursor) / total) * 100}%` } }));
       const seg = h("div", {
         class: "rnb-arena-seg" + (r.region === selected ? " rnb-selected" : ""), "data-region": r.region,
-        style: { flex: `0 0 ${(r.size / total) * 100}%`, minWidth: "2px", background: r.color, color: "#fff", fontSize: "11px", fontWeight: 600, display: "flex", alignItems: "center", justifyContent: "center", borderRight: "1px solid rgba(255,255,255,.8)", cursor: "pointer", overflow: "hidden", boxShadow: r.region === selected ? "inset 0 0 0 2px #1f2328" : "none" },
+        style: { flex: `0 0 ${(r.size / total) * 100}%`, minWidth: "2px", background: r.color, color: inkOn(r.color), fontSize: "12px", fontWeight: 600, display: "flex", alignItems: "center", justifyContent: "center", borderRight: "1px solid rgba(255,255,255,.8)", cursor: "pointer", overflow: "hidden", boxShadow: r.region === selected ? "inset 0 0 0 2px var(--rnb-ink)" : "none" },
         onmousemove: (ev) => tip.show(ev, `<b>${esc(r.region)}</b><br><span class="rnb-k">family</span>${esc(r.family)} · ${esc(r.family_name)}<br><span class="rnb-k">offset</span>${r.base.toLocaleString()}<br><span class="rnb-k">size</span>${r.human} · ${plural(r.tensor_ids.length, "tensor")}`),
         onmouseleave: () => tip.hide(),
         onclick: () => select(r.region),
@@ -99,7 +99,7 @@ function render({ model, el }) {
       bar.append(seg);
       cursor = r.end;
     }
-    el.append(bar, h("div", { class: "rnb-row rnb-muted", style: { justifyContent: "space-between", fontSize: "10.5px", margin: "2px 0 4px 0" } },
+    el.append(bar, h("div", { class: "rnb-row rnb-muted", style: { justifyContent: "space-between", fontSize: "12px", margin: "2px 0 4px 0" } },
       h("span", {}, "offset 0"), h("span", {}, v.arena_human)));
 
     // legend by family
