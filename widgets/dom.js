@@ -92,11 +92,15 @@ function pollTick(key, group) {
   for (const m of shown) if (sendSafe(m, { poll: 1, shown: ids })) { group.sent += 1; return; }
 }
 
-// Keys: a view's keys never reach the notebook (JupyterLab and Notebook 7 skip their shortcuts under
-// data-lm-suppress-shortcuts; the propagation stops for the others), Enter in a field applies it (a
-// "change", which the notebook's Enter would otherwise swallow), and "?" lists the view's keys.
-function keyboard(el, keys) {
+// Keys: a view's keys never reach the notebook. Some front ends read keys before the page does (Notebook 7
+// handles them at the document, in the capture phase, and takes the arrow keys even from a focused slider),
+// so one listener on the window, ahead of them all, stops every key whose target is inside a view and hands
+// it to that view: Enter in a field applies it (a "change"), "?" lists the view's keys, Esc closes the
+// list, and the view's own keys (onKey) run. Typing in a field is the browser's default action: it still
+// happens. Each widget module is its own module: the listener and its registry are global.
+function keyboard(el, keys, onKey) {
   el.setAttribute("data-lm-suppress-shortcuts", "true");
+  el.setAttribute("data-rnb-keys", "");
   if (!el.hasAttribute("tabindex")) el.tabIndex = -1;  // a click inside gives the view the keys
   let help = null;
   const close = () => { if (help) { help.remove(); help = null; } };
@@ -108,21 +112,34 @@ function keyboard(el, keys) {
       h("table", { class: "rnb-table" }, ...rows.map(([k, what]) => h("tr", {}, h("td", {}, h("kbd", {}, k)), h("td", {}, what)))));
     el.prepend(help);
   };
-  const field = (t) => t && t.matches && t.matches("input:not([type=checkbox]):not([type=range]):not([type=button]), textarea, select");
-  el.addEventListener("keydown", (e) => {
-    e.stopPropagation();
-    if (e.key === "Enter" && field(e.target) && e.target.tagName !== "TEXTAREA") {
+  const field = (t) => t && t.matches && t.matches("input:not([type=checkbox]):not([type=range]):not([type=button]), select");
+  const handle = (e) => {
+    if (onKey && onKey(e)) return;
+    if (e.key === "Enter" && field(e.target)) {
       e.preventDefault();
       e.target.dispatchEvent(new Event("change", { bubbles: true }));
     } else if (e.key === "?" && !field(e.target)) { e.preventDefault(); toggle(); }
     else if (e.key === "Escape" && help) { e.preventDefault(); close(); }
-  });
-  for (const type of ["keyup", "keypress"]) el.addEventListener(type, (e) => e.stopPropagation());
+  };
+  const roots = (globalThis.__rnbKeyRoots ??= new WeakMap());
+  roots.set(el, handle);
+  if (!globalThis.__rnbKeysListening) {
+    globalThis.__rnbKeysListening = true;
+    for (const type of ["keydown", "keyup", "keypress"]) {
+      window.addEventListener(type, (e) => {
+        const root = e.target && e.target.closest ? e.target.closest("[data-rnb-keys]") : null;
+        const go = root && globalThis.__rnbKeyRoots.get(root);
+        if (!go) return;
+        e.stopPropagation();
+        if (type === "keydown") go(e);
+      }, true);
+    }
+  }
 }
 
-function liveView(model, el, keys = []) {
+function liveView(model, el, keys = [], onKey = null) {
   el.classList.add("rnb-live");
-  keyboard(el, keys);
+  keyboard(el, keys, onKey);
   const polls = (globalThis.__rnbPolls ??= new Map());
   const key = model.get("poll_key") || `view-${Math.random().toString(36).slice(2)}`;
   let group = polls.get(key);

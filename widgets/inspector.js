@@ -55,26 +55,18 @@ function markPicked(ui) {  // the selected tensor outlined wherever it is drawn
 // ---- the step scrubber ---------------------------------------------------------------------------------
 function scrubberSection(ui) {
   const { box, v } = ui;
-  const step = (by) => ui.save("tick", ui.times[Math.min(ui.times.length - 1, Math.max(0, ui.tickIndex() + by))]);
-  const keys = (e) => {  // ← → a node, Home and End the step's ends; kept from the notebook's own shortcuts
-    const by = { ArrowLeft: -1, ArrowRight: 1, Home: -1e9, End: 1e9 }[e.key];
-    if (by === undefined) return;
-    e.preventDefault();
-    e.stopPropagation();
-    step(by);
-  };
+  const step = (by) => stepBy(ui, by);
   box.slider = h("input", { type: "range", class: "rnb-insp-slider", min: 0, max: ui.times.length - 1, step: 1,
     value: ui.tickIndex(), "aria-label": "step scrubber: node of the step",
     oninput: (e) => ui.model.set("tick", ui.times[+e.target.value]),  // drawn at once, sent on release
-    onchange: (e) => ui.save("tick", ui.times[+e.target.value]),
-    onkeydown: keys });  // one node per key, here as on the panel (JupyterLab may keep the native step)
+    onchange: (e) => ui.save("tick", ui.times[+e.target.value]) });  // its keys: scrubKeys, one node each
   box.tickInfo = h("div", { class: "rnb-insp-op" });
   box.rw = h("div", { class: "rnb-insp-rw-box" });
   box.curve = h("div", { class: "rnb-insp-curve-box" });
   const [lo, hi] = v.focus_range;
   ui.strips = [strip(ui, 0, v.arena_bytes, "rnb-insp-arena"), strip(ui, lo, hi, "rnb-insp-focus")];
   drawCurve(ui);
-  return h("div", { class: "rnb-insp-section rnb-insp-scrubber", tabindex: 0, onkeydown: keys },
+  return h("div", { class: "rnb-insp-section rnb-insp-scrubber", tabindex: 0 },
     h("div", { class: "rnb-h" }, "Step scrubber · drag, or focus and use ← →"),
     h("div", { class: "rnb-row" },
       h("button", { class: "rnb-btn rnb-insp-prev", title: "previous node", onclick: () => step(-1) }, "◀"),
@@ -89,6 +81,18 @@ function scrubberSection(ui) {
       h("div", { class: "rnb-sub" }, `Feature maps and temporaries, bytes ${lo.toLocaleString()}–${hi.toLocaleString()}`),
       ui.strips[1].svg),
     box.curve);
+}
+
+const stepBy = (ui, by) => ui.save("tick", ui.times[Math.min(ui.times.length - 1, Math.max(0, ui.tickIndex() + by))]);
+
+// ← → a node, Home and End the step's ends, while the scrubber (or its slider) has the focus; true when
+// the key was the scrubber's (the view's key handler, dom.js keyboard, then does nothing more).
+function scrubKeys(ui, e) {
+  const by = { ArrowLeft: -1, ArrowRight: 1, Home: -1e9, End: 1e9 }[e.key];
+  if (by === undefined || !ui.box.slider || !(e.target.closest && e.target.closest(".rnb-insp-scrubber"))) return false;
+  e.preventDefault();
+  stepBy(ui, by);
+  return true;
 }
 
 // The arena from lo to hi: one box per tensor, drawn once per view; styleStrip marks a tick's live, read and
@@ -326,7 +330,7 @@ function whatifSection(ui) {
     ui.save("fit_budget", bytes);
     updateWhatif(ui);  // the same budget again changes nothing in Python: its answer shown again
   };
-  mib.addEventListener("keydown", (e) => { if (e.key === "Enter") go(); });
+  mib.addEventListener("change", go);  // Enter (dom.js keyboard) or leaving the field
   return h("div", { class: "rnb-insp-section rnb-insp-whatif" }, h("div", { class: "rnb-h" }, "What-if"), box.controls, box.whatifResult,
     h("div", { class: "rnb-row rnb-insp-fit-row" }, "Largest batch that fits in", mib, "MiB",
       h("button", { class: "rnb-btn rnb-insp-fit-btn", onclick: go }, "find"), box.fitAnswer));
@@ -416,9 +420,9 @@ function draw(ui) {
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-inspector");
-  liveView(model, el, [["← →", "the previous or next node (the scrubber focused)"], ["Home End", "the step's first or last node"],
-    ["Enter", "apply a field (batch, resolution, budget)"]]);
   const ui = makeUi(model, el);
+  liveView(model, el, [["← →", "the previous or next node (the scrubber focused)"], ["Home End", "the step's first or last node"],
+    ["Enter", "apply a field (batch, resolution, budget)"]], (e) => scrubKeys(ui, e));
   el.addEventListener("click", (e) => {  // every tensor drawn: chips, strip boxes, table rows
     const hit = e.target.closest ? e.target.closest(PICKABLE) : null;
     if (hit && el.contains(hit) && hit.hasAttribute("data-tensor")) ui.pick(hit.getAttribute("data-tensor"));
