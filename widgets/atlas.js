@@ -14,6 +14,16 @@ function accessTable(rows) {
     h("summary", {}, `Every read and write: ${plural(rows.length, "op")}, ${plural(total, "access", "accesses")}`), table);
 }
 
+// One row per cell of the table: a variant's GraphId and the bound graph it runs.
+function atlasRows(v) {
+  if (!v.ready) return [];
+  return v.variants.flatMap((name) => v.graph_ids.filter((g) => (v.cells[name] || {})[g]).map((g) => {
+    const c = v.cells[name][g];
+    return { variant: name, graph_id: g, stream: v.streams[g], captured: c.captured, graph: c.graph, shape_id: c.shape_id,
+      shared_by: c.shared_by };
+  }));
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-atlas");
   liveView(model, el);
@@ -94,6 +104,10 @@ function render({ model, el }) {
     el.append(detail);
   }
   draw();
+  exportBar(el, { name: "atlas", picture: () => el.querySelector(".rnb-atlas-table"), rows: () => atlasRows(model.get("view") || {}),
+    data: () => { const v = model.get("view") || {}; return v.ready ? { entries: v.entries, captures: v.captures,
+      variants: v.variants, graph_ids: v.graph_ids, streams: v.streams, shape_ids: v.shape_ids, unused: v.unused,
+      cells: atlasRows(v) } : { ready: false }; } });
   const events = ["change:view", "change:selected", "change:detail"];
   for (const e of events) model.on(e, draw);
   return () => { for (const e of events) model.off(e, draw); };

@@ -211,6 +211,7 @@ function render({ model, el }) {
     }
   }
 
+  exportBar(el, { name: "graph", picture: () => canvas.querySelector(":scope > svg") || canvas.querySelector("table") });
   const all = () => { drawControls(); drawChips(); drawCanvas(); };
   all();
   const on = [["change:view", all], ["change:graph", drawControls], ["change:gid", drawControls], ["change:variant", drawControls],

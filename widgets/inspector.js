@@ -418,6 +418,25 @@ function draw(ui) {
   updateScrub(ui); updatePeak(ui); updateWhatif(ui); updateTensor(ui); markPicked(ui);
 }
 
+// The export buttons' data: the tensors live at the peak of the variant shown (its table, whole), and the
+// step's ticks, the live-bytes curve, the peak, the what-if and fit answers.
+function peakRows(ui) {
+  if (!ui.box.slider) return [];
+  const p = ui.v.peaks[ui.variant()];
+  return p.tensors.map(([id, n]) => {
+    const t = ui.byId.get(id);
+    return { tensor: t.name, category: t.category, bytes: n, region: t.region, offset: t.offset, written_by: t.producer, layer: t.layer || "" };
+  });
+}
+function inspectorData(ui) {
+  if (!ui.box.slider) return { ready: false };
+  const name = ui.variant(), p = ui.v.peaks[name];
+  return { variant: name, arena_bytes: ui.v.arena_bytes, tick: ui.model.get("tick"),
+    peak: { bytes: p.bytes, time: p.time, op: p.op, layer: p.layer, program: p.program, by_category: p.by_category, tensors: peakRows(ui) },
+    live_bytes: ui.v.curves[name], ticks: ui.v.ticks.map((k) => ({ t: k.t, op: k.op, layer: k.layer, graph_id: k.gid, program: k.program })),
+    what_if: ui.model.get("whatif_result") || {}, fit: ui.model.get("fit_result") || {} };
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-inspector");
   const ui = makeUi(model, el);
@@ -434,6 +453,8 @@ function render({ model, el }) {
     ["change:whatif_result", when(() => updateWhatif(ui))], ["change:fit_result", when(() => updateWhatif(ui))],
     ["change:what_if", when(() => ui.box.controls.replaceChildren(controls(ui)))]];
   draw(ui);
+  exportBar(el, { name: "memory_inspector", picture: () => el.querySelector(".rnb-insp-scrubber"),
+    rows: () => peakRows(ui), data: () => inspectorData(ui) });
   for (const [e, f] of handlers) model.on(e, f);
   return () => { for (const [e, f] of handlers) model.off(e, f); };
 }

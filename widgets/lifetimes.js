@@ -3,6 +3,13 @@
 
 const esc = (x) => String(x).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
+// One row per live interval of a tensor: what the chart draws as a box.
+function lifetimeRows(v) {
+  if (!v.ready) return [];
+  return v.tensors.flatMap((t) => t.intervals.map(([a, b]) => ({ name: t.name, region: t.region, offset: t.offset,
+    slot_bytes: t.slot_bytes, first_step: a, last_step: b, reusable: !!t.reusable, shares_with: (t.shares || []).join(" ") })));
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-lifetimes");
   liveView(model, el);
@@ -135,6 +142,12 @@ function render({ model, el }) {
     }
   }
   draw();
+  exportBar(el, { name: "lifetimes", picture: () => el.querySelector(".rnb-lifetime-svg"),
+    rows: () => lifetimeRows(model.get("view") || {}), data: () => {
+      const v = model.get("view") || {};
+      return v.ready ? { arena_bytes: v.arena_bytes, focus_range: v.focus_range, steps: v.steps, shared: v.shared,
+        families: v.families, tensors: v.tensors } : { ready: false };
+    } });
   model.on("change:view", draw);
   model.on("change:scope", draw);
   return () => { model.off("change:view", draw); model.off("change:scope", draw); tip.remove(); };

@@ -223,6 +223,9 @@ function render({ model, el }) {
     }
   }
   draw();
+  exportBar(el, { name: "training", picture: () => grid, rows: () => (model.get("records") || []).map((r) => ({ ...r })),
+    data: () => Object.fromEntries(["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps",
+      "total_epochs", "steps_per_epoch", "status"].map((k) => [k, model.get(k)])) });
   const events = ["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);
   for (const e of events) model.on(e, draw);
   return () => { for (const e of events) model.off(e, draw); };

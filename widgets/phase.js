@@ -68,6 +68,8 @@ function render({ model, el }) {
     }
   }
   draw();
+  exportBar(el, { name: "phases", picture: () => el.querySelector(".rnb-phase-diagram"),
+    rows: () => ((model.get("view") || {}).history || []).map((r) => ({ ...r })), data: () => model.get("view") || {} });
   model.on("change:view", draw);
   model.on("change:error", draw);
   model.on("change:busy", draw);

@@ -24,6 +24,27 @@ function tooltip() {
   };
 }
 
+// The data of the export buttons: one row per tensor in the variant shown, and the regions they sit in.
+function shownVariant(model) {
+  const v = model.get("view") || {};
+  return (v.variants || []).includes(model.get("variant")) ? model.get("variant") : (v.variants || [])[0];
+}
+function tensorRows(model) {
+  const v = model.get("view") || {}, variant = shownVariant(model);
+  if (!v.ready) return [];
+  const family = new Map(v.regions.map((r) => [r.region, r.family]));
+  return v.tensors.map((t) => ({ id: t.id, name: t.name, region: t.region, family: family.get(t.region), dtype: t.dtype,
+    shape: (t.shapes[variant] || []).join("x"), offset: t.offset, slot_bytes: t.slot_bytes,
+    bytes: t.nbytes[variant] ?? t.slot_bytes, variant }));
+}
+function regionData(model) {
+  const v = model.get("view") || {};
+  if (!v.ready) return { ready: false };
+  return { variant: shownVariant(model), arena_bytes: v.arena_bytes, regions: v.regions.map((r) => ({ region: r.region,
+    family: r.family, offset: r.base, bytes: r.size, tensors: r.tensor_ids.length })), families: v.families,
+    tensors: tensorRows(model) };
+}
+
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
 function render({ model, el }) {
@@ -99,7 +120,9 @@ function render({ model, el }) {
       bar.append(seg);
       cursor = r.end;
     }
-    el.append(bar, h("div", { class: "rnb-row rnb-muted", style: { justifyContent: "space-between", fontSize: "12px", margin: "2px 0 4px 0" } },
+    const pic = h("div", { class: "rnb-region-picture" });  // what the export buttons draw
+    el.append(pic);
+    pic.append(bar, h("div", { class: "rnb-row rnb-muted", style: { justifyContent: "space-between", fontSize: "12px", margin: "2px 0 4px 0" } },
       h("span", {}, "offset 0"), h("span", {}, v.arena_human)));
 
     // legend by family
@@ -108,10 +131,10 @@ function render({ model, el }) {
       legend.append(h("span", { "data-family": f.family, title: f.name },
         h("span", { class: "rnb-swatch", style: { background: f.color } }), h("b", {}, f.family), ` ${f.name} · ${f.human}`));
     }
-    el.append(legend);
+    pic.append(legend);
 
     // one row per region: tensors at their offsets; a row's length is its region's size, against the largest
-    el.append(h("div", { class: "rnb-h" }, `Regions · tensors at their offsets in ${variant}; a row's length is its region's size (pale: slot bytes this variant leaves unused) · click a region`));
+    pic.append(h("div", { class: "rnb-h" }, `Regions · tensors at their offsets in ${variant}; a row's length is its region's size (pale: slot bytes this variant leaves unused) · click a region`));
     const rows = h("div", { class: "rnb-region-rows" });
     const largest = Math.max(1, ...v.regions.map((r) => r.size));
     for (const r of v.regions) {
@@ -138,7 +161,7 @@ function render({ model, el }) {
         track,
         h("div", { class: "rnb-region-size" }, r.human + (r.saved > 0 ? ` (−${human(r.saved)})` : "")));
     }
-    el.append(rows);
+    pic.append(rows);
 
     // detail of the selected region
     const detail = h("div", { class: "rnb-detail rnb-region-detail", "data-region": selected || "" });
@@ -178,6 +201,8 @@ function render({ model, el }) {
   }
 
   draw();
+  exportBar(el, { name: "region_map", picture: () => el.querySelector(".rnb-region-picture"),
+    rows: () => tensorRows(model), data: () => regionData(model) });
   const events = ["change:view", "change:variant", "change:selected_region"];
   for (const e of events) model.on(e, draw);
   return () => { for (const e of events) model.off(e, draw); tip.remove(); };
