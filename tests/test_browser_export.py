@@ -133,3 +133,23 @@ def test_training_history_data(page) -> None:  # type: ignore[no-untyped-def]
     assert [r["epoch"] for r in data["records"]] == page.facts["epochs"]
     phases = json.loads(_download(page, "phases", "json"))
     assert phases["current"] == "COMPILED"
+
+
+def test_axes_in_human_units_and_families_that_agree(page) -> None:  # type: ignore[no-untyped-def]
+    """The lifetimes' offsets read in bytes units (never "offset from 4,567,296"); the live-bytes curve has a
+    y axis up to the peak and the peak labelled; a family counts the same bytes in the region map and the
+    lifetimes."""
+    life = page.locator(".rnb-lifetimes.rnb-live")
+    labels = life.locator("svg text.rnb-svg-ax").evaluate_all("ts => ts.map(t => t.textContent)")
+    assert not [t for t in labels if "offset from" in t] and "offset in the arena" in labels
+    assert sum(t.endswith(("KiB", "MiB", " B")) for t in labels) >= 5, labels
+    insp = page.locator(".rnb-inspector.rnb-live")
+    ys = [int(x) for x in insp.locator(".rnb-insp-yaxis").evaluate_all("ts => ts.map(t => t.dataset.bytes)")]
+    assert ys[0] == 0 and ys[-1] == page.facts["peak"], ys
+    assert "peak" in insp.locator(".rnb-insp-peak-label").evaluate("t => t.textContent")
+    rmap = page.locator(".rnb-region-map.rnb-live")
+    in_map = dict(rmap.locator(".rnb-legend [data-family]").evaluate_all(
+        "es => es.map(e => [e.dataset.family, e.textContent.split('·').pop().trim()])"))
+    drawn = life.locator(".rnb-legend [data-family]").evaluate_all(
+        "es => es.map(e => [e.dataset.family, e.childNodes[2].textContent.split('·').pop().trim()])")
+    assert drawn and all(in_map[f] == b for f, b in drawn), (drawn, in_map)

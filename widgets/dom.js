@@ -23,6 +23,16 @@ function human(n) {
   return i === 0 ? `${Math.round(n)} B` : `${n.toFixed(1)} ${units[i]}`;
 }
 
+// Bytes on an axis: the unit of the largest value, and the decimals that tell ticks ``step`` apart
+// ("4.36 MiB", "4.38 MiB"), so an axis reads in human units, not as an offset from some byte.
+function humanAxis(n, top, step) {
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let i = 0, scale = 1;
+  while (Math.abs(top) >= 1024 * scale && i < units.length - 1) { scale *= 1024; i++; }
+  const digits = i === 0 ? 0 : Math.min(3, Math.max(0, Math.ceil(-Math.log10(Math.max(step, 1e-9) / scale))));
+  return `${(n / scale).toFixed(digits)} ${units[i]}`;
+}
+
 // Near-black or white, whichever reads better on a background "#rrggbb" (WCAG relative luminance): the
 // text of pills and bars coloured by family, stream or status stays at 4.5:1 or more.
 function inkOn(bg) {

@@ -78,7 +78,7 @@ function scrubberSection(ui) {
     h("div", { class: "rnb-insp-strips" },
       h("div", { class: "rnb-sub" }, `The arena (${v.arena_human}): live tensors coloured by region family; read here: white dashed, written: black · click one to inspect it`),
       ui.strips[0].svg,
-      h("div", { class: "rnb-sub" }, `Feature maps and temporaries, bytes ${lo.toLocaleString()}–${hi.toLocaleString()}`),
+      h("div", { class: "rnb-sub" }, `Feature maps and temporaries: offsets ${humanAxis(lo, hi, hi - lo)}–${humanAxis(hi, hi, hi - lo)} of the arena`),
       ui.strips[1].svg),
     box.curve);
 }
@@ -110,8 +110,8 @@ function strip(ui, lo, hi, cls) {
     svg.append(r);
     rects.push([t, r]);
   }
-  svg.append(s("text", { x: 0, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, lo.toLocaleString()),
-    s("text", { x: SW, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, `${hi.toLocaleString()} bytes`));
+  svg.append(s("text", { x: 0, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, humanAxis(lo, hi, hi - lo)),
+    s("text", { x: SW, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, humanAxis(hi, hi, hi - lo)));
   const of = new Map(rects.map(([t, r]) => [r, t]));
   svg.addEventListener("mouseover", (e) => {
     const t = of.get(e.target);
@@ -136,25 +136,35 @@ function styleStrip(st, tick) {  // only the boxes whose marks change are touche
   });
 }
 
-// Live bytes over the step in the shown variant, drawn once per view and variant; mark(at) moves the
-// scrubber's line and dot and fills the step so far.
+// Live bytes over the step in the shown variant, drawn once per view and variant, with a y axis in bytes and
+// the peak marked (a red dot, its line and its value, drawn above the rest); mark(at) moves the scrubber's
+// line and dot and fills the step so far.
 function drawCurve(ui) {
-  const c = ui.v.curves[ui.variant()], H = 90, n = Math.max(c.length - 1, 1), top = Math.max(...c, 1);
-  const X = (t) => (t / n) * SW, Y = (b) => H - (b / top) * (H - 6);
+  const c = ui.v.curves[ui.variant()], H = 120, L = 70, n = Math.max(c.length - 1, 1), top = Math.max(...c, 1);
+  const X = (t) => L + (t / n) * (SW - L - 4), Y = (b) => 8 + (1 - b / top) * (H - 8);
   const pts = c.map((b, i) => `${X(i).toFixed(1)},${Y(b).toFixed(1)}`);
-  const svg = s("svg", { viewBox: `0 0 ${SW} ${H + 14}`, class: "rnb-insp-curve" });
-  for (const p of programs(ui.v.ticks)) svg.append(s("rect", { x: X(p.start), y: 0, width: Math.max(X(p.end) - X(p.start), 1), height: H, fill: "#f6f8fa", class: "rnb-svg-panel" }));
+  const svg = s("svg", { viewBox: `0 0 ${SW} ${H + 18}`, class: "rnb-insp-curve" });
+  for (const p of programs(ui.v.ticks)) svg.append(s("rect", { x: X(p.start), y: 8, width: Math.max(X(p.end) - X(p.start), 1), height: H - 8, fill: "#f6f8fa", class: "rnb-svg-panel" }));
+  for (const k of [0, 0.5, 1]) {  // the y axis: none, half and all of the peak
+    svg.append(s("line", { x1: L - 4, x2: SW - 4, y1: Y(top * k), y2: Y(top * k), stroke: "#eef0f3", class: "rnb-svg-grid" }),
+      s("text", { x: L - 8, y: Y(top * k) + 4, "font-size": 12, fill: "#667085", class: "rnb-svg-ax rnb-insp-yaxis", "text-anchor": "end",
+        "data-bytes": Math.round(top * k) }, humanAxis(top * k, top, top / 2)));
+  }
   const sofar = s("polygon", { fill: "#3b6fb6", "fill-opacity": 0.15 });
   const pk = ui.v.peaks[ui.variant()].time;
-  const line = s("line", { y1: 0, y2: H, stroke: "#1f2328", "stroke-width": 1.6, class: "rnb-insp-marker rnb-svg-marker" });
+  const line = s("line", { y1: 8, y2: H, stroke: "#1f2328", "stroke-width": 1.6, class: "rnb-insp-marker rnb-svg-marker" });
   const dot = s("circle", { r: 3.5, fill: "#1f2328", class: "rnb-svg-dot" });
-  svg.append(s("polyline", { points: pts.join(" "), fill: "none", stroke: "#3b6fb6", "stroke-width": 1.4 }), sofar,
-    s("line", { x1: X(pk), x2: X(pk), y1: 0, y2: H, stroke: "#c2334d", "stroke-dasharray": "4 3" }), line, dot,
-    s("text", { x: 0, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, "tick 0"),
-    s("text", { x: SW, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, `live bytes · peak ${human(top)} (red)`));
+  const right = X(pk) > SW * 0.7;  // the peak's label on the side with room
+  svg.append(s("polyline", { points: pts.join(" "), fill: "none", stroke: "#3b6fb6", "stroke-width": 1.4 }), sofar, line, dot,
+    s("line", { x1: X(pk), x2: X(pk), y1: 8, y2: H, stroke: "#c2334d", "stroke-dasharray": "4 3", "stroke-width": 1.4 }),
+    s("circle", { cx: X(pk), cy: Y(c[pk] || top), r: 4.5, fill: "#c2334d", class: "rnb-insp-peak-dot" }),
+    s("text", { x: X(pk) + (right ? -8 : 8), y: 20, "font-size": 12, fill: "#c2334d", "font-weight": 600, "text-anchor": right ? "end" : "start",
+      class: "rnb-insp-peak-label" }, `peak ${human(top)} at tick ${pk}`),
+    s("text", { x: L, y: H + 15, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, `tick ${ui.times[0]}`),
+    s("text", { x: SW - 4, y: H + 15, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, `live bytes (${ui.variant()}) · tick ${ui.times[ui.times.length - 1]}`));
   ui.box.curve.replaceChildren(svg);
   ui.curve = (at) => {
-    sofar.setAttribute("points", `0,${H} ` + pts.slice(0, at + 1).join(" ") + ` ${X(at)},${H}`);
+    sofar.setAttribute("points", `${X(0)},${H} ` + pts.slice(0, at + 1).join(" ") + ` ${X(at)},${H}`);
     for (const [k, x] of [["x1", X(at)], ["x2", X(at)], ["data-tick", at]]) line.setAttribute(k, x);
     dot.setAttribute("cx", X(at));
     dot.setAttribute("cy", Y(c[at] || 0));
@@ -173,11 +183,12 @@ function programs(ticks) {
 function updateScrub(ui) {
   const { box, v } = ui, i = ui.tickIndex(), tick = v.ticks[i], live = v.curves[ui.variant()][tick.t] || 0;
   if (+box.slider.value !== i) box.slider.value = i;
+  box.slider.setAttribute("aria-valuetext", `tick ${tick.t}`);  // one counter: the tick, never the slider's index
   const ranges = [...tick.ranges_read.map((r) => `reads ${r}`), ...tick.ranges_written.map((r) => `writes ${r}`)];
   box.tickInfo.replaceChildren(
     h("div", { class: "rnb-row" },
       h("span", { class: "rnb-pill", style: { background: "#3b6fb6" }, "data-tick": tick.t }, `tick ${tick.t}`),
-      h("span", { class: "rnb-muted" }, `node ${i + 1} of ${ui.times.length} · ${tick.program}`),
+      h("span", { class: "rnb-muted" }, `of ${ui.times[0]}–${ui.times[ui.times.length - 1]} · ${tick.program}`),
       h("b", { class: "rnb-mono rnb-insp-opname", "data-op": tick.op }, tick.op),
       h("span", {}, h("span", { class: "rnb-muted" }, "layer "), h("span", { class: "rnb-insp-layer" }, tick.layer || "-")),
       h("span", {}, h("span", { class: "rnb-muted" }, "GraphId "), h("span", { class: "rnb-mono rnb-insp-gid" }, tick.gid)),

@@ -109,6 +109,15 @@ function chart(title, key, series, xlabel = "epoch") {
   return { box, update, value, state, note: box.querySelector(".rnb-chart-note") };
 }
 
+// "epoch 2/30 · step 120/250 · 85 steps/s · 1 min 12 s left": a run's place, from the monitor's progress.
+function progressText(p, total) {
+  const rate = p.steps_per_s, left = p.seconds_left;
+  const time = left == null ? "" : left >= 3600 ? `${Math.floor(left / 3600)} h ${Math.round((left % 3600) / 60)} min`
+    : left >= 60 ? `${Math.floor(left / 60)} min ${Math.round(left % 60)} s` : `${Math.round(left)} s`;
+  return `epoch ${p.epoch}/${total} · step ${p.step_in_epoch}/${p.steps_per_epoch}`
+    + (rate ? ` · ${rate >= 10 ? Math.round(rate) : rate.toFixed(1)} steps/s · ${time} left` : "");
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-monitor");
   liveView(model, el);
@@ -152,8 +161,11 @@ function render({ model, el }) {
     status.style.background = STATUS[st] || "#98a2b3";
     status.style.color = inkOn(STATUS[st] || "#98a2b3");
     const done = recs.length ? recs[recs.length - 1].epoch : 0;
-    bar.firstChild.style.width = `${Math.min(100, (100 * done) / Math.max(total, 1))}%`;
-    count.textContent = `epoch ${done}/${total}`;
+    const pg = st === "running" ? model.get("progress") || {} : {};
+    const frac = pg.total_steps ? pg.step / pg.total_steps : done / Math.max(total, 1);  // within an epoch too
+    bar.firstChild.style.width = `${Math.min(100, 100 * frac)}%`;
+    count.textContent = pg.total_steps ? progressText(pg, total) : `epoch ${done}/${total}`;
+    count.dataset.step = pg.step ?? "";
     const xmax = Math.max(total, done, 1);
     // one point per `every` steps, at its block's last step (views.step_curve, static.curve_x)
     const curve = (values, every, steps) => values.map((y, i) => [Math.min((i + 1) * every, steps) / spe, y]);
@@ -226,7 +238,7 @@ function render({ model, el }) {
   exportBar(el, { name: "training", picture: () => grid, rows: () => (model.get("records") || []).map((r) => ({ ...r })),
     data: () => Object.fromEntries(["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps",
       "total_epochs", "steps_per_epoch", "status"].map((k) => [k, model.get(k)])) });
-  const events = ["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);
+  const events = ["progress", "records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);
   for (const e of events) model.on(e, draw);
   return () => { for (const e of events) model.off(e, draw); };
 }

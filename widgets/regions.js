@@ -2,6 +2,7 @@
 // a hover card per tensor, a click on a region lists its DTensors, and a switch between
 // the six variants (offsets stay; only the used part of each slot changes).
 
+const MIN_ROW = 0.06;  // the shortest region row, as a share of the largest: a 48-region model's small ones stay visible
 const shapeText = (s) => "(" + s.join(", ") + (s.length === 1 ? ",)" : ")");
 
 function tooltip() {
@@ -137,10 +138,11 @@ function render({ model, el }) {
     pic.append(h("div", { class: "rnb-h" }, `Regions · tensors at their offsets in ${variant}; a row's length is its region's size (pale: slot bytes this variant leaves unused) · click a region`));
     const rows = h("div", { class: "rnb-region-rows" });
     const largest = Math.max(1, ...v.regions.map((r) => r.size));
+    const small = v.regions.filter((r) => r.size / largest < MIN_ROW).length;
     for (const r of v.regions) {
-      const track = h("div", {
-        class: "rnb-region-track" + (r.region === selected ? " rnb-selected" : ""), "data-region": r.region,
-        style: { width: `max(6px, ${(r.size / largest) * 100}%)` },
+      const track = h("div", {  // a region under MIN_ROW of the largest: drawn at MIN_ROW, outlined (the note says)
+        class: "rnb-region-track" + (r.region === selected ? " rnb-selected" : "") + (r.size / largest < MIN_ROW ? " rnb-min-width" : ""),
+        "data-region": r.region, style: { width: `${Math.max(r.size / largest, MIN_ROW) * 100}%` },
         onclick: () => select(r.region),
       });
       for (const id of r.tensor_ids) {
@@ -159,9 +161,19 @@ function render({ model, el }) {
           h("span", { class: "rnb-swatch", style: { background: r.color } }), r.region,
           r.reduced ? h("span", { class: "rnb-reduced-mark", title: "all-reduced over the ranks every step" }, " ⇄") : ""),
         track,
-        h("div", { class: "rnb-region-size" }, r.human + (r.saved > 0 ? ` (−${human(r.saved)})` : "")));
+        h("div", { class: "rnb-region-size", title: r.saved > 0 ? `its tensors' slots add up to ${human(r.size + r.saved)}; liveness reuse `
+          + `puts those whose lifetimes never meet on the same bytes, saving ${human(r.saved)}` : "" },
+          r.human + (r.saved > 0 ? ` (−${human(r.saved)} reused)` : "")));
     }
     pic.append(rows);
+    if (small) {
+      pic.append(h("div", { class: "rnb-muted rnb-min-note" }, `${plural(small, "region")} under ${MIN_ROW * 100}% of the largest `
+        + `${small === 1 ? "is" : "are"} drawn at ${MIN_ROW * 100}% (dotted outline), so that its tensors stay visible; its size is the number on the right.`));
+    }
+    if (v.regions.some((r) => r.saved > 0)) {
+      pic.append(h("div", { class: "rnb-muted rnb-reuse-note" }, "(−n reused): bytes a region saves by liveness reuse: its tensors' "
+        + "slots add up to more, and those whose lifetimes never meet share bytes. The family totals here and in the lifetimes count the region's bytes."));
+    }
 
     // detail of the selected region
     const detail = h("div", { class: "rnb-detail rnb-region-detail", "data-region": selected || "" });
