@@ -168,7 +168,7 @@ function render({ model, el }) {
     pic.append(rows);
     if (small) {
       pic.append(h("div", { class: "rnb-muted rnb-min-note" }, `${plural(small, "region")} under ${MIN_ROW * 100}% of the largest `
-        + `${small === 1 ? "is" : "are"} drawn at ${MIN_ROW * 100}% (dotted outline), so that its tensors stay visible; its size is the number on the right.`));
+        + `${small === 1 ? "is" : "are"} drawn at ${MIN_ROW * 100}% (dotted outline), so that ${small === 1 ? "its" : "their"} tensors stay visible; the true size is the number on the right.`));
     }
     if (v.regions.some((r) => r.saved > 0)) {
       pic.append(h("div", { class: "rnb-muted rnb-reuse-note" }, "(−n reused): bytes a region saves by liveness reuse: its tensors' "
