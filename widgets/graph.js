@@ -5,6 +5,44 @@ const safe = (name) => name.replace(/[^A-Za-z0-9_]/g, "_");
 
 const STREAMS = { TRANS: "#d06ba6", COMP_1: "#3b6fb6", COMP_2: "#2f9c95", COMP_3: "#a58fd6", UPDATE: "#e07b39" };
 
+// The minimap: the drawing small, a frame over the part of it in view; a click there scrolls to it.
+function minimap(canvas, svg) {
+  const mini = h("div", { class: "rnb-minimap", title: "the whole graph: click to go there" });
+  const frame = h("div", { class: "rnb-minimap-view" });
+  function drawMini() {
+    const e = svg();
+    mini.replaceChildren();
+    mini.style.display = e ? "" : "none";
+    if (!e) return;
+    const aspect = Number(e.dataset.h) / Math.max(Number(e.dataset.w), 1);  // the map keeps the drawing's shape
+    mini.style.width = `${Math.round(Math.max(48, Math.min(170, 220 / aspect)))}px`;
+    mini.style.height = `${Math.round(Math.max(48, Math.min(220, 170 * aspect)))}px`;
+    const copy = e.cloneNode(true);
+    for (const x of [copy, ...copy.querySelectorAll("[id]")]) x.removeAttribute("id");  // ids stay the drawing's
+    copy.setAttribute("width", "100%");
+    copy.setAttribute("height", "100%");
+    copy.setAttribute("preserveAspectRatio", "xMinYMin meet");
+    mini.append(copy, frame);
+    place();
+  }
+  function place() {
+    const e = svg();
+    if (!e || !mini.firstChild) return;
+    const k = Math.min(mini.clientWidth / Number(e.dataset.w), mini.clientHeight / Number(e.dataset.h)) / (Number(canvas.dataset.zoom) || 1);
+    Object.assign(frame.style, { left: `${canvas.scrollLeft * k}px`, top: `${canvas.scrollTop * k}px`,
+      width: `${Math.min(canvas.clientWidth * k, mini.clientWidth)}px`, height: `${Math.min(canvas.clientHeight * k, mini.clientHeight)}px` });
+  }
+  mini.addEventListener("click", (ev) => {
+    const e = svg();
+    if (!e) return;
+    const r = mini.getBoundingClientRect();
+    const k = Math.min(r.width / Number(e.dataset.w), r.height / Number(e.dataset.h)) / (Number(canvas.dataset.zoom) || 1);
+    canvas.scrollTo((ev.clientX - r.left) / k - canvas.clientWidth / 2, (ev.clientY - r.top) / k - canvas.clientHeight / 2);
+  });
+  canvas.addEventListener("scroll", place);
+  return { el: mini, draw: drawMini, place };
+}
+
 // Fit, zoom, pan and search over a graphviz drawing. The SVG keeps its natural size in data-w/data-h;
 // zoom rescales width and height (the viewBox stays), drag pans the scrolling canvas, the search box
 // lights a tensor or op and its neighbours (graphviz titles its edges "a->b") and dims the rest.
@@ -39,40 +77,7 @@ function navigator(canvas, onPick) {
     const w = Math.max((canvas.clientWidth || 880) - 18, 100), ht = Math.max((parseFloat(getComputedStyle(canvas).maxHeight) || 640) - 18, 100);
     return Math.min(1, w / Number(e.dataset.w), ht / Number(e.dataset.h));
   }
-  // the minimap: the drawing small, a frame over the part in view; a click there scrolls to it
-  const mini = h("div", { class: "rnb-minimap", title: "the whole graph: click to go there" });
-  const frame = h("div", { class: "rnb-minimap-view" });
-  function drawMini() {
-    const e = svg();
-    mini.replaceChildren();
-    mini.style.display = e ? "" : "none";
-    if (!e) return;
-    const aspect = Number(e.dataset.h) / Math.max(Number(e.dataset.w), 1);  // the map keeps the drawing's shape
-    mini.style.width = `${Math.round(Math.max(48, Math.min(170, 220 / aspect)))}px`;
-    mini.style.height = `${Math.round(Math.max(48, Math.min(220, 170 * aspect)))}px`;
-    const copy = e.cloneNode(true);
-    for (const x of [copy, ...copy.querySelectorAll("[id]")]) x.removeAttribute("id");  // ids stay the drawing's
-    copy.setAttribute("width", "100%");
-    copy.setAttribute("height", "100%");
-    copy.setAttribute("preserveAspectRatio", "xMinYMin meet");
-    mini.append(copy, frame);
-    place();
-  }
-  function place() {
-    const e = svg();
-    if (!e || !mini.firstChild) return;
-    const k = Math.min(mini.clientWidth / Number(e.dataset.w), mini.clientHeight / Number(e.dataset.h)) / (Number(canvas.dataset.zoom) || 1);
-    Object.assign(frame.style, { left: `${canvas.scrollLeft * k}px`, top: `${canvas.scrollTop * k}px`,
-      width: `${Math.min(canvas.clientWidth * k, mini.clientWidth)}px`, height: `${Math.min(canvas.clientHeight * k, mini.clientHeight)}px` });
-  }
-  mini.addEventListener("click", (ev) => {
-    const e = svg();
-    if (!e) return;
-    const r = mini.getBoundingClientRect();
-    const k = Math.min(r.width / Number(e.dataset.w), r.height / Number(e.dataset.h)) / (Number(canvas.dataset.zoom) || 1);
-    canvas.scrollTo((ev.clientX - r.left) / k - canvas.clientWidth / 2, (ev.clientY - r.top) / k - canvas.clientHeight / 2);
-  });
-  canvas.addEventListener("scroll", place);
+  const map = minimap(canvas, svg);
   function apply() {
     const e = svg();
     if (!e) return;
@@ -81,7 +86,7 @@ function navigator(canvas, onPick) {
     e.setAttribute("height", `${(Number(e.dataset.h) * k).toFixed(0)}px`);
     canvas.dataset.zoom = k.toFixed(3);
     zoomText.textContent = `${Math.round(100 * k)}%`;
-    place();
+    map.place();
   }
   function highlight(q) {
     const nodes = [...canvas.querySelectorAll("g.node")], edges = [...canvas.querySelectorAll("g.edge")];
@@ -159,7 +164,7 @@ function navigator(canvas, onPick) {
     e.dataset.w = parseFloat(e.getAttribute("width")) || e.viewBox.baseVal.width;
     e.dataset.h = parseFloat(e.getAttribute("height")) || e.viewBox.baseVal.height;
     apply();
-    drawMini();
+    map.draw();
     if (search.value.trim()) highlight(search.value.trim().toLowerCase());
   }
   const keys = (e) => {  // f: the whole graph; + and −: zoom; /: the search box
@@ -175,7 +180,7 @@ function navigator(canvas, onPick) {
   // narrower window): while the user has not zoomed, a change of width fits again
   const resized = typeof ResizeObserver === "undefined" ? null : new ResizeObserver(() => { if (zoom == null) apply(); });
   if (resized) resized.observe(canvas);
-  return { bar, mini, keys, adopt, apply, stop: () => resized && resized.disconnect() };
+  return { bar, mini: map.el, keys, adopt, apply, stop: () => resized && resized.disconnect() };
 }
 
 // The details panel: a clicked tensor's shape in every variant, region, offset, bytes and the ops that
