@@ -88,6 +88,17 @@ function sendSafe(member, msg) {
   }
 }
 
+// A button's message: with its kernel gone, the view is marked detached instead of a console error.
+function trySend(model, msg, el = null) {
+  try {
+    model.send(msg);
+    return true;
+  } catch (e) {
+    if (el) detach({ el });
+    return false;
+  }
+}
+
 function pollTick(key, group) {
   const shown = [];
   for (const m of group.members) {

@@ -123,7 +123,7 @@ function render({ model, el }) {
   liveView(model, el);
   const status = h("span", { class: "rnb-pill", "data-status": "" });
   const bar = h("div", { class: "rnb-bar" }, h("div", { style: { width: "0%" } }));
-  const count = h("span", { class: "rnb-muted", style: { fontVariantNumeric: "tabular-nums" } });
+  const count = h("span", { class: "rnb-muted rnb-progress-text", style: { fontVariantNumeric: "tabular-nums" } });
   const buttons = h("span", { class: "rnb-row" });
   const error = h("div");
   el.append(
@@ -166,18 +166,22 @@ function render({ model, el }) {
     bar.firstChild.style.width = `${Math.min(100, 100 * frac)}%`;
     count.textContent = pg.total_steps ? progressText(pg, total) : `epoch ${done}/${total}`;
     count.dataset.step = pg.step ?? "";
-    const xmax = Math.max(total, done, 1);
+    const xmax = Math.max(total, done, 1);  // the whole run: the learning-rate schedule is known ahead
     // one point per `every` steps, at its block's last step (views.step_curve, static.curve_x)
     const curve = (values, every, steps) => values.map((y, i) => [Math.min((i + 1) * every, steps) / spe, y]);
     const lossEvery = model.get("loss_every") || 1;
     const stepPts = curve(losses, lossEvery, model.get("loss_steps") || losses.length * lossEvery);
+    // the measured curves' x axis fits the data: the epochs trained so far (a first epoch: 0 to 1), not all 30
+    const seen = Math.max(done, stepPts.length ? stepPts[stepPts.length - 1][0] : 0);
+    const fit = Math.min(xmax, Math.max(1, Math.ceil(seen - 1e-9)));
+    el.dataset.xmax = String(fit);
     loss.update({ step: stepPts, train: recs.map((r) => [r.epoch, r.train_loss]),
-      val: recs.filter((r) => r.val_loss != null).map((r) => [r.epoch, r.val_loss]) }, xmax);
+      val: recs.filter((r) => r.val_loss != null).map((r) => [r.epoch, r.val_loss]) }, fit);
     const last = recs[recs.length - 1];
     const num = (v, f) => (Number.isFinite(v) ? f(v) : "not finite");
     loss.value.textContent = last ? `${num(last.train_loss, (v) => v.toFixed(4))}${last.val_loss != null ? " · val " + num(last.val_loss, (v) => v.toFixed(4)) : ""}` : "";
     top1.update({ train: recs.map((r) => [r.epoch, 100 * r.train_top1]),
-      val: recs.filter((r) => r.val_top1 != null).map((r) => [r.epoch, 100 * r.val_top1]) }, xmax);
+      val: recs.filter((r) => r.val_top1 != null).map((r) => [r.epoch, 100 * r.val_top1]) }, fit);
     top1.value.textContent = last ? `${num(100 * last.train_top1, (v) => v.toFixed(2))}%${last.val_top1 != null ? " · val " + num(100 * last.val_top1, (v) => v.toFixed(2)) + "%" : ""}` : "";
     const stepsDone = last ? last.steps : 0;
     const lrEvery = model.get("lr_every") || 1;
@@ -191,7 +195,7 @@ function render({ model, el }) {
       prev = r.steps;
       return [r.epoch, (1e3 * (r.seconds - first)) / n];
     });
-    time.update({ t: [] }, xmax + 0.5, { ymin: 0, bars: times });
+    time.update({ t: [] }, fit + 0.5, { ymin: 0, bars: times });
     time.value.textContent = times.length ? `${times[times.length - 1][1].toFixed(2)} ms` : "";
     const firsts = recs.filter((r) => (r.first_step_seconds || 0) > 0);
     time.note.textContent = firsts.length ? "first step of a run (kernels compiled or loaded), not in the bars: " +
@@ -208,9 +212,9 @@ function render({ model, el }) {
       const running = st === "running";
       buttons.append(
         h("button", { class: "rnb-btn", disabled: running || done >= total, "data-action": "run-1",
-          onclick: () => model.send({ action: "run", epochs: 1 }) }, "run 1 epoch"),
+          onclick: () => trySend(model, { action: "run", epochs: 1 }) }, "run 1 epoch"),
         h("button", { class: "rnb-btn rnb-primary", disabled: running || done >= total, "data-action": "run",
-          onclick: () => model.send({ action: "run" }) }, "run()"));
+          onclick: () => trySend(model, { action: "run" }) }, "run()"));
     }
     const err = model.get("error") || {};
     error.replaceChildren(...(err.message ? [h("div", { class: "rnb-error" }, h("b", {}, err.type), err.message)] : []),
