@@ -41,7 +41,7 @@ print("FACTS " + json.dumps({
 for make in (PhaseView, BluePrintView, RegionMap, LifetimeView, GraphView, AtlasView, TrainingMonitor, MemoryInspectorView):
     display(make(task))
 """
-VIEWS = {"phases": ".rnb-phase-view", "view": ".rnb-html-view", "region_map": ".rnb-region-map",
+VIEWS = {"phases": ".rnb-phase-view", "blueprint": ".rnb-html-view", "region_map": ".rnb-region-map",
          "lifetimes": ".rnb-lifetimes", "graph": ".rnb-graph", "atlas": ".rnb-atlas", "training": ".rnb-monitor",
          "memory_inspector": ".rnb-inspector"}
 
