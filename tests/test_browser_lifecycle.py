@@ -161,5 +161,15 @@ def test_a_phase_button_answers_fast_with_ten_views_open(lab, browser_context) -
         shot(pg.locator(".rnb-region-map.rnb-live"), "42_ten_views_region_map.png")
         groups = pg.evaluate("() => [...globalThis.__rnbPolls.values()].filter(g => g.members.size).map(g => g.members.size)")
         assert groups == [10], groups
+        # the server out of reach (the kernel's connection reconnecting): no poll goes; back: they resume
+        sent = "() => [...globalThis.__rnbPolls.values()].reduce((a, g) => a + g.sent, 0)"
+        pg.evaluate(f"Object.defineProperty({KERNEL}, 'connectionStatus', {{get: () => 'connecting', configurable: true}})")
+        pg.wait_for_timeout(500)
+        during = pg.evaluate(sent)
+        pg.wait_for_timeout(4000)
+        assert pg.evaluate(sent) == during
+        pg.evaluate(f"delete {KERNEL}.connectionStatus")
+        pg.wait_for_timeout(3500)
+        assert pg.evaluate(sent) >= during + 2
     finally:
         pg.close()
