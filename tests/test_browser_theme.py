@@ -33,6 +33,7 @@ task.run(progress=False)
 for make in (PhaseView, BluePrintView, VariantsView, RegionMap, LifetimeView, GraphView, AtlasView, TrainingMonitor,
              MemoryInspectorView):
     display(make(task))
+task.inspect()
 """
 VIEWS = {"phase": ".rnb-phase-view", "blueprint": ".rnb-html-view >> nth=0", "variants": ".rnb-html-view >> nth=1",
          "regions": ".rnb-region-map", "lifetimes": ".rnb-lifetimes", "graph": ".rnb-graph", "atlas": ".rnb-atlas",
@@ -44,9 +45,10 @@ def dark(lab, browser_context):  # type: ignore[no-untyped-def]
     pg = open_notebook(browser_context, lab, "dark.ipynb", [SETUP])
     try:
         run_cell(pg, 0)
-        pg.locator(".rnb-inspector.rnb-live .rnb-insp-opname").wait_for(timeout=60_000)
+        pg.locator(".rnb-inspector.rnb-live .rnb-insp-opname").first.wait_for(timeout=60_000)
+        pg.locator(".rnb-dashboard.rnb-live").wait_for(timeout=60_000)
         pg.locator(".rnb-atlas.rnb-live td.rnb-cell").first.click()  # the atlas with a graph open
-        pg.locator(".rnb-atlas.rnb-live .rnb-atlas-detail .rnb-graph-canvas").wait_for(timeout=30_000)
+        pg.locator(".rnb-atlas.rnb-live .rnb-atlas-detail .rnb-graph-canvas").first.wait_for(timeout=30_000)
         pg.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
         pg.wait_for_function("document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
         pg.wait_for_timeout(1500)
@@ -58,8 +60,22 @@ def dark(lab, browser_context):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("name", list(VIEWS))
 def test_every_text_is_readable_in_jupyterlab_dark(dark, name: str) -> None:  # type: ignore[no-untyped-def]
-    view = dark.locator(f".rnb-live{VIEWS[name]}" if " >> " not in VIEWS[name] else
-                        VIEWS[name].replace(".rnb-html-view", ".rnb-live.rnb-html-view"))
+    sel, _, nth = VIEWS[name].partition(" >> nth=")
+    view = dark.locator(f".rnb-live{sel}:not(.rnb-dashboard *)").nth(int(nth or 0))
+    _check(view, name)
+
+
+@pytest.mark.parametrize("tab", ["Phases", "Memory", "Inspector", "Atlas", "Training"])
+def test_the_dashboard_is_readable_in_jupyterlab_dark(dark, tab: str) -> None:  # type: ignore[no-untyped-def]
+    """The dashboard's header, tab bar and the tab shown (Memory: the region map, lifetimes and the
+    allocation count)."""
+    board = dark.locator(".rnb-dashboard.rnb-live")
+    board.locator(".lm-TabBar-tab", has_text=tab).click()
+    dark.wait_for_timeout(600)
+    _check(board, f"dashboard_{tab.lower()}")
+
+
+def _check(view, name: str) -> None:  # type: ignore[no-untyped-def]
     view.scroll_into_view_if_needed()
     measured = view.evaluate(CONTRAST)
     shot(view, f"50_dark_{name}.png")
