@@ -1,9 +1,10 @@
-"""A real browser: every view readable in JupyterLab Dark, measured, not looked at.
+"""A real browser: every view readable in JupyterLab Dark and Light, measured, not looked at.
 
-One trained task and all its views in a notebook; JupyterLab switched to its Dark theme; for each view every
+One trained task and all its views in a notebook; JupyterLab switched to its Dark theme (then its Light
+one, in a second notebook); for each view every
 visible text is measured against what is drawn under it from computed styles (tests/contrast.js): at least
 4.5:1 (WCAG AA), and, outside the graph drawings (which have their own zoom), at least 12 px. Screenshots of
-each view in the dark theme (50_dark_*.png) and the measures (contrast_dark.json) go to SHOTS.
+each view in each theme (50_dark_*.png, 50_light_*.png) and the measures (contrast.json) go to SHOTS.
 """
 from __future__ import annotations
 
@@ -40,18 +41,21 @@ VIEWS = {"phase": ".rnb-phase-view", "blueprint": ".rnb-html-view >> nth=0", "va
          "monitor": ".rnb-monitor", "inspector": ".rnb-inspector"}
 
 
-@pytest.fixture(scope="module")
-def dark(lab, browser_context):  # type: ignore[no-untyped-def]
-    pg = open_notebook(browser_context, lab, "dark.ipynb", [SETUP])
+@pytest.fixture(scope="module", params=["JupyterLab Dark", "JupyterLab Light"])
+def dark(request, lab, browser_context):  # type: ignore[no-untyped-def]
+    """The notebook in JupyterLab's Dark theme, then in its Light one (the page's theme switched)."""
+    pg = open_notebook(browser_context, lab, f"theme_{request.param.split()[-1].lower()}.ipynb", [SETUP])
     try:
         run_cell(pg, 0)
         pg.locator(".rnb-inspector.rnb-live .rnb-insp-opname").first.wait_for(timeout=60_000)
         pg.locator(".rnb-dashboard.rnb-live").wait_for(timeout=60_000)
         pg.locator(".rnb-atlas.rnb-live td.rnb-cell").first.click()  # the atlas with a graph open
         pg.locator(".rnb-atlas.rnb-live .rnb-atlas-detail .rnb-graph-canvas").first.wait_for(timeout=30_000)
-        pg.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
-        pg.wait_for_function("document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+        pg.evaluate(f"window.jupyterapp.commands.execute('apputils:change-theme', {{theme: '{request.param}'}})")
+        light = "true" if request.param.endswith("Light") else "false"
+        pg.wait_for_function(f"document.body.dataset.jpThemeLight === '{light}'", timeout=30_000)
         pg.wait_for_timeout(1500)
+        pg.theme = "dark" if light == "false" else "light"  # type: ignore[attr-defined]
         yield pg
     finally:
         pg.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
@@ -62,7 +66,7 @@ def dark(lab, browser_context):  # type: ignore[no-untyped-def]
 def test_every_text_is_readable_in_jupyterlab_dark(dark, name: str) -> None:  # type: ignore[no-untyped-def]
     sel, _, nth = VIEWS[name].partition(" >> nth=")
     view = dark.locator(f".rnb-live{sel}:not(.rnb-dashboard *)").nth(int(nth or 0))
-    _check(view, name)
+    _check(view, f"{dark.theme}_{name}")
 
 
 @pytest.mark.parametrize("tab", ["Phases", "Memory", "Inspector", "Atlas", "Training"])
@@ -72,14 +76,14 @@ def test_the_dashboard_is_readable_in_jupyterlab_dark(dark, tab: str) -> None:  
     board = dark.locator(".rnb-dashboard.rnb-live")
     board.locator(".lm-TabBar-tab", has_text=tab).click()
     dark.wait_for_timeout(600)
-    _check(board, f"dashboard_{tab.lower()}")
+    _check(board, f"{dark.theme}_dashboard_{tab.lower()}")
 
 
 def _check(view, name: str) -> None:  # type: ignore[no-untyped-def]
     view.scroll_into_view_if_needed()
     measured = view.evaluate(CONTRAST)
-    shot(view, f"50_dark_{name}.png")
-    report = SHOTS / "contrast_dark.json"
+    shot(view, f"50_{name}.png")
+    report = SHOTS / "contrast.json"
     data = json.loads(report.read_text()) if report.exists() else {}
     data[name] = {"texts": len(measured), "min_ratio": min((m["ratio"] for m in measured), default=None),
                   "min_px": min((m["px"] for m in measured), default=None)}

@@ -512,7 +512,7 @@ def test_css_is_scoped() -> None:
     for sel in selectors:
         for part in sel.split(","):  # the output swap reaches outside .rnb, only next to a static copy;
             # a theme's mark (JupyterLab's data-jp-theme-light, VS Code's body class) only picks .rnb's colours
-            themed = re.match(r'(\[data-jp-theme-light="false"\]|body\.vscode-[a-z-]+) \.rnb\b', part.strip())
+            themed = re.match(r'(\[data-jp-theme-light="(true|false)"\]|body\.vscode-[a-z-]+) \.rnb\b', part.strip())
             assert part.strip().startswith(".rnb") or ":has(.rnb-static-copy)" in part or themed, \
                 f"unscoped selector: {part.strip()}"
 
