@@ -110,7 +110,13 @@ function pollTick(key, group) {
   group.ticks += 1;
   if (document.hidden || !shown.length || !kernelUp(shown[0].model)) { group.skipped += 1; return; }
   const ids = shown.map((m) => m.model.get("view_id")).filter(Boolean);
-  for (const m of shown) if (sendSafe(m, { poll: 1, shown: ids })) { group.sent += 1; return; }
+  for (const m of shown) {
+    if (sendSafe(m, { poll: 1, shown: ids })) {
+      group.sent += 1;
+      globalThis.__rnbPollsSent = (globalThis.__rnbPollsSent || 0) + 1;  // every poll of the page, kept after its group
+      return;
+    }
+  }
 }
 
 // Keys: a view's keys never reach the notebook. Some front ends read keys before the page does (Notebook 7
