@@ -17,7 +17,7 @@ fi
 
 py=${PYTHON:-python3}
 missing=()
-for mod in playwright jupyterlab anywidget ipywidgets nbclient; do
+for mod in playwright jupyterlab notebook anywidget ipywidgets nbclient; do
   "$py" -c "import $mod" 2>/dev/null || missing+=("$mod")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,7 +1,7 @@
 """Copy the browser test's screenshots that README.md and docs/guide.md show into docs/images/.
 
     python -m pytest tests/test_browser.py tests/test_browser_graph.py tests/test_browser_inspector.py \
-        tests/test_browser_readme.py
+        tests/test_browser_readme.py tests/test_browser_theme.py
     python scripts/readme_images.py
 
 The pictures are what the real-browser tests drew (JupyterLab + headless Chromium), never edited by
@@ -16,9 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = Path(os.environ.get("RNB_SCREENSHOTS", ROOT / "artifacts" / "screenshots"))
-SHOWN = ("00_readme_dashboard.png", "01_dashboard_phases.png", "05_region_map.png", "06_lifetimes.png", "08_atlas.png", "09_monitor.png",
-         "20_graph_mlp_whole_step.png", "21_graph_resnet_whole_step.png", "30_inspector_scrubber.png",
-         "31_inspector_whatif.png", "32_inspector_tensor.png")
+SHOWN = ("00_readme_dashboard.png", "01_dashboard_phases.png", "05_region_map.png", "06_lifetimes.png", "08_atlas.png",
+         "09_monitor.png", "20_graph_mlp_whole_step.png", "21_graph_resnet_whole_step.png", "30_inspector_scrubber.png",
+         "31_inspector_whatif.png", "32_inspector_tensor.png", "23_graph_details.png", "50_dark_regions.png")
 
 
 def main() -> int:

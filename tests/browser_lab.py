@@ -67,6 +67,7 @@ def lab(tmp_path_factory):  # type: ignore[no-untyped-def]
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
          "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
          f"--ServerApp.root_dir={work}", "--expose-app-in-browser", "--LabApp.news_url=None",
+         "--JupyterNotebookApp.expose_app_in_browser=True",  # Notebook 7 (/notebooks/...) too
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
          *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])],
         cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -128,8 +129,9 @@ def skip_without_browser() -> Any:
                                    "to make this a failure)")
 
 
-def open_notebook(context, lab: str, name: str, cells: list[str]):  # type: ignore[no-untyped-def]
-    """A notebook written through the server's contents API, opened in a new tab of the same browser."""
+def open_notebook(context, lab: str, name: str, cells: list[str], front: str = "lab"):  # type: ignore[no-untyped-def]
+    """A notebook written through the server's contents API, opened in a new tab of the same browser, in
+    JupyterLab (``front="lab"``) or Notebook 7 (``front="notebook"``)."""
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                                            "language": "python"}},
           "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": src, "outputs": [],
@@ -140,8 +142,8 @@ def open_notebook(context, lab: str, name: str, cells: list[str]):  # type: igno
     pg = context.new_page()
     # a workspace of its own, reset: only this notebook open (a shared one restores every earlier tab,
     # whose cells the page-wide locators would also find)
-    pg.goto(f"{lab}/lab/workspaces/{Path(name).stem}/tree/{name}?reset", wait_until="domcontentloaded",
-            timeout=90_000)
+    url = f"{lab}/lab/workspaces/{Path(name).stem}/tree/{name}?reset" if front == "lab" else f"{lab}/notebooks/{name}"
+    pg.goto(url, wait_until="domcontentloaded", timeout=90_000)
     pg.wait_for_function(f"window.jupyterapp && window.jupyterapp.shell.currentWidget && "
                          f"window.jupyterapp.shell.currentWidget.title.label === '{name}' && "
                          f"{KERNEL} && {KERNEL}.status === 'idle'", timeout=120_000)

@@ -252,6 +252,14 @@ def test_stop_button_stops_at_a_step_boundary_and_resumes(browser_context, lab) 
         stop = mon.locator("button[data-action='stop']")
         stop.wait_for(state="visible", timeout=60_000)
         pg.wait_for_timeout(1500)  # some steps in
+        # a first epoch under way: the step within it, the rate and the time left; axes fitted to epoch 1
+        import re
+        pg.wait_for_function("() => document.querySelector('.rnb-monitor .rnb-progress-text').textContent.endsWith('left')",
+                             timeout=30_000)  # two reports make a rate
+        progress = mon.locator(".rnb-progress-text").inner_text()
+        m = re.fullmatch(r"epoch (\d+)/10 · step \d+/250 · [\d.]+ steps/s · (\d+ min )?\d+ s left", progress)
+        assert m, progress
+        assert 1 <= int(mon.get_attribute("data-xmax")) <= int(m.group(1)) < 10  # the axes end at the epoch under way
         shot(mon, "11_monitor_stop.png")
         stop.click()
         pg.wait_for_function(f"{KERNEL}.status === 'idle'", timeout=240_000)

@@ -103,3 +103,30 @@ def test_the_whole_step_is_readable_at_1280_px(nb, cell: int, name: str, shot_na
     view.locator("input.rnb-graph-search").fill("")
     assert canvas.locator("g.node.rnb-hit").count() == 0
     assert not nb.errors, nb.errors
+
+
+def test_whole_graph_minimap_and_details(nb) -> None:  # type: ignore[no-untyped-def]
+    """"whole" puts the ResNet step's whole drawing in view; the minimap frames the part in view; a click on a
+    tensor opens its details (shape per variant, region, offset, writers, readers), a click on an op its own."""
+    view = nb.locator(".jp-Cell").nth(2).locator(".rnb-graph.rnb-live")
+    canvas = view.locator(".rnb-graph-canvas")
+    view.locator("button[data-action='fit-all']").click()
+    box = canvas.evaluate("c => { const s = c.querySelector(':scope > svg').getBoundingClientRect(); "
+                          "return [s.width, s.height, c.clientWidth, c.clientHeight]; }")
+    assert box[0] <= box[2] and box[1] <= box[3], box
+    frame = view.locator(".rnb-minimap .rnb-minimap-view")
+    assert view.locator(".rnb-minimap svg").count() == 1 and frame.count() == 1
+    shot(view, "22_graph_whole_minimap.png")
+    view.locator("button[data-action='zoom-1']").click()
+    small = frame.evaluate("f => [f.offsetWidth, f.offsetHeight, f.parentElement.clientWidth, f.parentElement.clientHeight]")
+    assert 0 < small[0] <= small[2] + 4 and 0 < small[1] < small[3] / 2, small  # the part in view, of a tall map
+    canvas.locator("g.node", has_text="conv2.weight").first.click()
+    panel = view.locator(".rnb-graph-details[data-kind='tensor']")
+    panel.wait_for(timeout=15_000)
+    text = panel.inner_text().lower()  # the headings are upper case on screen
+    assert "conv2.weight" in text and "written by" in text and "read by" in text
+    assert panel.locator("tr[data-variant]").count() == 6
+    shot(view, "23_graph_details.png")
+    canvas.locator("g.node[id^='op']").first.click()
+    view.locator(".rnb-graph-details[data-kind='op']").wait_for(timeout=15_000)
+    assert "GraphId" in view.locator(".rnb-graph-details").inner_text()

@@ -14,6 +14,16 @@ function accessTable(rows) {
     h("summary", {}, `Every read and write: ${plural(rows.length, "op")}, ${plural(total, "access", "accesses")}`), table);
 }
 
+// One row per cell of the table: a variant's GraphId and the bound graph it runs.
+function atlasRows(v) {
+  if (!v.ready) return [];
+  return v.variants.flatMap((name) => v.graph_ids.filter((g) => (v.cells[name] || {})[g]).map((g) => {
+    const c = v.cells[name][g];
+    return { variant: name, graph_id: g, stream: v.streams[g], captured: c.captured, graph: c.graph, shape_id: c.shape_id,
+      shared_by: c.shared_by };
+  }));
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-atlas");
   liveView(model, el);
@@ -42,7 +52,7 @@ function render({ model, el }) {
     for (const g of v.graph_ids) {
       const stream = v.streams[g];
       const row = h("tr", {}, h("th", { class: "rnb-mono" }, g),
-        h("td", {}, h("span", { class: "rnb-pill", style: { background: v.stream_colors[stream] } }, stream)));
+        h("td", {}, h("span", { class: "rnb-pill", style: { background: v.stream_colors[stream], color: inkOn(v.stream_colors[stream]) } }, stream)));
       for (const name of v.variants) {
         const c = (v.cells[name] || {})[g];
         if (!c) { row.append(h("td", { class: "rnb-empty" }, "—")); continue; }
@@ -69,13 +79,13 @@ function render({ model, el }) {
       h("div", { class: "rnb-legend rnb-share-legend" }, h("span", { class: "rnb-muted" }, "shared by:"),
         ...(v.patterns || []).map((p) => h("span", { "data-pattern": p.variants.join(" ") },
           h("span", { class: "rnb-swatch", style: { background: p.color, outline: `1px solid ${p.ink}` } }), p.variants.join(" = "))),
-        h("span", {}, h("span", { class: "rnb-swatch", style: { background: "#f6f8fa", outline: "1px solid #667085" } }), "this cell only")));
+        h("span", {}, h("span", { class: "rnb-swatch", style: { background: "var(--rnb-panel)", outline: "1px solid var(--rnb-muted)" } }), "this cell only")));
 
     const d = model.get("detail") || {};
     const detail = h("div", { class: "rnb-detail rnb-atlas-detail", "data-captured": d.captured ?? "" });
     if (d.gid) {
       detail.append(h("div", { class: "rnb-row" },
-        h("span", { class: "rnb-pill", style: { background: d.ink } }, `#${d.captured}`),
+        h("span", { class: "rnb-pill", style: { background: d.ink, color: inkOn(d.ink) } }, `#${d.captured}`),
         h("b", { class: "rnb-mono" }, `${d.graph} / ${d.gid}`),
         h("span", { class: "rnb-muted" }, `in ${d.variant} · ShapeId s${d.shape_id} = ${d.shape} · stream ${d.stream} · ${plural(d.n_nodes, "node")}`),
         h("span", { class: "rnb-grow" }),
@@ -94,6 +104,10 @@ function render({ model, el }) {
     el.append(detail);
   }
   draw();
+  exportBar(el, { name: "atlas", picture: () => el.querySelector(".rnb-atlas-table"), rows: () => atlasRows(model.get("view") || {}),
+    data: () => { const v = model.get("view") || {}; return v.ready ? { entries: v.entries, captures: v.captures,
+      variants: v.variants, graph_ids: v.graph_ids, streams: v.streams, shape_ids: v.shape_ids, unused: v.unused,
+      cells: atlasRows(v) } : { ready: false }; } });
   const events = ["change:view", "change:selected", "change:detail"];
   for (const e of events) model.on(e, draw);
   return () => { for (const e of events) model.off(e, draw); };

@@ -5,6 +5,44 @@ const safe = (name) => name.replace(/[^A-Za-z0-9_]/g, "_");
 
 const STREAMS = { TRANS: "#d06ba6", COMP_1: "#3b6fb6", COMP_2: "#2f9c95", COMP_3: "#a58fd6", UPDATE: "#e07b39" };
 
+// The minimap: the drawing small, a frame over the part of it in view; a click there scrolls to it.
+function minimap(canvas, svg) {
+  const mini = h("div", { class: "rnb-minimap", title: "the whole graph: click to go there" });
+  const frame = h("div", { class: "rnb-minimap-view" });
+  function drawMini() {
+    const e = svg();
+    mini.replaceChildren();
+    mini.style.display = e ? "" : "none";
+    if (!e) return;
+    const aspect = Number(e.dataset.h) / Math.max(Number(e.dataset.w), 1);  // the map keeps the drawing's shape
+    mini.style.width = `${Math.round(Math.max(48, Math.min(170, 220 / aspect)))}px`;
+    mini.style.height = `${Math.round(Math.max(48, Math.min(220, 170 * aspect)))}px`;
+    const copy = e.cloneNode(true);
+    for (const x of [copy, ...copy.querySelectorAll("[id]")]) x.removeAttribute("id");  // ids stay the drawing's
+    copy.setAttribute("width", "100%");
+    copy.setAttribute("height", "100%");
+    copy.setAttribute("preserveAspectRatio", "xMinYMin meet");
+    mini.append(copy, frame);
+    place();
+  }
+  function place() {
+    const e = svg();
+    if (!e || !mini.firstChild) return;
+    const k = Math.min(mini.clientWidth / Number(e.dataset.w), mini.clientHeight / Number(e.dataset.h)) / (Number(canvas.dataset.zoom) || 1);
+    Object.assign(frame.style, { left: `${canvas.scrollLeft * k}px`, top: `${canvas.scrollTop * k}px`,
+      width: `${Math.min(canvas.clientWidth * k, mini.clientWidth)}px`, height: `${Math.min(canvas.clientHeight * k, mini.clientHeight)}px` });
+  }
+  mini.addEventListener("click", (ev) => {
+    const e = svg();
+    if (!e) return;
+    const r = mini.getBoundingClientRect();
+    const k = Math.min(r.width / Number(e.dataset.w), r.height / Number(e.dataset.h)) / (Number(canvas.dataset.zoom) || 1);
+    canvas.scrollTo((ev.clientX - r.left) / k - canvas.clientWidth / 2, (ev.clientY - r.top) / k - canvas.clientHeight / 2);
+  });
+  canvas.addEventListener("scroll", place);
+  return { el: mini, draw: drawMini, place };
+}
+
 // Fit, zoom, pan and search over a graphviz drawing. The SVG keeps its natural size in data-w/data-h;
 // zoom rescales width and height (the viewBox stays), drag pans the scrolling canvas, the search box
 // lights a tensor or op and its neighbours (graphviz titles its edges "a->b") and dims the rest.
@@ -12,7 +50,7 @@ const STREAMS = { TRANS: "#d06ba6", COMP_1: "#3b6fb6", COMP_2: "#2f9c95", COMP_3
 // natural size) stay at 9 px or more; a drawing wider than that scrolls sideways too.
 const READABLE = 0.75;
 
-function navigator(canvas) {
+function navigator(canvas, onPick) {
   let zoom = null;  // null: fit to width
   const info = h("span", { class: "rnb-muted rnb-graph-info" });
   const search = h("input", { class: "rnb-graph-search", type: "search", placeholder: "find a tensor or op…",
@@ -21,6 +59,7 @@ function navigator(canvas) {
   const btn = (label, action, f, title) => h("button", { class: "rnb-btn rnb-quiet", "data-action": action, title, onclick: f }, label);
   const bar = h("div", { class: "rnb-row rnb-graph-tools" }, search,
     btn("fit", "fit", () => { zoom = null; apply(); }, "fit the drawing to the width (never below a readable size)"),
+    btn("whole", "fit-all", () => { zoom = wholeScale(); apply(); canvas.scrollTo(0, 0); }, "the whole graph in view (f)"),
     btn("−", "zoom-out", () => { zoom = scale() / 1.25; apply(); }, "zoom out"),
     btn("+", "zoom-in", () => { zoom = scale() * 1.25; apply(); }, "zoom in"),
     btn("1:1", "zoom-1", () => { zoom = 1; apply(); }, "natural size"), zoomText, info);
@@ -32,14 +71,22 @@ function navigator(canvas) {
     const avail = Math.max((canvas.clientWidth || 880) - 18, 200);
     return Math.min(1, Math.max(READABLE, avail / Number(e.dataset.w)));
   }
+  function wholeScale() {  // the whole drawing inside the canvas, however small its labels then are
+    const e = svg();
+    if (!e) return 1;
+    const w = Math.max((canvas.clientWidth || 880) - 18, 100), ht = Math.max((parseFloat(getComputedStyle(canvas).maxHeight) || 640) - 18, 100);
+    return Math.min(1, w / Number(e.dataset.w), ht / Number(e.dataset.h));
+  }
+  const map = minimap(canvas, svg);
   function apply() {
     const e = svg();
     if (!e) return;
-    const k = Math.min(Math.max(scale(), 0.1), 4);
+    const k = Math.min(Math.max(scale(), 0.02), 4);  // "whole" may take a 12,000 px step down to 5%
     e.setAttribute("width", `${(Number(e.dataset.w) * k).toFixed(0)}px`);
     e.setAttribute("height", `${(Number(e.dataset.h) * k).toFixed(0)}px`);
     canvas.dataset.zoom = k.toFixed(3);
     zoomText.textContent = `${Math.round(100 * k)}%`;
+    map.place();
   }
   function highlight(q) {
     const nodes = [...canvas.querySelectorAll("g.node")], edges = [...canvas.querySelectorAll("g.edge")];
@@ -102,6 +149,13 @@ function navigator(canvas) {
     if (!node || node.id.startsWith("layer_")) return;
     info.textContent = node.querySelector("a")?.getAttribute("xlink:title") || "";
     info.dataset.node = node.id;
+    if (drag && drag.moved) return;
+    const op = /^op(\d+)$/.exec(node.id);
+    if (op) { onPick({ op: Number(op[1]) }); return; }
+    // a tensor box says "name #id"; a group box, one cell per tensor: the clicked cell's "#id"
+    const near = [ev.target, ev.target.nextElementSibling, ev.target.previousElementSibling].filter(Boolean).map((x) => x.textContent).join(" ");
+    const id = /#(\d+)/.exec(near) || /#(\d+)/.exec(node.textContent);
+    if (id) onPick({ tensor: Number(id[1]) });
   }, true);
   function adopt() {  // a new drawing arrived: remember its natural size, keep the zoom chosen
     const e = svg();
@@ -110,29 +164,67 @@ function navigator(canvas) {
     e.dataset.w = parseFloat(e.getAttribute("width")) || e.viewBox.baseVal.width;
     e.dataset.h = parseFloat(e.getAttribute("height")) || e.viewBox.baseVal.height;
     apply();
+    map.draw();
     if (search.value.trim()) highlight(search.value.trim().toLowerCase());
   }
+  const keys = (e) => {  // f: the whole graph; + and −: zoom; /: the search box
+    if (e.target.matches && e.target.matches("input, select")) return false;
+    const act = { f: () => { zoom = wholeScale(); apply(); }, "+": () => { zoom = scale() * 1.25; apply(); },
+      "=": () => { zoom = scale() * 1.25; apply(); }, "-": () => { zoom = scale() / 1.25; apply(); }, "/": () => search.focus() }[e.key];
+    if (!act) return false;
+    e.preventDefault();
+    act();
+    return true;
+  };
   // fitted once the canvas has its width (a view drawn before it is in the page, a tab shown later, a
   // narrower window): while the user has not zoomed, a change of width fits again
   const resized = typeof ResizeObserver === "undefined" ? null : new ResizeObserver(() => { if (zoom == null) apply(); });
   if (resized) resized.observe(canvas);
-  return { bar, adopt, apply, stop: () => resized && resized.disconnect() };
+  return { bar, mini: map.el, keys, adopt, apply, stop: () => resized && resized.disconnect() };
+}
+
+// The details panel: a clicked tensor's shape in every variant, region, offset, bytes and the ops that
+// write and read it; a clicked op's GraphId, stream, parameters and operands (display/graphpick.py).
+function details(panel, model) {
+  const d = model.get("details") || {};
+  const close = h("button", { class: "rnb-btn rnb-quiet", onclick: () => { model.set("picked", {}); model.save_changes(); } }, "close");
+  const list = (xs) => (xs.length ? h("ul", { class: "rnb-graph-list" }, ...xs.map((x) => h("li", { class: "rnb-mono" }, x))) : h("span", { class: "rnb-muted" }, "none"));
+  const row = (k, v) => h("tr", {}, h("th", {}, k), h("td", {}, v));
+  panel.dataset.kind = d.kind || "";
+  panel.style.display = d.kind || d.error ? "" : "none";  // the drawing keeps the width until something is clicked
+  if (d.error) { panel.replaceChildren(h("div", { class: "rnb-error" }, d.error)); return; }
+  if (d.kind === "tensor") {
+    panel.replaceChildren(h("div", { class: "rnb-row" }, h("span", { class: "rnb-swatch", style: { background: d.color } }),
+      h("b", { class: "rnb-mono", "data-tensor": d.name }, d.name), h("span", { class: "rnb-muted" }, `#${d.id}`), h("span", { class: "rnb-grow" }), close),
+    h("table", { class: "rnb-table" }, row("dtype", d.dtype), row("region", `${d.region} (${d.family})`),
+      row("offset", `${d.offset.toLocaleString()} (0x${d.offset.toString(16)})`), row("slot", d.slot_human)),
+    h("table", { class: "rnb-table rnb-graph-shapes" }, h("tr", {}, h("th", {}, "variant"), h("th", {}, "shape"), h("th", { class: "rnb-num" }, "bytes")),
+      ...d.variants.map((v) => h("tr", { "data-variant": v.variant }, h("td", {}, v.variant), h("td", { class: "rnb-mono" }, v.shape), h("td", { class: "rnb-num", "data-bytes": v.bytes }, v.human)))),
+    h("div", { class: "rnb-h" }, `written by ${d.writers.length}`), list(d.writers), h("div", { class: "rnb-h" }, `read by ${d.readers.length}`), list(d.readers));
+  } else if (d.kind === "op") {
+    panel.replaceChildren(h("div", { class: "rnb-row" }, h("b", { class: "rnb-mono", "data-op": d.op }, d.op), h("span", { class: "rnb-muted" }, d.layer),
+      h("span", { class: "rnb-grow" }), close),
+    h("table", { class: "rnb-table" }, row("GraphId", d.graph_id), row("stream", d.stream), ...d.params.map(([k, v]) => row(k, v))),
+    h("div", { class: "rnb-h" }, `reads ${d.reads.length}`), list(d.reads), h("div", { class: "rnb-h" }, `writes ${d.writes.length}`), list(d.writes));
+  } else panel.replaceChildren();
 }
 
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-graph");
-  liveView(model, el);
   const controls = h("div", { class: "rnb-row" });
   const chips = h("div", { class: "rnb-row", style: { margin: "8px 0" } });
   const note = h("div");
   const canvas = h("div", { class: "rnb-graph-canvas" });
   const legend = h("div", { class: "rnb-legend" });
-  const nav = navigator(canvas);
+  const panel = h("div", { class: "rnb-graph-details" });
+  const nav = navigator(canvas, (p) => { model.set("picked", p); model.save_changes(); });
+  liveView(model, el, [["f", "the whole graph in view"], ["+ −", "zoom in or out"], ["/", "find a tensor or op"]], nav.keys);
+  const drawDetails = () => details(panel, model);
   el.append(h("div", { class: "rnb-title" }, "ComputationGraph"),
     h("div", { class: "rnb-sub" }, "Ops are boxes coloured by stream; tensors carry their name, id and the shape in the chosen variant's plan. "
       + "All GraphIds: one frame each, in the order a step runs them; a tensor is drawn again where a later op reads it. "
       + "Click a layer's frame (or its chip) to fold it, an op or a tensor for its details; drag to pan, Ctrl+wheel to zoom."),
-    controls, chips, note, nav.bar, canvas, legend);
+    controls, chips, note, nav.bar, h("div", { class: "rnb-graph-body" }, h("div", { class: "rnb-graph-main" }, canvas, nav.mini), panel), legend);
 
   function toggle(layer) {
     const c = new Set(model.get("collapsed"));
@@ -211,11 +303,13 @@ function render({ model, el }) {
     }
   }
 
+  exportBar(el, { name: "graph", picture: () => canvas.querySelector(":scope > svg") || canvas.querySelector("table") });
   const all = () => { drawControls(); drawChips(); drawCanvas(); };
   all();
   const on = [["change:view", all], ["change:graph", drawControls], ["change:gid", drawControls], ["change:variant", drawControls],
     ["change:layers", drawChips], ["change:collapsed", drawChips], ["change:svg", drawCanvas], ["change:table", drawCanvas],
-    ["change:note", drawCanvas], ["change:cuda", drawCanvas]];
+    ["change:note", drawCanvas], ["change:cuda", drawCanvas], ["change:details", drawDetails]];
+  drawDetails();
   for (const [e, f] of on) model.on(e, f);
   return () => { nav.stop(); for (const [e, f] of on) model.off(e, f); };
 }

@@ -9,6 +9,7 @@ function render({ model, el }) {
   el.append(body);
   const draw = () => { body.innerHTML = (model.get("view") || {}).html || ""; };
   draw();
+  exportBar(el, { get name() { return (model.get("view") || {}).name || "view"; }, picture: () => body });
   model.on("change:view", draw);
   return () => model.off("change:view", draw);
 }

@@ -55,26 +55,18 @@ function markPicked(ui) {  // the selected tensor outlined wherever it is drawn
 // ---- the step scrubber ---------------------------------------------------------------------------------
 function scrubberSection(ui) {
   const { box, v } = ui;
-  const step = (by) => ui.save("tick", ui.times[Math.min(ui.times.length - 1, Math.max(0, ui.tickIndex() + by))]);
-  const keys = (e) => {  // ← → a node, Home and End the step's ends; kept from the notebook's own shortcuts
-    const by = { ArrowLeft: -1, ArrowRight: 1, Home: -1e9, End: 1e9 }[e.key];
-    if (by === undefined) return;
-    e.preventDefault();
-    e.stopPropagation();
-    step(by);
-  };
+  const step = (by) => stepBy(ui, by);
   box.slider = h("input", { type: "range", class: "rnb-insp-slider", min: 0, max: ui.times.length - 1, step: 1,
     value: ui.tickIndex(), "aria-label": "step scrubber: node of the step",
     oninput: (e) => ui.model.set("tick", ui.times[+e.target.value]),  // drawn at once, sent on release
-    onchange: (e) => ui.save("tick", ui.times[+e.target.value]),
-    onkeydown: keys });  // one node per key, here as on the panel (JupyterLab may keep the native step)
+    onchange: (e) => ui.save("tick", ui.times[+e.target.value]) });  // its keys: scrubKeys, one node each
   box.tickInfo = h("div", { class: "rnb-insp-op" });
   box.rw = h("div", { class: "rnb-insp-rw-box" });
   box.curve = h("div", { class: "rnb-insp-curve-box" });
   const [lo, hi] = v.focus_range;
   ui.strips = [strip(ui, 0, v.arena_bytes, "rnb-insp-arena"), strip(ui, lo, hi, "rnb-insp-focus")];
   drawCurve(ui);
-  return h("div", { class: "rnb-insp-section rnb-insp-scrubber", tabindex: 0, onkeydown: keys },
+  return h("div", { class: "rnb-insp-section rnb-insp-scrubber", tabindex: 0 },
     h("div", { class: "rnb-h" }, "Step scrubber · drag, or focus and use ← →"),
     h("div", { class: "rnb-row" },
       h("button", { class: "rnb-btn rnb-insp-prev", title: "previous node", onclick: () => step(-1) }, "◀"),
@@ -86,9 +78,21 @@ function scrubberSection(ui) {
     h("div", { class: "rnb-insp-strips" },
       h("div", { class: "rnb-sub" }, `The arena (${v.arena_human}): live tensors coloured by region family; read here: white dashed, written: black · click one to inspect it`),
       ui.strips[0].svg,
-      h("div", { class: "rnb-sub" }, `Feature maps and temporaries, bytes ${lo.toLocaleString()}–${hi.toLocaleString()}`),
+      h("div", { class: "rnb-sub" }, `Feature maps and temporaries: offsets ${humanAxis(lo, hi, hi - lo)}–${humanAxis(hi, hi, hi - lo)} of the arena`),
       ui.strips[1].svg),
     box.curve);
+}
+
+const stepBy = (ui, by) => ui.save("tick", ui.times[Math.min(ui.times.length - 1, Math.max(0, ui.tickIndex() + by))]);
+
+// ← → a node, Home and End the step's ends, while the scrubber (or its slider) has the focus; true when
+// the key was the scrubber's (the view's key handler, dom.js keyboard, then does nothing more).
+function scrubKeys(ui, e) {
+  const by = { ArrowLeft: -1, ArrowRight: 1, Home: -1e9, End: 1e9 }[e.key];
+  if (by === undefined || !ui.box.slider || !(e.target.closest && e.target.closest(".rnb-insp-scrubber"))) return false;
+  e.preventDefault();
+  stepBy(ui, by);
+  return true;
 }
 
 // The arena from lo to hi: one box per tensor, drawn once per view; styleStrip marks a tick's live, read and
@@ -96,7 +100,7 @@ function scrubberSection(ui) {
 function strip(ui, lo, hi, cls) {
   const span = Math.max(hi - lo, 1), H = 30, rects = [];
   const svg = s("svg", { viewBox: `0 0 ${SW} ${H + 14}`, class: `rnb-insp-strip ${cls}` });
-  svg.append(s("rect", { x: 0, y: 0, width: SW, height: H, rx: 5, fill: "#f2f4f7" }));
+  svg.append(s("rect", { x: 0, y: 0, width: SW, height: H, rx: 5, fill: "#f2f4f7", class: "rnb-svg-panel" }));
   for (const t of ui.v.tensors) {
     if (!t.slot_bytes || t.offset + t.slot_bytes <= lo || t.offset >= hi) continue;
     const a = Math.max(t.offset, lo), b = Math.min(t.offset + t.slot_bytes, hi);
@@ -106,8 +110,8 @@ function strip(ui, lo, hi, cls) {
     svg.append(r);
     rects.push([t, r]);
   }
-  svg.append(s("text", { x: 0, y: H + 12, "font-size": 10, fill: "#667085" }, lo.toLocaleString()),
-    s("text", { x: SW, y: H + 12, "font-size": 10, fill: "#667085", "text-anchor": "end" }, `${hi.toLocaleString()} bytes`));
+  svg.append(s("text", { x: 0, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, humanAxis(lo, hi, hi - lo)),
+    s("text", { x: SW, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, humanAxis(hi, hi, hi - lo)));
   const of = new Map(rects.map(([t, r]) => [r, t]));
   svg.addEventListener("mouseover", (e) => {
     const t = of.get(e.target);
@@ -132,25 +136,35 @@ function styleStrip(st, tick) {  // only the boxes whose marks change are touche
   });
 }
 
-// Live bytes over the step in the shown variant, drawn once per view and variant; mark(at) moves the
-// scrubber's line and dot and fills the step so far.
+// Live bytes over the step in the shown variant, drawn once per view and variant, with a y axis in bytes and
+// the peak marked (a red dot, its line and its value, drawn above the rest); mark(at) moves the scrubber's
+// line and dot and fills the step so far.
 function drawCurve(ui) {
-  const c = ui.v.curves[ui.variant()], H = 90, n = Math.max(c.length - 1, 1), top = Math.max(...c, 1);
-  const X = (t) => (t / n) * SW, Y = (b) => H - (b / top) * (H - 6);
+  const c = ui.v.curves[ui.variant()], H = 120, L = 70, n = Math.max(c.length - 1, 1), top = Math.max(...c, 1);
+  const X = (t) => L + (t / n) * (SW - L - 4), Y = (b) => 8 + (1 - b / top) * (H - 8);
   const pts = c.map((b, i) => `${X(i).toFixed(1)},${Y(b).toFixed(1)}`);
-  const svg = s("svg", { viewBox: `0 0 ${SW} ${H + 14}`, class: "rnb-insp-curve" });
-  for (const p of programs(ui.v.ticks)) svg.append(s("rect", { x: X(p.start), y: 0, width: Math.max(X(p.end) - X(p.start), 1), height: H, fill: "#f6f8fa" }));
+  const svg = s("svg", { viewBox: `0 0 ${SW} ${H + 18}`, class: "rnb-insp-curve" });
+  for (const p of programs(ui.v.ticks)) svg.append(s("rect", { x: X(p.start), y: 8, width: Math.max(X(p.end) - X(p.start), 1), height: H - 8, fill: "#f6f8fa", class: "rnb-svg-panel" }));
+  for (const k of [0, 0.5, 1]) {  // the y axis: none, half and all of the peak
+    svg.append(s("line", { x1: L - 4, x2: SW - 4, y1: Y(top * k), y2: Y(top * k), stroke: "#eef0f3", class: "rnb-svg-grid" }),
+      s("text", { x: L - 8, y: Y(top * k) + 4, "font-size": 12, fill: "#667085", class: "rnb-svg-ax rnb-insp-yaxis", "text-anchor": "end",
+        "data-bytes": Math.round(top * k) }, humanAxis(top * k, top, top / 2)));
+  }
   const sofar = s("polygon", { fill: "#3b6fb6", "fill-opacity": 0.15 });
   const pk = ui.v.peaks[ui.variant()].time;
-  const line = s("line", { y1: 0, y2: H, stroke: "#1f2328", "stroke-width": 1.6, class: "rnb-insp-marker" });
-  const dot = s("circle", { r: 3.5, fill: "#1f2328" });
-  svg.append(s("polyline", { points: pts.join(" "), fill: "none", stroke: "#3b6fb6", "stroke-width": 1.4 }), sofar,
-    s("line", { x1: X(pk), x2: X(pk), y1: 0, y2: H, stroke: "#c2334d", "stroke-dasharray": "4 3" }), line, dot,
-    s("text", { x: 0, y: H + 12, "font-size": 10, fill: "#667085" }, "tick 0"),
-    s("text", { x: SW, y: H + 12, "font-size": 10, fill: "#667085", "text-anchor": "end" }, `live bytes · peak ${human(top)} (red)`));
+  const line = s("line", { y1: 8, y2: H, stroke: "#1f2328", "stroke-width": 1.6, class: "rnb-insp-marker rnb-svg-marker" });
+  const dot = s("circle", { r: 3.5, fill: "#1f2328", class: "rnb-svg-dot" });
+  const right = X(pk) > SW * 0.7;  // the peak's label on the side with room
+  svg.append(s("polyline", { points: pts.join(" "), fill: "none", stroke: "#3b6fb6", "stroke-width": 1.4 }), sofar, line, dot,
+    s("line", { x1: X(pk), x2: X(pk), y1: 8, y2: H, stroke: "#c2334d", "stroke-dasharray": "4 3", "stroke-width": 1.4 }),
+    s("circle", { cx: X(pk), cy: Y(c[pk] || top), r: 4.5, fill: "#c2334d", class: "rnb-insp-peak-dot" }),
+    s("text", { x: X(pk) + (right ? -8 : 8), y: 20, "font-size": 12, fill: "#c2334d", "font-weight": 600, "text-anchor": right ? "end" : "start",
+      class: "rnb-insp-peak-label" }, `peak ${human(top)} at tick ${pk}`),
+    s("text", { x: L, y: H + 15, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, `tick ${ui.times[0]}`),
+    s("text", { x: SW - 4, y: H + 15, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, `live bytes (${ui.variant()}) · tick ${ui.times[ui.times.length - 1]}`));
   ui.box.curve.replaceChildren(svg);
   ui.curve = (at) => {
-    sofar.setAttribute("points", `0,${H} ` + pts.slice(0, at + 1).join(" ") + ` ${X(at)},${H}`);
+    sofar.setAttribute("points", `${X(0)},${H} ` + pts.slice(0, at + 1).join(" ") + ` ${X(at)},${H}`);
     for (const [k, x] of [["x1", X(at)], ["x2", X(at)], ["data-tick", at]]) line.setAttribute(k, x);
     dot.setAttribute("cx", X(at));
     dot.setAttribute("cy", Y(c[at] || 0));
@@ -169,11 +183,12 @@ function programs(ticks) {
 function updateScrub(ui) {
   const { box, v } = ui, i = ui.tickIndex(), tick = v.ticks[i], live = v.curves[ui.variant()][tick.t] || 0;
   if (+box.slider.value !== i) box.slider.value = i;
+  box.slider.setAttribute("aria-valuetext", `tick ${tick.t}`);  // one counter: the tick, never the slider's index
   const ranges = [...tick.ranges_read.map((r) => `reads ${r}`), ...tick.ranges_written.map((r) => `writes ${r}`)];
   box.tickInfo.replaceChildren(
     h("div", { class: "rnb-row" },
       h("span", { class: "rnb-pill", style: { background: "#3b6fb6" }, "data-tick": tick.t }, `tick ${tick.t}`),
-      h("span", { class: "rnb-muted" }, `node ${i + 1} of ${ui.times.length} · ${tick.program}`),
+      h("span", { class: "rnb-muted" }, `of ${ui.times[0]}–${ui.times[ui.times.length - 1]} · ${tick.program}`),
       h("b", { class: "rnb-mono rnb-insp-opname", "data-op": tick.op }, tick.op),
       h("span", {}, h("span", { class: "rnb-muted" }, "layer "), h("span", { class: "rnb-insp-layer" }, tick.layer || "-")),
       h("span", {}, h("span", { class: "rnb-muted" }, "GraphId "), h("span", { class: "rnb-mono rnb-insp-gid" }, tick.gid)),
@@ -326,7 +341,7 @@ function whatifSection(ui) {
     ui.save("fit_budget", bytes);
     updateWhatif(ui);  // the same budget again changes nothing in Python: its answer shown again
   };
-  mib.addEventListener("keydown", (e) => { if (e.key === "Enter") go(); });
+  mib.addEventListener("change", go);  // Enter (dom.js keyboard) or leaving the field
   return h("div", { class: "rnb-insp-section rnb-insp-whatif" }, h("div", { class: "rnb-h" }, "What-if"), box.controls, box.whatifResult,
     h("div", { class: "rnb-row rnb-insp-fit-row" }, "Largest batch that fits in", mib, "MiB",
       h("button", { class: "rnb-btn rnb-insp-fit-btn", onclick: go }, "find"), box.fitAnswer));
@@ -342,8 +357,8 @@ function histogram(st) {
     svg.append(r);
   });
   const last = st.edges[st.edges.length - 1];
-  svg.append(s("text", { x: 0, y: H + 12, "font-size": 10, fill: "#667085", class: "rnb-insp-edge-lo", "data-value": st.edges[0] }, num(st.edges[0], 4)),
-    s("text", { x: W, y: H + 12, "font-size": 10, fill: "#667085", "text-anchor": "end", class: "rnb-insp-edge-hi", "data-value": last }, num(last, 4)));
+  svg.append(s("text", { x: 0, y: H + 12, "font-size": 12, fill: "#667085", class: "rnb-svg-ax rnb-insp-edge-lo", "data-value": st.edges[0] }, num(st.edges[0], 4)),
+    s("text", { x: W, y: H + 12, "font-size": 12, fill: "#667085", "text-anchor": "end", class: "rnb-svg-ax rnb-insp-edge-hi", "data-value": last }, num(last, 4)));
   return svg;
 }
 
@@ -414,10 +429,30 @@ function draw(ui) {
   updateScrub(ui); updatePeak(ui); updateWhatif(ui); updateTensor(ui); markPicked(ui);
 }
 
+// The export buttons' data: the tensors live at the peak of the variant shown (its table, whole), and the
+// step's ticks, the live-bytes curve, the peak, the what-if and fit answers.
+function peakRows(ui) {
+  if (!ui.box.slider) return [];
+  const p = ui.v.peaks[ui.variant()];
+  return p.tensors.map(([id, n]) => {
+    const t = ui.byId.get(id);
+    return { tensor: t.name, category: t.category, bytes: n, region: t.region, offset: t.offset, written_by: t.producer, layer: t.layer || "" };
+  });
+}
+function inspectorData(ui) {
+  if (!ui.box.slider) return { ready: false };
+  const name = ui.variant(), p = ui.v.peaks[name];
+  return { variant: name, arena_bytes: ui.v.arena_bytes, tick: ui.model.get("tick"),
+    peak: { bytes: p.bytes, time: p.time, op: p.op, layer: p.layer, program: p.program, by_category: p.by_category, tensors: peakRows(ui) },
+    live_bytes: ui.v.curves[name], ticks: ui.v.ticks.map((k) => ({ t: k.t, op: k.op, layer: k.layer, graph_id: k.gid, program: k.program })),
+    what_if: ui.model.get("whatif_result") || {}, fit: ui.model.get("fit_result") || {} };
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-inspector");
-  liveView(model, el);
   const ui = makeUi(model, el);
+  liveView(model, el, [["← →", "the previous or next node (the scrubber focused)"], ["Home End", "the step's first or last node"],
+    ["Enter", "apply a field (batch, resolution, budget)"]], (e) => scrubKeys(ui, e));
   el.addEventListener("click", (e) => {  // every tensor drawn: chips, strip boxes, table rows
     const hit = e.target.closest ? e.target.closest(PICKABLE) : null;
     if (hit && el.contains(hit) && hit.hasAttribute("data-tensor")) ui.pick(hit.getAttribute("data-tensor"));
@@ -429,6 +464,8 @@ function render({ model, el }) {
     ["change:whatif_result", when(() => updateWhatif(ui))], ["change:fit_result", when(() => updateWhatif(ui))],
     ["change:what_if", when(() => ui.box.controls.replaceChildren(controls(ui)))]];
   draw(ui);
+  exportBar(el, { name: "memory_inspector", picture: () => el.querySelector(".rnb-insp-scrubber"),
+    rows: () => peakRows(ui), data: () => inspectorData(ui) });
   for (const [e, f] of handlers) model.on(e, f);
   return () => { for (const [e, f] of handlers) model.off(e, f); };
 }

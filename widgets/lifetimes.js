@@ -3,6 +3,13 @@
 
 const esc = (x) => String(x).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
+// One row per live interval of a tensor: what the chart draws as a box.
+function lifetimeRows(v) {
+  if (!v.ready) return [];
+  return v.tensors.flatMap((t) => t.intervals.map(([a, b]) => ({ name: t.name, region: t.region, offset: t.offset,
+    slot_bytes: t.slot_bytes, first_step: a, last_step: b, reusable: !!t.reusable, shares_with: (t.shares || []).join(" ") })));
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-lifetimes");
   liveView(model, el);
@@ -42,7 +49,7 @@ function render({ model, el }) {
           onclick: () => { model.set("scope", k); model.save_changes(); } }, label)));
     el.append(h("div", { class: "rnb-row" }, h("div", { class: "rnb-sub rnb-grow", style: { margin: 0 } }, sub), seg));
 
-    const W = 760, left = 74, right = 10, top = 30, H = 280, bottom = 34;
+    const W = 760, left = 84, right = 10, top = 30, H = 280, bottom = 34;
     const pw = W - left - right;
     const n = Math.max(v.steps.length, 1);
     const lo = scope === "arena" ? 0 : v.focus_range[0];
@@ -54,27 +61,27 @@ function render({ model, el }) {
     svg.append(s("rect", { x: left, y: top, width: pw, height: H, fill: "var(--rnb-panel, #f6f8fa)", rx: 4 }));
     for (const p of v.programs) {
       const x = X(p.start), w = X(p.end + 1) - X(p.start);
-      svg.append(s("rect", { x, y: top, width: w, height: H, fill: "#ffffff", "fill-opacity": 0.55, stroke: "#e4e7ec" }));
+      svg.append(s("rect", { x, y: top, width: w, height: H, fill: "#ffffff", "fill-opacity": 0.55, stroke: "#e4e7ec", class: "rnb-svg-paper rnb-svg-grid" }));
       const fit = Math.floor(w / 6);
-      svg.append(s("text", { x: x + 3, y: top - 8, "font-size": 10.5, fill: "#667085" },
+      svg.append(s("text", { x: x + 3, y: top - 8, "font-size": 12, fill: "#667085", class: "rnb-svg-ax" },
         p.name.length <= fit ? p.name : p.name.slice(0, Math.max(fit - 1, 1)) + "…"));
     }
     // y axis: a few byte offsets
     for (let k = 0; k <= 4; k++) {
       const o = lo + (span * k) / 4;
-      svg.append(s("line", { x1: left - 4, x2: left, y1: Y(o), y2: Y(o), stroke: "#98a2b3" }));
-      svg.append(s("text", { x: left - 7, y: Y(o) + 3.5, "font-size": 9.5, fill: "#667085", "text-anchor": "end" }, human(o - (scope === "arena" ? 0 : lo))));
+      svg.append(s("line", { x1: left - 4, x2: left, y1: Y(o), y2: Y(o), stroke: "#98a2b3", class: "rnb-svg-tick" }));
+      svg.append(s("text", { x: left - 7, y: Y(o) + 3.5, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "end" }, humanAxis(o, hi, span / 4)));
     }
-    svg.append(s("text", { x: 12, y: top + H / 2, "font-size": 10.5, fill: "#667085", "text-anchor": "middle", transform: `rotate(-90 12 ${top + H / 2})` },
-      scope === "arena" ? "offset in the arena" : `offset from ${lo.toLocaleString()}`));
+    svg.append(s("text", { x: 12, y: top + H / 2, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "middle", transform: `rotate(-90 12 ${top + H / 2})` },
+      "offset in the arena"));
     // x axis
     const tickEvery = n > 60 ? 10 : 5;
     for (let t = 0; t < n; t += tickEvery) {
-      svg.append(s("line", { x1: X(t + 0.5), x2: X(t + 0.5), y1: top + H, y2: top + H + 4, stroke: "#98a2b3" }));
-      svg.append(s("text", { x: X(t + 0.5), y: top + H + 15, "font-size": 9.5, fill: "#667085", "text-anchor": "middle" }, t));
+      svg.append(s("line", { x1: X(t + 0.5), x2: X(t + 0.5), y1: top + H, y2: top + H + 4, stroke: "#98a2b3", class: "rnb-svg-tick" }));
+      svg.append(s("text", { x: X(t + 0.5), y: top + H + 15, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "middle" }, t));
     }
-    svg.append(s("text", { x: left + pw / 2, y: top + H + 29, "font-size": 10.5, fill: "#667085", "text-anchor": "middle" },
-      "step order: node index on the liveness timeline →"));
+    svg.append(s("text", { x: left + pw / 2, y: top + H + 29, "font-size": 12, fill: "#667085", class: "rnb-svg-ax", "text-anchor": "middle" },
+      "tick: the step's timeline (the memory inspector's ticks) →"));
 
     const boxes = new Map();
     for (const t of tensors) {
@@ -93,8 +100,8 @@ function render({ model, el }) {
             + `<span class="rnb-k">region</span>${esc(t.region)}<br>`
             + `<span class="rnb-k">shape</span>(${t.shape.join(", ")}) ${esc(t.dtype)}<br>`
             + `<span class="rnb-k">offset</span>${t.offset.toLocaleString()} · ${human(t.slot_bytes)}<br>`
-            + `<span class="rnb-k">live</span>steps ${a}–${b}` + (t.persistent ? " (kept across steps)" : "")
-            + `<br><span class="rnb-k">read</span>${(t.reads || []).length} steps · <span class="rnb-k">written</span>${(t.writes || []).length} steps`
+            + `<span class="rnb-k">live</span>ticks ${a}–${b}` + (t.persistent ? " (kept across steps)" : "")
+            + `<br><span class="rnb-k">read</span>at ${plural((t.reads || []).length, "tick")} · <span class="rnb-k">written</span>at ${plural((t.writes || []).length, "tick")}`
             + (stepA.op ? `<br><span class="rnb-k">from</span>${esc(stepA.op)} (${esc(stepA.layer)}, ${esc(stepA.gid)})` : "")
             + (stepB.op ? `<br><span class="rnb-k">to</span>${esc(stepB.op)} (${esc(stepB.layer)}, ${esc(stepB.gid)})` : "")
             + `<br><span class="rnb-k">bytes</span>` + (friends.length ? `shared with ${friends.map(esc).join(", ")}` : "its own, not shared"));
@@ -120,10 +127,12 @@ function render({ model, el }) {
 
     const legend = h("div", { class: "rnb-legend" });
     for (const f of v.families || []) {  // one swatch per region family: the palette of every view
-      legend.append(h("span", { "data-family": f.family, title: f.regions.join(", ") },
-        h("span", { class: "rnb-swatch", style: { background: f.color } }), h("b", {}, f.family), ` ${f.name} · ${f.human}`));
+      legend.append(h("span", { "data-family": f.family, "data-bytes": f.bytes, title: f.regions.join(", ") + (f.note ? ` · ${f.note}` : "") },
+        h("span", { class: "rnb-swatch", style: { background: f.color } }), h("b", {}, f.family), ` ${f.name} · ${f.human}`,
+        f.note ? h("span", { class: "rnb-muted" }, ` (slots ${human(f.slots)})`) : ""));
     }
-    legend.append(h("span", {}, "· hover a box for the tensor, its region, offset, bytes and the ops that open and close its lifetime"));
+    legend.append(h("span", {}, "· bytes of the arena per family, as the region map counts them (slots: its tensors' own, "
+      + "more where liveness reuse packs them) · hover a box for the tensor, its region, offset, bytes and the ops that open and close its lifetime"));
     el.append(legend);
     if (v.shared.length) {
       const list = h("div", { class: "rnb-row rnb-shared-list" }, h("span", { class: "rnb-muted" }, "sharing bytes:"));
@@ -135,6 +144,12 @@ function render({ model, el }) {
     }
   }
   draw();
+  exportBar(el, { name: "lifetimes", picture: () => el.querySelector(".rnb-lifetime-svg"),
+    rows: () => lifetimeRows(model.get("view") || {}), data: () => {
+      const v = model.get("view") || {};
+      return v.ready ? { arena_bytes: v.arena_bytes, focus_range: v.focus_range, steps: v.steps, shared: v.shared,
+        families: v.families, tensors: v.tensors } : { ready: false };
+    } });
   model.on("change:view", draw);
   model.on("change:scope", draw);
   return () => { model.off("change:view", draw); model.off("change:scope", draw); tip.remove(); };

@@ -1,7 +1,8 @@
 // TrainingMonitor: four small charts (loss, top-1, learning rate, step time) drawn once and
 // updated in place as epochs arrive, so the curves grow without flicker.
 
-const W = 360, H = 160, L = 44, R = 10, T = 10, B = 32;
+const STATUS = { running: "#3b6fb6", paused: "#7a6fb0", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" };
+const W = 360, H = 170, L = 50, R = 10, T = 10, B = 36;
 
 // A round step (1, 2 or 5 times a power of ten) giving about n intervals over span.
 function niceStep(span, n) {
@@ -36,7 +37,7 @@ function chart(title, key, series, xlabel = "epoch") {
   });
   const bars = s("g", { fill: series[0].color });
   layer.append(bars);
-  const empty = s("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "font-size": 11, fill: "#98a2b3" }, "waiting for the first epoch…");
+  const empty = s("text", { x: W / 2, y: H / 2, "text-anchor": "middle", "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, "waiting for the first epoch…");
   svg.append(empty);
   const box = h("div", { class: "rnb-chart", "data-chart": key },
     h("div", { class: "rnb-chart-title" }, title, value), svg,
@@ -76,18 +77,18 @@ function chart(title, key, series, xlabel = "epoch") {
     const span = ticks.length > 1 ? ticks[1] - ticks[0] : 1;
     const digits = Math.max(0, -Math.floor(Math.log10(span) + 1e-9));
     for (const y of ticks) {
-      grid.append(s("line", { x1: L, x2: W - R, y1: Y(y), y2: Y(y), stroke: "#eef0f3" }));
+      grid.append(s("line", { x1: L, x2: W - R, y1: Y(y), y2: Y(y), stroke: "#eef0f3", class: "rnb-svg-grid" }));
       const label = y === 0 ? "0" : (log ? (y >= 0.01 && y < 1e4 ? String(+y.toPrecision(2)) : y.toExponential(0))
         : (span < 0.01 ? y.toExponential(1) : y.toFixed(Math.min(digits, 4))));
-      axes.append(s("text", { x: L - 5, y: Y(y) + 3.5, "text-anchor": "end", "font-size": 9.5, fill: "#667085" }, label));
+      axes.append(s("text", { x: L - 5, y: Y(y) + 3.5, "text-anchor": "end", "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, label));
     }
     const xstep = Math.max(1, niceStep(xmax, 6));
     for (let x = 0; x <= xmax + 1e-9; x += xstep) {
-      axes.append(s("text", { x: X(x), y: H - B + 12, "text-anchor": "middle", "font-size": 9.5, fill: "#667085" }, +x.toFixed(6)));
+      axes.append(s("text", { x: X(x), y: H - B + 14, "text-anchor": "middle", "font-size": 12, fill: "#667085", class: "rnb-svg-ax" }, +x.toFixed(6)));
     }
-    axes.append(s("text", { x: L + (W - L - R) / 2, y: H - 3, "text-anchor": "middle", "font-size": 10, fill: "#475467",
+    axes.append(s("text", { x: L + (W - L - R) / 2, y: H - 3, "text-anchor": "middle", "font-size": 12, fill: "#475467", class: "rnb-svg-ax",
       "data-axis": "x" }, xlabel));
-    axes.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#c0c6d0" }));
+    axes.append(s("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#c0c6d0", class: "rnb-svg-tick" }));
     for (const sr of paths) {
       const q = data[sr.name] || [];
       sr.p.setAttribute("d", q.map(([x, y], i) => `${i ? "L" : "M"}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join(""));
@@ -108,12 +109,21 @@ function chart(title, key, series, xlabel = "epoch") {
   return { box, update, value, state, note: box.querySelector(".rnb-chart-note") };
 }
 
+// "epoch 2/30 · step 120/250 · 85 steps/s · 1 min 12 s left": a run's place, from the monitor's progress.
+function progressText(p, total) {
+  const rate = p.steps_per_s, left = p.seconds_left;
+  const time = left == null ? "" : left >= 3600 ? `${Math.floor(left / 3600)} h ${Math.round((left % 3600) / 60)} min`
+    : left >= 60 ? `${Math.floor(left / 60)} min ${Math.round(left % 60)} s` : `${Math.round(left)} s`;
+  return `epoch ${p.epoch}/${total} · step ${p.step_in_epoch}/${p.steps_per_epoch}`
+    + (rate ? ` · ${rate >= 10 ? Math.round(rate) : rate.toFixed(1)} steps/s · ${time} left` : "");
+}
+
 function render({ model, el }) {
   el.classList.add("rnb", "rnb-card", "rnb-monitor");
   liveView(model, el);
   const status = h("span", { class: "rnb-pill", "data-status": "" });
   const bar = h("div", { class: "rnb-bar" }, h("div", { style: { width: "0%" } }));
-  const count = h("span", { class: "rnb-muted", style: { fontVariantNumeric: "tabular-nums" } });
+  const count = h("span", { class: "rnb-muted rnb-progress-text", style: { fontVariantNumeric: "tabular-nums" } });
   const buttons = h("span", { class: "rnb-row" });
   const error = h("div");
   el.append(
@@ -148,22 +158,30 @@ function render({ model, el }) {
     el.dataset.epochs = String(recs.length);
     status.textContent = st;
     status.dataset.status = st;
-    status.style.background = { running: "#3b6fb6", paused: "#7a6fb0", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" }[st] || "#98a2b3";
+    status.style.background = STATUS[st] || "#98a2b3";
+    status.style.color = inkOn(STATUS[st] || "#98a2b3");
     const done = recs.length ? recs[recs.length - 1].epoch : 0;
-    bar.firstChild.style.width = `${Math.min(100, (100 * done) / Math.max(total, 1))}%`;
-    count.textContent = `epoch ${done}/${total}`;
-    const xmax = Math.max(total, done, 1);
+    const pg = st === "running" ? model.get("progress") || {} : {};
+    const frac = pg.total_steps ? pg.step / pg.total_steps : done / Math.max(total, 1);  // within an epoch too
+    bar.firstChild.style.width = `${Math.min(100, 100 * frac)}%`;
+    count.textContent = pg.total_steps ? progressText(pg, total) : `epoch ${done}/${total}`;
+    count.dataset.step = pg.step ?? "";
+    const xmax = Math.max(total, done, 1);  // the whole run: the learning-rate schedule is known ahead
     // one point per `every` steps, at its block's last step (views.step_curve, static.curve_x)
     const curve = (values, every, steps) => values.map((y, i) => [Math.min((i + 1) * every, steps) / spe, y]);
     const lossEvery = model.get("loss_every") || 1;
     const stepPts = curve(losses, lossEvery, model.get("loss_steps") || losses.length * lossEvery);
+    // the measured curves' x axis fits the data: the epochs trained so far (a first epoch: 0 to 1), not all 30
+    const seen = Math.max(done, stepPts.length ? stepPts[stepPts.length - 1][0] : 0);
+    const fit = Math.min(xmax, Math.max(1, Math.ceil(seen - 1e-9)));
+    el.dataset.xmax = String(fit);
     loss.update({ step: stepPts, train: recs.map((r) => [r.epoch, r.train_loss]),
-      val: recs.filter((r) => r.val_loss != null).map((r) => [r.epoch, r.val_loss]) }, xmax);
+      val: recs.filter((r) => r.val_loss != null).map((r) => [r.epoch, r.val_loss]) }, fit);
     const last = recs[recs.length - 1];
     const num = (v, f) => (Number.isFinite(v) ? f(v) : "not finite");
     loss.value.textContent = last ? `${num(last.train_loss, (v) => v.toFixed(4))}${last.val_loss != null ? " · val " + num(last.val_loss, (v) => v.toFixed(4)) : ""}` : "";
     top1.update({ train: recs.map((r) => [r.epoch, 100 * r.train_top1]),
-      val: recs.filter((r) => r.val_top1 != null).map((r) => [r.epoch, 100 * r.val_top1]) }, xmax);
+      val: recs.filter((r) => r.val_top1 != null).map((r) => [r.epoch, 100 * r.val_top1]) }, fit);
     top1.value.textContent = last ? `${num(100 * last.train_top1, (v) => v.toFixed(2))}%${last.val_top1 != null ? " · val " + num(100 * last.val_top1, (v) => v.toFixed(2)) + "%" : ""}` : "";
     const stepsDone = last ? last.steps : 0;
     const lrEvery = model.get("lr_every") || 1;
@@ -177,7 +195,7 @@ function render({ model, el }) {
       prev = r.steps;
       return [r.epoch, (1e3 * (r.seconds - first)) / n];
     });
-    time.update({ t: [] }, xmax + 0.5, { ymin: 0, bars: times });
+    time.update({ t: [] }, fit + 0.5, { ymin: 0, bars: times });
     time.value.textContent = times.length ? `${times[times.length - 1][1].toFixed(2)} ms` : "";
     const firsts = recs.filter((r) => (r.first_step_seconds || 0) > 0);
     time.note.textContent = firsts.length ? "first step of a run (kernels compiled or loaded), not in the bars: " +
@@ -194,9 +212,9 @@ function render({ model, el }) {
       const running = st === "running";
       buttons.append(
         h("button", { class: "rnb-btn", disabled: running || done >= total, "data-action": "run-1",
-          onclick: () => model.send({ action: "run", epochs: 1 }) }, "run 1 epoch"),
+          onclick: () => trySend(model, { action: "run", epochs: 1 }) }, "run 1 epoch"),
         h("button", { class: "rnb-btn rnb-primary", disabled: running || done >= total, "data-action": "run",
-          onclick: () => model.send({ action: "run" }) }, "run()"));
+          onclick: () => trySend(model, { action: "run" }) }, "run()"));
     }
     const err = model.get("error") || {};
     error.replaceChildren(...(err.message ? [h("div", { class: "rnb-error" }, h("b", {}, err.type), err.message)] : []),
@@ -221,7 +239,10 @@ function render({ model, el }) {
     }
   }
   draw();
-  const events = ["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);
+  exportBar(el, { name: "training", picture: () => grid, rows: () => (model.get("records") || []).map((r) => ({ ...r })),
+    data: () => Object.fromEntries(["records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps",
+      "total_epochs", "steps_per_epoch", "status"].map((k) => [k, model.get(k)])) });
+  const events = ["progress", "records", "step_losses", "loss_every", "loss_steps", "lr", "lr_every", "lr_steps", "status", "total_epochs", "controls", "error"].map((k) => "change:" + k);
   for (const e of events) model.on(e, draw);
   return () => { for (const e of events) model.off(e, draw); };
 }

@@ -36,8 +36,8 @@ function render({ model, el }) {
         disabled: busy || !a.enabled,
         onclick: () => {
           // reset() throws away the plan, the weights and the history: ask first, saying what goes
-          if (a.confirm) { confirmBox(a, () => model.send({ action: a.name })); return; }
-          model.send({ action: a.name });
+          if (a.confirm) { confirmBox(a, () => trySend(model, { action: a.name }, el)); return; }
+          trySend(model, { action: a.name }, el);
         },
       }, a.label);
       actions.append(b);
@@ -68,6 +68,8 @@ function render({ model, el }) {
     }
   }
   draw();
+  exportBar(el, { name: "phases", picture: () => el.querySelector(".rnb-phase-diagram"),
+    rows: () => ((model.get("view") || {}).history || []).map((r) => ({ ...r })), data: () => model.get("view") || {} });
   model.on("change:view", draw);
   model.on("change:error", draw);
   model.on("change:busy", draw);

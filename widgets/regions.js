@@ -2,6 +2,7 @@
 // a hover card per tensor, a click on a region lists its DTensors, and a switch between
 // the six variants (offsets stay; only the used part of each slot changes).
 
+const MIN_ROW = 0.06;  // the shortest region row, as a share of the largest: a 48-region model's small ones stay visible
 const shapeText = (s) => "(" + s.join(", ") + (s.length === 1 ? ",)" : ")");
 
 function tooltip() {
@@ -22,6 +23,27 @@ function tooltip() {
     hide() { tip.style.display = "none"; },
     remove() { tip.remove(); },
   };
+}
+
+// The data of the export buttons: one row per tensor in the variant shown, and the regions they sit in.
+function shownVariant(model) {
+  const v = model.get("view") || {};
+  return (v.variants || []).includes(model.get("variant")) ? model.get("variant") : (v.variants || [])[0];
+}
+function tensorRows(model) {
+  const v = model.get("view") || {}, variant = shownVariant(model);
+  if (!v.ready) return [];
+  const family = new Map(v.regions.map((r) => [r.region, r.family]));
+  return v.tensors.map((t) => ({ id: t.id, name: t.name, region: t.region, family: family.get(t.region), dtype: t.dtype,
+    shape: (t.shapes[variant] || []).join("x"), offset: t.offset, slot_bytes: t.slot_bytes,
+    bytes: t.nbytes[variant] ?? t.slot_bytes, variant }));
+}
+function regionData(model) {
+  const v = model.get("view") || {};
+  if (!v.ready) return { ready: false };
+  return { variant: shownVariant(model), arena_bytes: v.arena_bytes, regions: v.regions.map((r) => ({ region: r.region,
+    family: r.family, offset: r.base, bytes: r.size, tensors: r.tensor_ids.length })), families: v.families,
+    tensors: tensorRows(model) };
 }
 
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -91,7 +113,7 @@ function render({ model, el }) {
       if (r.base > cursor) bar.append(h("div", { style: { flex: `0 0 ${((r.base - cursor) / total) * 100}%` } }));
       const seg = h("div", {
         class: "rnb-arena-seg" + (r.region === selected ? " rnb-selected" : ""), "data-region": r.region,
-        style: { flex: `0 0 ${(r.size / total) * 100}%`, minWidth: "2px", background: r.color, color: "#fff", fontSize: "11px", fontWeight: 600, display: "flex", alignItems: "center", justifyContent: "center", borderRight: "1px solid rgba(255,255,255,.8)", cursor: "pointer", overflow: "hidden", boxShadow: r.region === selected ? "inset 0 0 0 2px #1f2328" : "none" },
+        style: { flex: `0 0 ${(r.size / total) * 100}%`, minWidth: "2px", background: r.color, color: inkOn(r.color), fontSize: "12px", fontWeight: 600, display: "flex", alignItems: "center", justifyContent: "center", borderRight: "1px solid rgba(255,255,255,.8)", cursor: "pointer", overflow: "hidden", boxShadow: r.region === selected ? "inset 0 0 0 2px var(--rnb-ink)" : "none" },
         onmousemove: (ev) => tip.show(ev, `<b>${esc(r.region)}</b><br><span class="rnb-k">family</span>${esc(r.family)} · ${esc(r.family_name)}<br><span class="rnb-k">offset</span>${r.base.toLocaleString()}<br><span class="rnb-k">size</span>${r.human} · ${plural(r.tensor_ids.length, "tensor")}`),
         onmouseleave: () => tip.hide(),
         onclick: () => select(r.region),
@@ -99,7 +121,9 @@ function render({ model, el }) {
       bar.append(seg);
       cursor = r.end;
     }
-    el.append(bar, h("div", { class: "rnb-row rnb-muted", style: { justifyContent: "space-between", fontSize: "10.5px", margin: "2px 0 4px 0" } },
+    const pic = h("div", { class: "rnb-region-picture" });  // what the export buttons draw
+    el.append(pic);
+    pic.append(bar, h("div", { class: "rnb-row rnb-muted", style: { justifyContent: "space-between", fontSize: "12px", margin: "2px 0 4px 0" } },
       h("span", {}, "offset 0"), h("span", {}, v.arena_human)));
 
     // legend by family
@@ -108,16 +132,17 @@ function render({ model, el }) {
       legend.append(h("span", { "data-family": f.family, title: f.name },
         h("span", { class: "rnb-swatch", style: { background: f.color } }), h("b", {}, f.family), ` ${f.name} · ${f.human}`));
     }
-    el.append(legend);
+    pic.append(legend);
 
     // one row per region: tensors at their offsets; a row's length is its region's size, against the largest
-    el.append(h("div", { class: "rnb-h" }, `Regions · tensors at their offsets in ${variant}; a row's length is its region's size (pale: slot bytes this variant leaves unused) · click a region`));
+    pic.append(h("div", { class: "rnb-h" }, `Regions · tensors at their offsets in ${variant}; a row's length is its region's size (pale: slot bytes this variant leaves unused) · click a region`));
     const rows = h("div", { class: "rnb-region-rows" });
     const largest = Math.max(1, ...v.regions.map((r) => r.size));
+    const small = v.regions.filter((r) => r.size / largest < MIN_ROW).length;
     for (const r of v.regions) {
-      const track = h("div", {
-        class: "rnb-region-track" + (r.region === selected ? " rnb-selected" : ""), "data-region": r.region,
-        style: { width: `max(6px, ${(r.size / largest) * 100}%)` },
+      const track = h("div", {  // a region under MIN_ROW of the largest: drawn at MIN_ROW, outlined (the note says)
+        class: "rnb-region-track" + (r.region === selected ? " rnb-selected" : "") + (r.size / largest < MIN_ROW ? " rnb-min-width" : ""),
+        "data-region": r.region, style: { width: `${Math.max(r.size / largest, MIN_ROW) * 100}%` },
         onclick: () => select(r.region),
       });
       for (const id of r.tensor_ids) {
@@ -136,9 +161,19 @@ function render({ model, el }) {
           h("span", { class: "rnb-swatch", style: { background: r.color } }), r.region,
           r.reduced ? h("span", { class: "rnb-reduced-mark", title: "all-reduced over the ranks every step" }, " ⇄") : ""),
         track,
-        h("div", { class: "rnb-region-size" }, r.human + (r.saved > 0 ? ` (−${human(r.saved)})` : "")));
+        h("div", { class: "rnb-region-size", title: r.saved > 0 ? `its tensors' slots add up to ${human(r.size + r.saved)}; liveness reuse `
+          + `puts those whose lifetimes never meet on the same bytes, saving ${human(r.saved)}` : "" },
+          r.human + (r.saved > 0 ? ` (−${human(r.saved)} reused)` : "")));
     }
-    el.append(rows);
+    pic.append(rows);
+    if (small) {
+      pic.append(h("div", { class: "rnb-muted rnb-min-note" }, `${plural(small, "region")} under ${MIN_ROW * 100}% of the largest `
+        + `${small === 1 ? "is" : "are"} drawn at ${MIN_ROW * 100}% (dotted outline), so that ${small === 1 ? "its" : "their"} tensors stay visible; the true size is the number on the right.`));
+    }
+    if (v.regions.some((r) => r.saved > 0)) {
+      pic.append(h("div", { class: "rnb-muted rnb-reuse-note" }, "(−n reused): bytes a region saves by liveness reuse: its tensors' "
+        + "slots add up to more, and those whose lifetimes never meet share bytes. The family totals here and in the lifetimes count the region's bytes."));
+    }
 
     // detail of the selected region
     const detail = h("div", { class: "rnb-detail rnb-region-detail", "data-region": selected || "" });
@@ -178,6 +213,8 @@ function render({ model, el }) {
   }
 
   draw();
+  exportBar(el, { name: "region_map", picture: () => el.querySelector(".rnb-region-picture"),
+    rows: () => tensorRows(model), data: () => regionData(model) });
   const events = ["change:view", "change:variant", "change:selected_region"];
   for (const e of events) model.on(e, draw);
   return () => { for (const e of events) model.off(e, draw); tip.remove(); };

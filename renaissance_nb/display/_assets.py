@@ -21,8 +21,9 @@ def asset(name: str) -> str:
 
 
 def esm(name: str) -> str:
-    """A widget's ES module: the shared DOM helpers (dom.js) followed by widgets/<name>."""
-    return asset("dom.js") + "\n" + asset(name)
+    """A widget's ES module: the shared DOM helpers (dom.js), the export buttons (export.js), then
+    widgets/<name>."""
+    return asset("dom.js") + "\n" + asset("export.js") + "\n" + asset(name)
 
 
 def css() -> str:

@@ -6,6 +6,7 @@ from typing import Any, Callable
 import anywidget
 import traitlets
 
+from . import peers
 from ._assets import css
 from .static import static_copy, wrap
 
@@ -78,15 +79,19 @@ class ViewWidget(OneLine, anywidget.AnyWidget):
 
     _css = css()
     view = traitlets.Dict().tag(sync=True)
+    poll_key = traitlets.Unicode().tag(sync=True)  # shared by every view of one task (peers.py)
+    view_id = traitlets.Unicode().tag(sync=True)  # this view, as the front end names it in a poll
 
     def __init__(self, source: Any, **kwargs: Any) -> None:
         self.source = source
         self._listeners: list[Callable[[Any], None]] = []
         self._shown: list[Any] = []  # display handles of this view's static copies
         self._mark: tuple = ()
-        super().__init__(**kwargs)
+        super().__init__(poll_key=peers.poll_key(source), **kwargs)
+        self.view_id = self.model_id or ""
         self.refresh()
         self.on_msg(self._on_poll)
+        peers.join(self.poll_key, self)
 
     def make_view(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -102,11 +107,39 @@ class ViewWidget(OneLine, anywidget.AnyWidget):
         return self.task_mark() != self._mark
 
     def _on_poll(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """The front end asks every 1.5 s while shown: a view follows its task (phase calls, compile, run,
-        reset, load, made in code or by another widget) without a refresh button."""
-        if isinstance(content, dict) and content.get("poll") and self.stale():
+        """The front end asks every 1.5 s, once for all the views of a task it shows (``shown``): they
+        follow the task (phase calls, compile, run, reset, load, made in code or by another widget)
+        without a refresh button."""
+        if not (isinstance(content, dict) and content.get("poll")):
+            return
+        shown = content.get("shown")
+        if isinstance(shown, list):
+            peers.refresh_shown(self.poll_key, [str(x) for x in shown])
+        else:  # one view's own poll
+            self.follow()
+
+    def follow(self) -> bool:
+        """Re-read the task if it moved on, telling the listeners; whether it had. Called at each poll."""
+        moved = self.stale()
+        if moved:
             self.refresh()
             self._changed()
+        self.polled()
+        return moved
+
+    def polled(self) -> None:
+        """What a view does at every poll besides following its task (nothing here)."""
+
+    def tell_peers(self) -> None:
+        """After a button of this view changed the task: the other views of it shown follow at once."""
+        peers.refresh_shown(self.poll_key, skip=self)
+
+    def close(self) -> None:
+        try:
+            peers.leave(self.poll_key, self)
+        except Exception:  # close() also runs from __del__ at interpreter exit, when modules may be gone
+            pass
+        super().close()
 
     def task_mark(self) -> tuple:
         """What changes when the task moves on (its phase, phase calls, epochs trained, settings): an

@@ -23,7 +23,10 @@ def span_operand(first: str, last: str, plan: Any) -> dict[str, Any] | None:
     family = first.split("_", 1)[0]
     size = sum(plan[t].slot_bytes for t in ids)
     what = FAMILIES.get(family, family)
-    span = first if first == last else f"{first} … {last}"
+    # the regions this plan has in the range (an MLP's weights: W_FC_BIAS and W_FC_WEIGHT, not the
+    # W_BN_BIAS … W_DEEP_CONV a ResNet's optimizer sweeps)
+    present = list(dict.fromkeys(plan[t].region.name for t in ids))
+    span = ", ".join(present) if len(present) <= 3 else f"{present[0]} … {present[-1]} ({len(present)} regions)"
     return {"key": f"span_{first}_{last}", "family": family, "color": family_color(family),
             "label": f"{family}: {what}", "detail": f"{plural(len(ids), 'tensor')} · {human_bytes(size)}",
             "span": span, "ids": ids, "names": [plan[t].name for t in ids]}

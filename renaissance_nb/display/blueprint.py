@@ -19,12 +19,13 @@ class _HTMLView(ViewWidget):
     """A view whose whole drawing is HTML rendered here (``render``), the same live and static."""
 
     _esm = esm("htmlview.js")
+    export_name = "view"  # the name of the files its export buttons give
 
     def render(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def make_view(self) -> dict[str, Any]:
-        return {"html": self.render()}
+        return {"html": self.render(), "name": self.export_name}
 
     def static_html(self) -> str:
         return self.render()
@@ -32,6 +33,8 @@ class _HTMLView(ViewWidget):
 
 class BluePrintView(_HTMLView):
     """The BluePrint tree, the ArchPlan's layers (fusions, shapes, parameters) and the settings."""
+
+    export_name = "blueprint"
 
     def render(self) -> str:
         return f"<div class='rnb-blueprint-view'>{static.blueprint_html(views.blueprint_view(self.source))}</div>"
@@ -47,6 +50,8 @@ class BluePrintView(_HTMLView):
 
 class VariantsView(_HTMLView):
     """The six variants: batch, input shape, ShapeId, shared captures and the shapes that differ."""
+
+    export_name = "variants"
 
     def render(self) -> str:
         return f"<div class='rnb-variants-view'>{static.variants_html(views.variants_view(self.source))}</div>"

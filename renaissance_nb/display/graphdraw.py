@@ -17,7 +17,7 @@ from ..memory.plan import MemoryPlan
 from ..text import plural
 from .access import range_operands
 from .graphlayout import ordered_nodes, safe, step_layout
-from .theme import esc, family_color, shape_text, stream_color
+from .theme import esc, family_color, ink_on, shape_text, stream_color
 
 MAX_OPS_EXPANDED = 80
 """Above this many ops a drawing starts with every layer collapsed."""
@@ -106,7 +106,7 @@ def _draw_frame(g: Any, lay: Any, f: int, plan: MemoryPlan | None) -> None:
         if run.folded:
             colour = stream_color(lay.ops[run.ops[0]][0].stream.name)
             g.node(run.id, label=f"{run.layer} ▸ {plural(len(run.ops), 'op')}", shape="box3d", style="filled",
-                   fillcolor=colour, fontcolor="white", color=colour, id=run.id,
+                   fillcolor=colour, fontcolor=ink_on(colour), color=colour, id=run.id,
                    tooltip=f"{run.layer}: {plural(len(run.ops), 'op')} folded (click to expand)")
             continue
         with g.subgraph(name=f"cluster_{_safe(run.id)}") as sub:
@@ -128,7 +128,7 @@ def _draw_op(g: Any, k: int, g_id: GraphId, n: Any) -> None:
     sub_label = f"<br/><font point-size='8'>{esc(ps)}</font>" if ps else ""
     full = ", ".join(f"{k}={v}" for k, v in n.params)  # a click in the view shows it untruncated
     g.node(f"op{k}", label=f"<<b>{esc(n.op)}</b>{sub_label}>", shape="box", style="rounded,filled",
-           fillcolor=colour, fontcolor="white", color=colour, id=f"op{k}",
+           fillcolor=colour, fontcolor=ink_on(colour), color=colour, id=f"op{k}",
            tooltip=f"{n.op} ({n.layer or 'step'}) on stream {g_id.stream.name} in {g_id.name}"
            + (f" · {full}" if full else ""))
 

@@ -11,6 +11,7 @@ from ._assets import esm
 from ._base import ViewWidget
 from .graphdraw import (cuda_graph_view, default_collapsed, dot_available, layers_of, render_graph, run_order,
                         static_svg)
+from .graphpick import op_details, tensor_details
 from .theme import esc
 
 
@@ -29,6 +30,8 @@ class GraphView(ViewWidget):
     dot = traitlets.Bool(False).tag(sync=True)
     cuda = traitlets.Unicode("").tag(sync=True)        # the captured CUDA graph (SVG), on a GPU
     cuda_caption = traitlets.Unicode("").tag(sync=True)
+    picked = traitlets.Dict().tag(sync=True)   # the op or tensor clicked: {"op": index} or {"tensor": id}
+    details = traitlets.Dict().tag(sync=True)  # what the details panel shows for it (graphpick.py)
 
     def __init__(self, source: Any, graph: str = "", gid: str | None = None, **kwargs: Any) -> None:
         """``gid``: a GraphId's name, '' for all of them; None (the default) opens a training
@@ -143,3 +146,22 @@ class GraphView(ViewWidget):
     @traitlets.observe("variant", "collapsed")
     def _on_layout(self, change: Any) -> None:
         self.draw()
+
+    @traitlets.observe("picked")
+    def _on_picked(self, _change: Any) -> None:
+        self.details = self.pick_details(self.picked)
+
+    def pick_details(self, picked: dict[str, Any]) -> dict[str, Any]:
+        """The details of ``{"op": index}`` (the drawing's op<index>) or ``{"tensor": id}``; {} for none."""
+        g = views.graphs_of(self.source).get(self.graph)
+        if g is None or not picked:
+            return {}
+        plans = views.plans_of(self.source)
+        order = run_order(self.source, g)
+        try:
+            if "tensor" in picked:
+                return tensor_details(g, plans, int(picked["tensor"]), order)
+            gid = GraphId[self.gid] if self.gid in GraphId.__members__ else None
+            return op_details(g, gid, plans.get(self.variant), int(picked["op"]), order)
+        except (KeyError, TypeError, ValueError) as exc:  # a malformed pick from the page: said, not raised
+            return {"error": f"Cannot show {picked!r}: {exc}"}

@@ -166,8 +166,9 @@ class MemoryInspectorView(ViewWidget):
         self._copied, self._copy_due = time.monotonic(), False
         super().update_copies()
 
-    def _on_poll(self, widget: Any, content: Any, buffers: Any) -> None:
-        super()._on_poll(widget, content, buffers)  # a task that moved on: refresh() writes the copy
+    def polled(self) -> None:
+        """At each poll (after a task that moved on was re-read, whose refresh() wrote the copy): the
+        picks made since the last copy are written now."""
         if self._copy_due:
             self.update_copies()
 

@@ -54,6 +54,7 @@ class TrainingMonitor(ViewWidget):
     status = traitlets.Unicode("idle").tag(sync=True)
     controls = traitlets.Bool(False).tag(sync=True)
     error = traitlets.Dict().tag(sync=True)
+    progress = traitlets.Dict().tag(sync=True)  # within a run: step_progress(); {} when no run reports
 
     def __init__(self, task: Any, controls: bool = False, **kwargs: Any) -> None:
         super().__init__(task, controls=controls, **kwargs)
@@ -87,6 +88,7 @@ class TrainingMonitor(ViewWidget):
 
     # ---- the callback the engine calls ------------------------------------------------------------
     _last_push = 0.0
+    _run_start: tuple[float, int] | None = None  # (time, step) when the run started reporting
 
     def __call__(self, event: str, payload: Any = None) -> None:
         if event == "epoch" and payload is not None:
@@ -100,10 +102,26 @@ class TrainingMonitor(ViewWidget):
             if now - self._last_push >= 0.5:  # at most two updates a second: no flicker, little traffic
                 self._last_push = now
                 self._losses_so_far(int(payload["step"]))
+                self.progress = self.step_progress(int(payload["step"]), now)
         elif event == "start" and isinstance(payload, dict):
             self.status = "running"
+            self._run_start = None
         elif event == "end":  # the run is over (done, stopped early or interrupted): read it all again
+            self._run_start, self.progress = None, {}
             self.refresh()  # and the static copies (ViewWidget.update_copies)
+
+    def step_progress(self, step: int, now: float) -> dict[str, Any]:
+        """Where a run stands at global step ``step``: the epoch and the step within it, steps per second
+        since the run's first report, and the time left at that rate (None until two reports)."""
+        spe = max(int(self.steps_per_epoch or getattr(self.source, "steps_per_epoch", 0) or 1), 1)
+        total = max(int(getattr(self.source, "total_steps", 0) or 0), self.total_epochs * spe)
+        if self._run_start is None or step < self._run_start[1]:
+            self._run_start = (now, step)
+        t0, s0 = self._run_start
+        rate = (step - s0) / (now - t0) if now > t0 and step > s0 else None
+        return {"step": step, "total_steps": total, "epoch": min(step // spe + 1, max(self.total_epochs, 1)),
+                "step_in_epoch": step - (step // spe) * spe, "steps_per_epoch": spe,
+                "steps_per_s": rate, "seconds_left": (total - step) / rate if rate else None}
 
     def _rates_in_force(self) -> None:
         """The lr curve again: ReduceLROnPlateau lowers the arena's table as an epoch ends."""
@@ -154,6 +172,7 @@ class TrainingMonitor(ViewWidget):
                 self._in_run = False
             self.status = "error" if failed else self._run_status  # as the refresh just read the task
             self._changed()
+            self.tell_peers()
         return result
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:

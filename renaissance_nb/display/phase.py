@@ -54,6 +54,7 @@ class PhaseView(ViewWidget):
             self.busy = False
             self.refresh()
             self._changed()
+            self.tell_peers()
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if isinstance(content, dict) and content.get("action"):

@@ -36,7 +36,7 @@ a hidden tab (display: none) draws nothing, so every other diagram would lose it
 
 def phase_svg(view: dict[str, Any]) -> str:
     bw, bh, gap, top = 170, 54, 100, 28
-    lines = [[line for allow in ph["allows"][:4] for line in textwrap.wrap(allow, 27)] for ph in view["phases"]]
+    lines = [[line for allow in ph["allows"][:4] for line in textwrap.wrap(allow, 25)] for ph in view["phases"]]
     height = top + bh + 14 + 15 * max(map(len, lines), default=0)
     arrow = f"rnb-arrow-{next(_SVG_IDS)}"
     parts = [f"<svg class='rnb-phase-diagram' viewBox='0 0 {W} {height}' xmlns='http://www.w3.org/2000/svg' "
@@ -49,24 +49,26 @@ def phase_svg(view: dict[str, Any]) -> str:
         state = ph["state"]
         colour = PHASE_COLORS[state]
         fill = colour if state == "current" else ("#eef6ed" if state == "done" else "#ffffff")
-        ink = "#ffffff" if state == "current" else ("#2f6b2b" if state == "done" else "#98a2b3")
+        ink = "#ffffff" if state == "current" else ("#2f6b2b" if state == "done" else "#667085")
         mark = "✓ " if state == "done" else ("● " if state == "current" else "")
+        # the classes let the style sheet give a done phase the theme's colours (dark: a dark green)
+        done = " class='rnb-svg-done'" if state == "done" else ""
         parts.append(f"<g data-phase='{esc(ph['name'])}' data-state='{state}'>"
                      f"<title>{esc(ph['name'])}: allows {esc(', '.join(ph['allows']))}</title>"
-                     f"<rect x='{x:.0f}' y='{top}' width='{bw}' height='{bh}' rx='12' fill='{fill}' "
+                     f"<rect x='{x:.0f}' y='{top}' width='{bw}' height='{bh}' rx='12' fill='{fill}'{done} "
                      f"stroke='{colour}' stroke-width='{2.2 if state == 'current' else 1.4}'/>"
                      f"<text x='{x + bw / 2:.0f}' y='{top + 33}' text-anchor='middle' font-size='14' "
-                     f"font-weight='700' fill='{ink}'>{mark}{esc(ph['name'])}</text></g>")
+                     f"font-weight='700' fill='{ink}'{done.replace('done', 'good')}>{mark}{esc(ph['name'])}</text></g>")
         for k, allow in enumerate(lines[i]):
             parts.append(f"<text x='{x + bw / 2:.0f}' y='{top + bh + 20 + 15 * k}' text-anchor='middle' "
-                         f"font-size='11' fill='{'#475467' if state != 'todo' else '#98a2b3'}'>{esc(allow)}</text>")
+                         f"font-size='12' fill='{'#475467' if state != 'todo' else '#667085'}'>{esc(allow)}</text>")
         if i < 2:
             ax = x + bw + 6
             parts.append(f"<line x1='{ax:.0f}' y1='{top + bh / 2}' x2='{ax + gap - 12:.0f}' y2='{top + bh / 2}' "
                          f"stroke='#98a2b3' stroke-width='1.6' marker-end='url(#{arrow})'/>"
                          f"<text x='{ax + (gap - 6) / 2:.0f}' y='{top + bh / 2 - 8}' text-anchor='middle' "
-                         f"font-size='10.5' fill='#475467' font-family='monospace'>{esc(view['arrows'][i])}</text>")
-    parts.append(f"<text x='{x0:.0f}' y='14' font-size='11' fill='#667085'>"
+                         f"font-size='12' fill='#475467' font-family='monospace'>{esc(view['arrows'][i])}</text>")
+    parts.append(f"<text x='{x0:.0f}' y='14' font-size='12' fill='#667085'>"
                  f"{esc(view['kind'])} {esc(view['task'])!s} · phase {esc(view['current'])}</text></svg>")
     return "".join(parts)
 

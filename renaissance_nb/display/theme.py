@@ -48,6 +48,17 @@ PAPER = "#ffffff"
 PANEL = "#f6f8fa"
 
 
+def ink_on(fill: str) -> str:
+    """Near-black or white, whichever reads better on ``fill`` ("#rrggbb"; WCAG relative luminance): the
+    text of a box coloured by stream or family stays at 4.5:1 or more (widgets/dom.js, inkOn, is the same)."""
+    h = fill.lstrip("#")
+    if len(h) != 6:
+        return "#ffffff"
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (int(h[i:i + 2], 16) / 255 for i in (0, 2, 4))]
+    lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return "#111111" if (lum + 0.05) / 0.0625 >= 1.05 / (lum + 0.05) else "#ffffff"
+
+
 def family_color(family: str) -> str:
     return FAMILY_COLORS.get(family, "#8a8f98")
 
@@ -94,5 +105,5 @@ def shape_text(shape: object) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-__all__ = ["FAMILY_COLORS", "STREAM_COLORS", "PHASE_COLORS", "family_color", "stream_color",
+__all__ = ["FAMILY_COLORS", "STREAM_COLORS", "PHASE_COLORS", "family_color", "ink_on", "stream_color",
            "share_colors", "SHARED_COLORS", "esc", "clock", "duration", "shape_text", "human_bytes"]

@@ -355,20 +355,28 @@ def lifetime_view(obj: Any, variant: str | None = None) -> dict[str, Any]:
             "saved_human": human_bytes(max(0, plan.bytes_without_reuse - plan.total_bytes)),
             "arena_human": human_bytes(plan.total_bytes),
             "without_reuse_human": human_bytes(plan.bytes_without_reuse),
-            "summary": _lifetime_summary(plan, shared, bool(tensors)), "families": _families_drawn(tensors)}
+            "summary": _lifetime_summary(plan, shared, bool(tensors)), "families": _families_drawn(tensors, plan)}
 
 
-def _families_drawn(tensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The legend: one entry per region family drawn (the palette of every view), its regions and bytes."""
+def _families_drawn(tensors: list[dict[str, Any]], plan: MemoryPlan) -> list[dict[str, Any]]:
+    """The legend: one entry per region family drawn (the palette of every view), its regions and bytes.
+
+    ``bytes`` is the family's share of the arena, as the region map counts it (``plan.family_bytes``);
+    ``slots`` adds up its tensors' slots, more than ``bytes`` where liveness reuse packs them onto the same
+    bytes; ``note`` says so."""
     out: dict[str, dict[str, Any]] = {}
     for t in tensors:
         f = out.setdefault(t["family"], {"family": t["family"], "name": FAMILIES.get(t["family"], t["family"]),
-                                         "color": family_color(t["family"]), "regions": [], "bytes": 0})
+                                         "color": family_color(t["family"]), "regions": [], "slots": 0})
         if t["region"] not in f["regions"]:
             f["regions"].append(t["region"])
-        f["bytes"] += t["slot_bytes"]
+        f["slots"] += t["slot_bytes"]
+    arena = plan.family_bytes()
     for f in out.values():
+        f["bytes"] = int(arena.get(f["family"], f["slots"]))
         f["human"] = human_bytes(f["bytes"])
+        f["note"] = (f"its tensors' slots add up to {human_bytes(f['slots'])}: liveness reuse packs them into "
+                     f"{human_bytes(f['bytes'])}" if f["slots"] > f["bytes"] else "")
     return list(out.values())
 
 
