@@ -22,27 +22,12 @@ def _engine(form: str, approximate: str = "none", block: int = 64):  # type: ign
     splits = token_splits(BATCH * STEPS, T, VOCAB)
     model = gpt(VOCAB, D, LAYERS, HEADS, T, attention_form=form, approximate=approximate)
     if block != 64:  # the flash form's block size: smaller than T exercises the online softmax's rescaling
-        from renaissance_nb import attention
-        model = _with_block(model, attention, block)
+        from renaissance_nb.inspector.sequence import with_layer_params
+        model = with_layer_params(model, "attention", {"block": block})
     task = (DeepLearningTask().model(model).data(splits, batch_size=BATCH, shuffle=False)
             .optimizer(AdamW(lr=LR, weight_decay=0.1)).total_epochs(1).seed(3))
     task.compile()
     return task, splits
-
-
-def _with_block(model, attention, block):  # type: ignore[no-untyped-def]
-    from renaissance_nb import BluePrint
-    d = model.to_dict()
-
-    def walk(node):  # type: ignore[no-untyped-def]
-        if isinstance(node, dict):
-            if node.get("layer") == "attention":
-                return {"layer": "attention", "params": {**node["params"], "block": block}}
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-    return BluePrint.from_dict(walk(d))
 
 
 @pytest.mark.parametrize("form,approximate,block", [("materialized", "none", 64), ("flash", "none", 64),

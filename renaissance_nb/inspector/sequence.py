@@ -55,7 +55,7 @@ def peak_by_block(inspector: "MemoryInspector", variant: str = "train_base") -> 
 
 
 # ---- what-if changes of a sequence model ---------------------------------------------------------
-def _rewrite(model: BluePrint, kind: str, change: dict[str, Any]) -> BluePrint:
+def with_layer_params(model: BluePrint, kind: str, change: dict[str, Any]) -> BluePrint:
     """The model with every layer of ``kind`` given ``change`` (through from_dict, so the builders check it)."""
     def walk(node: Any) -> Any:
         if isinstance(node, dict):
@@ -88,11 +88,13 @@ def sequence_changes(config: Any, key: str, value: Any) -> dict[str, Any]:
                                "(token data)", "ask for context= only for a model trained on token windows")
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise bad_argument(ConfigError, "memory.what_if", "context", value, "an int >= 1", "pass context=256")
-        return {"data": _windows(data, int(value)), "model": _rewrite(model, "pos_embedding", {"context": int(value)})}
+        table = with_layer_params(model, "pos_embedding", {"context": int(value)})  # the position table grows too
+        return {"data": _windows(data, int(value)), "model": table}
     if key == "heads":
-        return {"model": _rewrite(model, "attention", {"heads": value})}
+        return {"model": with_layer_params(model, "attention", {"heads": value})}
     if key == "attention":
-        return {"model": _rewrite(model, "attention", {"form": value, **({"dropout": 0.0} if value == "flash" else {})})}
+        flash = {"dropout": 0.0} if value == "flash" else {}  # the flash form keeps no dropout mask
+        return {"model": with_layer_params(model, "attention", {"form": value, **flash})}
     assert key == "recompute"
     if not isinstance(value, (bool, np.bool_)):
         raise bad_argument(ConfigError, "memory.what_if", "recompute", value, "True or False", "pass recompute=True")

@@ -218,13 +218,6 @@ def pick(serial: Callable[..., None], parallel: Callable[..., None], heads: int,
     return lambda *args: serial(*args, 0, heads)
 
 
-@jit
-def fill_(a, value):
-    f = a.reshape(-1)
-    for i in range(f.shape[0]):
-        f[i] = value
-
-
 def _heads(a: np.ndarray) -> np.ndarray:
     """(B, H, T, x) as (B*H, T, x), the same bytes."""
     return a.reshape(-1, *a.shape[2:])
@@ -349,7 +342,7 @@ def bind_flash_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
         np.copyto(o, y.reshape(b, t, h, hd).transpose(0, 2, 1, 3))
         dots(do3, o3, d2)
         for a in (dq, dk, dv):
-            fill_(a, np.float32(0.0))
+            a.fill(0.0)
         for i0, j0, s, dp, tq, tk, qi, kj, vj, doi, dqi, dkj, dvj in plan:
             np.matmul(qi, kj.swapaxes(-1, -2), out=s)
             probs_of(s, lse2, scale, i0, j0)

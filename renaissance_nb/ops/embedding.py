@@ -21,7 +21,7 @@ import numpy as np
 
 from ..blueprint_nodes import Layer, layer_args, positive_int
 from ..checks import as_float
-from ..errors import BluePrintError, DataError, ShapeError, bad_argument
+from ..errors import BluePrintError, ShapeError, bad_argument
 from ..kernels.fused import chunk, jit, par
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
@@ -57,7 +57,7 @@ def pos_embedding(context: int, std: float = 1.0) -> Layer:
 # ---- kernels -------------------------------------------------------------------------------------
 @jit
 def gather_rows_(ids, w, y, lo, hi):
-    """y[n, t] = w[ids[n, t]] for samples lo <= n < hi (ids checked in [0, vocab) by the caller's pass)."""
+    """y[n, t] = w[ids[n, t]] for samples lo <= n < hi (ids in [0, vocab): checked where they enter)."""
     for n in range(lo, hi):
         for t in range(ids.shape[1]):
             r = ids[n, t]
@@ -70,16 +70,6 @@ def gather_par_(ids, w, y):
     for c in numba.prange(PAR_CHUNKS):
         lo, hi = chunk(ids.shape[0], c)
         gather_rows_(ids, w, y, lo, hi)
-
-
-@jit
-def bad_id(ids, vocab):
-    """The first id outside [0, vocab) as (n, t), or (-1, -1)."""
-    for n in range(ids.shape[0]):
-        for t in range(ids.shape[1]):
-            if ids[n, t] < 0 or ids[n, t] >= vocab:
-                return n, t
-    return -1, -1
 
 
 @jit
@@ -121,19 +111,13 @@ def batch_sum_(dy, dtable, dx):
 
 
 def bind_embed_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+    """The gather. The ids are not checked per step: they were where they enter (task.data's token check,
+    predict's and generate's), and the transfer copies only rows of that data."""
     (ids, w), (y,) = ins, outs
-    vocab, name = w.shape[0], "embedding"
     n_rows = ids.shape[0]
-    gather = (lambda: gather_par_(ids, w, y)) if threaded(y.size) else (lambda: gather_rows_(ids, w, y, 0, n_rows))
-
-    def run() -> None:
-        n, t = bad_id(ids, vocab)
-        if n >= 0:
-            raise DataError(f"{name}: token id {int(ids[n, t])} at sample {n}, position {t} is outside the "
-                            f"vocabulary [0, {vocab}). Fix: encode the text with the tokenizer the model was "
-                            f"planned for (vocab={vocab}).")
-        gather()
-    return run
+    if threaded(y.size):
+        return lambda: gather_par_(ids, w, y)
+    return lambda: gather_rows_(ids, w, y, 0, n_rows)
 
 
 def bind_embed_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
