@@ -56,7 +56,7 @@ def check_recompute(arch: Any) -> None:
     blocks = recomputed_layers(arch)
     if not blocks:
         raise ConfigError("options(recompute=True): the model has no blocks to recompute (recompute works per "
-                          "block: transformer_block, block(...), cbr...). Fix: build it from blocks, or drop recompute.")
+                          "block: transformer_block, block(...), cbr...). Fix: build it of blocks, or drop recompute.")
     for name, layers in blocks.items():
         for layer in layers:
             if op_of(layer.kind).batch_statistics:
