@@ -301,7 +301,7 @@ def test_profiled_trace_lays_the_kernels_out_on_a_real_time_axis(tmp_path) -> No
         chrome_trace(m, "train_last", timings=timings)
 
 
-def test_a_kernel_made_5_ms_slower_is_the_longest_event(tmp_path) -> None:
+def test_a_kernel_made_50_ms_slower_is_the_longest_event(tmp_path) -> None:
     import time
 
     from renaissance_nb.compiler.ids import GraphId
@@ -311,16 +311,16 @@ def test_a_kernel_made_5_ms_slower_is_the_longest_event(tmp_path) -> None:
     target = task.executor.kernels("train_base", GraphId.OPTIMIZER)[0]
 
     def slow() -> None:
-        time.sleep(0.005)
-        target()
+        time.sleep(0.05)  # far above the ~12 ms a threaded kernel can stall while a neighbour process
+        target()  # holds the cores (two pytest workers on two cores)
     sched, _ = training_pass(task.runner)  # the step programs the runner replays (and profile() times)
     for prog in sched.steps:
         prog[:] = [slow if k is target else k for k in prog]
     timings = task.memory_inspector.profile(steps=10)
-    assert timings.slowest(1)[0].key == ("OPTIMIZER", 0) and timings.slowest(1)[0].seconds >= 0.005
+    assert timings.slowest(1)[0].key == ("OPTIMIZER", 0) and timings.slowest(1)[0].seconds >= 0.05
     events, _ = _timed_events(task.memory_inspector, timings, tmp_path)
     longest = max(events, key=lambda e: e["dur"])
-    assert (longest["cat"], longest["name"]) == ("OPTIMIZER", "optimizer") and longest["dur"] >= 5000
+    assert (longest["cat"], longest["name"]) == ("OPTIMIZER", "optimizer") and longest["dur"] >= 50_000
     others = [e["dur"] for e in events if e["cat"] != "OPTIMIZER"]
     assert max(others) < longest["dur"] / 2
 

@@ -3,8 +3,10 @@
 Why: the plan's Chrome trace orders the step's nodes; a profile gives them durations, so the trace
 shows where the time goes beside what is live. ``profile_kernels`` replays training steps from
 batch 0 with the runner's pre-bound step programs (the list ``task.run()`` replays), once to warm
-up, then once timing each whole step and once timing each kernel alone (``time.perf_counter``
-around the call); a kernel's time is the median over the steps that ran it. Only steps of the
+up, then each step twice in a row: once timed whole and once timing each kernel alone
+(``time.perf_counter`` around the call). Interleaving keeps both measurements in the same time
+window, so a neighbour process that steals the CPU for a while slows both alike. A kernel's time
+is the median over the steps that ran it. Only steps of the
 ``train_base`` variant are timed (a partial last batch has kernels of other shapes). The arena is
 restored afterwards (allocations.arena_restored), so the task trains on as if nothing ran.
 """
@@ -103,20 +105,21 @@ def profile_kernels(runner: "Runner | None", steps: int = 20) -> StepTimings:
                           "the training set.")
     labels = {i: program_labels(runner.executor, sched, i) for i, _ in timed}
     clock = time.perf_counter
+    cursor = runner.executor.view("train_base", "cursor")
     whole: list[float] = []
     samples: dict[Label, list[float]] = defaultdict(list)
     with own_cores(), arena_restored(runner):
         _replay(seq)  # warm-up: compiles, fills caches
-        for i, prog in seq:
+        for i, prog in seq:  # interleaved: a whole step, then the same step kernel by kernel, so a
+            if i not in labels:  # busy neighbour process slows both medians alike
+                _replay([(i, prog)])
+                continue
+            at = int(cursor[0])
             t0 = clock()
             for k in prog:
                 k()
-            if i >= 0 and sched.variants and sched.variants[i] == "train_base":
-                whole.append(clock() - t0)
-        for i, prog in seq:
-            if i not in labels:
-                _replay([(i, prog)])
-                continue
+            whole.append(clock() - t0)
+            cursor[0] = at  # the kernel-by-kernel run reads the same batch
             for label, k in zip(labels[i], prog):
                 t0 = clock()
                 k()
