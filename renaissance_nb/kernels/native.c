@@ -10,37 +10,16 @@
  * one block of a pass per iteration, so the thread count never changes a byte.
  * Arrays are raw addresses; 2-D ones take a row stride in elements. Nothing here allocates.
  */
-#include <math.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <string.h>
-
-#define RNB_CHUNKS 8 /* operands.PAR_CHUNKS */
-#define RNB_TINY32 1.17549435e-38f /* np.finfo(np.float32).tiny: optimizer state below it is stored as 0 */
-
-typedef int64_t i64;
-
-static inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
-
-/* fused.cut: start of part t of size items cut into parts */
-static inline i64 cut(i64 size, i64 parts, i64 t) { return size * t / parts; }
-
-/* fused.chunk: chunk c of range(n) as [lo, hi) */
-static inline void chunk(i64 n, i64 c, i64 *lo, i64 *hi) {
-    i64 ch = (n + RNB_CHUNKS - 1) / RNB_CHUNKS;
-    *lo = min64(n, c * ch);
-    *hi = min64(n, *lo + ch);
-}
+#include "native.h"
 
 int rnb_abi(void) { return 6; }
 
 /* GNU OpenMP's thread pool does not survive fork(): a forked child that entered a parallel region
  * would hang. After a fork every pass here runs on the calling thread (the same bytes: a block's
  * work never depends on the thread that does it). */
-static volatile int forked = 0;
-static void in_child(void) { forked = 1; }
+volatile int rnb_forked = 0;
+static void in_child(void) { rnb_forked = 1; }
 __attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, in_child); }
-static inline int team(int threads) { return forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
 
 /* ---- bias + activation (fused.bias_act_) ----------------------------------------------------- */
 static void bias_act_rows(float *y, i64 ldy, i64 r0, i64 r1, i64 m, const float *b, i64 nb, i64 act, double slope) {

@@ -33,6 +33,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 SOURCE = Path(__file__).with_name("native.c")
+SOURCES: tuple[Path, ...] = (SOURCE,)
+"""The C files compiled into the one library (each includes native.h)."""
+HEADER = SOURCE.with_name("native.h")
 ABI = 6
 """native.c's rnb_abi(): a cached library from another version of the source is never called."""
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-pthread", "-ffp-contract=off", "-fno-math-errno",
@@ -117,7 +120,8 @@ def library_path(cc: str) -> Path:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         version = cc
-    key = "\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_id(), platform.machine()])
+    sources = [p.read_text() for p in (*SOURCES, HEADER)]
+    key = "\0".join([*sources, " ".join(FLAGS), version, _cpu_id(), platform.machine()])
     return cache_dir() / f"rnb_native-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
 
 
@@ -135,14 +139,14 @@ def _clear_stale(folder: Path) -> None:
 
 
 def _compile(cc: str, target: Path) -> None:
-    """cc native.c -> target, atomically: a process that finds the file finds it whole. Readable by all
+    """cc native.c ... -> target, atomically: a process that finds the file finds it whole. Readable by all
     (a shared RNB_CACHE_DIR serves every user, as numba's cache does)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     _clear_stale(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        out = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True,
+        out = subprocess.run([cc, *FLAGS, *map(str, SOURCES), "-o", tmp, "-lm"], capture_output=True, text=True,
                              errors="replace", timeout=300)
         if out.returncode:
             raise OSError(f"{cc} failed: {(out.stderr or out.stdout).strip()[:400]}")

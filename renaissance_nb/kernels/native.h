@@ -1,0 +1,31 @@
+/* What every C source of the CPU kernels shares (native.py compiles them into one library):
+ * the chunking of a range into RNB_CHUNKS blocks and the fork-safe thread count. */
+#ifndef RNB_NATIVE_H
+#define RNB_NATIVE_H
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#define RNB_CHUNKS 8 /* operands.PAR_CHUNKS */
+#define RNB_TINY32 1.17549435e-38f /* np.finfo(np.float32).tiny: optimizer state below it is stored as 0 */
+
+typedef int64_t i64;
+
+static inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+
+/* fused.cut: start of part t of size items cut into parts */
+static inline i64 cut(i64 size, i64 parts, i64 t) { return size * t / parts; }
+
+/* fused.chunk: chunk c of range(n) as [lo, hi) */
+static inline void chunk(i64 n, i64 c, i64 *lo, i64 *hi) {
+    i64 ch = (n + RNB_CHUNKS - 1) / RNB_CHUNKS;
+    *lo = min64(n, c * ch);
+    *hi = min64(n, *lo + ch);
+}
+
+/* one thread after a fork (native.c says why) */
+extern volatile int rnb_forked; /* set in a forked child (native.c) */
+static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
+
+#endif
