@@ -24,7 +24,7 @@ PLAN_OPTIONS = ("fuse", "liveness", "pad_rows", "fold_bn")
 """The options() switches that change the plan's layout, which a checkpoint's bytes follow."""
 
 STRICT_FIELDS = ("seed", "optimizer", "loss", "scheduler", "total_epochs", "batch_size", "val_batch_size", "shuffle",
-                 "n_train", "n_val", "ema", "clip_grad_norm", "train_resolution", "augment")
+                 "n_train", "n_val", "ema", "clip_grad_norm", "train_resolution", "augment", "precision")
 """What ``load_state(strict=True)`` compares: the settings a resumed run must share to reproduce the saved one."""
 
 
@@ -63,6 +63,7 @@ class TaskConfig:
     pad_rows: bool = True
     fold_bn: bool = False  # conv + bn as one convolution at inference (ops/conv_bn.py)
     recompute: bool = False  # each block's activations recomputed before its backward (compiler/recompute.py)
+    precision: str = "fp32"  # 'bf16' | 'fp16': mixed precision (compiler/autocast.py)
     nan_check: bool = True
     nan_policy: str = "raise"
     zero_grad: bool = False
@@ -141,6 +142,7 @@ class TaskConfig:
                 "batch_size": self.batch_size, "val_batch_size": self.val_batch, "shuffle": self.shuffle,
                 "loss": self.loss, "optimizer": self.optimizer, "scheduler": self.scheduler,
                 "total_epochs": self.total_epochs, "seed": self.seed, "init": self.init_text, "device": self.device,
+                "precision": self.precision,
                 "ema": self.ema, "clip_grad_norm": self.clip_grad_norm, "train_resolution": self.train_resolution,
                 "augment": {"crop_pad": self.crop_pad, "flip": self.flip}, "options": self.options()}
 
@@ -166,6 +168,7 @@ class TaskConfig:
             "ema": self.ema, "clip_grad_norm": self.clip_grad_norm,
             "train_resolution": None if r is None else [list(r[0]), list(r[1]), r[2]],
             "augment": {"crop_pad": self.crop_pad, "flip": self.flip},
+            **({"precision": self.precision} if self.precision != "fp32" else {}),  # older records lack it
             "options": {k: v for k, v in self.options().items() if k != "prefetch"},
             "device": {"device": self.device, "data": self.device_data, "capture": self.device_capture},
             "distributed": None if self.distributed is None else {"backend": self.distributed, "ranks": self.ranks,
@@ -195,6 +198,7 @@ class TaskConfig:
             begin, end, boundary = d["train_resolution"]
             fields_.update(check.train_resolution(tuple(begin), tuple(end), boundary))
         fields_.update(check.augment(**d.get("augment", {})))
+        fields_.update(check.precision(d.get("precision", "fp32")))
         fields_.update(check.options(**{"pad_rows": False, **d["options"]}))  # before padded rows: contiguous
         autosave = d.get("autosave") or {}  # a run resumed from a checkpoint keeps saving as it did
         if autosave.get("every"):

@@ -231,6 +231,15 @@ def ema(decay: Any) -> Fields:
     return {"ema": d}
 
 
+def precision(name: Any) -> Fields:
+    from .compiler.autocast import PRECISIONS
+    if name not in PRECISIONS:
+        raise bad_argument(ConfigError, "precision", "name", name, f"one of {sorted(PRECISIONS)}",
+                           "use precision('bf16') for bfloat16 mixed precision (fp32 master weights), "
+                           "precision('fp16') for float16 with loss scaling, or precision('fp32')")
+    return {"precision": name}
+
+
 def clip_grad_norm(max_norm: Any) -> Fields:
     if max_norm is not None:
         v = as_float(max_norm)

@@ -37,6 +37,7 @@ from .runtime.inference import Inference
 from .runtime.runner import Runner
 from .runtime.tensors import TensorIO
 from .runtime.trainer import RunState, Trainer, plateau_start
+from .task_settings import NumericSettings
 from .text import human_bytes, plural
 from .train.callbacks import checked_callbacks
 from .train.losses import CrossEntropyLoss
@@ -55,7 +56,7 @@ _ELSEWHERE = {"lr": "the learning rate is the optimizer's: task.optimizer(AdamW(
 """Names users bring from other libraries for what lives elsewhere here, with where it lives."""
 
 
-class DeepLearningTask(Phased, SuggestsNames):
+class DeepLearningTask(NumericSettings, Phased, SuggestsNames):
     """Model, data, loss, optimizer and schedule, compiled into one replayable step."""
     _elsewhere = _ELSEWHERE  # task.epochs(3): did you mean total_epochs; task.lr: the optimizer's
 
@@ -137,22 +138,6 @@ class DeepLearningTask(Phased, SuggestsNames):
         "kaiming_uniform" (nn.Linear's and nn.Conv2d's own, a=sqrt(5): the default), "kaiming_normal",
         "xavier_uniform", "xavier_normal", "orthogonal" or "zeros"; all but the first zero the biases."""
         return self._set("init", lambda: check.init(scheme, gain=gain, a=a, mode=mode, nonlinearity=nonlinearity))
-
-    @_arguments_checked
-    def ema(self, decay: float = 0.999) -> "DeepLearningTask":
-        """Keep exponential-moving-average weights (E_ regions), evaluated each epoch next to the raw ones
-        (``evaluate``/``predict*``/``state_dict(..., ema=True)`` use them). After each update ``E = d * E +
-        (1 - d) * W``, ``d = min(decay, (1 + t) / (10 + t))`` for t finished updates (TensorFlow's EMA with
-        ``num_updates``), weights and batch-norm statistics alike, from the initial weights: ``d`` reaches 0.9
-        at t = 80 and 0.999 at t = 8,990, so short runs average faster than torch's plain-decay EMA would."""
-        return self._set("ema", lambda: check.ema(decay))
-
-    @_arguments_checked
-    def clip_grad_norm(self, max_norm: float | None) -> "DeepLearningTask":
-        """Clip the gradients' total 2-norm to ``max_norm`` before every update, as
-        ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)`` between ``backward()`` and
-        ``step()``: one pass over the G range, compiled into the step; None turns it off."""
-        return self._set("clip_grad_norm", lambda: check.clip_grad_norm(max_norm))
 
     @_arguments_checked
     def train_resolution(self, begin: int | tuple[int, int], end: int | tuple[int, int],

@@ -21,9 +21,10 @@ if TYPE_CHECKING:  # pragma: no cover
 TRAIN_IDS = (GraphId.TRANSFER_A, GraphId.TRANSFER_B, GraphId.FIRST_LAYER_FWD_A, GraphId.FIRST_LAYER_FWD_B,
              GraphId.DEEP_FWD_BWD, GraphId.ZERO_GRAD, GraphId.FIRST_LAYER_BWD_A, GraphId.FIRST_LAYER_BWD_B,
              GraphId.DEEP_COMM, GraphId.CAST_AND_CHECK, GraphId.LARS_NORMS, GraphId.OPTIMIZER, GraphId.EMA_UPDATE,
-             GraphId.CLEAR_METRICS)
+             GraphId.CLEAR_METRICS, GraphId.CAST_MAIN_FP32_TO_FP16)
 VAL_IDS = (GraphId.TRANSFER_A, GraphId.TRANSFER_B, GraphId.INF_MAIN_A, GraphId.INF_MAIN_B,
-           GraphId.INF_EMA_A, GraphId.INF_EMA_B, GraphId.CLEAR_METRICS, GraphId.UPDATE_BN_INF_PARAMS)
+           GraphId.INF_EMA_A, GraphId.INF_EMA_B, GraphId.CLEAR_METRICS, GraphId.UPDATE_BN_INF_PARAMS,
+           GraphId.CAST_MAIN_FP32_TO_FP16, GraphId.CAST_EMA_FP32_TO_FP16)
 ACCUM_ID = {"train_base": GraphId.ACCUM_METRICS, "train_lowres": GraphId.ACCUM_METRICS,
             "train_last": GraphId.ACCUM_METRICS_TRAIN_LAST, "train_lowres_last": GraphId.ACCUM_METRICS_TRAIN_LAST,
             "val_base": GraphId.ACCUM_METRICS, "val_last": GraphId.ACCUM_METRICS_VAL_LAST}

@@ -120,8 +120,6 @@ RESERVED: dict[GraphId, str] = {
     GraphId.STATS_COMM: "data-parallel training: all-reduce of batch-norm statistics",
     GraphId.VAL_RESULT_COMM: "data-parallel training: all-reduce of validation metrics",
     GraphId.UPDATE_STATS: "data-parallel training: batch-norm statistics after their all-reduce",
-    GraphId.CAST_MAIN_FP32_TO_FP16: "mixed precision (AMP): fp16 copy of the weights",
-    GraphId.CAST_EMA_FP32_TO_FP16: "mixed precision (AMP): fp16 copy of the EMA weights",
 }
 """GraphIds of the original kept in the enum that no graph of this library fills: the emitters never
 put a node in them, and the atlas binds nothing for them. DEEP_COMM is filled on a distributed task:

@@ -24,6 +24,7 @@ from ..errors import ShapeError
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
 from ..ops import conv_bn
+from .autocast import feature_regions, output_dtype
 from .recompute import SUFFIX as RECOMPUTE
 from .recompute import twins as recompute_twins
 from ..ops.registry import op_for_layer, op_of
@@ -295,7 +296,8 @@ class _LayerTensors:
 
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,
                  opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False,
-                 class_weights: bool = False, tokens: bool = False, recompute: bool = False) -> TensorTable:
+                 class_weights: bool = False, tokens: bool = False, recompute: bool = False,
+                 lowp: str | None = None, scaling: bool = False) -> TensorTable:
     """Every tensor of a task for one variant, in a fixed order.
 
     ``opt_state`` lists the optimizer families needed besides W and G ("M", "V");
@@ -304,6 +306,9 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     ``tokens``: the samples are token sequences (T,) of int32 ids, each position with its own
     target (a language model's next token), so the labels are (batch, T) and the loss has batch x T rows.
     ``recompute``: each block's feature maps get a twin the recomputed forward writes (compiler/recompute.py).
+    ``lowp``: mixed precision's storage dtype ("bfloat16", "float16"): layer outputs take their op's
+    autocast policy (compiler/autocast.py adds the weights' copies and the casts); ``scaling``: fp16's
+    loss scale and its growth counter.
     """
     t = TensorTable()
     f32, i32 = "float32", "int32"
@@ -315,6 +320,7 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     t.add("I_B.data", (batch, *xshape), i32 if tokens else f32, Region.I_B_DATA)
     t.add("labels", label, i32, Region.T_TEMP_INT32)
     shapes: dict[str, tuple[int, ...]] = {"input": xshape}
+    dtypes: dict[str, str] = {"input": "int32" if tokens else f32}
     consumers = arch.consumers()
     if consumers.get("input", 0) != 1 or arch.layers[0].inputs != ("input",):
         raise ShapeError("plan: the model's input must be read by exactly one first layer (the original's "
@@ -325,10 +331,12 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         x = ins[0]
         y = alloc.layer(idx, layer, ins)
         shapes[layer.output] = y
-        t.add(layer.output, (batch, *y), f32, Region.F_FEATURE_FP32)
-        t.add(f"{layer.output}@grad", (batch, *y), f32, Region.F_GRAD_SLOT_FP32)
+        dt = dtypes[layer.output] = output_dtype(op_of(layer.kind).autocast, [dtypes[i] for i in layer.inputs], lowp)
+        feature, slot = feature_regions(dt)
+        t.add(layer.output, (batch, *y), dt, feature)
+        t.add(f"{layer.output}@grad", (batch, *y), dt, slot)
         for j in range(1, consumers.get(layer.output, 0)):
-            t.add(f"{layer.output}@grad#{j}", (batch, *y), f32, Region.F_GRAD_SLOT_FP32)
+            t.add(f"{layer.output}@grad#{j}", (batch, *y), dt, slot)
         t.layer_shapes.append((layer.name, x, y))
     if recompute:
         for spec in recompute_twins(arch, list(t.specs)):
@@ -358,6 +366,9 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         t.add("loss.weight", (num_classes,), f32, Region.S_SCALAR_FP32)
     for name in ("step", "cursor", "rng.offset", "aug.offset", "nan.flag", "nan.skipped"):
         t.add(name, (1,), "int64", Region.S_SCALAR_INT32)
+    if scaling:  # GradScaler's state: the loss scale and the clean steps since it last changed
+        t.add("amp.scale", (1,), f32, Region.S_SCALAR_FP32)
+        t.add("amp.growth", (1,), "int64", Region.S_SCALAR_INT32)
     t.add("nan.partials", (PAR_CHUNKS,), f32, Region.T_TEMP_FP32)  # the NaN probe's per-block results
     if len(sample_shape) == 3:  # image batches: each buffer's claimed (start, aug_base) for prefetching
         t.add("I_A.claim", (2,), "int64", Region.S_SCALAR_INT32)

@@ -26,6 +26,7 @@ from ..train.callbacks import lacking_field
 from ..train.epochs import EpochBatches
 from ..train.plateau import ReduceLROnPlateau
 from ..ops.registry import op_of
+from .autocast import G_RANGE, extend_tables, lock_graphs, lowp_dtype
 from .emit import StepOptions
 from .recompute import check_recompute
 from .layers import ArchPlan, plan_architecture
@@ -165,6 +166,7 @@ def plan_stage(config: TaskConfig) -> Planned:
     if config.ranks > 1 and config.device == "cuda":
         raise ConfigError("plan: distributed('mpi') runs on the CPU; the GPU's all-reduce (NCCL) is not built yet. "
                           "Fix: device('cpu'), or train on one process.")
+    _precision_checks(config)
     lr_table = learning_rates(config)  # also validates the schedule against the data (warmup longer than training)
     sched = config.scheduler
     if isinstance(sched, ReduceLROnPlateau) and sched.monitor_ not in config.record_fields():
@@ -185,9 +187,27 @@ def plan_stage(config: TaskConfig) -> Planned:
     shapes = derive_all_shapes(arch, specs, s.train.num_classes, config.optimizer.state, config.total_steps,
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
                                class_weights=config.loss.weight_ is not None, tokens=s.train.is_tokens,
-                               recompute=config.recompute)
+                               recompute=config.recompute, lowp=lowp_dtype(config.precision),
+                               scaling=config.precision == "fp16")
     _check_batch_norm_values(config, arch, shapes)
+    if config.precision != "fp32":  # the weights' copies and the casts' buffers, found on the graphs
+        extend_tables(shapes, _graphs(config, arch, shapes.tables["train_base"]), str(lowp_dtype(config.precision)),
+                      config.precision == "fp16", config.ema is not None, arch.output)
     return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)), lr_table)
+
+
+def _precision_checks(config: TaskConfig) -> None:
+    """What mixed precision cannot combine with yet, refused before anything is planned."""
+    if config.precision == "fp32":
+        return
+    if config.precision == "fp16" and not config.nan_check:
+        raise ConfigError("plan: precision('fp16') scales the loss and skips a step whose gradients overflow, which "
+                          "the NaN check finds; options(nan_check=False) turns it off. Fix: options(nan_check=True), "
+                          "or precision('bf16'), which needs no loss scaling.")
+    if config.ranks > 1:
+        raise ConfigError(f"plan: precision({config.precision!r}) on {config.ranks} ranks: the all-reduce of the "
+                          "low-precision weight gradients is not built yet. Fix: precision('fp32') for data-parallel "
+                          "training, or train on one process.")
 
 
 def local_sizes(config: TaskConfig) -> EpochBatches:
@@ -262,17 +282,29 @@ def step_options(config: TaskConfig) -> StepOptions:
                        allreduce=config.allreduce, recompute=config.recompute)
 
 
+def _graphs(config: TaskConfig, arch: ArchPlan, table: Any) -> Graphs:
+    """Stage 3's graphs over ``table``'s ids (fp16: a NaN check that skips, as GradScaler's step does)."""
+    opts = step_options(config)
+    if config.precision == "fp16":
+        opts = replace(opts, nan_policy="skip")
+    if dict(opts.optimizer).get("decay") == "matrices":
+        opts = replace(opts, optimizer=opts.optimizer + (("decay_from", first_decayed(arch, table)),))
+    return build_computation_graph(arch, table.ids, opts, G_RANGE)
+
+
 def lock_stage(config: TaskConfig, planned: Planned) -> Locked:
     """Stage 3 (graphs: they need only tensor ids) before stage 4 (placement, which packs by their liveness)."""
     table = planned.shapes.tables["train_base"]
-    opts = step_options(config)
-    if dict(opts.optimizer).get("decay") == "matrices":
-        opts = replace(opts, optimizer=opts.optimizer + (("decay_from", first_decayed(planned.arch, table)),))
-    graphs = build_computation_graph(planned.arch, table.ids, opts, ("G_BN_BIAS", "G_DEEP_CONV"))
+    graphs = _graphs(config, planned.arch, table)
+    if config.precision != "fp32":
+        train, inference = lock_graphs(graphs, table, str(lowp_dtype(config.precision)), config.precision == "fp16",
+                                       config.ema is not None, planned.arch.output)
+        graphs = Graphs(train, inference)
+    opts_decay = dict(step_options(config).optimizer).get("decay") == "matrices"
     lifetimes = graph_lifetimes(graphs) if config.liveness else None
     plans = create_memory_plans(planned.shapes, list(planned.max_slot_bytes), lifetimes, config.pad_rows)
-    if dict(opts.optimizer).get("decay_from"):
-        _check_decay_prefix(plans["train_base"], planned.arch, dict(opts.optimizer)["decay_from"])
+    if opts_decay:
+        _check_decay_prefix(plans["train_base"], planned.arch, first_decayed(planned.arch, table))
     return Locked(graphs, lifetimes, plans)
 
 

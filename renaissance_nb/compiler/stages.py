@@ -91,14 +91,14 @@ class AllShapes:
 def derive_all_shapes(arch: ArchPlan, specs: dict[str, VariantSpec], num_classes: int,
                       opt_state: tuple[str, ...], total_steps: int, ema: bool = False,
                       clip: bool = False, class_weights: bool = False, tokens: bool = False,
-                      recompute: bool = False) -> AllShapes:
+                      recompute: bool = False, lowp: str | None = None, scaling: bool = False) -> AllShapes:
     """Stage 1: every variant's tensors (same names, order and regions; shapes differ).
 
     Parameters must have one shape in every variant: a model whose weights depend
     on the input size (fc right after flatten) cannot change resolution.
     """
     tables = {v: tensor_table(arch, s.batch, s.sample_shape, num_classes, opt_state, total_steps, ema, clip,
-                              class_weights, tokens, recompute) for v, s in specs.items()}
+                              class_weights, tokens, recompute, lowp, scaling) for v, s in specs.items()}
     ref = tables["train_base"]
     for v, table in tables.items():
         if not specs[v].used:
@@ -157,10 +157,11 @@ def build_computation_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptio
     return graphs
 
 
-STEP_ORDER_A = (GraphId.ZERO_GRAD, GraphId.TRANSFER_B, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
+STEP_ORDER_A = (GraphId.CAST_MAIN_FP32_TO_FP16, GraphId.ZERO_GRAD, GraphId.TRANSFER_B, GraphId.FIRST_LAYER_FWD_A, GraphId.DEEP_FWD_BWD,
                 GraphId.FIRST_LAYER_BWD_A, GraphId.DEEP_COMM, GraphId.CAST_AND_CHECK, GraphId.ACCUM_METRICS,
                 GraphId.LARS_NORMS, GraphId.OPTIMIZER, GraphId.EMA_UPDATE)
-"""One training step reading buffer A, in the original's order."""
+"""One training step reading buffer A, in the original's order; under mixed precision it starts by
+rounding the weights into their working copies (compiler/autocast.py)."""
 
 
 def swap_ab(gid: GraphId) -> GraphId:
@@ -182,8 +183,9 @@ def program_orders(graphs: Graphs) -> list[tuple[str, ComputationGraph, tuple[Gr
         for kind, what in (("MAIN", "validation"), ("EMA", "validation (EMA)")):
             gid = GraphId[f"INF_{kind}_{ab}"]
             if graphs.inference.nodes(gid):
+                cast = GraphId.CAST_EMA_FP32_TO_FP16 if kind == "EMA" else GraphId.CAST_MAIN_FP32_TO_FP16
                 out.append((f"{what}, buffer {ab}", graphs.inference,
-                            (GraphId.UPDATE_BN_INF_PARAMS, GraphId[f"TRANSFER_{ab}"], gid, GraphId.ACCUM_METRICS)))
+                            (GraphId.UPDATE_BN_INF_PARAMS, cast, GraphId[f"TRANSFER_{ab}"], gid, GraphId.ACCUM_METRICS)))
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes  # noqa: F401 - registers numpy's "bfloat16" dtype (mixed precision's storage)
 import numpy as np
 
 from ..errors import PlanError

@@ -19,7 +19,8 @@ from .dtensor import ALIGNMENT, DTensor, align_up
 from .liveness import Lifetimes, check_lifetimes, live_overlaps, pack
 from .region import FAMILIES, Region
 
-SUPPORTED_DTYPES = ("float32", "float16", "float64", "int32", "int64", "int8", "uint8")
+SUPPORTED_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
+"""bfloat16 is ml_dtypes' NumPy dtype (imported by memory/dtensor.py, which registers the name)."""
 
 
 @dataclass(frozen=True)

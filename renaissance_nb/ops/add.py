@@ -10,6 +10,7 @@ from .registry import Op, register
 
 @register
 class Add(Op):
+    autocast = "promote"
     kind = "add"
     layout = "elementwise"
 

@@ -65,6 +65,7 @@ def _fc_bwd(e: Any, g: Any, gid: Any, layer: str, part: str, dy: int, x: int, dx
 
 @register
 class Attention(Op):
+    autocast = "lowp"
     kind = "attention"
     builders = (attention,)
     parametrized = True

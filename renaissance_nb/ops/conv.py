@@ -51,6 +51,7 @@ def _grouped(p: dict[str, Any]) -> Op | None:
 
 @register
 class Convolution(Op):
+    autocast = "lowp"
     kind = "conv"
     builders = (conv,)
     torch_modules = ("Conv2d",)

@@ -158,6 +158,7 @@ def bind_pos_decode(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callabl
 # ---- the ops -------------------------------------------------------------------------------------
 @register
 class Embedding(Op):
+    autocast = "fp32"
     kind = "embedding"
     builders = (embedding,)
     torch_modules = ("Embedding",)
@@ -202,6 +203,7 @@ class Embedding(Op):
 
 @register
 class PositionEmbedding(Op):
+    autocast = "fp32"
     kind = "pos_embedding"
     builders = (pos_embedding,)
     parametrized = True

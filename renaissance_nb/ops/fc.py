@@ -31,6 +31,7 @@ def linear_onnx(g: Any, x: str, name: str, bias: bool, out: str) -> str:
 @register
 class FullyConnected(Op):
     kind = "fc"
+    autocast = "lowp"
     builders = (fc,)
     torch_modules = ("Linear",)
     parametrized = True

@@ -370,6 +370,7 @@ def signature(p: dict[str, Any]) -> str:
 
 @register
 class GroupedConvolution(Op):
+    autocast = "lowp"
     kind = GROUPED_CONV
     parametrized = True
     fuses = ("relu",)

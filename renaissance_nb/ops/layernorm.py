@@ -145,6 +145,7 @@ def bind_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], N
 
 @register
 class LayerNorm(Op):
+    autocast = "fp32"
     kind = "layernorm"
     builders = (layernorm,)
     torch_modules = ("LayerNorm",)

