@@ -20,6 +20,9 @@ from .train.optimizers import AdamW, Optimizer
 from .train.schedulers import Scheduler
 from .train.settings import Settings
 
+PRECISIONS: dict[str, str | None] = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
+"""``task.precision(name)`` -> the storage dtype of its low-precision tensors (None: everything fp32)."""
+
 PLAN_OPTIONS = ("fuse", "liveness", "pad_rows", "fold_bn")
 """The options() switches that change the plan's layout, which a checkpoint's bytes follow."""
 

@@ -232,9 +232,9 @@ def ema(decay: Any) -> Fields:
 
 
 def precision(name: Any) -> Fields:
-    from .compiler.autocast import PRECISIONS
-    if name not in PRECISIONS:
-        raise bad_argument(ConfigError, "precision", "name", name, f"one of {sorted(PRECISIONS)}",
+    names = ("bf16", "fp16", "fp32")  # config.PRECISIONS' keys (config imports this module)
+    if not isinstance(name, str) or name not in names:
+        raise bad_argument(ConfigError, "precision", "name", name, f"one of {list(names)}",
                            "use precision('bf16') for bfloat16 mixed precision (fp32 master weights), "
                            "precision('fp16') for float16 with loss scaling, or precision('fp32')")
     return {"precision": name}

@@ -25,7 +25,7 @@ class NumericSettings:
         """Mixed precision, with torch.autocast's rules and fp32 master weights: "bf16" keeps activations
         and the matrix products' operands in bfloat16 (fp32 accumulation), "fp16" in float16 with
         GradScaler's dynamic loss scaling (2^16, x2 every 2,000 clean steps, x0.5 and the step skipped on
-        an overflow), "fp32" (the default) turns it off. The plan shows what moved: working weights in A_,
+        an overflow), "fp32" (the default) turns it off. The plan shows what moved (``memory_inspector.by_dtype()``, ``what_if(precision=...)``): working weights in A_,
         gradients in G_*_FP16, feature maps in F_*_FP16, and every cast's fp32 buffer (compiler/autocast.py)."""
         return self._set("precision", lambda: check.precision(name))
 

@@ -36,8 +36,6 @@ from ..ops.registry import op_of
 from .graph import ComputationGraph, GraphNode, node
 from .ids import GraphId
 
-PRECISIONS: dict[str, str | None] = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
-"""``task.precision(name)`` -> the storage dtype of low-precision tensors (None: everything fp32)."""
 
 LOWP_NODES = frozenset({"fc_fwd", "fc_bwd", "conv_fwd", "conv_bwd", "grouped_conv_fwd", "grouped_conv_bwd"})
 """The node ops that run in low precision (torch.autocast's linear and conv lists)."""
@@ -49,10 +47,6 @@ INIT_SCALE, GROWTH_FACTOR, BACKOFF_FACTOR, GROWTH_INTERVAL = 2.0 ** 16, 2.0, 0.5
 """torch.amp.GradScaler's defaults."""
 
 G_RANGE = ("G_BN_BIAS", "G_DEEP_CONV")
-
-
-def lowp_dtype(precision: str) -> str | None:
-    return PRECISIONS[precision]
 
 
 def output_dtype(policy: str, in_dtypes: list[str], lowp: str | None) -> str:

@@ -357,11 +357,20 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         flat = "flatten() before the first fc, and " if len(shapes[arch.output]) > 1 else ""
         raise ShapeError(f"plan: the model outputs shape {shapes[arch.output]} per sample, but the data has "
                          f"{num_classes} classes. Fix: {flat}end the model with fc({num_classes}).")
+    _step_scalars(t, batch * (xshape[0] if tokens else 1), num_classes, total_steps, class_weights, scaling,
+                  len(sample_shape) == 3, clip)
+    return t
+
+
+def _step_scalars(t: TensorTable, rows: int, num_classes: int, total_steps: int, class_weights: bool, scaling: bool,
+                  image: bool, clip: bool) -> None:
+    """The step's results, metrics, schedule, counters and flags (after every layer's tensors)."""
+    f32 = "float32"
     t.add("result", (3,), f32, Region.R_RESULT)
     t.add("metrics.sum", (4,), "float64", Region.R_RESULT_ACCUMULATED)
     t.add("loss_log", (max(total_steps, 1),), f32, Region.R_RESULT_ACCUMULATED)
     t.add("lr_table", (max(total_steps, 1),), f32, Region.S_SCALAR_FP32)
-    t.add("ones", (batch * (xshape[0] if tokens else 1),), f32, Region.S_SCALAR_FP32)  # a GEMV operand per row
+    t.add("ones", (rows,), f32, Region.S_SCALAR_FP32)  # a GEMV operand per row
     if class_weights:  # CrossEntropyLoss(weight=...), written at compile time like lr_table
         t.add("loss.weight", (num_classes,), f32, Region.S_SCALAR_FP32)
     for name in ("step", "cursor", "rng.offset", "aug.offset", "nan.flag", "nan.skipped"):
@@ -370,10 +379,9 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         t.add("amp.scale", (1,), f32, Region.S_SCALAR_FP32)
         t.add("amp.growth", (1,), "int64", Region.S_SCALAR_INT32)
     t.add("nan.partials", (PAR_CHUNKS,), f32, Region.T_TEMP_FP32)  # the NaN probe's per-block results
-    if len(sample_shape) == 3:  # image batches: each buffer's claimed (start, aug_base) for prefetching
+    if image:  # image batches: each buffer's claimed (start, aug_base) for prefetching
         t.add("I_A.claim", (2,), "int64", Region.S_SCALAR_INT32)
         t.add("I_B.claim", (2,), "int64", Region.S_SCALAR_INT32)
     if clip:  # [total norm before clipping, the factor applied] of the last step; the GPU's partial sums
         t.add("clip.norm", (2,), f32, Region.S_SCALAR_FP32)
         t.add("clip.partials", (CLIP_BLOCKS,), "float64", Region.R_RESULT_ACCUMULATED)
-    return t

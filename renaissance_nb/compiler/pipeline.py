@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..config import TaskConfig
+from ..config import PRECISIONS, TaskConfig
 from ..data.arrays import looks_channels_last
 from ..errors import ConfigError, bad_argument
 from ..memory.liveness import Lifetimes
@@ -26,7 +26,7 @@ from ..train.callbacks import lacking_field
 from ..train.epochs import EpochBatches
 from ..train.plateau import ReduceLROnPlateau
 from ..ops.registry import op_of
-from .autocast import G_RANGE, extend_tables, lock_graphs, lowp_dtype
+from .autocast import G_RANGE, extend_tables, lock_graphs
 from .emit import StepOptions
 from .recompute import check_recompute
 from .layers import ArchPlan, plan_architecture
@@ -187,11 +187,11 @@ def plan_stage(config: TaskConfig) -> Planned:
     shapes = derive_all_shapes(arch, specs, s.train.num_classes, config.optimizer.state, config.total_steps,
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
                                class_weights=config.loss.weight_ is not None, tokens=s.train.is_tokens,
-                               recompute=config.recompute, lowp=lowp_dtype(config.precision),
+                               recompute=config.recompute, lowp=PRECISIONS[config.precision],
                                scaling=config.precision == "fp16")
     _check_batch_norm_values(config, arch, shapes)
     if config.precision != "fp32":  # the weights' copies and the casts' buffers, found on the graphs
-        extend_tables(shapes, _graphs(config, arch, shapes.tables["train_base"]), str(lowp_dtype(config.precision)),
+        extend_tables(shapes, _graphs(config, arch, shapes.tables["train_base"]), str(PRECISIONS[config.precision]),
                       config.precision == "fp16", config.ema is not None, arch.output)
     return Planned(arch, shapes, tuple(compute_max_slot_bytes(shapes)), lr_table)
 
@@ -297,7 +297,7 @@ def lock_stage(config: TaskConfig, planned: Planned) -> Locked:
     table = planned.shapes.tables["train_base"]
     graphs = _graphs(config, planned.arch, table)
     if config.precision != "fp32":
-        train, inference = lock_graphs(graphs, table, str(lowp_dtype(config.precision)), config.precision == "fp16",
+        train, inference = lock_graphs(graphs, table, str(PRECISIONS[config.precision]), config.precision == "fp16",
                                        config.ema is not None, planned.arch.output)
         graphs = Graphs(train, inference)
     opts_decay = dict(step_options(config).optimizer).get("decay") == "matrices"

@@ -24,7 +24,7 @@ from ..compiler.ids import GraphId
 from ..compiler.pipeline import Locked, Planned, lock_stage, plan_stage
 from ..compiler.touches import node_access
 from ..compiler.stages import labelled_programs
-from ..config import TaskConfig
+from ..config import PRECISIONS, TaskConfig
 from ..errors import ConfigError, PlanError, bad_argument
 from ..memory.dtensor import DTensor
 from ..memory.plan import MemoryPlan
@@ -46,7 +46,7 @@ _FAMILY_CATEGORY = {"W": "weights", "E": "weights", "B": "weights", "A": "weight
                     "M": "optimizer state", "V": "optimizer state", "N": "optimizer state",
                     "F": "activations", "T": "temporaries", "I": "inputs", "R": "results", "S": "scalars"}
 WHAT_IF_KEYS = ("batch_size", "val_batch_size", "resolution", "liveness", "pad_rows", "fuse", "optimizer", "ema",
-                *SEQUENCE_WHAT_IF)
+                "precision", *SEQUENCE_WHAT_IF)
 
 
 def category_of(region: Region) -> str:
@@ -294,7 +294,7 @@ class MemoryInspector:
     def what_if(self, **changes: Any) -> "MemoryInspector":
         """The inspector of this config with ``changes`` (batch_size, val_batch_size, resolution=(h, w),
         liveness, pad_rows, fuse, optimizer: an Optimizer or a menu name such as 'sgd' (optim.menu()), ema: a decay or
-        None; for a language model context (the window length), heads, attention ('materialized' or 'flash'),
+        None, precision: 'bf16', 'fp16' or 'fp32'; for a language model context (the window length), heads, attention ('materialized' or 'flash'),
         recompute), planned only: no kernels, no arena."""
         config = changed_config(self.config, changes)
         label = ", ".join(f"{k}={_short(v)}" for k, v in changes.items()) or "unchanged"
@@ -354,9 +354,26 @@ class MemoryInspector:
             lo, hi = (mid, hi) if fits(mid) else (lo, mid)
         return lo
 
+    def by_dtype(self, variant: str = "train_base") -> dict[str, int]:
+        """Arena bytes per storage dtype ("float32", "bfloat16", ...): what mixed precision moved to half
+        precision. They add up to the arena: a region whose tensors share bytes (F, T) counts its size once,
+        split over its dtypes in proportion to their tensors' slots where it holds several."""
+        plan, out = self.plan(variant), {}
+        for region, span in plan.regions.items():
+            slots: dict[str, int] = {}
+            for t in plan:
+                if t.region is region:
+                    slots[t.dtype] = slots.get(t.dtype, 0) + t.slot_bytes
+            total = sum(slots.values())
+            for dtype, n in slots.items():
+                out[dtype] = out.get(dtype, 0) + span.size * n // total
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
     def summary(self) -> str:
         cats = ", ".join(f"{k} {human_bytes(v)}" for k, v in self.by_category().items() if v)
-        return f"MemoryInspector({self.label}): arena {human_bytes(self.arena_bytes)}: {cats}"
+        half = {k: v for k, v in self.by_dtype().items() if k in ("bfloat16", "float16")}
+        low = "".join(f"; {k} {human_bytes(v)}" for k, v in half.items())
+        return f"MemoryInspector({self.label}): arena {human_bytes(self.arena_bytes)}: {cats}{low}"
 
     def __repr__(self) -> str:
         return f"<{self.summary()}>"
@@ -410,6 +427,11 @@ def changed_config(config: TaskConfig, changes: dict[str, Any]) -> TaskConfig:
                 raise bad_argument(ConfigError, "memory.what_if", key, value, "a decay in (0, 1) or None",
                                    "pass ema=0.999 (or None for no EMA)")
             fields[key] = None if value is None else float(value)
+        elif key == "precision":
+            if not isinstance(value, str) or value not in PRECISIONS:
+                raise bad_argument(ConfigError, "memory.what_if", key, value, f"one of {sorted(PRECISIONS)}",
+                                   "pass precision='bf16' (or 'fp16', 'fp32')")
+            fields[key] = value
         elif key in SEQUENCE_WHAT_IF:
             fields.update(sequence_changes(config.with_(**fields), key, value))
         else:
