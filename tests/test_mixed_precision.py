@@ -217,3 +217,24 @@ def test_refusals_name_the_setting() -> None:
     with pytest.raises(ConfigError, match="nan_check"):
         task.plan()
     assert task.planned is None
+
+
+def test_a_resumed_fp16_run_is_byte_identical_scaler_state_included(tmp_path) -> None:
+    """The loss scale and its growth count live in the arena's S regions, which a checkpoint carries."""
+    from renaissance_nb.runtime import checkpoint
+    x, y = _mnist(4 * BATCH)
+
+    def make() -> DeepLearningTask:
+        return _task(seq(fc(64), relu(), fc(10)), x * 300.0, y, "fp16", epochs=2)
+    whole = make().compile()
+    whole.run(progress=False)
+    first = make().compile()
+    first.run(epochs=1, progress=False)
+    p = checkpoint.save(first, tmp_path / "amp.npz")
+    resumed = make().compile()
+    checkpoint.load_state(resumed, p)
+    assert float(resumed.runner.view("amp.scale")[0]) == float(first.runner.view("amp.scale")[0]) < 2.0 ** 16
+    resumed.run(progress=False)
+    for name in ("fc1.weight", "fc2.weight", "amp.scale", "amp.growth", "nan.skipped"):
+        assert resumed.runner.view(name).tobytes() == whole.runner.view(name).tobytes(), name
+    assert resumed.skipped_updates == whole.skipped_updates > 0

@@ -204,6 +204,10 @@ def _precision_checks(config: TaskConfig) -> None:
         raise ConfigError("plan: precision('fp16') scales the loss and skips a step whose gradients overflow, which "
                           "the NaN check finds; options(nan_check=False) turns it off. Fix: options(nan_check=True), "
                           "or precision('bf16'), which needs no loss scaling.")
+    if config.device == "cuda":
+        raise ConfigError(f"plan: precision({config.precision!r}) on device('cuda'): the GPU backend has no cast and "
+                          "loss-scaling kernels yet. Fix: device('cpu') (or 'auto', which then stays on the CPU), or "
+                          "precision('fp32') on the GPU.")
     if config.ranks > 1:
         raise ConfigError(f"plan: precision({config.precision!r}) on {config.ranks} ranks: the all-reduce of the "
                           "low-precision weight gradients is not built yet. Fix: precision('fp32') for data-parallel "
@@ -334,8 +338,19 @@ def _check_decay_prefix(plan: MemoryPlan, arch: ArchPlan, first: str) -> None:
             assert decayed == (t.offset >= cut), f"{t.name} at {t.offset} against the cut at {cut}"
 
 
-def _plan_notes(config: TaskConfig, memory: MemoryPlan) -> list[str]:
+def _plan_notes(config: TaskConfig, memory: MemoryPlan, graphs: Graphs) -> list[str]:
     notes = []
+    if config.precision != "fp32":
+        half = [t for t in memory if t.dtype in ("bfloat16", "float16")]
+        casts = sum(n.op == "cast" for _, n in graphs.train)
+        scaling = (" fp16: loss scaling as torch.amp.GradScaler (2^16, x2 per 2,000 clean steps, x0.5 and the step "
+                   "skipped on an overflow) in CAST_AND_CHECK." if config.precision == "fp16" else "")
+        notes.append(f"mixed precision {config.precision}: {plural(len(half), 'tensor')} stored in "
+                     f"{PRECISIONS[config.precision]} ({human_bytes(sum(t.storage_bytes for t in half))}), "
+                     f"{plural(casts, 'cast node')} in the training graph; matrix products read their operands "
+                     "widened into planned fp32 buffers (products of 16-bit floats are exact in fp32, sums run in "
+                     "fp32), the weights' working copies are rounded from the fp32 masters before each step "
+                     f"(CAST_MAIN_FP32_TO_FP16).{scaling}")
     if not config.zero_grad:
         notes.append("ZERO_GRAD elided: every gradient is written exactly once per step (the GEMM "
                      "overwrites it), so zeroing the G range would be a wasted pass; "
@@ -358,7 +373,7 @@ def compile_stage(config: TaskConfig, planned: Planned, locked: Locked) -> Compi
     atlas = share_or_clone(specs, locked.graphs, locked.plans, config.zero_grad, config.nan_check)
     return CompiledPlan(planned.arch, planned.shapes, planned.max_slot_bytes, locked.memory.lifetimes,
                         locked.plans, locked.graphs, atlas, table.ids, table.params,
-                        tuple(_plan_notes(config, locked.memory)))
+                        tuple(_plan_notes(config, locked.memory, locked.graphs)))
 
 
 def describe_task(name: str, phase: Any, planned: Planned | None, locked: Locked | None, compiled: Any,

@@ -56,7 +56,10 @@ class Runner:
                               "call distributed('mpi') in the process that runs it, under mpiexec -n N.")
         if w is not None and kind == "cuda":
             kind = "cpu"  # plan() refused device('cuda'): 'auto' stays on the CPU
-        if config.device == "auto" and kind == "cpu":
+        if kind == "cuda" and config.precision != "fp32":
+            kind = "cpu"
+            self.notes.append(f"device: auto chose the CPU: precision({config.precision!r}) has no GPU kernels yet.")
+        elif config.device == "auto" and kind == "cpu":
             from ..gpu.device import probe
             self.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
         declined = len(native.DECLINED)
