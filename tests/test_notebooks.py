@@ -42,6 +42,7 @@ EXPECTED_WIDGETS = {
     "10_build_a_planner.ipynb": 0,
     "11_from_python_to_graph.ipynb": 0,
     "12_small_gpt_memory.ipynb": 3,
+    "13_mixed_precision.ipynb": 1,
 }
 NEEDS = {"09_data_parallel.ipynb": ("mpi4py", "ipyparallel")}
 ENV = {"12_small_gpt_memory.ipynb": {"RNB_GPT_TRAIN_SECONDS": "15"}}
