@@ -238,3 +238,25 @@ def test_a_resumed_fp16_run_is_byte_identical_scaler_state_included(tmp_path) ->
     for name in ("fc1.weight", "fc2.weight", "amp.scale", "amp.growth", "nan.skipped"):
         assert resumed.runner.view(name).tobytes() == whole.runner.view(name).tobytes(), name
     assert resumed.skipped_updates == whole.skipped_updates > 0
+
+
+def test_every_training_feature_runs_in_both_precisions_beside_fp32() -> None:
+    """Dropout, EMA (its evaluation reads E_*_FP16 copies), clipping, augmentation, batch norm and a residual
+    block, then evaluate() and predict() on the trained task: the 16-bit runs end near the fp32 run."""
+    from renaissance_nb import RESNET_3_3, block, cbr, dropout, gap
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, 256)
+    images = rng.standard_normal((256, 3, 8, 8)).astype(np.float32) + y[:, None, None, None].astype(np.float32)
+    losses = {}
+    for p in ("fp32", "bf16", "fp16"):
+        t = (DeepLearningTask(p).model(seq(cbr(4, 3, 1, 1), maxpool(2, 2), block(4, RESNET_3_3), gap(), dropout(0.1),
+                                            fc(4)))
+             .data(train=(images, y), batch_size=16, val_fraction=0.25).ema(0.9).clip_grad_norm(1.0)
+             .augment(crop_pad=1, flip=True).precision(p).total_epochs(2).seed(1))
+        last = t.run(progress=False).history[-1]
+        ev = t.evaluate(images[:64], y[:64], ema=True)
+        assert np.isfinite([last.train_loss, last.val_loss, last.ema_loss, ev["loss"]]).all()
+        assert t.predict(images[:64]).shape == (64,)
+        losses[p] = last.val_loss
+    assert abs(losses["bf16"] - losses["fp32"]) < 0.05 * losses["fp32"]
+    assert abs(losses["fp16"] - losses["fp32"]) < 0.05 * losses["fp32"]

@@ -12,7 +12,7 @@ from renaissance_nb.memory.region import RESERVED
 @pytest.fixture(scope="module")
 def locked_tasks() -> list[DeepLearningTask]:
     """An MLP with every training feature, a conv net and a ResNet block net (image augmentation, EMA; LARS, whose
-    norms fill the N regions and LARS_NORMS)."""
+    norms fill the N regions and LARS_NORMS), and both again in mixed precision (A, G_*_FP16, F_*_FP16, E_*_FP16)."""
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((64, 20)).astype(np.float32), rng.integers(0, 4, 64)
     images = rng.standard_normal((64, 3, 8, 8)).astype(np.float32)
@@ -24,14 +24,18 @@ def locked_tasks() -> list[DeepLearningTask]:
             (("resnet", seq(cbr(4, 3, 1, 1), maxpool(2, 2), block(4, RESNET_3_3), gap(), fc(4))),
              ("conv", seq(conv(4, 3, 1, 1), bn(), relu(), avgpool(2, 2), flatten(), fc(4))),
              ("resnet_lars", seq(cbr(4, 3, 1, 1), maxpool(2, 2), block(4, RESNET_3_3), gap(), fc(4))))]
-    return [t.lock_memory() for t in [mlp, *nets]]
+    amp = [DeepLearningTask("mlp_bf16").model(seq(fc(16), relu(), dropout(0.2), fc(4)))
+           .data(train=(x, y), batch_size=16, val_fraction=0.25).ema(0.9).clip_grad_norm(1.0).precision("bf16"),
+           DeepLearningTask("resnet_fp16").model(seq(cbr(4, 3, 1, 1), maxpool(2, 2), block(4, RESNET_3_3), gap(), fc(4)))
+           .data(train=(images, y), batch_size=16, val_fraction=0.25).ema(0.9).precision("fp16")]
+    return [t.lock_memory() for t in [mlp, *nets, *amp]]
 
 
 def test_no_model_allocates_in_a_reserved_region_and_every_other_region_is_used(locked_tasks) -> None:
     used = {t.region for task in locked_tasks for t in task.memory}
     assert not used & set(RESERVED)
     assert used | set(RESERVED) == set(Region) - {Region.END}  # the reserved list is exactly what is unused
-    assert Region.A_FC_WEIGHT.reserved_for and Region.W_FC_WEIGHT.reserved_for is None
+    assert Region.T_TEMP_FP16.reserved_for and Region.A_FC_WEIGHT.reserved_for is None  # mixed precision fills A
     assert not any(r.reserved_for for r in Region if r.family == "N")  # LARS fills them
 
 

@@ -37,7 +37,7 @@ class Region(IntEnum):
     E_FC_WEIGHT_FP16 = 18
     E_FIRST_CONV_FP16 = 19
     E_DEEP_CONV_FP16 = 20
-    # A: fp16 working weights for mixed precision
+    # A: 16-bit working weights for mixed precision (the original's names say FP16: bf16 or fp16 here)
     A_FC_WEIGHT = 21
     A_FIRST_CONV = 22
     A_DEEP_CONV = 23
@@ -131,7 +131,7 @@ FAMILIES: dict[str, str] = {
     "B": "batch-norm running statistics",
     "W": "weights",
     "E": "EMA weights",
-    "A": "fp16 working weights (AMP)",
+    "A": "16-bit working weights (mixed precision)",
     "G": "gradients",
     "M": "first moments",
     "V": "second moments",
@@ -160,9 +160,10 @@ RECORD_SHAPES: dict[str, tuple[int, ...]] = {"N": (2,)}
 """Families holding one fixed-size record per weight tensor (``Region.record_shape``); they have regions only
 for weights (N_FC_WEIGHT, N_FIRST_CONV, N_DEEP_CONV), so biases and batch-norm parameters get none."""
 
-_AMP = "mixed precision (AMP): fp16 copies and working buffers"
+_AMP = "mixed precision: 16-bit scalars and temporaries (the casts' buffers are fp32 here)"
 RESERVED: dict[Region, str] = {
-    **{r: _AMP for r in Region if r.name.endswith("_FP16") or r.family == "A"},
+    Region.S_SCALAR_FP16: _AMP,
+    Region.T_TEMP_FP16: _AMP,
     Region.R_PREDICTED_LABEL: "stored predictions (predict() takes the argmax of the logits instead)",
     Region.S_SCALAR_INT8: "int8 scalars (quantisation)",
     Region.T_TEMP_INT8: "int8 temporaries (quantisation)",

@@ -61,7 +61,7 @@ class Inference:
                 with blas.own_cores():
                     for k in prog:
                         k()
-                yield start, n, logits[:n]
+                yield start, n, logits[:n] if logits.dtype == np.float32 else logits[:n].astype(np.float32)
         finally:
             for view, saved in keep:
                 view[...] = saved
