@@ -352,28 +352,41 @@ static int gemm_f32(const gemm_job *j, int path, void *f, int wide, float *scrat
 
 /* ---- the AVX-512 BF16 path: vdpbf16ps tiles of MR x NR over packed pairs of k ------------------- */
 #ifdef __AVX512BF16__
-static inline uint16_t op_at(const uint16_t *x, i64 ld, int t, i64 r, i64 c) { return t ? x[c * ld + r] : x[r * ld + c]; }
-
-/* op(B)'s columns [j0, j0 + NR) as pairs of k: pb[p2 * 2 * NR + 2 * q + h] = op(B)[2 p2 + h, j0 + q], zeros past the edges */
-static void pack_b(const gemm_job *j, i64 j0, uint16_t *pb) {
-    i64 kp = (j->k + 1) / 2;
-    for (i64 p2 = 0; p2 < kp; p2++)
-        for (i64 q = 0; q < NR; q++)
-            for (int h = 0; h < 2; h++) {
-                i64 p = 2 * p2 + h, col = j0 + q;
-                pb[(p2 * NR + q) * 2 + h] = (p < j->k && col < j->n) ? op_at(j->b, j->ldb, j->tb, p, col) : 0;
+/* pairs of k: dst[(p2 * w + q) * 2 + h] = x(2 p2 + h, q) for q < cols, where x(p, q) = src[q * ld + p] when
+ * pairs are contiguous in memory (by_rows), else src[p * ld + q]; lanes past cols or k stay zero */
+static void pack_pairs(const uint16_t *src, i64 ld, int by_rows, i64 k, i64 cols, i64 w, uint16_t *dst) {
+    i64 kp = (k + 1) / 2;
+    if (cols < w || (k & 1)) memset(dst, 0, (size_t)(kp * w * 2) * sizeof(uint16_t));
+    if (by_rows) {
+        uint32_t *d32 = (uint32_t *)dst;
+        for (i64 q = 0; q < cols; q++) {
+            const uint16_t *row = src + q * ld;
+            for (i64 p2 = 0; p2 < k / 2; p2++) {
+                uint32_t v;
+                memcpy(&v, row + 2 * p2, 4);
+                d32[p2 * w + q] = v;
             }
+            if (k & 1) dst[((k / 2) * w + q) * 2] = row[k - 1];
+        }
+    } else {
+        for (i64 p = 0; p < k; p++) {
+            const uint16_t *row = src + p * ld;
+            uint16_t *d = dst + (p >> 1) * w * 2 + (p & 1);
+            for (i64 q = 0; q < cols; q++) d[2 * q] = row[q];
+        }
+    }
 }
 
-/* op(A)'s rows [i0, i0 + MR) as pairs of k: pa[(p2 * MR + r) * 2 + h] = op(A)[i0 + r, 2 p2 + h] */
+/* op(B)'s columns [j0, j0 + NR): pb[(p2 * NR + q) * 2 + h] = op(B)[2 p2 + h, j0 + q] */
+static void pack_b(const gemm_job *j, i64 j0, uint16_t *pb) {
+    const uint16_t *src = j->b + (j->tb ? j0 * j->ldb : j0);
+    pack_pairs(src, j->ldb, j->tb, j->k, min64(NR, j->n - j0), NR, pb);
+}
+
+/* op(A)'s rows [i0, i0 + MR): pa[(p2 * MR + r) * 2 + h] = op(A)[i0 + r, 2 p2 + h] */
 static void pack_a(const gemm_job *j, i64 i0, uint16_t *pa) {
-    i64 kp = (j->k + 1) / 2;
-    for (i64 p2 = 0; p2 < kp; p2++)
-        for (i64 r = 0; r < MR; r++)
-            for (int h = 0; h < 2; h++) {
-                i64 p = 2 * p2 + h, row = i0 + r;
-                pa[(p2 * MR + r) * 2 + h] = (p < j->k && row < j->m) ? op_at(j->a, j->lda, j->ta, row, p) : 0;
-            }
+    const uint16_t *src = j->a + (j->ta ? i0 : i0 * j->lda);
+    pack_pairs(src, j->lda, !j->ta, j->k, min64(MR, j->m - i0), MR, pa);
 }
 
 static void store_tile(const gemm_job *j, i64 i0, i64 j0, __m512 acc[MR][NR / 16]) {
