@@ -209,3 +209,194 @@ def test_unscale_in_place_and_found_is_never_cleared() -> None:
     inv[0] = 4.0  # the kernel reads the scale at each call (the scaler updates it in place)
     kernel()
     assert g.tolist() == [2.0, 4.0, 6.0]
+
+
+# ---- GEMM ------------------------------------------------------------------------------------------
+def gemm_paths(fmt: str) -> list[str]:
+    if native.lib() is None:
+        return ["auto"]
+    paths = ["loops"] + (["sgemm"] if blas.SGEMM.address else [])
+    return paths + (["dpbf16"] if fmt == "bf16" and "avx512bf16" in lowp.features() else [])
+
+
+CASES = [(fmt, p) for fmt in ("bf16", "fp16") for p in ("auto", "loops", "sgemm", "dpbf16") if p in gemm_paths(fmt)
+         or p == "auto"]
+
+
+def operands(fmt: str, m: int, n: int, k: int, orient: str, seed: int = 0):  # type: ignore[no-untyped-def]
+    """A (m, k) and B (k, n) rounded to fmt, and views of them stored as ``orient`` says (T: transposed
+    in memory, as w.T is in y = x @ w.T)."""
+    rng = np.random.default_rng(seed)
+    A = lowp.round_to(rng.standard_normal((m, k)).astype(np.float32), fmt)
+    B = lowp.round_to(rng.standard_normal((k, n)).astype(np.float32), fmt)
+    a = A if orient[0] == "N" else np.ascontiguousarray(A.T).T
+    b = B if orient[1] == "N" else np.ascontiguousarray(B.T).T
+    return A, B, a, b
+
+
+def run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int = 2, beta: bool = False, path: str = "auto",
+        portable: bool = False) -> np.ndarray:
+    fmt, out = lowp.format_of(a.dtype), lowp.format_of(c.dtype)
+    scratch = np.zeros(lowp.scratch_elems(a.shape[0], b.shape[1], a.shape[1], fmt, out, path), np.float32)
+    kernel = lowp.bind_gemm(a, b, c, scratch, threads, beta, path, portable) if native.lib() else None
+    kernel = kernel or lowp.gemm(a, b, c, scratch, threads, beta, path)
+    with blas.own_cores():
+        kernel()
+    return c
+
+
+def check_bound(got: np.ndarray, A: np.ndarray, B: np.ndarray, fmt: str, out: str, c_in: np.ndarray | None) -> None:
+    """|got - exact| within float32 summation's bound, plus half an ulp of ``out`` when it is rounded."""
+    a64, b64 = lowp.widen(A, fmt).astype(np.float64), lowp.widen(B, fmt).astype(np.float64)
+    exact, mag = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    terms = A.shape[1] + (c_in is not None)
+    if c_in is not None:
+        exact, mag = exact + c_in, mag + np.abs(c_in)
+    gamma = terms * U32 / (1 - terms * U32)
+    tol = gamma * mag
+    g = got.astype(np.float64) if out == "fp32" else lowp.widen(got, fmt).astype(np.float64)
+    if out != "fp32":
+        tol = tol + HALF_ULP[fmt] * (np.abs(exact) + tol)
+    err = np.abs(g - exact)
+    assert (err <= tol).all(), f"worst error {(err / np.maximum(tol, 1e-300)).max():.2f} x the bound"
+    assert err.max() > 0 or terms <= 2  # the sums did round somewhere: the bound is not vacuous here
+
+
+@pytest.mark.parametrize("fmt,path", CASES)
+@pytest.mark.parametrize("orient", ["NT", "NN", "TN", "TT"])
+@pytest.mark.parametrize("shape", [(37, 70, 51), (6, 64, 2), (1, 1, 1), (13, 130, 7), (128, 100, 300)])
+def test_gemm_within_the_float32_sum_bound(fmt: str, path: str, orient: str, shape: tuple[int, int, int]) -> None:
+    m, n, k = shape
+    A, B, a, b = operands(fmt, m, n, k, orient)
+    c = run(a, b, np.full((m, n), np.nan, np.float32), path=path)
+    check_bound(c, A, B, fmt, "fp32", None)
+
+
+@pytest.mark.parametrize("fmt,path", CASES)
+@pytest.mark.parametrize("out", ["fp32", "low"])
+def test_gemm_adds_to_c_and_rounds_the_result(fmt: str, path: str, out: str) -> None:
+    m, n, k = 45, 83, 129
+    A, B, a, b = operands(fmt, m, n, k, "NT", seed=4)
+    c0 = np.random.default_rng(5).standard_normal((m, n)).astype(np.float32) * 10
+    c = c0 if out == "fp32" else lowp.round_to(c0, fmt)
+    c_in = (c0 if out == "fp32" else lowp.widen(c, fmt)).astype(np.float64)
+    got = run(a, b, c.copy(), beta=True, path=path)
+    check_bound(got, A, B, fmt, "fp32" if out == "fp32" else fmt, c_in)
+    fresh = run(a, b, np.zeros_like(c), path=path)
+    check_bound(fresh, A, B, fmt, "fp32" if out == "fp32" else fmt, None)
+
+
+@needs_lib
+@pytest.mark.parametrize("fmt,path", [c for c in CASES if c[1] != "auto"])
+@pytest.mark.parametrize("orient", ["NT", "NN", "TN"])
+def test_gemm_bytes_do_not_depend_on_the_thread_count(fmt: str, path: str, orient: str) -> None:
+    A, B, a, b = operands(fmt, 160, 300, 70, orient, seed=6)
+    for out in (np.float32, lowp.STORAGE[fmt]):
+        one = run(a, b, np.zeros((160, 300), out), threads=1, path=path)
+        same(run(a, b, np.zeros((160, 300), out), threads=2, path=path), one)
+        same(run(a, b, np.zeros((160, 300), out), threads=3, path=path), one)
+        same(run(a, b, np.zeros((160, 300), out), threads=2, path=path, portable=True), one)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("orient", ["NT", "NN", "TN"])
+def test_gemm_near_torch_matmul(fmt: str, orient: str) -> None:
+    """torch's bf16/fp16 matmul (float32 sums in its own order, result rounded to the format): within an
+    ulp of the format plus both float32 sums' error bounds (a result that nearly cancels can be several
+    fp16 ulps off exact in either), and mostly the same bytes."""
+    m, n, k = 64, 96, 200
+    A, B, a, b = operands(fmt, m, n, k, orient, seed=7)
+    ours = lowp.widen(run(a, b, np.zeros((m, n), lowp.STORAGE[fmt])), fmt)
+    ta = torch.from_numpy(A.view(np.int16)).view(TORCH[fmt])
+    tb = torch.from_numpy(B.view(np.int16)).view(TORCH[fmt])
+    theirs = torch.matmul(ta, tb).float().numpy()
+    ulp = 2.0 * HALF_ULP[fmt]
+    sums = 2 * k * U32 / (1 - k * U32) * (np.abs(lowp.widen(A, fmt)) @ np.abs(lowp.widen(B, fmt)))
+    assert (np.abs(ours - theirs) <= ulp * np.maximum(np.abs(ours), np.abs(theirs)) + sums).all()
+    assert np.mean(ours == theirs) > 0.9
+
+
+def test_gemm_numpy_fallback_within_the_bound() -> None:
+    for fmt in ("bf16", "fp16"):
+        A, B, a, b = operands(fmt, 33, 47, 65, "TN", seed=8)
+        with native.chosen_for({"an op only numba has"}):
+            scratch = np.zeros(lowp.scratch_elems(33, 47, 65, fmt, fmt), np.float32)
+            c = lowp.round_to(np.ones((33, 47), np.float32), fmt)
+            lowp.gemm(a, b, c, scratch, beta=True)()
+        check_bound(c, A, B, fmt, fmt, np.ones((33, 47)))
+
+
+def test_gemm_bad_operands_are_named() -> None:
+    A, B, a, b = operands("bf16", 4, 5, 6, "NN")
+    c = np.zeros((4, 5), np.float32)
+    with pytest.raises(ConfigError, match="operands=.*both uint16 \\(bf16\\) or both float16"):
+        lowp.gemm(a, b.view(np.float16), c, np.zeros(1000, np.float32))
+    with pytest.raises(ConfigError, match="operands=.*c \\(m, n\\)"):
+        lowp.gemm(a, b, np.zeros((5, 4), np.float32), np.zeros(1000, np.float32))
+    with pytest.raises(ConfigError, match="scratch=.*at least .* elements.*lowp.scratch_elems"):
+        lowp.gemm(a, b, c, np.zeros(3, np.float32))
+    with pytest.raises(ConfigError, match="path='vnni'"):
+        lowp.scratch_elems(4, 5, 6, "bf16", path="vnni")
+
+
+@needs_lib
+def test_path_names_what_was_built() -> None:
+    line = lowp.path()
+    assert ("vdpbf16ps" in line) == ("avx512bf16" in lowp.features())
+    assert lowp.gemm_path("fp16") == ("sgemm" if blas.SGEMM.address else "loops")
+    if "avx512bf16" not in lowp.features():
+        with pytest.raises(ConfigError, match="path='dpbf16'"):
+            lowp.gemm_path("bf16", "dpbf16")
+    with pytest.raises(ConfigError, match="path='dpbf16'"):
+        lowp.gemm_path("fp16", "dpbf16")
+
+
+@needs_lib
+def test_a_build_for_a_plain_x86_64_cpu_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """lowp.c compiled without AVX-512 or F16C (the scalar forms, the loops and sgemm paths) converts and
+    multiplies to this build's bytes."""
+    import platform
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86-64 check")
+    monkeypatch.setattr(native, "FLAGS", tuple("-march=x86-64" if f == "-march=native" else f for f in native.FLAGS))
+    monkeypatch.setenv("RNB_CACHE_DIR", str(tmp_path))
+    plain = native.build()
+    assert plain.lib is not None, plain.why_not
+    P = plain.lib
+    assert P.rnb_lowp_built() == 0 and P.rnb_lowp_gemm_path(1, 0, 1) == lowp.PATHS["sgemm"]
+    x = np.concatenate([edge_floats(), random_floats(50_000, seed=9)])
+    for fmt in ("bf16", "fp16"):
+        h = np.empty(x.size, lowp.STORAGE[fmt])
+        assert P.rnb_lowp_convert(0, lowp.CODE[fmt], x.ctypes.data, 1, x.size, x.size, h.ctypes.data, x.size, 0, 2) == 0
+        same(h.view(np.uint16), c_convert(x, np.empty(x.size, lowp.STORAGE[fmt])).view(np.uint16))
+        every = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16)
+        back = np.empty(every.size, np.float32)
+        P.rnb_lowp_convert(lowp.CODE[fmt], 0, every.ctypes.data, 1, every.size, every.size, back.ctypes.data,
+                           every.size, 0, 2)
+        same(back, c_convert(every.view(lowp.STORAGE[fmt]), np.empty(every.size, np.float32)))
+        for path in [p for p in ("loops", "sgemm") if p in gemm_paths(fmt)]:
+            A, B, a, b = operands(fmt, 50, 140, 33, "NT", seed=10)
+            want = run(a, b, np.zeros((50, 140), np.float32), path=path)
+            got = np.zeros((50, 140), np.float32)
+            scratch = np.zeros(lowp.scratch_elems(50, 140, 33, fmt, "fp32", path), np.float32)
+            with blas.own_cores():
+                ran = P.rnb_lowp_gemm(lowp.CODE[fmt], 0, 1, 50, 140, 33, a.ctypes.data, 33, b.ctypes.data, 33, 0,
+                                      got.ctypes.data, 140, 0, blas.SGEMM.address or None,
+                                      int(blas.SGEMM.int_bits == 64), scratch.ctypes.data, scratch.size,
+                                      lowp.PATHS[path], 0, 2)
+            assert ran == lowp.PATHS[path]
+            same(got, want)
+
+
+@needs_lib
+def test_dpbf16_reads_subnormal_operands_as_zero_as_the_instruction_does() -> None:
+    """The documented difference between the paths beyond summation order (lowp.py's docstring)."""
+    if "dpbf16" not in gemm_paths("bf16"):
+        pytest.skip("no AVX-512 BF16 in this build")
+    a = np.full((6, 2), 0x0001, np.uint16)  # the smallest subnormal bf16, about 9.2e-41
+    b = lowp.round_to(np.full((2, 16), 2.0 ** 100, np.float32), "bf16")
+    dp = run(a, b, np.zeros((6, 16), np.float32), path="dpbf16")
+    assert not dp.any()
+    if "sgemm" in gemm_paths("bf16"):
+        plain = run(a, b, np.zeros((6, 16), np.float32), path="sgemm")
+        assert np.allclose(plain, 2 * 2.0 ** -133 * 2.0 ** 100)

@@ -350,7 +350,9 @@ static int gemm_f32(const gemm_job *j, int path, void *f, int wide, float *scrat
     return 0;
 }
 
-/* ---- the AVX-512 BF16 path: vdpbf16ps tiles of MR x NR over packed pairs of k ------------------- */
+/* ---- the AVX-512 BF16 path: vdpbf16ps tiles of MR x NR over packed pairs of k ------------------- *
+ * vdpbf16ps adds two exact products per lane and step; it reads subnormal inputs as zero and flushes
+ * subnormal results (Intel SDM), so bf16 operands below 2^-126 count as zero on this path only. */
 #ifdef __AVX512BF16__
 /* pairs of k: dst[(p2 * w + q) * 2 + h] = x(2 p2 + h, q) for q < cols, where x(p, q) = src[q * ld + p] when
  * pairs are contiguous in memory (by_rows), else src[p * ld + q]; lanes past cols or k stay zero */

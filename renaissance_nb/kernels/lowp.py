@@ -12,7 +12,9 @@ the C loops' bytes exactly.
 Why C: the GEMMs are where the time goes. bf16 runs on AVX-512 BF16's ``vdpbf16ps`` where the compiler
 targets it (products of two bf16 values are exact in float32, summed in float32); elsewhere, and for
 fp16, the operands are widened to float32 in caller-given scratch and multiplied by the OpenBLAS sgemm
-the package already calls (kernels/blas.py). Both sum in float32, in different orders. No path splits
+the package already calls (kernels/blas.py). Both sum in float32, in different orders; vdpbf16ps also
+reads a subnormal bf16 operand (below 2^-126, about 1.2e-38) as zero and flushes subnormal sums, as
+the instruction is defined (the sgemm path keeps them). No path splits
 the k sum across threads, and the cut into tiles or bands depends on the shape alone, so the thread
 count never changes a byte.
 
