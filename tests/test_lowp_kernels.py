@@ -237,7 +237,7 @@ def operands(fmt: str, m: int, n: int, k: int, orient: str, seed: int = 0):  # t
 def run(a: np.ndarray, b: np.ndarray, c: np.ndarray, threads: int = 2, beta: bool = False, path: str = "auto",
         portable: bool = False) -> np.ndarray:
     fmt, out = lowp.format_of(a.dtype), lowp.format_of(c.dtype)
-    scratch = np.zeros(lowp.scratch_elems(a.shape[0], b.shape[1], a.shape[1], fmt, out, path), np.float32)
+    scratch = np.full(lowp.scratch_elems(a.shape[0], b.shape[1], a.shape[1], fmt, out, path), np.nan, np.float32)
     kernel = lowp.bind_gemm(a, b, c, scratch, threads, beta, path, portable) if native.lib() else None
     kernel = kernel or lowp.gemm(a, b, c, scratch, threads, beta, path)
     with blas.own_cores():

@@ -354,16 +354,81 @@ static int gemm_f32(const gemm_job *j, int path, void *f, int wide, float *scrat
  * vdpbf16ps adds two exact products per lane and step; it reads subnormal inputs as zero and flushes
  * subnormal results (Intel SDM), so bf16 operands below 2^-126 count as zero on this path only. */
 #ifdef __AVX512BF16__
+/* 16 x 16 uint32 transpose: o[j][i] = r[i][j] (unpacks within 128-bit lanes, then lane shuffles) */
+static inline void transpose16(const __m512i r[16], __m512i o[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; g++) { /* u[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3 */
+        u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+        __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44), v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+        o[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+        o[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+        o[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+        o[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+    }
+}
+
+/* pack_pairs for pairs contiguous in rows: whole 16 x 16 blocks of pairs transposed in registers;
+ * returns how many pairs of k it packed (the caller packs the rest) */
+static i64 pack_rows16(const uint16_t *src, i64 ld, i64 k, i64 cols, i64 w, uint32_t *d32) {
+    i64 full = (k / 2) / 16 * 16;
+    __m512i r[16], o[16];
+    for (i64 q0 = 0; q0 + 16 <= cols; q0 += 16)
+        for (i64 p2 = 0; p2 < full; p2 += 16) {
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512((const void *)(src + (q0 + i) * ld + 2 * p2));
+            transpose16(r, o);
+            for (int jj = 0; jj < 16; jj++) _mm512_storeu_si512((void *)(d32 + (p2 + jj) * w + q0), o[jj]);
+        }
+    return cols / 16 * 16 == cols ? full : 0;
+}
+
+/* pack_pairs for pairs taken from two rows: 32 columns of rows 2 p2 and 2 p2 + 1 interleaved at once */
+static void pack_interleave(const uint16_t *src, i64 ld, i64 k, i64 cols, i64 w, uint16_t *dst) {
+    __m512i lo_idx, hi_idx;
+    uint16_t lo[32], hi[32];
+    for (int t = 0; t < 16; t++) {
+        lo[2 * t] = (uint16_t)t; lo[2 * t + 1] = (uint16_t)(32 + t);
+        hi[2 * t] = (uint16_t)(16 + t); hi[2 * t + 1] = (uint16_t)(48 + t);
+    }
+    lo_idx = _mm512_loadu_si512((const void *)lo);
+    hi_idx = _mm512_loadu_si512((const void *)hi);
+    for (i64 p2 = 0; p2 < (k + 1) / 2; p2++) {
+        const uint16_t *r0 = src + 2 * p2 * ld, *r1 = r0 + ld;
+        for (i64 q = 0; q < w; q += 32) { /* columns past cols load as zeros */
+            i64 left = cols - q;
+            __mmask32 mk = left >= 32 ? (__mmask32)0xffffffffu : left <= 0 ? (__mmask32)0 : (__mmask32)((1u << left) - 1u);
+            __m512i v0 = _mm512_maskz_loadu_epi16(mk, r0 + q);
+            __m512i v1 = 2 * p2 + 1 < k ? _mm512_maskz_loadu_epi16(mk, r1 + q) : _mm512_setzero_si512();
+            _mm512_storeu_si512((void *)(dst + (p2 * w + q) * 2), _mm512_permutex2var_epi16(v0, lo_idx, v1));
+            _mm512_storeu_si512((void *)(dst + (p2 * w + q + 16) * 2), _mm512_permutex2var_epi16(v0, hi_idx, v1));
+        }
+    }
+}
+
 /* pairs of k: dst[(p2 * w + q) * 2 + h] = x(2 p2 + h, q) for q < cols, where x(p, q) = src[q * ld + p] when
  * pairs are contiguous in memory (by_rows), else src[p * ld + q]; lanes past cols or k stay zero */
 static void pack_pairs(const uint16_t *src, i64 ld, int by_rows, i64 k, i64 cols, i64 w, uint16_t *dst) {
     i64 kp = (k + 1) / 2;
+    if (!by_rows && w % 32 == 0) {
+        pack_interleave(src, ld, k, cols, w, dst);
+        return;
+    }
     if (cols < w || (k & 1)) memset(dst, 0, (size_t)(kp * w * 2) * sizeof(uint16_t));
     if (by_rows) {
         uint32_t *d32 = (uint32_t *)dst;
+        i64 done = w % 16 == 0 ? pack_rows16(src, ld, k, cols, w, d32) : 0;
         for (i64 q = 0; q < cols; q++) {
             const uint16_t *row = src + q * ld;
-            for (i64 p2 = 0; p2 < k / 2; p2++) {
+            for (i64 p2 = done; p2 < k / 2; p2++) {
                 uint32_t v;
                 memcpy(&v, row + 2 * p2, 4);
                 d32[p2 * w + q] = v;
