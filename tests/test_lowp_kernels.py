@@ -194,7 +194,8 @@ def test_unscale_matches_torch_and_finds_overflow(fmt: str, bad: float | None) -
         outs.append(out)
         fin = np.isfinite(want)
         same(out[fin], want[fin])
-        assert np.array_equal(np.isnan(out), np.isnan(want)) and np.array_equal(out[np.isinf(out)], want[np.isinf(want)])
+        assert np.array_equal(np.isnan(out), np.isnan(want))
+        assert np.array_equal(out[np.isinf(out)], want[np.isinf(want)])
     for o in outs[1:]:
         same(o, outs[0])
 

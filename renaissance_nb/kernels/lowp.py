@@ -206,7 +206,8 @@ def bind_unscale(g: np.ndarray, out: np.ndarray, inv_scale: np.ndarray, found: n
     when g is float32. inv_scale and found are read and written at every call (the scaler's state)."""
     L = native.active()
     _unscale_ok(g, out, inv_scale, found)
-    if L is None or not all(x.flags.c_contiguous and x.ndim == 1 for x in (g, out, inv_scale, *(() if found is None else (found,)))):
+    flat = (g, out, inv_scale) + (() if found is None else (found,))
+    if L is None or not all(x.ndim == 1 and x.flags.c_contiguous for x in flat):
         return None
     args = (g.ctypes.data, CODE[format_of(g.dtype)], g.size, inv_scale.ctypes.data, out.ctypes.data,
             found.ctypes.data if found is not None else None, int(portable), threads)
@@ -244,7 +245,8 @@ def scratch_elems(m: int, n: int, k: int, fmt: str, out: str = "fp32", path: str
     the NumPy fallback: m*k + k*n + m*n."""
     p = gemm_path(fmt, path)
     if out not in ("fp32", fmt):
-        raise bad_argument(ConfigError, "lowp.scratch_elems", "out", out, f"'fp32' or {fmt!r}", "pick the result format")
+        raise bad_argument(ConfigError, "lowp.scratch_elems", "out", out, f"'fp32' or {fmt!r}",
+                           "pick the result format")
     L = native.lib()
     if L is None or p == "numpy":
         return m * k + k * n + m * n
