@@ -203,7 +203,8 @@ def main() -> None:
             f"numpy {np.__version__} ({libs}); torch {tver} (in its own process); our sgemm: {blas.SGEMM.name}; "
             f"threads: {threads}",
             f"lowp: {lowp.path()}",
-            f"medians of {args.rounds} interleaved rounds of bursts; GFLOP/s = 2 m n k / time", ""]
+            f"medians of {args.rounds} interleaved rounds of bursts; GFLOP/s = 2 m n k / time; load average at the "
+            f"start: {os.getloadavg()[0]:.1f} (other processes share these cores)", ""]
     print("\n".join(head), flush=True)
     lines = list(head)
     for title, shapes in [(f"seed MLP {'-'.join(map(str, LAYERS))}, batch {b}: one step's products", mlp_products(b))

@@ -457,6 +457,14 @@ static void pack_a(const gemm_job *j, i64 i0, uint16_t *pa) {
 }
 
 static void store_tile(const gemm_job *j, i64 i0, i64 j0, __m512 acc[MR][NR / 16]) {
+    if (i0 + MR <= j->m && j0 + NR <= j->n && j->out == RNB_F32) { /* a whole tile of float32 sums */
+        for (i64 r = 0; r < MR; r++) {
+            float *pc = (float *)j->c + (i0 + r) * j->ldc + j0;
+            for (i64 v = 0; v < NR / 16; v++)
+                _mm512_storeu_ps(pc + 16 * v, j->beta ? _mm512_add_ps(_mm512_loadu_ps(pc + 16 * v), acc[r][v]) : acc[r][v]);
+        }
+        return;
+    }
     for (i64 r = 0; r < MR && i0 + r < j->m; r++)
         for (i64 v = 0; v < NR / 16; v++) {
             i64 col = j0 + 16 * v, left = j->n - col;
@@ -479,19 +487,22 @@ static void store_tile(const gemm_job *j, i64 i0, i64 j0, __m512 acc[MR][NR / 16
         }
 }
 
-static void dp_tile(const gemm_job *j, const uint16_t *pa, const uint16_t *pb, i64 i0, i64 j0) {
+/* one MR x NR tile over all of k: row r's pair p2 of op(A) is at rows[r] + p2 * step (bytes: packed, or
+ * A itself when its rows hold k in pairs), pb the packed panel of op(B) */
+static void dp_tile(const gemm_job *j, const char *const rows[MR], i64 step, const uint16_t *pb, i64 i0, i64 j0) {
     __m512 acc[MR][NR / 16];
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < NR / 16; v++) acc[r][v] = _mm512_setzero_ps();
     i64 kp = (j->k + 1) / 2;
-    const uint32_t *a2 = (const uint32_t *)pa;
     for (i64 p2 = 0; p2 < kp; p2++) {
         const uint16_t *bp = pb + p2 * 2 * NR;
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 32);
         __m512bh b2 = (__m512bh)_mm512_loadu_si512(bp + 64), b3 = (__m512bh)_mm512_loadu_si512(bp + 96);
         #pragma GCC unroll 6
         for (int r = 0; r < MR; r++) {
-            __m512bh av = (__m512bh)_mm512_set1_epi32((int)a2[p2 * MR + r]);
+            uint32_t pair;
+            memcpy(&pair, rows[r] + p2 * step, 4);
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)pair);
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
             acc[r][2] = _mm512_dpbf16_ps(acc[r][2], av, b2);
@@ -501,21 +512,37 @@ static void dp_tile(const gemm_job *j, const uint16_t *pa, const uint16_t *pb, i
     store_tile(j, i0, j0, acc);
 }
 
+/* the tile of row block rb: A read in place when its rows hold k in whole pairs (rows past m repeat
+ * the last one: their sums are never stored), else the packed block */
+static void row_block_tile(const gemm_job *j, const uint16_t *pa, i64 kp, const uint16_t *pb, i64 rb, i64 cb) {
+    const char *rows[MR];
+    i64 i0 = rb * MR;
+    if (!j->ta && !(j->k & 1)) {
+        for (int r = 0; r < MR; r++) rows[r] = (const char *)(j->a + min64(i0 + r, j->m - 1) * j->lda);
+        dp_tile(j, rows, 4, pb + cb * NR * kp * 2, i0, cb * NR);
+    } else {
+        for (int r = 0; r < MR; r++) rows[r] = (const char *)(pa + rb * MR * kp * 2 + 2 * r);
+        dp_tile(j, rows, 4 * MR, pb + cb * NR * kp * 2, i0, cb * NR);
+    }
+}
+
 static int gemm_dpbf16(const gemm_job *j, uint16_t *scratch, int threads) {
     i64 kp = (j->k + 1) / 2, mb = rup(j->m, MR) / MR, nbk = rup(j->n, NR) / NR;
     uint16_t *pa = scratch, *pb = scratch + rup(j->m, MR) * kp * 2;
+    int direct = !j->ta && !(j->k & 1);
     threads = team(threads);
     int par = threads > 1 && j->m * j->n * j->k >= (1 << 18);
     #pragma omp parallel num_threads(threads) if (par)
     {
-        #pragma omp for schedule(static)
-        for (i64 t = 0; t < mb; t++) pack_a(j, t * MR, pa + t * MR * kp * 2);
+        if (!direct) {
+            #pragma omp for schedule(static)
+            for (i64 t = 0; t < mb; t++) pack_a(j, t * MR, pa + t * MR * kp * 2);
+        }
         #pragma omp for schedule(static)
         for (i64 t = 0; t < nbk; t++) pack_b(j, t * NR, pb + t * NR * kp * 2);
         #pragma omp for schedule(static) collapse(2)
         for (i64 cb = 0; cb < nbk; cb++)
-            for (i64 rb = 0; rb < mb; rb++)
-                dp_tile(j, pa + rb * MR * kp * 2, pb + cb * NR * kp * 2, rb * MR, cb * NR);
+            for (i64 rb = 0; rb < mb; rb++) row_block_tile(j, pa, kp, pb, rb, cb);
     }
     return 0;
 }
