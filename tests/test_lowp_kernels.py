@@ -140,6 +140,22 @@ def test_strided_blocks_touch_only_their_elements(fmt: str) -> None:
     assert not back_big[0].any() and not back_big[:, :7].any() and not back_big[:, 52:].any()
 
 
+@needs_lib
+@pytest.mark.parametrize("rows", [3, 300])
+def test_threaded_chunks_of_strided_blocks(rows: int) -> None:
+    """Above the threading threshold: row chunks (rows >= 8) or 16-aligned column chunks (fewer rows)."""
+    cols = 120_000 // rows
+    big = random_floats(rows * (cols + 9), seed=11)[: rows * (cols + 9)].reshape(rows, cols + 9)
+    src = big[:, 4:4 + cols]
+    for fmt in ("bf16", "fp16"):
+        want = lowp.round_to(np.ascontiguousarray(src), fmt).view(np.uint16)
+        for threads in (1, 2, 3):
+            dst = np.zeros((rows, cols + 5), lowp.STORAGE[fmt])[:, 5:]
+            same(c_convert(src, dst, threads).view(np.uint16), want)
+            back = np.zeros((rows, cols + 3), np.float32)[:, :cols]
+            same(c_convert(dst, back, threads), lowp.widen(dst.copy(), fmt))
+
+
 def test_convert_falls_back_to_numpy_with_the_same_bytes() -> None:
     x = np.concatenate([edge_floats(), random_floats(10_000, seed=3)])
     for fmt in ("bf16", "fp16"):
@@ -271,6 +287,15 @@ def test_gemm_within_the_float32_sum_bound(fmt: str, path: str, orient: str, sha
     A, B, a, b = operands(fmt, m, n, k, orient)
     c = run(a, b, np.full((m, n), np.nan, np.float32), path=path)
     check_bound(c, A, B, fmt, "fp32", None)
+
+
+@pytest.mark.parametrize("fmt,path", CASES)
+def test_gemm_over_an_empty_sum(fmt: str, path: str) -> None:
+    """k = 0: c = 0, or c unchanged with beta (no BLAS call with a zero leading dimension)."""
+    a, b = np.zeros((5, 0), lowp.STORAGE[fmt]), np.zeros((0, 7), lowp.STORAGE[fmt])
+    for out in (np.float32, lowp.STORAGE[fmt]):
+        assert not run(a, b, np.full((5, 7), 3, out), path=path).view(np.uint16 if out != np.float32 else out).any()
+        assert (run(a, b, np.full((5, 7), 3, out), beta=True, path=path) == 3).all()
 
 
 @pytest.mark.parametrize("fmt,path", CASES)

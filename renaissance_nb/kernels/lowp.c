@@ -561,6 +561,12 @@ int rnb_lowp_gemm(int fmt, int ta, int tb, i64 m, i64 n, i64 k, const uint16_t *
     if (path < 0) return -1;
     if (scratch_elems < rnb_lowp_gemm_scratch(out, m, n, k, path)) return -2;
     if (m <= 0 || n <= 0) return path;
+    if (k <= 0) { /* an empty sum: c = 0, or c unchanged with beta (no BLAS call with a zero leading dimension) */
+        size_t width = out == RNB_F32 ? 4 : 2;
+        if (!beta)
+            for (i64 i = 0; i < m; i++) memset((char *)c + (size_t)(i * ldc) * width, 0, (size_t)n * width);
+        return path;
+    }
     gemm_job j = {fmt, ta, tb, beta, out, m, n, k, lda, ldb, ldc, a, b, c};
 #ifdef __AVX512BF16__
     if (path == PATH_DPBF16) return gemm_dpbf16(&j, (uint16_t *)scratch, threads), path;

@@ -258,6 +258,8 @@ def _orient(x: np.ndarray) -> tuple[int, int] | None:
     r, c = x.shape
     s0, s1 = x.strides
     it = x.itemsize
+    if x.size == 0:  # nothing is read (NumPy gives empty arrays zero strides)
+        return 0, max(c, 1)
     if (s1 == it or c == 1) and (r == 1 or (s0 % it == 0 and s0 // it >= c)):
         return 0, (s0 // it if r > 1 else max(c, 1))
     if (s0 == it or r == 1) and (c == 1 or (s1 % it == 0 and s1 // it >= r)):
