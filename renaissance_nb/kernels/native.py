@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE,)
+SOURCES: tuple[Path, ...] = (SOURCE, SOURCE.with_name("lowp.c"))
 """The C files compiled into the one library (each includes native.h)."""
 HEADER = SOURCE.with_name("native.h")
 ABI = 6
@@ -63,6 +63,13 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_gemm_bands": (None, (P, INT, P, I64, INT)),
     "rnb_philox_keys": (None, (P, I64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
                                 ctypes.c_uint64)),
+    "rnb_lowp_built": (INT, ()),
+    "rnb_lowp_convert": (INT, (INT, INT, P, I64, I64, I64, P, I64, INT, INT)),
+    "rnb_lowp_unscale": (INT, (P, INT, I64, P, P, P, INT, INT)),
+    "rnb_lowp_gemm_path": (INT, (INT, INT, INT)),
+    "rnb_lowp_gemm_scratch": (I64, (INT, I64, I64, I64, INT)),
+    "rnb_lowp_gemm": (INT, (INT, INT, INT, I64, I64, I64, P, I64, P, I64, INT, P, I64, INT, P, INT, P, I64, INT, INT,
+                            INT)),
 }
 
 
