@@ -260,3 +260,45 @@ def test_every_training_feature_runs_in_both_precisions_beside_fp32() -> None:
         losses[p] = last.val_loss
     assert abs(losses["bf16"] - losses["fp32"]) < 0.05 * losses["fp32"]
     assert abs(losses["fp16"] - losses["fp32"]) < 0.05 * losses["fp32"]
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16"])
+def test_the_16_bit_fc_kernels_round_the_fp32_sums_of_their_operands_once(fmt: str) -> None:
+    """fc_fwd_lowp and fc_bwd_lowp against NumPy in float64 on the same 16-bit operands: every output is the
+    reference rounded to 16 bits, or its neighbour (the fp32 sums run in another order)."""
+    import ml_dtypes
+    from renaissance_nb.kernels.cpu import KERNELS, BindEnv
+    from renaissance_nb.kernels.operands import backward_workspace, forward_workspace
+    rng = np.random.default_rng(0)
+    low = np.dtype(ml_dtypes.bfloat16) if fmt == "bfloat16" else np.dtype(np.float16)
+    n, k, m = 48, 70, 33
+    x, w, dy = (rng.standard_normal(s).astype(np.float32).astype(low) for s in ((n, k), (m, k), (n, m)))
+    b = rng.standard_normal(m).astype(np.float32)
+    y = np.zeros((n, m), low)
+    sums, work = np.zeros((n, m), np.float32), np.zeros(forward_workspace((n, k), (m, k)), np.float32)
+    p = {"act": "relu", "slope": 0.0, "scratch": ("sums", "work")}
+    KERNELS["fc_fwd_lowp"]([y, sums, work], [x, w, b], p, BindEnv())()
+    f64 = lambda a: a.astype(np.float64)  # noqa: E731
+    ref = np.maximum(f64(x) @ f64(w).T + b, 0.0)
+
+    def near(got: np.ndarray, want: np.ndarray, mags: np.ndarray, terms: int) -> bool:
+        """Within one 16-bit step of the exact result, plus what fp32 sums of ``terms`` products can differ
+        by (terms x 2^-24 x the sum of the products' magnitudes, ``mags``): mostly equal after rounding."""
+        exact = want.astype(np.float32).astype(low)
+        mag = np.maximum(np.abs(f64(exact)), float(ml_dtypes.finfo(low).smallest_normal))
+        step = float(ml_dtypes.finfo(low).eps) * 2.0 ** np.floor(np.log2(mag))  # one 16-bit step there
+        bound = step + terms * 2.0 ** -24 * mags
+        return bool((np.abs(f64(got) - want) <= bound).all()) and (got == exact).mean() > 0.9
+    assert near(y, ref, np.abs(f64(x)) @ np.abs(f64(w)).T + np.abs(b), k)
+    dw, db, dx = np.zeros((m, k), low), np.zeros(m, np.float32), np.zeros((n, k), low)
+    parts = np.zeros((8, m), np.float64)
+    grads, outs = np.zeros((n, m), np.float32), np.zeros((n, m), np.float32)
+    work = np.zeros(backward_workspace((n, k), (m, k)), np.float32)
+    p = {"act": "relu", "slope": 0.0, "bias": True, "need_dx": True,
+         "scratch": ("bias_partials", "grads", "outputs", "work")}
+    dz = f64(dy) * (f64(y) > 0)
+    KERNELS["fc_bwd_lowp"]([dw, db, dx, parts, grads, outs, work], [dy, x, w, y, np.ones(n, np.float32)], p,
+                           BindEnv())()
+    assert near(dw, dz.T @ f64(x), np.abs(dz).T @ np.abs(f64(x)), n)
+    assert near(dx, dz @ f64(w), np.abs(dz) @ np.abs(f64(w)), m)
+    np.testing.assert_allclose(db, dz.sum(0), rtol=1e-6, atol=1e-6)

@@ -35,7 +35,7 @@ def test_no_model_allocates_in_a_reserved_region_and_every_other_region_is_used(
     used = {t.region for task in locked_tasks for t in task.memory}
     assert not used & set(RESERVED)
     assert used | set(RESERVED) == set(Region) - {Region.END}  # the reserved list is exactly what is unused
-    assert Region.T_TEMP_FP16.reserved_for and Region.A_FC_WEIGHT.reserved_for is None  # mixed precision fills A
+    assert Region.S_SCALAR_FP16.reserved_for and Region.A_FC_WEIGHT.reserved_for is None  # mixed precision fills A
     assert not any(r.reserved_for for r in Region if r.family == "N")  # LARS fills them
 
 

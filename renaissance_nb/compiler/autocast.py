@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..kernels.operands import backward_workspace, forward_workspace
 from ..memory.region import Region
 from ..ops.registry import op_of
 from .graph import ComputationGraph, GraphNode, node
@@ -82,8 +83,14 @@ class TensorInfo:
         return cls([s.name for s in table.specs], [s.dtype for s in table.specs], [s.region for s in table.specs])
 
 
-NewTensor = Callable[[str, int, str, Region], int]
-"""(name, the tensor whose shape it takes, dtype, region) -> its id."""
+Sizer = Callable[[Callable[[int], tuple[int, ...]]], tuple[int, ...]]
+"""A new tensor's shape from other tensors' shapes (by id) in one variant: a kernel's workspace."""
+NewTensor = Callable[..., int]
+"""(name, the tensor whose shape it takes, dtype, region[, sizer]) -> its id."""
+
+NATIVE_NODES = {"fc_fwd": "fc_fwd_lowp", "fc_bwd": "fc_bwd_lowp"}
+"""Low-precision nodes whose CPU kernels read 16-bit operands themselves (kernels/fc_lowp.py): no fp32
+copies of their operands, only fp32 sums the size of the output and a GEMM workspace."""
 
 
 @dataclass
@@ -130,13 +137,52 @@ class _Rewrite:
         """(name, dtype, region) of a table tensor or of one made during this pass."""
         if tid < len(self.info.names):
             return self.info.names[tid], self.info.dtypes[tid], self.info.regions[tid]
-        name, _, dtype, region = getattr(self.new, "made")[tid - len(self.info.names)]
+        name, _, dtype, region = getattr(self.new, "made")[tid - len(self.info.names)][:4]
         return name, dtype, region
+
+    def native(self, n: GraphNode) -> list[GraphNode]:
+        """A node whose kernel reads 16-bit operands (NATIVE_NODES): its fp32 activations rounded into
+        16-bit buffers (T_TEMP_FP16) first, an fp32 output written through one, and its scratch planned."""
+        swap: dict[int, int] = {}
+        pre: list[GraphNode] = []
+        post: list[GraphNode] = []
+        for t in dict.fromkeys((*n.inputs, *n.outputs)):
+            name, dt, region = self.meta(t)
+            if dt != "float32" or region.family not in ("I", "F"):
+                continue
+            self.counter[0] += 1
+            s = self.new(f"{name}@16.{self.counter[0]}", t, self.lowp, Region.T_TEMP_FP16)
+            swap[t] = s
+            if t in n.inputs:
+                pre.append(node("cast", [t], [s], n.layer))
+            if t in n.outputs:
+                post.append(node("cast", [s], [t], n.layer))
+        ins, outs = [swap.get(t, t) for t in n.inputs], [swap.get(t, t) for t in n.outputs]
+        p = n.p
+        roles = tuple(p.get("scratch", ()))
+        x, w = ins[1] if n.op == "fc_bwd" else ins[0], ins[2] if n.op == "fc_bwd" else ins[1]
+        self.counter[0] += 1
+        tag = f"{n.layer}.{n.op}.{self.counter[0]}"
+        if n.op == "fc_fwd":
+            extra = {"sums": self.new(f"{tag}.sums", outs[0], "float32", Region.T_TEMP_FP32)}
+            sizer: Sizer = lambda shape: (forward_workspace(shape(x), shape(w)),)  # noqa: E731
+        else:
+            extra = {"grads": self.new(f"{tag}.grads", ins[0], "float32", Region.T_TEMP_FP32)}
+            if p.get("act", "none") != "none":  # the activation's gradient reads the output in fp32
+                extra["outputs"] = self.new(f"{tag}.outputs", ins[3], "float32", Region.T_TEMP_FP32)
+            sizer = lambda shape: (backward_workspace(shape(x), shape(w)),)  # noqa: E731
+        extra["work"] = self.new(f"{tag}.work", w, "float32", Region.T_TEMP_FP32, sizer)
+        p["scratch"] = roles + tuple(extra)
+        body = GraphNode(NATIVE_NODES[n.op], tuple(ins), tuple(outs) + tuple(extra.values()),
+                         tuple(sorted(p.items())), n.layer)
+        return [*pre, body, *post]
 
     def around(self, n: GraphNode) -> list[GraphNode]:
         """The node with its casts: fp32 buffers for its low-precision operands (and, in a
         low-precision node, round-trips for its fp32 activations)."""
         n = self.rename(n)
+        if n.op in NATIVE_NODES:
+            return self.native(n)
         rounds = n.op in LOWP_NODES
         swap: dict[int, int] = {}
         pre: list[GraphNode] = []
@@ -238,13 +284,13 @@ class Collector:
 
     def __init__(self, first_id: int) -> None:
         self.first_id = first_id
-        self.made: list[tuple[str, int, str, Region]] = []
+        self.made: list[tuple[str, int, str, Region, Sizer | None]] = []
         self.index: dict[str, int] = {}
 
-    def __call__(self, name: str, like: int, dtype: str, region: Region) -> int:
+    def __call__(self, name: str, like: int, dtype: str, region: Region, sizer: Sizer | None = None) -> int:
         if name not in self.index:
             self.index[name] = self.first_id + len(self.made)
-            self.made.append((name, like, dtype, region))
+            self.made.append((name, like, dtype, region, sizer))
         return self.index[name]
 
 
@@ -263,13 +309,14 @@ def extend_tables(shapes: Any, graphs: Any, lowp: str, scaling: bool, ema: bool,
     made = Collector(len(ref.specs))
     rewrite(graphs, TensorInfo.of(ref), ref.ids, logits, lowp, scaling, ema, made)
     for table in shapes.tables.values():
-        for name, like, dtype, region in made.made:
-            table.add(name, _shape_like(table, like), dtype, region)
+        for name, like, dtype, region, sizer in made.made:
+            shape = sizer(lambda tid: tuple(table.specs[tid].shape)) if sizer else _shape_like(table, like)
+            table.add(name, shape, dtype, region)
 
 
 def lock_graphs(graphs: Any, table: Any, lowp: str, scaling: bool, ema: bool, logits: str) -> tuple[Any, Any]:
     """lock_memory(): the graphs rewritten over the tensors plan() appended (found by name)."""
-    def existing(name: str, like: int, dtype: str, region: Region) -> int:
+    def existing(name: str, like: int, dtype: str, region: Region, sizer: Sizer | None = None) -> int:
         tid = table.ids[name]
         assert (table.specs[tid].dtype, table.specs[tid].region) == (dtype, region), name
         return tid

@@ -347,10 +347,10 @@ def _plan_notes(config: TaskConfig, memory: MemoryPlan, graphs: Graphs) -> list[
                    "skipped on an overflow) in CAST_AND_CHECK." if config.precision == "fp16" else "")
         notes.append(f"mixed precision {config.precision}: {plural(len(half), 'tensor')} stored in "
                      f"{PRECISIONS[config.precision]} ({human_bytes(sum(t.storage_bytes for t in half))}), "
-                     f"{plural(casts, 'cast node')} in the training graph; matrix products read their operands "
-                     "widened into planned fp32 buffers (products of 16-bit floats are exact in fp32, sums run in "
-                     "fp32), the weights' working copies are rounded from the fp32 masters before each step "
-                     f"(CAST_MAIN_FP32_TO_FP16).{scaling}")
+                     f"{plural(casts, 'cast node')} in the training graph; fc products read their 16-bit operands "
+                     "(fc_fwd_lowp, fc_bwd_lowp: fp32 sums, one rounding), other nodes read theirs widened into "
+                     "planned fp32 buffers (products of 16-bit floats are exact in fp32), the weights' working "
+                     f"copies are rounded from the fp32 masters before each step (CAST_MAIN_FP32_TO_FP16).{scaling}")
     if not config.zero_grad:
         notes.append("ZERO_GRAD elided: every gradient is written exactly once per step (the GEMM "
                      "overwrites it), so zeroing the G range would be a wasted pass; "

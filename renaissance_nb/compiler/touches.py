@@ -38,6 +38,7 @@ IN_PLACE_INPUTS: dict[str, tuple[int, ...]] = {
     "transfer_image_async": (0,),  # likewise (prefetch: the CPU's background copy; the GPU's is the same)
     "dropout_fwd": (1,),  # the Philox offset advances
     "fc_bwd": (0,),       # dy: the activation's gradient is applied in place
+    "fc_bwd_lowp": (0,),  # likewise (mixed precision's fc, kernels/fc_lowp.py)
     "conv_bwd": (0, 3),   # dy, likewise; cols, where the kernels make the columns again (tiles)
     "bn_bwd": (0,),       # dy, likewise
     "optimizer": (1,),    # the NaN flag is cleared after the update (by the EMA update instead, when one follows)

@@ -1,7 +1,8 @@
 """The CPU kernels of mixed precision (compiler/autocast.py): casts, unscaling, the loss scale's update.
 
 ``cast`` converts between a low-precision tensor (bf16 stored as ml_dtypes.bfloat16, fp16 as IEEE
-half) and its fp32 buffer, rounding to nearest even as ``tensor.to(torch.bfloat16)`` does; with
+half) and its fp32 buffer, rounding to nearest even as ``tensor.to(torch.bfloat16)`` does (lowp.c's
+conversions, NumPy's where the library is absent: the same bytes); with
 ``via`` it rounds an fp32 tensor to low precision and back (an fp32 activation a matrix product
 reads), and with a scale input it multiplies first (the logits' gradient by GradScaler's scale).
 ``amp_unscale`` and ``amp_update_scale`` are GradScaler's ``unscale_`` and ``update``.
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from . import blas, fused, native
+from . import blas, fused, lowp, native
 from .base import Factory, Kernel, registrar
 
+BF16 = np.dtype(ml_dtypes.bfloat16)
 AMP_KERNELS: dict[str, Factory] = {}
 kernel = registrar(AMP_KERNELS)
 
@@ -38,7 +41,21 @@ def cast(outs: Any, ins: Any, p: dict, env: Any) -> Kernel:
     a second input: x times that scale first."""
     x, y = ins[0], outs[0]
     scale = ins[1] if len(ins) > 1 else None
+    if scale is None and p.get("via") is None and (x.dtype == np.float32) != (y.dtype == np.float32):
+        a, b = _bits(x), _bits(y)
+        if a.flags.c_contiguous and b.flags.c_contiguous:  # as one row
+            a, b = a.reshape(-1), b.reshape(-1)
+        elif a.ndim != 2 or b.ndim != 2:  # a matrix with padded rows (W, G) beside its contiguous copy: by rows
+            a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+        bound = lowp.bind_convert(a, b, blas.pass_threads(blas.THREADED))
+        if bound is not None:
+            return bound
     return _numpy_cast(y, x, p.get("via"), scale)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """A bfloat16 view as lowp.c's bf16 storage (uint16: the same bytes); other dtypes as they are."""
+    return a.view(np.uint16) if a.dtype == BF16 else a
 
 
 @kernel("amp_unscale")

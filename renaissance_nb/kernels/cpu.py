@@ -24,6 +24,7 @@ from ..errors import NumericalError, PlanError
 from ..train.rng import StreamId
 from . import blas, fused, native, philox
 from .amp import AMP_KERNELS
+from .fc_lowp import FC_LOWP_KERNELS
 from .base import EMPTY_F32, EMPTY_F32_2D, Factory, Kernel, join_tables, registrar
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
@@ -452,5 +453,5 @@ def ema_update(outs, ins, p, env):
 
 
 KERNELS: dict[str, Factory] = shard_table(join_tables(DENSE_KERNELS, CONV_KERNELS, TRANSFER_KERNELS, COMM_KERNELS,
-                                                     AMP_KERNELS))
+                                                     AMP_KERNELS, FC_LOWP_KERNELS))
 """The complete CPU table, op name -> factory: the one place the kernel modules' tables are joined."""

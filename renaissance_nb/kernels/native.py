@@ -290,7 +290,8 @@ def covers(ops: set[str], declined_before: int) -> bool:
 
 NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy", "fill", "softmax_xent", "accum_metrics",
                             "transfer", "zero_range", "nan_check", "clip_grad_norm", "optimizer", "optimizer_norms",
-                            "ema_update", "cast", "amp_unscale", "amp_update_scale"})
+                            "ema_update", "cast", "amp_unscale", "amp_update_scale", "fc_fwd_lowp",
+                            "fc_bwd_lowp"})
 """Ops whose CPU kernels (kernels/cpu.py) call C or NumPy only when the library is loaded and no
 binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts compiles)."""
 

@@ -390,3 +390,22 @@ def ema_ranges(range_view: Callable[[str, str, str], Any]) -> tuple[Any, Any, An
             raise PlanError(f"ema_update: the {name} range holds {a.size} values but its source holds {b.size}; "
                             "they must list the same tensors with the same slot sizes.")
     return e, w, be, bw
+
+
+# ---- the workspace of a product on 16-bit operands (kernels/fc_lowp.py; planned by compiler/autocast.py) ----
+def workspace_elems(m: int, n: int, k: int) -> int:
+    """float32 elements that are enough for c(m, n) = a(m, k) b(k, n) on any of lowp.gemm's paths: vdpbf16ps
+    tiles pack both operands in k pairs; the sgemm path widens both (and the sums, for a 16-bit result),
+    the NumPy fallback too (lowp.scratch_elems). The most of them, so that a plan is the same on every machine."""
+    packed = (-(-m // 6) * 6 + -(-n // 64) * 64) * -(-k // 2)
+    return max(packed, m * k + k * n + m * n)
+
+
+def forward_workspace(x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> int:
+    rows, (out, fan_in) = math.prod(x_shape[:-1]), w_shape
+    return workspace_elems(rows, out, fan_in)
+
+
+def backward_workspace(x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> int:
+    rows, (out, fan_in) = math.prod(x_shape[:-1]), w_shape
+    return max(workspace_elems(out, fan_in, rows), workspace_elems(rows, fan_in, out))

@@ -160,10 +160,8 @@ RECORD_SHAPES: dict[str, tuple[int, ...]] = {"N": (2,)}
 """Families holding one fixed-size record per weight tensor (``Region.record_shape``); they have regions only
 for weights (N_FC_WEIGHT, N_FIRST_CONV, N_DEEP_CONV), so biases and batch-norm parameters get none."""
 
-_AMP = "mixed precision: 16-bit scalars and temporaries (the casts' buffers are fp32 here)"
 RESERVED: dict[Region, str] = {
-    Region.S_SCALAR_FP16: _AMP,
-    Region.T_TEMP_FP16: _AMP,
+    Region.S_SCALAR_FP16: "mixed precision: 16-bit scalars (the loss scale and the results stay fp32 here)",
     Region.R_PREDICTED_LABEL: "stored predictions (predict() takes the argmax of the logits instead)",
     Region.S_SCALAR_INT8: "int8 scalars (quantisation)",
     Region.T_TEMP_INT8: "int8 temporaries (quantisation)",

@@ -100,6 +100,9 @@ class Runner:
                                   "the host arena mirrors the device's at epoch ends.")
                 return gpu, "cuda"
         self.notes.append(f"device: CPU, {blas.describe()}; {native.plan_note(self.executor.ops)}.")
+        if config.precision != "fp32":
+            from ..kernels import lowp
+            self.notes.append(f"mixed precision kernels: {lowp.path()}.")
         wino = self.executor.winograd_note()
         if wino:
             self.notes.append(f"convolutions by Winograd F(2x2, 3x3) (3x3, stride 1): {wino}; every "
