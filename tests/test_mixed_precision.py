@@ -302,3 +302,28 @@ def test_the_16_bit_fc_kernels_round_the_fp32_sums_of_their_operands_once(fmt: s
     assert near(dw, dz.T @ f64(x), np.abs(dz).T @ np.abs(f64(x)), n)
     assert near(dx, dz @ f64(w), np.abs(dz) @ np.abs(f64(w)), m)
     np.testing.assert_allclose(db, dz.sum(0), rtol=1e-6, atol=1e-6)
+
+
+def test_a_small_gpt_trains_in_bf16_beside_fp32() -> None:
+    """The GPT's ops under autocast: layer norm and embeddings in fp32, the qkv, projection, MLP and head
+    products on 16-bit operands (attention's inner tensors rounded into 16-bit buffers for them); 32 steps
+    follow the fp32 run's losses closely, in both attention forms."""
+    from renaissance_nb import AdamW, StopTraining, datasets, gpt
+    data = datasets.default_text(context=32)
+    for form in ("materialized", "flash"):
+        logs = {}
+        for p in ("fp32", "bf16"):
+            t = (DeepLearningTask().model(gpt(data.tokenizer.vocab_size, 64, 2, 4, 32, attention_form=form))
+                 .data(data, batch_size=16).optimizer(AdamW(lr=2e-3)).seed(0).precision(p))
+
+            def two_checks(kind: str, info: object, seen: list[int] = [0]) -> None:  # noqa: B006
+                seen[0] += kind == "step"
+                if seen[0] == 2:
+                    seen[0] = 0
+                    raise StopTraining("32 steps")
+            t.run(progress=False, callbacks=[two_checks])
+            logs[p] = np.asarray(t.result.step_losses[:32])
+            if p == "bf16":
+                assert {s.dtype for s in t.memory if s.name.startswith("fc") and s.name.endswith(".out")} == {"bfloat16"}
+        assert np.isfinite(logs["bf16"]).all() and logs["bf16"][-1] < logs["bf16"][0] - 0.5
+        assert np.abs(logs["bf16"] - logs["fp32"]).max() < 0.02 * logs["fp32"].max()

@@ -141,14 +141,20 @@ class _Rewrite:
         return name, dtype, region
 
     def native(self, n: GraphNode) -> list[GraphNode]:
-        """A node whose kernel reads 16-bit operands (NATIVE_NODES): its fp32 activations rounded into
-        16-bit buffers (T_TEMP_FP16) first, an fp32 output written through one, and its scratch planned."""
+        """A node whose kernel reads 16-bit operands (NATIVE_NODES): an fp32 operand of its products (an fp32
+        activation, an attention layer's inner tensors) rounded into a 16-bit buffer (T_TEMP_FP16) first, an
+        fp32 result written through one and widened, and its scratch planned."""
         swap: dict[int, int] = {}
         pre: list[GraphNode] = []
         post: list[GraphNode] = []
+        p = n.p
+        if n.op == "fc_fwd":  # the operands the products read or write: x, W -> y
+            sixteen = {*n.inputs[:2], n.outputs[0]}
+        else:  # dy, x, W, y -> dW (and dx); db stays fp32
+            sixteen = {*n.inputs[:4], n.outputs[0]} | ({n.outputs[2 if p["bias"] else 1]} if p["need_dx"] else set())
         for t in dict.fromkeys((*n.inputs, *n.outputs)):
             name, dt, region = self.meta(t)
-            if dt != "float32" or region.family not in ("I", "F"):
+            if dt != "float32" or t not in sixteen:
                 continue
             self.counter[0] += 1
             s = self.new(f"{name}@16.{self.counter[0]}", t, self.lowp, Region.T_TEMP_FP16)
@@ -158,7 +164,6 @@ class _Rewrite:
             if t in n.outputs:
                 post.append(node("cast", [s], [t], n.layer))
         ins, outs = [swap.get(t, t) for t in n.inputs], [swap.get(t, t) for t in n.outputs]
-        p = n.p
         roles = tuple(p.get("scratch", ()))
         x, w = ins[1] if n.op == "fc_bwd" else ins[0], ins[2] if n.op == "fc_bwd" else ins[1]
         self.counter[0] += 1
