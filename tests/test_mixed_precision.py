@@ -327,3 +327,15 @@ def test_a_small_gpt_trains_in_bf16_beside_fp32() -> None:
                 assert {s.dtype for s in t.memory if s.name.startswith("fc") and s.name.endswith(".out")} == {"bfloat16"}
         assert np.isfinite(logs["bf16"]).all() and logs["bf16"][-1] < logs["bf16"][0] - 0.5
         assert np.abs(logs["bf16"] - logs["fp32"]).max() < 0.02 * logs["fp32"].max()
+
+
+def test_the_peak_and_the_dtype_split_say_what_is_16_bit() -> None:
+    x, y = _mnist(4 * BATCH)
+    task = _task(seq(fc(256), relu(), fc(10)), x, y, "bf16")
+    m = task.memory_inspector
+    by = m.by_dtype()
+    assert sum(by.values()) == m.arena_bytes and by["bfloat16"] > 0
+    peak = m.peak()
+    assert peak.by_dtype.get("bfloat16", 0) == sum(t.nbytes for t in peak.tensors if t.dtype == "bfloat16") > 0
+    assert "bfloat16" in peak.summary() and "bfloat16" in m.summary()
+    assert all(t.dtype == "float32" for t in m.what_if(precision="fp32").peak().tensors if t.category == "weights")

@@ -81,6 +81,8 @@ class LiveTensor:
     producer: str
     layer: str
     live: tuple[tuple[int, int], ...]
+    dtype: str = "float32"
+    """Its storage dtype: mixed precision's 16-bit tensors say "bfloat16" or "float16"."""
 
     def as_row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -107,14 +109,23 @@ class PeakReport:
             out[t.category] += t.nbytes
         return out
 
+    @property
+    def by_dtype(self) -> dict[str, int]:
+        """Live bytes at the peak per storage dtype: what mixed precision keeps in 16 bits at the peak."""
+        out: dict[str, int] = {}
+        for t in self.tensors:
+            out[t.dtype] = out.get(t.dtype, 0) + t.nbytes
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
     def top(self, n: int = 10) -> list[LiveTensor]:
         """The n largest tensors live at the peak."""
         return sorted(self.tensors, key=lambda t: -t.nbytes)[:n]
 
     def summary(self) -> str:
         cats = ", ".join(f"{k} {human_bytes(v)}" for k, v in self.by_category.items() if v)
+        half = "".join(f"; {k} {human_bytes(v)}" for k, v in self.by_dtype.items() if k in ("bfloat16", "float16"))
         return (f"{self.variant}: peak {human_bytes(self.peak_bytes)} of a {human_bytes(self.arena_bytes)} arena at "
-                f"{self.op} ({self.layer or '-'}) in {self.program}, {len(self.tensors)} tensors live: {cats}")
+                f"{self.op} ({self.layer or '-'}) in {self.program}, {len(self.tensors)} tensors live: {cats}{half}")
 
     def __repr__(self) -> str:
         return f"<PeakReport {self.summary()}>"
@@ -248,7 +259,7 @@ class MemoryInspector:
         lives = self.locked.lifetimes or {}
         live = tuple(lives.get(t.id, ())) if t.region.reusable and self.locked.lifetimes is not None else ()
         return LiveTensor(t.name, category_of(t.region), t.region.name, int(t.offset or 0), t.storage_bytes,
-                          tick.node.op if tick else "-", tick.node.layer if tick else "", live)
+                          tick.node.op if tick else "-", tick.node.layer if tick else "", live, t.dtype)
 
     def live_at(self, time: int, variant: str = "train_base") -> list[LiveTensor]:
         """Every tensor live at a tick: the stateful ones, and the reusable ones whose intervals hold it."""
@@ -365,8 +376,12 @@ class MemoryInspector:
                 if t.region is region:
                     slots[t.dtype] = slots.get(t.dtype, 0) + t.slot_bytes
             total = sum(slots.values())
-            for dtype, n in slots.items():
-                out[dtype] = out.get(dtype, 0) + span.size * n // total
+            shares = {dtype: span.size * n // total for dtype, n in slots.items()}
+            if shares:  # what the floors leave goes to the region's largest dtype: the split adds up
+                big = max(slots, key=lambda d: slots[d])
+                shares[big] += span.size - sum(shares.values())
+            for dtype, n in shares.items():
+                out[dtype] = out.get(dtype, 0) + n
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
     def summary(self) -> str:
