@@ -339,3 +339,17 @@ def test_the_peak_and_the_dtype_split_say_what_is_16_bit() -> None:
     assert peak.by_dtype.get("bfloat16", 0) == sum(t.nbytes for t in peak.tensors if t.dtype == "bfloat16") > 0
     assert "bfloat16" in peak.summary() and "bfloat16" in m.summary()
     assert all(t.dtype == "float32" for t in m.what_if(precision="fp32").peak().tensors if t.category == "weights")
+
+
+def test_fit_takes_the_precision_into_account() -> None:
+    """A ResNet's arena is mostly activations: in the budget of its fp32 arena at batch 64, bf16 fits a larger
+    batch (and fp32 exactly 64 or a little more: batch sizes between plans of equal arenas)."""
+    from renaissance_nb import RESNET_3_3, block, cbr, gap
+    x, y = image_blobs(512)
+    net = seq(cbr(16, 3, 1, 1), block(16, RESNET_3_3), gap(), fc(4))
+    m = DeepLearningTask().model(net).data(train=(np.ascontiguousarray(x), y), batch_size=64).memory_inspector
+    budget = m.arena_bytes
+    fp32_fit, bf16_fit = m.fit(budget), m.what_if(precision="bf16").fit(budget)
+    assert 64 <= fp32_fit < bf16_fit
+    assert m.what_if(precision="bf16", batch_size=bf16_fit).arena_bytes <= budget
+    assert m.what_if(precision="bf16", batch_size=bf16_fit + 1).arena_bytes > budget
