@@ -37,9 +37,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from renaissance_nb.gpu.cublas import CUBLAS_OP_N, sgemm_args
+from renaissance_nb.gpu.cublas import CUBLAS_OP_N, CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, gemm_types, sgemm_args
 from renaissance_nb.gpu.kernels import MemoryOps, kernel_source
 from renaissance_nb.gpu.runtime import DeviceRuntime
+from renaissance_nb.kernels.lowp import round_to
 
 SHIM = r"""
 #include <math.h>
@@ -469,13 +470,43 @@ class EmulatedModule:
         return launch
 
 
-def _colmajor(address: int, rows: int, cols: int, ld: int) -> np.ndarray:
-    """The float32 column-major (rows, cols) matrix with leading dimension ld at a host address."""
+STORAGE = {CUDA_R_32F: (ctypes.c_float, np.float32), CUDA_R_16F: (ctypes.c_uint16, np.float16),
+           CUDA_R_16BF: (ctypes.c_uint16, np.uint16)}
+"""cudaDataType -> (ctypes element, NumPy storage dtype): bf16 as its uint16 bytes."""
+
+
+def _colmajor(address: int, rows: int, cols: int, ld: int, dtype: int = CUDA_R_32F) -> np.ndarray:
+    """The column-major (rows, cols) matrix with leading dimension ld at a host address, in its storage dtype."""
     if ld < max(1, rows):
         raise ValueError(f"cuBLAS would refuse ld={ld} for {rows} rows (CUBLAS_STATUS_INVALID_VALUE)")
     span = (cols - 1) * ld + rows
-    flat = np.ctypeslib.as_array(ctypes.cast(address, ctypes.POINTER(ctypes.c_float)), shape=(span,))
-    return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols), strides=(4, 4 * ld))
+    elem, store = STORAGE[dtype]
+    flat = np.ctypeslib.as_array(ctypes.cast(address, ctypes.POINTER(elem)), shape=(span,)).view(store)
+    size = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat, shape=(rows, cols), strides=(size, size * ld))
+
+
+def _wide(x: np.ndarray, dtype: int) -> np.ndarray:
+    """A 16-bit operand widened to float32 exactly (bf16: its bits shifted into the high half)."""
+    if dtype == CUDA_R_16BF:
+        return (x.astype(np.uint32) << 16).view(np.float32)
+    return x.astype(np.float32)
+
+
+def cublas_gemm_ex(ta: int, tb: int, m: int, n: int, k: int, pa: int, lda: int, pb: int, ldb: int, pc: int,
+                   ldc: int, ab_type: int, c_type: int) -> None:
+    """cublasGemmEx with CUBLAS_COMPUTE_32F (alpha 1, beta 0): the 16-bit operands widened, np.matmul's
+    float32 sums (cuBLAS sums in another order: results within the float32 sum bound of a GPU's), a
+    16-bit result rounded once to nearest even."""
+    def read(p: int, rows: int, cols: int, ld: int, op: int) -> np.ndarray:
+        x = _colmajor(p, rows, cols, ld, ab_type) if op == CUBLAS_OP_N else _colmajor(p, cols, rows, ld, ab_type).T
+        return _wide(x, ab_type)
+    sums = np.matmul(read(pa, m, k, lda, ta), read(pb, k, n, ldb, tb))
+    out = _colmajor(pc, m, n, ldc, c_type)
+    if c_type == CUDA_R_32F:
+        out[...] = sums
+    else:
+        out[...] = round_to(sums, "bf16" if c_type == CUDA_R_16BF else "fp16").view(out.dtype)
 
 
 def cublas_sgemm(ta: int, tb: int, m: int, n: int, k: int, pa: int, lda: int, pb: int, ldb: int, pc: int,
@@ -495,15 +526,28 @@ class NumpyGemm:
     def __init__(self, workspace: np.ndarray | None = None) -> None:
         self.workspace = workspace
         self.streams: set[int] = set()  # the streams its GEMMs were queued on
+        self.calls = NumpyGemm.CALLS  # products run, by kind ("sgemm", "gemm_ex"), over every stand-in
+
+    CALLS: dict[str, int] = {}
 
     def bind(self, c: np.ndarray, a: np.ndarray, b: np.ndarray) -> Any:
         args = sgemm_args(c, a, b, lambda x: x.ctypes.data)
+        types = gemm_types(c, a, b)
         keep = (a, b, c)  # the addresses stay valid while the launcher lives
         acc = accesses((a, b), (c,) + (() if self.workspace is None else (self.workspace,)))
+        name = "sgemm" if types is None else "gemm_ex"
+        self.calls[name] = self.calls.get(name, 0)
+
+        def run() -> None:
+            self.calls[name] += 1
+            if types is None:
+                cublas_sgemm(*args)
+            else:
+                cublas_gemm_ex(*args, *types)
 
         def launch(stream: EmuStream) -> None:
             self.streams.add(stream.ptr)
-            stream.enqueue("sgemm", lambda: (cublas_sgemm(*args), keep), acc)
+            stream.enqueue(name, lambda: (run(), keep), acc)
         return launch
 
     def close(self) -> None:

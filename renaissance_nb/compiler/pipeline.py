@@ -204,10 +204,6 @@ def _precision_checks(config: TaskConfig) -> None:
         raise ConfigError("plan: precision('fp16') scales the loss and skips a step whose gradients overflow, which "
                           "the NaN check finds; options(nan_check=False) turns it off. Fix: options(nan_check=True), "
                           "or precision('bf16'), which needs no loss scaling.")
-    if config.device == "cuda":
-        raise ConfigError(f"plan: precision({config.precision!r}) on device('cuda'): the GPU backend has no cast and "
-                          "loss-scaling kernels yet. Fix: device('cpu') (or 'auto', which then stays on the CPU), or "
-                          "precision('fp32') on the GPU.")
     if config.ranks > 1:
         raise ConfigError(f"plan: precision({config.precision!r}) on {config.ranks} ranks: the all-reduce of the "
                           "low-precision weight gradients is not built yet. Fix: precision('fp32') for data-parallel "

@@ -20,6 +20,10 @@ from typing import Any, Callable
 from ..errors import DeviceError
 
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
+CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT = 68, -1
+LOWP_TYPES = {"float16": CUDA_R_16F, "bfloat16": CUDA_R_16BF, "uint16": CUDA_R_16BF}
+"""cudaDataType of a 16-bit operand by its dtype's name: the device views bf16 as uint16 (its bytes)."""
 CUBLAS_DEFAULT_MATH = 0  # SGEMM in FP32 (TF32 only if the user sets NVIDIA_TF32_OVERRIDE=1)
 WORKSPACE_BYTES = 32 << 20  # NVIDIA's recommendation for Hopper is 32 MiB
 
@@ -107,8 +111,24 @@ def sgemm_args(c: Any, a: Any, b: Any, ptr: Callable[[Any], int]) -> tuple[int, 
     return (opb, opa, n, m, k, ptr(b), ldb, ptr(a), lda, ptr(c), gemm_layout(c)[1])
 
 
+def gemm_types(c: Any, a: Any, b: Any) -> tuple[int, int] | None:
+    """None for an fp32 product (cublasSgemm); for mixed precision's (a and b both bf16 or both fp16,
+    c fp32 or their format) the (operand, result) cudaDataTypes of cublasGemmEx, which sums in fp32
+    (CUBLAS_COMPUTE_32F)."""
+    names = (str(a.dtype), str(b.dtype), str(c.dtype))
+    if names == ("float32",) * 3:
+        return None
+    lowp = LOWP_TYPES.get(names[0])
+    if lowp is None or LOWP_TYPES.get(names[1]) != lowp or (names[2] != "float32" and LOWP_TYPES.get(names[2]) != lowp):
+        raise DeviceError(f"cuBLAS: a product of {names[0]} @ {names[1]} into {names[2]}: expected float32 "
+                          "throughout, or both operands bf16 (uint16 storage) or both fp16 with a float32 result "
+                          "or one of theirs. Fix: cast the operands (compiler/autocast.py plans the casts).")
+    return lowp, CUDA_R_32F if names[2] == "float32" else lowp
+
+
 class Gemm:
-    """Row-major SGEMM on one cuBLAS handle; every call goes to the stream it is given."""
+    """Row-major SGEMM (or, for 16-bit operands, GemmEx with fp32 sums) on one cuBLAS handle; every call
+    goes to the stream it is given."""
 
     def __init__(self, workspace: Any) -> None:
         lib = _find_libcublas()
@@ -131,8 +151,15 @@ class Gemm:
         """A launcher for c = a @ b (row-major): cuBLAS computes c^T = b^T a^T in its column-major terms."""
         ta, tb, m, n, k, pa, lda, pb, ldb, pc, ldc = sgemm_args(c, a, b, lambda x: x.data.ptr)
         lib, h, one, zero = self.lib, self._handle, ctypes.byref(self._one), ctypes.byref(self._zero)
-        args = (ta, tb, m, n, k, one, ctypes.c_void_p(pa), lda, ctypes.c_void_p(pb), ldb, zero,
-                ctypes.c_void_p(pc), ldc)
+        types = gemm_types(c, a, b)
+        if types is None:
+            call, what = lib.cublasSgemm_v2, "cublasSgemm"
+            args: tuple = (ta, tb, m, n, k, one, ctypes.c_void_p(pa), lda, ctypes.c_void_p(pb), ldb, zero,
+                           ctypes.c_void_p(pc), ldc)
+        else:  # fp32 scalars (the compute type's), the 16-bit operands' type, fp32 sums
+            call, what = lib.cublasGemmEx, "cublasGemmEx"
+            args = (ta, tb, m, n, k, one, ctypes.c_void_p(pa), types[0], lda, ctypes.c_void_p(pb), types[0], ldb,
+                    zero, ctypes.c_void_p(pc), types[1], ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
         ws = (ctypes.c_void_p(self.workspace.data.ptr), ctypes.c_size_t(self.workspace.nbytes))
         check = self._check
 
@@ -142,7 +169,7 @@ class Gemm:
             # inside a capture: set ours again. A workspace serves one GEMM at a time: the executor
             # gives each stream that multiplies a Gemm of its own (gpu/streams.py StreamGemms).
             check(lib.cublasSetWorkspace_v2(h, *ws), "cublasSetWorkspace")
-            check(lib.cublasSgemm_v2(h, *args), "cublasSgemm")
+            check(call(h, *args), what)
         return launch
 
     def close(self) -> None:

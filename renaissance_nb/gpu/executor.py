@@ -17,6 +17,7 @@ capture="step" captures the same fork/join structure into one graph per step pro
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -24,7 +25,7 @@ import numpy as np
 from ..errors import DeviceError
 from ..compiler.ids import GraphId, StreamKind
 from ..kernels.cpu import BindEnv
-from ..memory.dtensor import ALIGNMENT, span_bytes, tensor_view
+from ..memory.dtensor import ALIGNMENT, DTensor, span_bytes, tensor_view
 from ..memory.region import Region
 from ..runtime.replay import Executor, Program, StepPrograms
 from .cublas import WORKSPACE_BYTES
@@ -36,6 +37,12 @@ from .streams import ALL, StreamGemms, StreamOrder
 
 DATA_MODES = ("auto", "device", "pinned")
 CAPTURE_MODES = ("entry", "step")
+
+
+def device_tensor(t: DTensor) -> DTensor:
+    """The tensor as the device views it: bf16 as uint16, its bytes (CuPy has no bfloat16 arrays;
+    the kernels read the format from the dtype, gpu/amp_kernels.py)."""
+    return replace(t, dtype="uint16") if t.dtype == "bfloat16" else t
 
 
 def check_supported(compiled: Any) -> None:
@@ -90,7 +97,7 @@ class GpuExecutor(StepPrograms):
         self.bytes = self._raw[shift: shift + plan.total_bytes]
         self._host_bytes = host.arena.bytes
         self._host_base = host.arena.bytes.ctypes.data
-        self.views = {v: [tensor_view(self.bytes, t) for t in p] for v, p in compiled.plans.items()}
+        self.views = {v: [tensor_view(self.bytes, device_tensor(t)) for t in p] for v, p in compiled.plans.items()}
         self.module = rt.module(kernel_source(), NVRTC_OPTIONS)
         self.primary = rt.stream()
         self.streams = {kind: rt.stream() for kind in StreamKind}

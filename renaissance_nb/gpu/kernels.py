@@ -21,7 +21,7 @@ from ..kernels.status import status_error
 from ..memory.dtensor import span_bytes
 from ..ops import registry
 from ..train.rng import StreamId
-from . import image_kernels
+from . import amp_kernels, image_kernels
 from .base import THREADS, GpuBindEnv, Launch, MemoryOps, launch_grid, launch_single, sequence
 
 DENSE_GPU_KERNELS: dict[str, Callable[..., Launch]] = {}
@@ -37,7 +37,8 @@ which are launched with THREADS threads: one number, set here."""
 def kernel_source() -> str:
     """The CUDA C++ of every kernel: the per-element functions, then the __global__ kernels."""
     src = resources.files("renaissance_nb.gpu") / "src"
-    files = "\n".join((src / name).read_text() for name in ("rnb_device.cuh", "rnb_kernels.cu", "rnb_image.cu"))
+    files = "\n".join((src / name).read_text() for name in ("rnb_device.cuh", "rnb_kernels.cu", "rnb_image.cu",
+                                                                    "rnb_amp.cu"))
     return files + "\n" + registry.cuda_sources()  # the kernels ops define themselves (ops/relu6.py...)
 
 
@@ -331,7 +332,7 @@ def ema_update(outs, ins, p, env):
 
 
 GPU_KERNELS: dict[str, Callable[..., Launch]] = join_tables(DENSE_GPU_KERNELS, image_kernels.IMAGE_GPU_KERNELS,
-                                                             registry.gpu_kernels())
+                                                             amp_kernels.AMP_GPU_KERNELS, registry.gpu_kernels())
 """The complete GPU table, op name -> factory: the one place the GPU kernel modules' tables are joined."""
 
 

@@ -56,10 +56,7 @@ class Runner:
                               "call distributed('mpi') in the process that runs it, under mpiexec -n N.")
         if w is not None and kind == "cuda":
             kind = "cpu"  # plan() refused device('cuda'): 'auto' stays on the CPU
-        if kind == "cuda" and config.precision != "fp32":
-            kind = "cpu"
-            self.notes.append(f"device: auto chose the CPU: precision({config.precision!r}) has no GPU kernels yet.")
-        elif config.device == "auto" and kind == "cpu":
+        if config.device == "auto" and kind == "cpu":
             from ..gpu.device import probe
             self.notes.append(f"device: auto chose the CPU: {probe()[1]}.")
         declined = len(native.DECLINED)
@@ -98,6 +95,9 @@ class Runner:
                 self.notes.append(f"device: CUDA, {len(gpu.atlas.captures)} atlas entries captured as CUDA "
                                   f"graphs on one device arena, data={gpu.data}, capture={gpu.capture}; "
                                   "the host arena mirrors the device's at epoch ends.")
+                if config.precision != "fp32":
+                    self.notes.append(f"mixed precision kernels: CUDA casts (rnb_amp.cu), fc by cublasGemmEx "
+                                      f"({config.precision} operands, fp32 sums).")
                 return gpu, "cuda"
         self.notes.append(f"device: CPU, {blas.describe()}; {native.plan_note(self.executor.ops)}.")
         if config.precision != "fp32":
