@@ -265,10 +265,10 @@ i64 rnb_lowp_gemm_scratch(int out, i64 m, i64 n, i64 k, int path) {
     return m * k + k * n + (out != RNB_F32 ? m * n : 0);
 }
 
-/* the row stride of a stored operand: op(X) is r x c; stored transposed it is c x r */
+/* the stored shape of an operand: op(X) is r x c; stored transposed it is c x r */
 static inline void stored(i64 r, i64 c, int t, i64 *rows, i64 *cols) { *rows = t ? c : r; *cols = t ? r : c; }
 
-/* fixed bands of the larger side, from the shape alone: [edges[b], edges[b + 1]) */
+/* how many bands of the larger side, from the shape alone; band b is [band_edge(b), band_edge(b + 1)) */
 static i64 band_count(i64 m, i64 n) {
     i64 side = m >= n ? m : n, nb = side / BAND_MIN;
     return nb < 1 ? 1 : nb > BAND_MAX ? BAND_MAX : nb;

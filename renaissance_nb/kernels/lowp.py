@@ -21,6 +21,13 @@ count never changes a byte.
 The ``bind_*`` functions follow kernels/native.py: a zero-argument kernel over fixed arrays (built by
 ``native._call``), or None where the library is absent or the layout is one the C loops do not take;
 ``convert``, ``unscale`` and ``gemm`` then serve the NumPy fallback.
+
+An fc layer's three products in bf16 (x, w, dy uint16 arrays; sums in float32)::
+
+    s = np.empty(lowp.scratch_elems(batch, n_out, n_in, "bf16", "bf16"), np.float32)
+    forward = lowp.gemm(x, w.T, y, s, threads)        # y (batch, n_out) bf16: NT
+    input_grad = lowp.gemm(dy, w, dx, s2, threads)     # dx (batch, n_in): NN
+    weight_grad = lowp.gemm(dy.T, x, dw, s3, threads)  # dw (n_out, n_in) float32 or bf16: TN
 """
 from __future__ import annotations
 
