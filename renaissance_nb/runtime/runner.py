@@ -25,7 +25,7 @@ from ..train.rng import Philox, StreamId
 from .arena import Arena
 from .data_parallel import DataParallel
 from .init import WeightInit
-from .replay import EpochSchedule, Executor, StepPrograms
+from .replay import EpochSchedule, Executor, StepPrograms, run_schedules
 from .warmup import start_warmup
 
 
@@ -96,6 +96,7 @@ class Runner:
                                   "the host arena mirrors the device's at epoch ends.")
                 return gpu, "cuda"
         self.notes.append(f"device: CPU, {blas.describe()}; {native.plan_note(self.executor.ops)}.")
+        self.notes.append(self.executor.capture_note(run_schedules(config, self.executor).base) + ".")
         wino = self.executor.winograd_note()
         if wino:
             self.notes.append(f"convolutions by Winograd F(2x2, 3x3) (3x3, stride 1): {wino}; every "
