@@ -191,6 +191,8 @@ class Executor(StepPrograms):
         self.outside_arena: list[tuple[str, BindBuffer]] = []
         """(bound graph, buffer) for each buffer a kernel allocated at bind time outside the arena."""
         self._packed: dict[int, tuple[Program, Program]] = {}
+        self.native_programs = program.enabled()
+        """Whether step programs are packed into native calls (RNB_PROGRAM when the task was bound)."""
         self.ops = {n.op for key in self.atlas.captures for n in graphs[key.graph].nodes(key.gid)}
         """The ops this plan binds (kernels/native.py decides by them)."""
         with native.chosen_for(self.ops):  # one thread pool per plan: C kernels for all of it, or numba's
@@ -223,7 +225,7 @@ class Executor(StepPrograms):
     def _capture(self, sched: EpochSchedule) -> EpochSchedule:
         """The schedule with its programs packed into native calls (kernels/program.py), unless RNB_PROGRAM=0
         or the C library is not loaded; each distinct program is packed once."""
-        if not program.enabled():
+        if not self.native_programs:
             return sched
 
         def packed(prog: Program) -> Program:
@@ -235,7 +237,7 @@ class Executor(StepPrograms):
 
     def capture_note(self, sched: EpochSchedule) -> str:
         """What the compile notes say of the CPU step's capture (this training schedule's first step)."""
-        if not program.enabled():
+        if not self.native_programs:
             why = "RNB_PROGRAM=0" if native.lib() is not None else native.status().describe()
             return f"CPU step not captured as a native program ({why}): every kernel is a Python call"
         names = {id(k): f"{g.name.split('/')[1]}:{n.op}" for g in self.bound for n, k in zip(g.nodes, g.kernels)}
