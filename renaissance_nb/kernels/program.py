@@ -76,7 +76,7 @@ def guarded(call: Kernel, kind: int, guard: np.ndarray | None, host: Kernel) -> 
     ops = ops_of(call)
     if ops is None or len(ops) != 1:
         return None
-    return (ops[0]._replace(kind=kind, guard=guard, host=host),)
+    return (Op(ops[0].entry, ops[0].args, kind, guard, 0, host),)
 
 
 def skipped_if(flag: np.ndarray, clear: bool, ops: Sequence[Op] | None) -> tuple[Op, ...] | None:
