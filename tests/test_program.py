@@ -59,6 +59,24 @@ def test_weights_after_training_are_the_bytes_of_the_kernel_by_kernel_replay(mon
     assert [r.val_loss for r in on.result.history] == [r.val_loss for r in off.result.history]
 
 
+@pytest.mark.parametrize("clip", [0.05, 100.0])  # clipping every step, and never
+def test_ema_and_clipping_run_inside_the_program_with_the_same_bytes(monkeypatch, clip) -> None:  # type: ignore[no-untyped-def]
+    """ema_update and clip_grad_norm computed a value in Python between their C calls; in a program each is
+    one C call (rnb_ema_warm, rnb_clip_norm) behind the NaN check's skip flag."""
+    tasks = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("RNB_PROGRAM", flag)
+        task = mlp_task().ema(0.99).clip_grad_norm(clip).options(nan_policy="skip").compile()
+        task.run(progress=False)
+        tasks.append(task)
+    on, off = tasks
+    assert any(n.startswith("CPU step captured as one native program of 14 kernels") for n in on.runner.notes)
+    assert on.runner.arena.bytes.tobytes() == off.runner.arena.bytes.tobytes()
+    assert [r.ema_loss for r in on.result.history] == [r.ema_loss for r in off.result.history]
+    norm = on.runner.view("clip.norm")
+    assert (norm[1] < 1.0) == (clip < 1.0)  # the factor applied at the last step
+
+
 def test_compile_notes_say_what_is_captured(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("RNB_PROGRAM", "1")
     note = [n for n in mlp_task().compile().runner.notes if "native program" in n]

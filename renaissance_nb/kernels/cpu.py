@@ -378,8 +378,10 @@ def clip_grad_norm(outs, ins, p, env):
     max_norm, tiny, one = np.float32(p["max_norm"]), np.float32(1e-6), np.float32(1.0)
     total_of = fused.sq_sum_par if blas.THREADED else fused.sq_sum_chunked
     scale_by = fused.scale_par if blas.THREADED else fused.scale_
-    total, scale = native.bind_clip(grads, blas.pass_threads(blas.THREADED)) or (
-        (lambda: total_of(grads)), (lambda factor: scale_by(grads, factor)))
+    threads = blas.pass_threads(blas.THREADED)
+    c_pair = native.bind_clip(grads, threads)
+    total, scale = c_pair or ((lambda: total_of(grads)), (lambda factor: scale_by(grads, factor)))
+    one_call = program.bind_clip_norm(grads, out, max_norm, threads) if c_pair else None  # a native program's
 
     def run() -> None:
         if flag[0]:
@@ -391,7 +393,7 @@ def clip_grad_norm(outs, ins, p, env):
             return
         out[0], out[1] = norm, factor
         scale(factor)
-    return run
+    return program.mark(run, program.skipped_if(flag, False, program.ops_of(one_call)))
 
 
 @kernel("optimizer")
@@ -433,6 +435,8 @@ def ema_update(outs, ins, p, env):
     decay, f = float(p["decay"]), fused.ema_
     weights = native.bind_ema(e, w) or (lambda d: f(e, w, d))
     stats = (native.bind_ema(be, bw) or (lambda d: f(be, bw, d))) if be.size else None
+    warm = [program.bind_ema_warm(e, w, step, decay)] + ([program.bind_ema_warm(be, bw, step, decay)] if be.size else [])
+    one_call = program.chain(*warm) if all(warm) else None  # type: ignore[arg-type]  # a native program's
 
     def run() -> None:
         if flag[0]:
@@ -443,7 +447,7 @@ def ema_update(outs, ins, p, env):
         weights(d)
         if stats is not None:
             stats(d)
-    return run
+    return program.mark(run, program.skipped_if(flag, True, program.ops_of(one_call)))
 
 
 KERNELS: dict[str, Factory] = shard_table(join_tables(DENSE_KERNELS, CONV_KERNELS, TRANSFER_KERNELS, COMM_KERNELS))

@@ -69,6 +69,8 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_run_steps": (I64, (P, I64, I64, I64, P, INT)),
     "rnb_copy_bytes": (None, (P, P, I64)),
     "rnb_zero_bytes": (None, (P, I64)),
+    "rnb_ema_warm": (None, (P, P, I64, P, F64)),
+    "rnb_clip_norm": (None, (P, I64, P, F32, INT)),
 }
 
 

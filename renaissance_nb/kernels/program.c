@@ -106,3 +106,30 @@ i64 rnb_run_steps(const i64 *steps, i64 first, i64 last, i64 op0, i64 *where, in
 /* A contiguous copy (np.copyto between two arrays of one dtype and size) and a fill of zero bytes. */
 void rnb_copy_bytes(char *dst, const char *src, i64 nbytes) { memmove(dst, src, (size_t)nbytes); }
 void rnb_zero_bytes(char *dst, i64 nbytes) { memset(dst, 0, (size_t)nbytes); }
+
+/* ---- steps whose Python glue computed a value between C calls (kernels/cpu.py), as one C call each ---- */
+void rnb_ema(float *e, const float *w, i64 n, double decay);
+double rnb_sq_sum(const float *x, i64 n, int threads);
+void rnb_scale(float *x, i64 n, float factor, int threads);
+
+/* ema_update: d = min(decay, (1 + t) / (10 + t)), t the finished steps (Python's min keeps decay unless
+ * the warm-up value is smaller), then E = d E + (1 - d) W */
+void rnb_ema_warm(float *e, const float *w, i64 n, const i64 *step, double decay) {
+    double t = (double)step[0];
+    double d = (1.0 + t) / (10.0 + t);
+    rnb_ema(e, w, n, d < decay ? d : decay);
+}
+
+/* clip_grad_norm: norm = float32(sqrt(sum of squares)), factor = max_norm / (norm + 1e-6) in float32;
+ * out = [norm, factor applied]; every gradient times factor when it is below 1 or NaN */
+void rnb_clip_norm(float *x, i64 n, float *out, float max_norm, int threads) {
+    float norm = (float)sqrt(rnb_sq_sum(x, n, threads));
+    float factor = max_norm / (norm + 1e-6f);
+    out[0] = norm;
+    if (factor >= 1.0f) {
+        out[1] = 1.0f;
+        return;
+    }
+    out[1] = factor;
+    rnb_scale(x, n, factor, threads);
+}

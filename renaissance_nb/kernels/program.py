@@ -113,6 +113,24 @@ def bind_zero(*targets: np.ndarray) -> Kernel | None:
     return chain(*(_c_call("rnb_zero_bytes", (t.ctypes.data, t.nbytes), (t,)) for t in targets))
 
 
+def bind_ema_warm(e: np.ndarray, w: np.ndarray, step: np.ndarray, decay: float) -> Kernel | None:
+    """ema_update's average with its warm-up decay from the step counter, as one C call (rnb_ema_warm);
+    None where native.bind_ema would decline or the counter is not an int64 array."""
+    ok = (native.active() is not None and e.dtype == w.dtype == np.float32 and e.size == w.size
+          and e.ndim == w.ndim == 1 and e.flags.c_contiguous and w.flags.c_contiguous and step.dtype == np.int64)
+    return _c_call("rnb_ema_warm", (e.ctypes.data, w.ctypes.data, e.size, step.ctypes.data, float(decay)),
+                   (e, w, step)) if ok else None
+
+
+def bind_clip_norm(x: np.ndarray, out: np.ndarray, max_norm: np.float32, threads: int) -> Kernel | None:
+    """clip_grad_norm's norm, factor and scaling as one C call (rnb_clip_norm); None where native.bind_clip
+    would decline or ``out`` is not float32."""
+    ok = (native.active() is not None and x.dtype == out.dtype == np.float32 and x.ndim == 1 and x.flags.c_contiguous
+          and out.flags.c_contiguous and out.size >= 2)
+    return _c_call("rnb_clip_norm", (x.ctypes.data, x.size, out.ctypes.data, float(max_norm), threads),
+                   (x, out)) if ok else None
+
+
 _thunks: dict[str, int] = {}
 _lock = threading.Lock()
 
