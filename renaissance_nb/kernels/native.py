@@ -157,7 +157,7 @@ def _compile(cc: str, target: Path) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(thunk_source(SIGNATURES))
     try:
-        out = subprocess.run([cc, *FLAGS, f"-I{HEADER.parent}", *map(str, SOURCES), thunks, "-o", tmp, "-lm"],
+        out = subprocess.run([cc, *FLAGS, *map(str, SOURCES), thunks, "-o", tmp, "-lm"],
                              capture_output=True, text=True, errors="replace", timeout=300)
         if out.returncode:
             raise OSError(f"{cc} failed: {(out.stderr or out.stdout).strip()[:400]}")
