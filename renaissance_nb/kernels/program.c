@@ -75,7 +75,10 @@ static i64 run_ops(const rnb_op *ops, i64 nops, i64 op0) {
  * the first. Returns RNB_DONE, RNB_HOST (where = step, op) or RNB_STOPPED (where[0] = steps done). */
 i64 rnb_run_steps(const i64 *steps, i64 first, i64 last, i64 op0, i64 *where, int watch_sigint) {
     int watching = 0;
-    if (watch_sigint) {
+    struct sigaction now;
+    if (watch_sigint && sigaction(SIGINT, NULL, &now) == 0 && ((now.sa_flags & SA_SIGINFO) ||
+                                                              (now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN))) {
+        /* only over a handler function (Python's): a default or ignored SIGINT keeps its meaning */
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = on_sigint;
