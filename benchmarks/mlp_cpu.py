@@ -9,7 +9,9 @@ Each contender runs in its own process (``--same-process`` puts them in this one
 epochs are interleaved A B C D A B C D..., medians compared, so machine noise hits every
 contender alike. Contenders: renaissance_nb (replay of the compiled step), with
 ``--openblas`` the same replay on NumPy's threaded matmul (RNB_OWN_THREADS=0), with
-``--other-blas`` the same replay with its bands on the other sgemm (OpenBLAS or oneMKL),
+``--other-blas`` the same replay with its bands on the other sgemm (OpenBLAS or oneMKL), with
+``--no-program`` the same replay kernel by kernel from Python instead of one native program per
+16 steps (RNB_PROGRAM=0),
 PyTorch eager with default AdamW (foreach), with fused AdamW, and torch.compile (its compile
 time is reported separately). Also printed: compile() time, the fraction of the GEMM roofline
 (step FLOPs over the 1024^3 sgemm rate, the faster of NumPy's and our own product's, measured
@@ -90,6 +92,9 @@ ROOFLINE_EVERY = 64
 OPENBLAS_KIND = "ours-openblas"
 """Our replay with NumPy's own threaded matmul and single-threaded passes (RNB_OWN_THREADS=0, set
 in its process before import): what the one-pool design of kernels/blas.py gains."""
+NO_PROGRAM_KIND = "ours-no-program"
+"""Our replay kernel by kernel from Python (RNB_PROGRAM=0): what packing the step into one native
+program (kernels/program.py) gains."""
 OTHER_BLAS_KIND = "ours-other-blas"
 """Our replay with its bands calling the other sgemm (RNB_BLAS=openblas where MKL is the default,
 mkl where it is installed but not chosen): what the choice of BLAS gains."""
@@ -109,6 +114,8 @@ def kind_env(kind: str) -> dict[str, str]:
         return {"RNB_OWN_THREADS": "0"}
     if kind == OTHER_BLAS_KIND:
         return {"RNB_BLAS": our_sgemm()[1]}
+    if kind == NO_PROGRAM_KIND:
+        return {"RNB_PROGRAM": "0"}
     return {}
 
 
@@ -323,6 +330,8 @@ def make_contender(kind: str, batch: int, samples: int, data=None):  # type: ign
     if kind == OTHER_BLAS_KIND:
         from renaissance_nb.kernels import blas
         return Ours(x, y, batch, f"ours, {blas.SGEMM.name} bands")
+    if kind == NO_PROGRAM_KIND:
+        return Ours(x, y, batch, "ours, kernel by kernel")
     return Ours(x, y, batch) if kind == "ours" else Torch(x, y, batch, kind)
 
 
@@ -467,6 +476,8 @@ def main() -> int:
                     help="also run our replay on NumPy's threaded matmul (RNB_OWN_THREADS=0) side by side")
     ap.add_argument("--other-blas", action="store_true",
                     help="also run our replay with its bands on the other sgemm (OpenBLAS or oneMKL) side by side")
+    ap.add_argument("--no-program", action="store_true",
+                    help="also our replay kernel by kernel from Python (RNB_PROGRAM=0), interleaved")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--same-process", action="store_true",
                     help="run every contender in this process (the default gives each its own process)")
@@ -498,6 +509,7 @@ def main() -> int:
         else:
             kinds = ["ours"] + ([OPENBLAS_KIND] if args.openblas else [])
             kinds += [OTHER_BLAS_KIND] if args.other_blas and other_blas else []
+            kinds += [NO_PROGRAM_KIND] if args.no_program else []
             kinds += (["eager", "fused"] + ([] if args.no_compile else ["compile"])) if have_torch else []
             r = run_isolated(batch, len(x), args.rounds, have_torch, not args.no_compile, 0, kinds=kinds,
                              flops_per_step=step_flops(batch))

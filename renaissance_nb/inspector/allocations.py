@@ -177,21 +177,25 @@ def training_pass(runner: "Runner") -> tuple[EpochSchedule, Callable[[], None]]:
     return sched, replay
 
 
-def step_sequence(runner: "Runner", steps: int) -> tuple[EpochSchedule, list[tuple[int, list[Callable[[], None]]]]]:
+def step_sequence(runner: "Runner", steps: int,
+                  packed: bool = False) -> tuple[EpochSchedule, list[tuple[int, list[Callable[[], None]]]]]:
     """``steps`` training steps as the epoch replays them, from batch 0: (step index, program) pairs, with
-    (-1, cursor reset + prologue) before batch 0 each time the pass starts again."""
+    (-1, cursor reset + prologue) before batch 0 each time the pass starts again. ``packed``: the programs
+    as run() calls them, runs of C kernels packed into native programs (kernels/program.py), where they are."""
     sched, _ = training_pass(runner)
+    cap = sched.captured if packed else None
+    prologue, programs = (sched.prologue, sched.steps) if cap is None else (cap.prologue, cap.steps)
     cursor = runner.executor.view("train_base", "cursor")
 
     def rewind() -> None:
         cursor[0] = 0
-    start = [rewind, *sched.prologue]
+    start = [rewind, *prologue]
     out: list[tuple[int, list[Callable[[], None]]]] = []
     for n in range(steps):
         i = n % sched.batches
         if i == 0:
             out.append((-1, start))
-        out.append((i, sched.steps[i]))
+        out.append((i, programs[i]))
     return sched, out
 
 
@@ -213,12 +217,13 @@ def arena_restored(runner: "Runner") -> Iterator[None]:
 def audit_allocations(runner: "Runner | None", steps: int = 100, op: str = "audit_allocations") -> StepAllocations:
     """Replay ``steps`` training steps of a compiled CPU task (the same steps once before, to warm up)
     and count what they allocate: NRT allocations and frees, the array arguments handed to numba,
-    the growth of Python's traced memory, and NRT allocations per kernel. The arena is restored."""
+    the growth of Python's traced memory, and NRT allocations per kernel. The steps replay as run()
+    replays them (runs of C kernels as native programs, kernels/program.py); the arena is restored."""
     from ..kernels.blas import own_cores
     runner = measurable_runner(runner, op)
     steps = check_steps(op, steps)
     enable_nrt_stats()
-    _, seq = step_sequence(runner, steps)
+    _, seq = step_sequence(runner, steps, packed=True)
     kernels = [k for _, prog in seq for k in prog]
 
     def run() -> None:
@@ -231,7 +236,7 @@ def audit_allocations(runner: "Runner | None", steps: int = 100, op: str = "audi
         a1, f1 = nrt_counts()
         with counting_array_arguments(kernels) as counter:
             run()
-        per_kernel = _per_kernel(seq)
+        per_kernel = _per_kernel(step_sequence(runner, steps)[1])
     return StepAllocations(steps, a1 - a0, f1 - f0, counter[0], growth, per_kernel)
 
 

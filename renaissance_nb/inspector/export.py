@@ -161,7 +161,7 @@ def _timed_trace(inspector: MemoryInspector, variant: str, timings: StepTimings)
     return {"traceEvents": events + counters, "displayTimeUnit": "ms",
             "otherData": {"arena_bytes": inspector.plan(variant).total_bytes,
                           "time": "measured: each kernel's median over the timed steps, in microseconds",
-                          "step_seconds": timings.step_seconds, "steps": timings.steps,
+                          "step_seconds": timings.step_seconds, "steps": timings.steps, "replay": timings.replay,
                           "not_measured": missing + [f"{p} (not a training step)" for p in other]}}
 
 

@@ -4,7 +4,8 @@ Why: the plan's Chrome trace orders the step's nodes; a profile gives them durat
 shows where the time goes beside what is live. ``profile_kernels`` replays training steps from
 batch 0 with the runner's pre-bound step programs (the list ``task.run()`` replays), once to warm
 up, then each step twice in a row: once timed whole and once timing each kernel alone
-(``time.perf_counter`` around the call). Interleaving keeps both measurements in the same time
+(``time.perf_counter`` around the call; the whole step as ``run()`` calls it, its C kernels packed
+into one native program where they are: kernels/program.py). Interleaving keeps both measurements in the same time
 window, so a neighbour process that steals the CPU for a while slows both alike. A kernel's time
 is the median over the steps that ran it. Only steps of the
 ``train_base`` variant are timed (a partial last batch has kernels of other shapes). The arena is
@@ -53,6 +54,7 @@ class StepTimings:
     steps: int
     step_seconds: float
     kernels: tuple[KernelTiming, ...]
+    replay: str = ""  # how run() replays the step, as timed whole (the compile note of its native capture)
 
     def get(self, gid: str, index: int) -> KernelTiming | None:
         """The timing of node ``index`` of GraphId ``gid`` (None: not run by a timed step)."""
@@ -72,7 +74,7 @@ class StepTimings:
     def summary(self) -> str:
         top = ", ".join(f"{k.op} ({k.layer or k.gid}) {k.seconds * 1e3:.3f} ms" for k in self.slowest(3))
         return (f"{plural(self.steps, 'training step')} timed: {self.step_seconds * 1e3:.3f} ms per step (median), "
-                f"{plural(len(self.kernels), 'kernel')}; slowest: {top}")
+                f"{plural(len(self.kernels), 'kernel')}; slowest: {top}" + (f"; {self.replay}" if self.replay else ""))
 
     def __repr__(self) -> str:
         return f"<StepTimings {self.summary()}>"
@@ -98,6 +100,7 @@ def profile_kernels(runner: "Runner | None", steps: int = 20) -> StepTimings:
     runner = measurable_runner(runner, "memory.profile")
     steps = check_steps("memory.profile", steps)
     sched, seq = step_sequence(runner, steps)
+    packed = dict(step_sequence(runner, steps, packed=True)[1])  # the steps as run() calls them, timed whole
     timed = [(i, prog) for i, prog in seq if i >= 0 and sched.variants and sched.variants[i] == "train_base"]
     if not timed:
         raise ConfigError("memory.profile: the training set is one partial batch (variant "
@@ -116,7 +119,7 @@ def profile_kernels(runner: "Runner | None", steps: int = 20) -> StepTimings:
                 continue
             at = int(cursor[0])
             t0 = clock()
-            for k in prog:
+            for k in packed[i]:
                 k()
             whole.append(clock() - t0)
             cursor[0] = at  # the kernel-by-kernel run reads the same batch
@@ -126,7 +129,8 @@ def profile_kernels(runner: "Runner | None", steps: int = 20) -> StepTimings:
                 samples[label].append(clock() - t0)
     kernels = tuple(KernelTiming(g, j, op, layer, statistics.median(s), len(s))
                     for (g, j, op, layer), s in samples.items())
-    return StepTimings(len(whole), statistics.median(whole) if whole else 0.0, kernels)
+    return StepTimings(len(whole), statistics.median(whole) if whole else 0.0, kernels,
+                       runner.executor.capture_note(sched))
 
 
 def _replay(seq: list[tuple[int, list[Callable[[], None]]]]) -> None:

@@ -401,6 +401,7 @@ def _bound(bands: np.ndarray, keep: tuple, sgemm: Sgemm | None = None) -> Callab
     if bound is not None:
         run = on_own_cores(bound)
         run.keep = keep  # type: ignore[attr-defined]
+        run.native = bound.native  # type: ignore[attr-defined]  # its C call, for a native program (program.py)
         return run
     if bands.shape[0] == 1:
         f = _one64 if sg.int_bits == 64 else _one32
@@ -425,6 +426,8 @@ def gemm_pair(first: tuple[np.ndarray, np.ndarray, np.ndarray], second: tuple[np
     def run() -> None:
         g1()
         g2()
+    if hasattr(g1, "native") and hasattr(g2, "native"):  # both C calls: so is the pair (program.py)
+        run.native = g1.native + g2.native  # type: ignore[attr-defined]
     return run
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import NumericalError, PlanError
 from ..train.rng import StreamId
-from . import blas, fused, native, philox
+from . import blas, fused, native, philox, program
 from .amp import AMP_KERNELS
 from .fc_lowp import FC_LOWP_KERNELS
 from .base import EMPTY_F32, EMPTY_F32_2D, Factory, Kernel, join_tables, registrar
@@ -53,12 +53,7 @@ def fc_fwd(outs, ins, p, env):
     product = blas.gemm(x, w.T, y)
     if act == 0 and b.size == 0:
         return product
-    bias_act = bias_act_pass(y, b, act, slope)
-
-    def run() -> None:
-        product()
-        bias_act()
-    return run
+    return program.chain(product, bias_act_pass(y, b, act, slope))
 
 
 @kernel("fc_bwd")
@@ -71,13 +66,7 @@ def fc_bwd(outs, ins, p, env):
     pre = act_grad_colsum_pass(dy, y, act, float(p["slope"]), db, parts) if (act or db is not None) else None
     # dW and dx are equal work: side by side, one whole sgemm per thread (7% faster at batch 32)
     grads = blas.gemm_pair((dy.T, x, dw), (dy, w, dx)) if dx is not None else blas.gemm(dy.T, x, dw)
-    if pre is None:
-        return grads
-
-    def run() -> None:
-        pre()
-        grads()
-    return run
+    return grads if pre is None else program.chain(pre, grads)
 
 
 @kernel("matmul")
@@ -156,6 +145,9 @@ def copy_k(outs, ins, p, env):
     if _threaded_elementwise(dst, src):
         f = fused.add_chunks_par_
         return lambda: f(src, EMPTY_F32, dst)
+    bound = program.bind_copy(dst, src)
+    if bound is not None:
+        return bound
     cp = np.copyto
     return lambda: cp(dst, src)
 
@@ -193,6 +185,9 @@ def mul_k(outs, ins, p, env):
 def fill_k(outs, ins, p, env):
     value = p.get("value", 0.0)
     targets = list(outs)
+    zeroed = program.bind_zero(*targets) if value == 0 and not math.copysign(1.0, value) < 0 else None
+    if zeroed is not None:
+        return zeroed
 
     def run() -> None:
         for t in targets:
@@ -292,7 +287,7 @@ def transfer(outs, ins, p, env):
         status = gather()
         if status:
             raise status_error(status, "transfer", source, len(y_out), perm, int(cursor[0]))
-    return run
+    return program.mark(run, program.guarded(gather, program.STATUS, None, run))
 
 
 def _token_transfer(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.ndarray, x_out: np.ndarray,
@@ -330,7 +325,7 @@ def _token_transfer(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np
 def zero_range(outs, ins, p, env):
     """Zero every gradient with one fill over the whole G range."""
     view = env.range_view(p["first"], p["last"], "uint8")
-    return lambda: view.fill(0)
+    return program.bind_zero(view) or (lambda: view.fill(0))
 
 
 @kernel("nan_check")
@@ -368,7 +363,8 @@ def nan_check(outs, ins, p, env):
         raise NumericalError(f"step {int(step[0]) + 1}: non-finite value in {where}; loss={float(loss)}. "
                              "The update was not applied, the weights are those before this step. Fix: lower the "
                              "learning rate, check the data for extreme values, or use options(nan_policy='skip').")
-    return run
+    loss_ok = result.dtype == np.float32 and result.flags.c_contiguous  # the guard reads result[0] as a float
+    return program.mark(run, program.guarded(probe, program.FINITE, result, run) if loss_ok else None)
 
 
 @kernel("clip_grad_norm")
@@ -384,8 +380,10 @@ def clip_grad_norm(outs, ins, p, env):
     max_norm, tiny, one = np.float32(p["max_norm"]), np.float32(1e-6), np.float32(1.0)
     total_of = fused.sq_sum_par if blas.THREADED else fused.sq_sum_chunked
     scale_by = fused.scale_par if blas.THREADED else fused.scale_
-    total, scale = native.bind_clip(grads, blas.pass_threads(blas.THREADED)) or (
-        (lambda: total_of(grads)), (lambda factor: scale_by(grads, factor)))
+    threads = blas.pass_threads(blas.THREADED)
+    c_pair = native.bind_clip(grads, threads)
+    total, scale = c_pair or ((lambda: total_of(grads)), (lambda factor: scale_by(grads, factor)))
+    one_call = program.bind_clip_norm(grads, out, max_norm, threads) if c_pair else None  # a native program's
 
     def run() -> None:
         if flag[0]:
@@ -397,7 +395,7 @@ def clip_grad_norm(outs, ins, p, env):
             return
         out[0], out[1] = norm, factor
         scale(factor)
-    return run
+    return program.mark(run, program.skipped_if(flag, False, program.ops_of(one_call)))
 
 
 @kernel("optimizer")
@@ -416,7 +414,7 @@ def optimizer_k(outs, ins, p, env):
                 flag[0] = 0
             return
         update()
-    return run
+    return program.mark(run, program.skipped_if(flag, clear, program.ops_of(update)))
 
 
 @kernel("optimizer_norms")
@@ -439,6 +437,8 @@ def ema_update(outs, ins, p, env):
     decay, f = float(p["decay"]), fused.ema_
     weights = native.bind_ema(e, w) or (lambda d: f(e, w, d))
     stats = (native.bind_ema(be, bw) or (lambda d: f(be, bw, d))) if be.size else None
+    warm = [program.bind_ema_warm(e, w, step, decay)] + ([program.bind_ema_warm(be, bw, step, decay)] if be.size else [])
+    one_call = program.chain(*warm) if all(warm) else None  # type: ignore[arg-type]  # a native program's
 
     def run() -> None:
         if flag[0]:
@@ -449,7 +449,7 @@ def ema_update(outs, ins, p, env):
         weights(d)
         if stats is not None:
             stats(d)
-    return run
+    return program.mark(run, program.skipped_if(flag, True, program.ops_of(one_call)))
 
 
 KERNELS: dict[str, Factory] = shard_table(join_tables(DENSE_KERNELS, CONV_KERNELS, TRANSFER_KERNELS, COMM_KERNELS,

@@ -32,9 +32,12 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .thunks import thunk_source
+
 SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE, SOURCE.with_name("lowp.c"))
-"""The C files compiled into the one library (each includes native.h)."""
+SOURCES: tuple[Path, ...] = (SOURCE, SOURCE.with_name("lowp.c"), SOURCE.with_name("program.c"))
+"""The C files compiled into the one library (each includes native.h); with them, the thunks that
+kernels/thunks.py generates from SIGNATURES (the native program's calls, program.c)."""
 HEADER = SOURCE.with_name("native.h")
 ABI = 6
 """native.c's rnb_abi(): a cached library from another version of the source is never called."""
@@ -70,6 +73,11 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_lowp_gemm_scratch": (I64, (INT, I64, I64, I64, INT)),
     "rnb_lowp_gemm": (INT, (INT, INT, INT, I64, I64, I64, P, I64, P, I64, INT, P, I64, INT, P, INT, P, I64, INT, INT,
                             INT)),
+    "rnb_run_steps": (I64, (P, I64, I64, I64, P, INT)),
+    "rnb_copy_bytes": (None, (P, P, I64)),
+    "rnb_zero_bytes": (None, (P, I64)),
+    "rnb_ema_warm": (None, (P, P, I64, P, F64)),
+    "rnb_clip_norm": (None, (P, I64, P, F32, INT)),
 }
 
 
@@ -127,7 +135,7 @@ def library_path(cc: str) -> Path:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         version = cc
-    sources = [p.read_text() for p in (*SOURCES, HEADER)]
+    sources = [p.read_text() for p in (*SOURCES, HEADER)] + [thunk_source(SIGNATURES)]
     key = "\0".join([*sources, " ".join(FLAGS), version, _cpu_id(), platform.machine()])
     return cache_dir() / f"rnb_native-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
 
@@ -152,9 +160,12 @@ def _compile(cc: str, target: Path) -> None:
     _clear_stale(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".so", dir=target.parent)
     os.close(fd)
+    fd, thunks = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".c", dir=target.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(thunk_source(SIGNATURES))
     try:
-        out = subprocess.run([cc, *FLAGS, *map(str, SOURCES), "-o", tmp, "-lm"], capture_output=True, text=True,
-                             errors="replace", timeout=300)
+        out = subprocess.run([cc, *FLAGS, *map(str, SOURCES), thunks, "-o", tmp, "-lm"],
+                             capture_output=True, text=True, errors="replace", timeout=300)
         if out.returncode:
             raise OSError(f"{cc} failed: {(out.stderr or out.stdout).strip()[:400]}")
         umask = os.umask(0)
@@ -162,8 +173,9 @@ def _compile(cc: str, target: Path) -> None:
         os.chmod(tmp, 0o755 & ~umask)
         os.replace(tmp, target)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for left in (tmp, thunks):
+            if os.path.exists(left):
+                os.unlink(left)
 
 
 def _load(path: Path) -> Any:
@@ -312,10 +324,12 @@ def _flat(*arrays: np.ndarray) -> bool:
 
 
 def _call(f: Any, args: tuple, keep: tuple) -> Kernel:
-    """f(*args) as a kernel; ``keep`` holds the arrays whose addresses args carries."""
+    """f(*args) as a kernel; ``keep`` holds the arrays whose addresses args carries. ``native`` says
+    the same call to a native program (kernels/program.py): (entry name, args)."""
     def run() -> Any:
         return f(*args)
     run.keep = keep  # type: ignore[attr-defined]
+    run.native = ((f.__name__, args),)  # type: ignore[attr-defined]
     return run
 
 

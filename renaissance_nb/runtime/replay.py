@@ -10,14 +10,14 @@ and an epoch is a precomputed list of references to them, so the replay loop is
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from ..compiler.atlas import ACCUM_ID, GraphAtlas
 from ..compiler.stages import STEP_ORDER_A, CompiledPlan, swap_ab
 from ..compiler.ids import GraphId
-from ..kernels import native
+from ..kernels import native, program
 from ..kernels.base import BindBuffer
 from ..kernels.cpu import BindEnv
 from ..train.epochs import EpochBatches
@@ -38,9 +38,13 @@ class EpochSchedule:
     steps: list[Program]
     batches: int
     variants: list[str] | None = None  # each batch's variant (training passes)
+    captured: program.Captured | None = None  # the programs packed as native calls (CPU, kernels/program.py)
 
     def replay(self) -> None:
         """The whole pass: prologue, then every step's kernels in order."""
+        if self.captured is not None:
+            self.captured.replay()
+            return
         for k in self.prologue:
             k()
         for prog in self.steps:
@@ -186,6 +190,9 @@ class Executor(StepPrograms):
         self.bound: list[BoundGraph] = []
         self.outside_arena: list[tuple[str, BindBuffer]] = []
         """(bound graph, buffer) for each buffer a kernel allocated at bind time outside the arena."""
+        self._packed: dict[int, tuple[Program, Program]] = {}
+        self.native_programs = program.enabled()
+        """Whether step programs are packed into native calls (RNB_PROGRAM when the task was bound)."""
         self.ops = {n.op for key in self.atlas.captures for n in graphs[key.graph].nodes(key.gid)}
         """The ops this plan binds (kernels/native.py decides by them)."""
         with native.chosen_for(self.ops):  # one thread pool per plan: C kernels for all of it, or numba's
@@ -208,6 +215,41 @@ class Executor(StepPrograms):
         """winograd_layers as the compile note lists them ("" where none): kernels/winograd.describe."""
         from ..kernels.winograd import describe
         return describe((n, k) for g in self.bound for n, k in zip(g.nodes, g.kernels))
+
+    def train_schedule(self, variants: list[str]) -> EpochSchedule:
+        return self._capture(super().train_schedule(variants))
+
+    def eval_schedule(self, variants: list[str], ema: bool = False) -> EpochSchedule:
+        return self._capture(super().eval_schedule(variants, ema))
+
+    def _capture(self, sched: EpochSchedule) -> EpochSchedule:
+        """The schedule with its programs packed into native calls (kernels/program.py), unless RNB_PROGRAM=0
+        or the C library is not loaded; each distinct program is packed once."""
+        if not self.native_programs:
+            return sched
+
+        def packed(prog: Program) -> Program:
+            if id(prog) not in self._packed:
+                self._packed[id(prog)] = (prog, program.pack(prog))  # the list is kept: its id stays its own
+            return self._packed[id(prog)][1]
+        sched.captured = program.Captured(packed(sched.prologue), [packed(p) for p in sched.steps])
+        return sched
+
+    def capture_note(self, sched: EpochSchedule) -> str:
+        """What the compile notes say of the CPU step's capture (this training schedule's first step)."""
+        if not self.native_programs:
+            why = "RNB_PROGRAM=0" if native.lib() is not None else native.status().describe()
+            return f"CPU step not captured as a native program ({why}): every kernel is a Python call"
+        names = {id(k): f"{g.name.split('/')[1]}:{n.op}" for g in self.bound for n, k in zip(g.nodes, g.kernels)}
+        step = sched.steps[0]
+        python = program.python_ops(step, lambda k: names.get(id(k), "?"))
+        if not python:
+            calls = sum(len(program.ops_of(k) or ()) for k in step)
+            return (f"CPU step captured as one native program of {len(step)} kernels ({calls} C calls); the steps "
+                    "up to each 16-step check run in one call (RNB_PROGRAM=0 replays kernel by kernel)")
+        runs = sum(isinstance(k, program.NativeRun) for k in sched.captured.steps[0]) if sched.captured else 0
+        return (f"CPU step not captured whole: {', '.join(python)} run in Python; the {len(step) - len(python)} "
+                f"other kernels run as {runs} native program(s) between them")
 
     def kernels(self, variant: str, gid: GraphId) -> Program:
         """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""

@@ -26,7 +26,7 @@ from ..train.rng import Philox, StreamId
 from .arena import Arena
 from .data_parallel import DataParallel
 from .init import WeightInit
-from .replay import EpochSchedule, Executor, StepPrograms
+from .replay import EpochSchedule, Executor, StepPrograms, run_schedules
 from .warmup import start_warmup
 
 
@@ -100,6 +100,7 @@ class Runner:
                                       f"({config.precision} operands, fp32 sums).")
                 return gpu, "cuda"
         self.notes.append(f"device: CPU, {blas.describe()}; {native.plan_note(self.executor.ops)}.")
+        self.notes.append(self.executor.capture_note(run_schedules(config, self.executor).base) + ".")
         if config.precision != "fp32":
             from ..kernels import lowp
             self.notes.append(f"mixed precision kernels: {lowp.path()}.")

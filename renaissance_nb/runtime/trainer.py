@@ -9,6 +9,7 @@ handling of an interrupt (Ctrl-C, a callback's exception, a kernel's error).
 """
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -210,6 +211,7 @@ class _EpochLoop:
         self.prog = make_progress(progress, total=(end - self.st.epoch) * first.batches, desc=config.name,
                                   steps_per_epoch=first.batches, epoch=self.st.epoch + 1, step=done)
         self.stop = StopFlag()
+        self.watch_sigint = threading.current_thread() is threading.main_thread()  # StopFlag's thread
         self.epoch, self.inside, self.first = self.st.epoch, False, True
         self.first_step_s = 0.0  # the run's first step (kernels compiled or loaded), told apart in its epoch
         self.pos: int | None = None  # None between epochs
@@ -269,25 +271,50 @@ class _EpochLoop:
 
     def _steps(self, epoch: int, sched: EpochSchedule, start: int) -> None:
         """The replay: every step's kernels in order; every 16 steps the device's loss and NaN flag, the
-        progress and the step callbacks; a stop request ends the epoch at this step boundary."""
-        st, steps = self.st, sched.steps
+        progress and the step callbacks; a stop request ends the epoch at this step boundary. Where every
+        step is one native program (kernels/program.py), the steps up to each check run in one call."""
+        st, cap = self.st, sched.captured
+        steps = sched.steps if cap is None else cap.steps
+        whole = cap.whole if cap is not None and self.runner.dp is None else None
         self.pos = self.shown = start  # shown: the steps of this epoch the progress has counted
-        for i in range(start, sched.batches):
-            self.inside = True
-            t0 = time.perf_counter() if self.first else 0.0
-            for k in steps[i]:
-                k()
-            self.inside, self.pos = False, i + 1
-            if self.first:  # the kernels are compiled or loaded now
-                self.prog.disarm()
-                self.first, self.first_step_s = False, time.perf_counter() - t0
-            if (i & 15) == 15:
+        i = start
+        while i < sched.batches:
+            if whole is not None and not self.first:
+                last = self._native_steps(whole, i, sched.batches) - 1
+            else:
+                self._step(steps[i], i)
+                last = i
+            i = last + 1
+            if (last & 15) == 15:
                 self._check(epoch, self.pos - self.shown)
                 self.shown = self.pos
-            if self._stopping(i, sched.batches):
-                st.resume_at = (epoch, i + 1)
+            if self._stopping(last, sched.batches):
+                st.resume_at = (epoch, last + 1)
                 st.partial_seconds = time.perf_counter() - st.epoch_t0
                 break
+
+    def _step(self, kernels: list[Callable[[], None]], i: int) -> None:
+        """One step, its kernels (or native programs) called in order; the run's first is timed."""
+        self.inside = True
+        t0 = time.perf_counter() if self.first else 0.0
+        for k in kernels:
+            k()
+        self.inside, self.pos = False, i + 1
+        if self.first:  # the kernels are compiled or loaded now
+            self.prog.disarm()
+            self.first, self.first_step_s = False, time.perf_counter() - t0
+
+    def _native_steps(self, whole: Any, i: int, batches: int) -> int:
+        """Steps i.. up to the next 16-step check or the epoch's end in one native call (fewer when a
+        Ctrl-C stops them at a step boundary); the steps done. A kernel's Python path that raises leaves
+        ``pos`` at the step it tore."""
+        self.inside = True
+
+        def entering(step: int) -> None:
+            self.pos = step
+        done = whole.run(i, min(i | 15, batches - 1) + 1, self.watch_sigint, entering)
+        self.inside, self.pos = False, done
+        return done
 
     def _stopping(self, i: int, batches: int) -> bool:
         """A stop at this boundary: on one process when asked; across ranks only at the 16-step checks
