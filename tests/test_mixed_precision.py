@@ -353,3 +353,21 @@ def test_fit_takes_the_precision_into_account() -> None:
     assert 64 <= fp32_fit < bf16_fit
     assert m.what_if(precision="bf16", batch_size=bf16_fit).arena_bytes <= budget
     assert m.what_if(precision="bf16", batch_size=bf16_fit + 1).arena_bytes > budget
+
+
+def test_a_bf16_step_is_one_native_program_with_the_same_bytes(monkeypatch) -> None:
+    """The casts and the 16-bit fc kernels are C calls: the bf16 MLP's step packs into one native program
+    (kernels/program.py), and its weights match the kernel-by-kernel replay byte for byte."""
+    from renaissance_nb.kernels import native
+    if native.lib() is None:
+        pytest.skip("no C library here")
+    x, y = _mnist(8 * BATCH)
+    states = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("RNB_PROGRAM", flag)
+        task = _task(seq(fc(128), relu(), fc(10)), x, y, "bf16", epochs=2)
+        task.run(progress=False)
+        note = next(n for n in task.runner.notes if "native program" in n or "RNB_PROGRAM=0" in n)
+        assert ("one native program" in note) == (flag == "1"), note
+        states.append(task.state_dict())
+    assert all(states[0][k].tobytes() == states[1][k].tobytes() for k in states[0])

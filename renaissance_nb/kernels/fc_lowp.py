@@ -7,7 +7,8 @@ else the operands widened panel by panel into the node's workspace for OpenBLAS'
 fp32 and round once, as a 16-bit GEMM with fp32 accumulation does. What stays fp32 is the layer's
 output-sized sums: the bias and activation are applied to them before rounding (forward), and the
 activation's gradient and the bias gradient are taken on them (backward), in the fp32 passes the fp32
-kernels use (kernels/passes.py).
+kernels use (kernels/passes.py). Each kernel is a chain of C calls where the library is loaded, so a
+step of them packs into the native program (kernels/program.py).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import blas, lowp
+from . import blas, lowp, program
 from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
 from .operands import ACT_CODES, split_scratch
 from .passes import act_grad_colsum_pass, bias_act_pass, bias_partials
@@ -45,13 +46,7 @@ def fc_fwd_lowp(outs: Any, ins: Any, p: dict, env: BindEnv) -> Kernel:
     act = ACT_CODES[p.get("act", "none")]
     bias_act = bias_act_pass(sums, b, act, float(p.get("slope", 0.0))) if (act or b.size) else None
     rounding = lowp.convert(sums, y2, threads)
-
-    def run() -> None:
-        product()
-        if bias_act is not None:
-            bias_act()
-        rounding()
-    return run
+    return program.chain(*(k for k in (product, bias_act, rounding) if k is not None))
 
 
 @kernel("fc_bwd_lowp")
@@ -81,8 +76,4 @@ def fc_bwd_lowp(outs: Any, ins: Any, p: dict, env: BindEnv) -> Kernel:
     steps.append(lowp.gemm(dy2.T, x2, dw, scratch["work"], threads))
     if dx is not None:
         steps.append(lowp.gemm(dy2, w, dx, scratch["work"], threads))
-
-    def run() -> None:
-        for s in steps:
-            s()
-    return run
+    return program.chain(*steps)
