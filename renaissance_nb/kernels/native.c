@@ -443,16 +443,6 @@ void rnb_gemm_bands(void *fptr, int wide, const i64 *bands, i64 nbands, int thre
 }
 
 /* ---- Philox4x32-10 sort keys (philox.keys_kernel) ---------------------------------------------- */
-static void philox_block(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3, uint64_t k0, uint64_t k1, uint64_t out[4]) {
-    for (int r = 0; r < 10; r++) {
-        if (r) { k0 = (k0 + 0x9E3779B9ull) & 0xFFFFFFFFull; k1 = (k1 + 0xBB67AE85ull) & 0xFFFFFFFFull; }
-        uint64_t p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
-        uint64_t n0 = (p1 >> 32) ^ c1 ^ k0, n1 = p1 & 0xFFFFFFFFull, n2 = (p0 >> 32) ^ c3 ^ k1, n3 = p0 & 0xFFFFFFFFull;
-        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-    }
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
-}
-
 void rnb_philox_keys(uint64_t *out, i64 n, uint64_t k0, uint64_t k1, uint64_t stream, uint64_t off_lo, uint64_t off_hi) {
     uint64_t base = (off_hi << 32) | off_lo, w[4];
     for (i64 b = 0; b < n / 2; b++) {

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE,)
+SOURCES: tuple[Path, ...] = (SOURCE, SOURCE.with_name("conv_native.c"), SOURCE.with_name("winograd_native.c"))
 """The C files compiled into the one library (each includes native.h)."""
 HEADER = SOURCE.with_name("native.h")
 ABI = 6
@@ -64,6 +64,30 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_philox_keys": (None, (P, I64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
                                 ctypes.c_uint64)),
 }
+U64 = ctypes.c_uint64
+SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kernels (kernels/conv_native.py binds them)
+    "rnb_bn_fwd": (None, (P, I64, I64, I64, P, P, P, I64, P, P, P, P, F64, F64, I64, P, P, P, I64, INT)),
+    "rnb_bn_bwd": (None, (P, I64, I64, I64, P, I64, P, I64, P, P, P, P, I64, P, P, I64, P, P, P, I64, INT)),
+    "rnb_bn_fold": (None, (P, P, P, P, I64, F64, P, P)),
+    "rnb_channel_affine": (None, (P, I64, I64, I64, P, P, P, I64, I64, INT)),
+    "rnb_maxpool_fwd": (None, (P, I64, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT, INT)),
+    "rnb_maxpool_bwd": (None, (P, P, P, I64, I64, I64, I64, I64, I64, INT, INT)),
+    "rnb_avgpool": (None, (P, I64, I64, I64, I64, P, I64, I64, I64, I64, I64, F32, INT, INT)),
+    "rnb_gap": (None, (P, I64, I64, I64, P, I64, F32, INT, INT)),
+    "rnb_patches": (None, (P, I64, I64, I64, I64, P, I64, I64, I64, I64, I64, INT, INT)),
+    "rnb_im2col_taps": (None, (P, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT)),
+    "rnb_relu": (None, (P, P, P, I64, INT)),
+    "rnb_gather_images": (I64, (P, I64, I64, I64, I64, P, INT, P, I64, P, P, P, P, I64, I64, I64, U64, U64, U64, I64,
+                                I64, F64, P, P, P, P, P, P, P, P, INT)),
+    "rnb_dropout_fwd": (None, (P, P, P, I64, P, U64, U64, U64, F32, F32, INT)),
+    "rnb_mul": (None, (P, P, P, I64, INT)),
+    "rnb_conv_fwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64, I64, I64, I64, I64, P,
+                                  I64, I64)),
+    "rnb_conv_bwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, P, I64, P, P, P, P, P, I64, I64, I64, I64, I64,
+                                  I64, I64)),
+    "rnb_winograd_fwd": (None, (P, INT, P, INT, P, P, I64, I64, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64)),
+    "rnb_winograd_dw": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64)),
+})
 
 
 @dataclass
@@ -283,9 +307,15 @@ def covers(ops: set[str], declined_before: int) -> bool:
 
 NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy", "fill", "softmax_xent", "accum_metrics",
                             "transfer", "zero_range", "nan_check", "clip_grad_norm", "optimizer", "optimizer_norms",
-                            "ema_update"})
-"""Ops whose CPU kernels (kernels/cpu.py) call C or NumPy only when the library is loaded and no
-binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts compiles)."""
+                            "ema_update",
+                            # conv nets (conv_native.c, winograd_native.c; kernels/conv_native.py binds them)
+                            "conv_fwd", "conv_bwd", "bn_fwd", "bn_bwd", "bn_fold", "bn_inf", "maxpool_fwd",
+                            "maxpool_bwd", "avgpool_fwd", "avgpool_bwd", "gap_fwd", "gap_bwd", "transfer_image",
+                            "act_fwd", "act_bwd", "dropout_fwd", "mul", "reshape_copy"})
+"""Ops whose CPU kernels (kernels/cpu.py, conv.py, transfer.py) call C or NumPy only when the library is
+loaded and no binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts
+compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind C for ReLU only, and record
+a decline for the other activations (their numba loops serve)."""
 
 
 def _ptr(a: np.ndarray) -> int:

@@ -44,6 +44,7 @@ from ..data.augment import bilinear_weights, check_out_hw
 from ..errors import PlanError, bad_argument
 from ..train.rng import StreamId
 from .augment import claim_batch, transfer_images_claimed, transfer_images_step
+from . import conv_native
 from .base import BindEnv, Factory, registrar
 from .operands import split_scratch
 from .status import status_error
@@ -334,10 +335,14 @@ def transfer_image(outs, ins, p, env):
     k0, k1, stream, pad, flip, fill = a["rng"]
     yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize = a["tables"]
     step = transfer_images_step
+    gather = conv_native.bind_gather_images(cursor, aug_offset, xs, ys, perm, x4, y_out, a["rng"], a["tables"])
+    if gather is None:
+        def gather() -> int:
+            return step(cursor, aug_offset, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
+                        yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize)
 
     def run() -> None:
-        rc = step(cursor, aug_offset, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
-                  yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize)
+        rc = gather()
         if rc:
             raise status_error(rc, "transfer_image", source, b, perm, int(cursor[0]))
     return run
