@@ -296,3 +296,53 @@ def test_image_gather(crop_pad: int, flip: bool, resize: bool) -> None:
         got.append((x_out, y_out, cursor))
     for a, b in zip(*got):
         same(a, b)
+
+
+_NETS_RUN = """
+import gc, hashlib, json, sys
+import numpy as np
+from numba.core.registry import CPUDispatcher
+import renaissance_nb as rnb
+from renaissance_nb.blueprint import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap, maxpool
+from renaissance_nb.kernels import native
+rng = np.random.default_rng(0)
+x, y = rng.standard_normal((96, 1, 16, 16), dtype=np.float32), rng.integers(0, 10, 96).astype(np.int32)
+nets = {"conv": rnb.seq(cbr(16, 3, 1, 1), maxpool(2), cbr(32, 3, 1, 1), gap(), rnb.fc(10)),
+        "resnet": rnb.seq(cbr(16, 3, 1, 1), block(16, RESNET_3_3), block(32, RESNET_3_3_DS), gap(), rnb.fc(10))}
+out = {}
+for name, net in nets.items():
+    t = (rnb.DeepLearningTask(name).model(net).data(train=(x[:64], y[:64]), val=(x[64:], y[64:]), batch_size=16)
+         .loss(rnb.CrossEntropyLoss().label_smoothing(0.1)).optimizer(rnb.AdamW()).total_epochs(2).ema(0.99).seed(1))
+    t.compile()
+    t.run(progress=False)
+    out[name] = hashlib.sha256(t.arena.bytes.tobytes()).hexdigest()
+compiled = sorted(o.py_func.__name__ for o in gc.get_objects() if isinstance(o, CPUDispatcher)
+                  and o.py_func.__module__.startswith("renaissance_nb") and sum(o.stats.cache_misses.values()))
+print(json.dumps({"arena": out, "compiled": compiled, "native": native.lib() is not None,
+                  "declined": native.DECLINED}))
+"""
+
+
+@needs_lib
+@needs_threads
+def test_conv_nets_from_an_empty_numba_cache_compile_nothing_and_train_as_numba_does(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A conv net (cbr, max pooling, Winograd's convs, gap) and a ResNet block net (stride-2 tiles, a 1x1
+    shortcut, residual adds and ReLUs) train two epochs with validation and an EMA: with C, from an empty
+    numba cache, nothing is compiled and no binder declines; with RNB_NATIVE=0 (every kernel numba's)
+    the whole arena ends byte for byte the same."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def run(**env: str) -> dict:
+        out = subprocess.run([sys.executable, "-c", _NETS_RUN], capture_output=True, text=True, timeout=900,
+                             cwd=Path(__file__).resolve().parents[1], env={**os.environ, **env})
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    c = run(NUMBA_CACHE_DIR=str(tmp_path / "empty"), RNB_WARMUP="0")
+    assert c["native"] and c["compiled"] == [] and c["declined"] == [], c
+    n = run(RNB_NATIVE="0", RNB_WARMUP="0")
+    assert not n["native"] and n["arena"] == c["arena"], (n, c)
