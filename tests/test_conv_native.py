@@ -346,3 +346,28 @@ def test_conv_nets_from_an_empty_numba_cache_compile_nothing_and_train_as_numba_
     assert c["native"] and c["compiled"] == [] and c["declined"] == [], c
     n = run(RNB_NATIVE="0", RNB_WARMUP="0")
     assert not n["native"] and n["arena"] == c["arena"], (n, c)
+
+
+@needs_lib
+@pytest.mark.parametrize("crop_pad,flip", [(0, False), (2, True)])
+def test_prefetched_image_gather(crop_pad: int, flip: bool) -> None:
+    """transfer_image_async's claim and background gather (then transfer_wait): numba's bytes, claim included."""
+    rng = seeded(crop_pad + 7)
+    xs, ys = awkward(rng, (40, 1, 9, 9)), rng.integers(0, 10, 40).astype(np.int32)
+    env = BindEnv(3, {"train": (xs, ys)}, {"train": rng.permutation(40).astype(np.int64)})
+    got = []
+    for ops in (NUMBA, {"transfer_image_async", "transfer_wait"}):
+        x_out, y_out, claim = np.zeros((6, 9, 9, 1), np.float32), np.zeros(6, np.int32), np.zeros(2, np.int64)
+        cursor, aug = np.array([1], np.int64), np.array([5], np.int64)
+        with native.chosen_for(ops):
+            declined = len(native.DECLINED)
+            start = KERNELS["transfer_image_async"]([x_out, y_out, claim], [cursor, aug], dict(
+                source="train", crop_pad=crop_pad, flip=flip, scratch=("claim",)), env)
+            wait = KERNELS["transfer_wait"]([], [x_out], {}, env)
+            assert len(native.DECLINED) == declined
+        for _ in range(4):
+            start()
+            wait()
+        got.append((x_out, y_out, cursor, claim))
+    for a, b in zip(*got):
+        same(a, b)

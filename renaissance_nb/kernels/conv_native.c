@@ -5,9 +5,9 @@
  *
  * As native.c: the same types at every step as numba's (float32 where numba keeps float32, double
  * where a float64 operand or literal widens), the same order of additions, the same cuts of a range;
- * built with -ffp-contract=off. Threads: OpenMP over fixed blocks (images, or RNB_CHUNKS row blocks),
- * each block's values independent of the thread that computes it. Feature maps are NHWC float32,
- * 2-D views (rows, C) take a row stride in elements. Nothing here allocates.
+ * built with -ffp-contract=off. Threads: rnb_parallel (pool_native.c) over fixed blocks (images, or
+ * RNB_CHUNKS row blocks), each block's values independent of the thread that computes it. Feature maps
+ * are NHWC float32, 2-D views (rows, C) take a row stride in elements. Nothing here allocates.
  */
 #include "native.h"
 
@@ -17,7 +17,8 @@ static inline i64 cut8(i64 m, i64 chunks, i64 t) { /* conv_par._cut8 */
 }
 
 /* conv_loops.bn_shifted_sums_: eight-row blocks summed pairwise in float32, block sums in double */
-static void bn_shifted_sums(const float *x, i64 ldx, i64 c, const float *x0, double *a1, double *a2, i64 r0, i64 r1) {
+static void bn_shifted_sums(const float *restrict x, i64 ldx, i64 c, const float *restrict x0, double *restrict a1,
+                            double *restrict a2, i64 r0, i64 r1) {
     for (i64 j = 0; j < c; j++) { a1[j] = 0.0; a2[j] = 0.0; }
     i64 i = r0;
     for (; i + 8 <= r1; i += 8) {
@@ -52,8 +53,8 @@ static void fold_parts(const double *parts, i64 chunks, i64 c, double *acc) {
 }
 
 /* conv_loops.channel_affine_: y = act(x * a + b) per channel (float32), act 1 = relu */
-static void channel_affine(const float *x, i64 ldx, float *y, i64 ldy, i64 c, const float *a, const float *b, i64 act,
-                           i64 r0, i64 r1) {
+static void channel_affine(const float *restrict x, i64 ldx, float *restrict y, i64 ldy, i64 c, const float *restrict a,
+                           const float *restrict b, i64 act, i64 r0, i64 r1) {
     for (i64 i = r0; i < r1; i++) {
         const float *xr = x + i * ldx;
         float *yr = y + i * ldy;
@@ -91,36 +92,52 @@ static void bn_fwd_finish(const float *x0, i64 m, i64 c, const float *gamma, con
 
 /* conv_par.bn_train_fwd_par_ (chunks = RNB_CHUNKS) or conv_loops.bn_train_fwd_ (chunks = 1: the one-pass
  * sums, folded into acc as 0.0 + s, which is s): acc (2, C), parts (chunks, 2, C) double, aff (2, C) */
+typedef struct { /* a pass over row blocks of (rows, C) views: batch norm and the channel affine */
+    const float *x, *y, *mean, *a, *b;
+    float *out, *dy;
+    i64 m, c, ldx, ldy, ldo, ldd, act, chunks;
+    double *parts;
+    const double *daff;
+} rows_pass;
+
+static void bn_sums_block(void *p, i64 t) {
+    const rows_pass *r = p;
+    bn_shifted_sums(r->x, r->ldx, r->c, r->x, r->parts + t * 2 * r->c, r->parts + (t * 2 + 1) * r->c,
+                    cut8(r->m, r->chunks, t), cut8(r->m, r->chunks, t + 1));
+}
+
+static void affine_block(void *p, i64 t) {
+    const rows_pass *r = p;
+    channel_affine(r->x, r->ldx, r->out, r->ldo, r->c, r->a, r->b, r->act, cut(r->m, r->chunks, t),
+                   cut(r->m, r->chunks, t + 1));
+}
+
 void rnb_bn_fwd(const float *x, i64 m, i64 c, i64 ldx, const float *gamma, const float *beta, float *y, i64 ldy,
                 float *mean, float *invstd, float *rmean, float *rvar, double momentum, double eps, i64 act,
                 double *acc, float *aff, double *parts, i64 chunks, int threads) {
-    threads = team(threads);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < chunks; t++)
-        bn_shifted_sums(x, ldx, c, x, parts + t * 2 * c, parts + (t * 2 + 1) * c, cut8(m, chunks, t),
-                        cut8(m, chunks, t + 1));
+    rows_pass r = {.x = x, .a = aff, .b = aff + c, .out = y, .m = m, .c = c, .ldx = ldx, .ldo = ldy, .act = act,
+                   .chunks = chunks, .parts = parts};
+    rnb_parallel(threads, chunks, bn_sums_block, &r);
     fold_parts(parts, chunks, c, acc);
     bn_fwd_finish(x, m, c, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < chunks; t++)
-        channel_affine(x, ldx, y, ldy, c, aff, aff + c, act, cut(m, chunks, t), cut(m, chunks, t + 1));
+    rnb_parallel(threads, chunks, affine_block, &r);
 }
 
 /* conv_loops.bn_grad_sums_: dy *= (y > 0) with a fused relu, in place; s1 = sum dy, s2 = sum dy (x - mean) */
-static void bn_grad_sums(float *dy, i64 ldd, const float *x, i64 ldx, const float *y, i64 ldy, const float *mean,
-                         i64 c, i64 act, double *a1, double *a2, i64 r0, i64 r1) {
+static void bn_grad_sums(float *restrict dy, i64 ldd, const float *restrict x, i64 ldx, const float *restrict y, i64 ldy,
+                         const float *restrict mean, i64 c, i64 act, double *restrict a1, double *restrict a2, i64 r0,
+                         i64 r1) {
     for (i64 j = 0; j < c; j++) { a1[j] = 0.0; a2[j] = 0.0; }
     for (i64 i = r0; i < r1;) {
         i64 e = min64(r1, i + 8);
         if (act == 1)
             for (i64 r = i; r < e; r++) {
-                float *dr = dy + r * ldd;
-                const float *yr = y + r * ldy;
-                for (i64 j = 0; j < c; j++)
-                    if (!(yr[j] > 0)) dr[j] = 0.0f;
+                float *restrict dr = dy + r * ldd;
+                const float *restrict yr = y + r * ldy;
+                for (i64 j = 0; j < c; j++) dr[j] = yr[j] > 0 ? dr[j] : 0.0f; /* a select: it vectorises */
             }
         if (e - i == 8) {
-            const float *g[8], *q[8];
+            const float *restrict g[8], *restrict q[8];
             for (int k = 0; k < 8; k++) { g[k] = dy + (i + k) * ldd; q[k] = x + (i + k) * ldx; }
             for (i64 j = 0; j < c; j++) {
                 float mu = mean[j];
@@ -159,8 +176,8 @@ static void bn_bwd_finish(i64 m, i64 c, const float *gamma, const float *invstd,
 }
 
 /* conv_loops.bn_dx_: dx = aff[0] dy + aff[1] (x - mean) + aff[2] */
-static void bn_dx(const float *dy, i64 ldd, const float *x, i64 ldx, const float *mean, float *dx, i64 ldo, i64 c,
-                  const double *aff, i64 r0, i64 r1) {
+static void bn_dx(const float *restrict dy, i64 ldd, const float *restrict x, i64 ldx, const float *restrict mean,
+                  float *restrict dx, i64 ldo, i64 c, const double *restrict aff, i64 r0, i64 r1) {
     const double *a = aff, *b = aff + c, *k = aff + 2 * c;
     for (i64 i = r0; i < r1; i++) {
         const float *dr = dy + i * ldd, *xr = x + i * ldx;
@@ -170,19 +187,27 @@ static void bn_dx(const float *dy, i64 ldd, const float *x, i64 ldx, const float
 }
 
 /* conv_par.bn_train_bwd_par_ (chunks = RNB_CHUNKS) or conv_loops.bn_train_bwd_ (chunks = 1) */
+static void grad_sums_block(void *p, i64 t) {
+    const rows_pass *r = p;
+    bn_grad_sums(r->dy, r->ldd, r->x, r->ldx, r->y, r->ldy, r->mean, r->c, r->act, r->parts + t * 2 * r->c,
+                 r->parts + (t * 2 + 1) * r->c, cut8(r->m, r->chunks, t), cut8(r->m, r->chunks, t + 1));
+}
+
+static void dx_block(void *p, i64 t) {
+    const rows_pass *r = p;
+    bn_dx(r->dy, r->ldd, r->x, r->ldx, r->mean, r->out, r->ldo, r->c, r->daff, cut(r->m, r->chunks, t),
+          cut(r->m, r->chunks, t + 1));
+}
+
 void rnb_bn_bwd(float *dy, i64 m, i64 c, i64 ldd, const float *x, i64 ldx, const float *y, i64 ldy,
                 const float *gamma, const float *mean, const float *invstd, float *dx, i64 ldo, float *dgamma,
                 float *dbeta, i64 act, double *acc, double *aff, double *parts, i64 chunks, int threads) {
-    threads = team(threads);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < chunks; t++)
-        bn_grad_sums(dy, ldd, x, ldx, y, ldy, mean, c, act, parts + t * 2 * c, parts + (t * 2 + 1) * c,
-                     cut8(m, chunks, t), cut8(m, chunks, t + 1));
+    rows_pass r = {.x = x, .y = y, .mean = mean, .out = dx, .dy = dy, .m = m, .c = c, .ldx = ldx, .ldy = ldy,
+                   .ldo = ldo, .ldd = ldd, .act = act, .chunks = chunks, .parts = parts, .daff = aff};
+    rnb_parallel(threads, chunks, grad_sums_block, &r);
     fold_parts(parts, chunks, c, acc);
     bn_bwd_finish(m, c, gamma, invstd, dgamma, dbeta, acc, aff);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < chunks; t++)
-        bn_dx(dy, ldd, x, ldx, mean, dx, ldo, c, aff, cut(m, chunks, t), cut(m, chunks, t + 1));
+    rnb_parallel(threads, chunks, dx_block, &r);
 }
 
 /* conv_loops.bn_fold_: the inference affine of a batch norm, in double, rounded once */
@@ -198,14 +223,24 @@ void rnb_bn_fold(const float *gamma, const float *beta, const float *rmean, cons
 /* conv_loops.bn_inf_ (channel_affine_) by row blocks */
 void rnb_channel_affine(const float *x, i64 m, i64 c, i64 ldx, const float *a, const float *b, float *y, i64 ldy,
                         i64 act, int threads) {
-    threads = team(threads);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < RNB_CHUNKS; t++)
-        channel_affine(x, ldx, y, ldy, c, a, b, act, cut(m, RNB_CHUNKS, t), cut(m, RNB_CHUNKS, t + 1));
+    rows_pass r = {.x = x, .a = a, .b = b, .out = y, .m = m, .c = c, .ldx = ldx, .ldo = ldy, .act = act,
+                   .chunks = RNB_CHUNKS};
+    rnb_parallel(threads, RNB_CHUNKS, affine_block, &r);
 }
 
 /* ---- pooling (conv_loops.maxpool*_, avgpool_*, gap_*; conv_par.maxpool_*_par_) ---------------- */
 #define IMAGE_BLOCKS(n) ((n) < RNB_CHUNKS ? (n) : RNB_CHUNKS)
+
+typedef struct { /* a pass over blocks of images: pooling, gap, im2col / col2im */
+    float *x, *y, *cols;
+    const float *cx;
+    int32_t *am;
+    const i64 *spans;
+    i64 n, h, w, c, ho, wo, k, s, p, parts, ldy, flag;
+    float kk;
+} image_pass;
+
+#define IMAGES(ip, t, n0, n1) i64 n0 = cut((ip)->n, (ip)->parts, t), n1 = cut((ip)->n, (ip)->parts, t + 1)
 
 static inline void window(i64 o, i64 s, i64 p, i64 k, i64 n, i64 *lo, i64 *hi) { /* conv_loops.window_ */
     i64 start = o * s - p;
@@ -213,7 +248,7 @@ static inline void window(i64 o, i64 s, i64 p, i64 k, i64 n, i64 *lo, i64 *hi) {
     *hi = min64(start + k, n);
 }
 
-static void maxpool2_fwd_images(const float *x, float *y, int32_t *am, i64 n0, i64 n1, i64 h, i64 w, i64 c, i64 ho,
+static void maxpool2_fwd_images(const float *restrict x, float *restrict y, int32_t *restrict am, i64 n0, i64 n1, i64 h, i64 w, i64 c, i64 ho,
                                 i64 wo) {
     for (i64 n = n0; n < n1; n++)
         for (i64 oh = 0; oh < ho; oh++) {
@@ -264,20 +299,22 @@ static void maxpool_fwd_images(const float *x, float *y, int32_t *am, i64 n0, i6
         }
 }
 
+static void maxpool_fwd_block(void *v, i64 t) {
+    const image_pass *a = v;
+    IMAGES(a, t, n0, n1);
+    if (a->flag) maxpool2_fwd_images(a->cx, a->y, a->am, n0, n1, a->h, a->w, a->c, a->ho, a->wo);
+    else maxpool_fwd_images(a->cx, a->y, a->am, n0, n1, a->h, a->w, a->c, a->ho, a->wo, a->k, a->s, a->p);
+}
+
 /* maxpool_fwd_par_: by blocks of min(n, RNB_CHUNKS) images; two_by_two picks maxpool2_fwd_ */
 void rnb_maxpool_fwd(const float *x, i64 n, i64 h, i64 w, i64 c, float *y, int32_t *am, i64 ho, i64 wo, i64 k, i64 s,
                      i64 p, int two_by_two, int threads) {
-    threads = team(threads);
-    i64 parts = IMAGE_BLOCKS(n);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < parts; t++) {
-        i64 n0 = cut(n, parts, t), n1 = cut(n, parts, t + 1);
-        if (two_by_two) maxpool2_fwd_images(x, y, am, n0, n1, h, w, c, ho, wo);
-        else maxpool_fwd_images(x, y, am, n0, n1, h, w, c, ho, wo, k, s, p);
-    }
+    image_pass ip = {.cx = x, .y = y, .am = am, .n = n, .h = h, .w = w, .c = c, .ho = ho, .wo = wo, .k = k, .s = s,
+                     .p = p, .parts = IMAGE_BLOCKS(n), .flag = two_by_two};
+    rnb_parallel(threads, ip.parts, maxpool_fwd_block, &ip);
 }
 
-static void maxpool2_bwd_images(const float *dy, const int32_t *am, float *dx, i64 n0, i64 n1, i64 h, i64 w, i64 c,
+static void maxpool2_bwd_images(const float *restrict dy, const int32_t *restrict am, float *restrict dx, i64 n0, i64 n1, i64 h, i64 w, i64 c,
                                 i64 ho, i64 wo) {
     for (i64 n = n0; n < n1; n++)
         for (i64 ih = 0; ih < h; ih++) {
@@ -307,69 +344,83 @@ static void maxpool_bwd_images(const float *dy, const int32_t *am, float *dx, i6
     }
 }
 
+static void maxpool_bwd_block(void *v, i64 t) {
+    const image_pass *a = v;
+    IMAGES(a, t, n0, n1);
+    if (a->flag) maxpool2_bwd_images(a->cx, a->am, a->x, n0, n1, a->h, a->w, a->c, a->ho, a->wo);
+    else maxpool_bwd_images(a->cx, a->am, a->x, n0, n1, a->h * a->w, a->c, a->ho * a->wo);
+}
+
 /* maxpool_bwd_par_: dx (N, H, W, C) from dy and the argmax, by blocks of images */
 void rnb_maxpool_bwd(const float *dy, const int32_t *am, float *dx, i64 n, i64 h, i64 w, i64 c, i64 ho, i64 wo,
                      int two_by_two, int threads) {
-    threads = team(threads);
-    i64 parts = IMAGE_BLOCKS(n);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < parts; t++) {
-        i64 n0 = cut(n, parts, t), n1 = cut(n, parts, t + 1);
-        if (two_by_two) maxpool2_bwd_images(dy, am, dx, n0, n1, h, w, c, ho, wo);
-        else maxpool_bwd_images(dy, am, dx, n0, n1, h * w, c, ho * wo);
+    image_pass ip = {.cx = dy, .am = (int32_t *)am, .x = dx, .n = n, .h = h, .w = w, .c = c, .ho = ho, .wo = wo,
+                     .parts = IMAGE_BLOCKS(n), .flag = two_by_two};
+    rnb_parallel(threads, ip.parts, maxpool_bwd_block, &ip);
+}
+
+static void avgpool_block(void *v, i64 t) {
+    const image_pass *a = v;
+    i64 h = a->h, w = a->w, c = a->c, ho = a->ho, wo = a->wo;
+    float *x = a->x, *y = a->y, kk = a->kk;
+    IMAGES(a, t, n0, n1);
+    for (i64 b = n0; b < n1; b++) {
+        if (a->flag)
+            for (i64 q = 0; q < h * w * c; q++) x[b * h * w * c + q] = 0.0f;
+        for (i64 oh = 0; oh < ho; oh++) {
+            i64 hs, he, ws, we;
+            window(oh, a->s, a->p, a->k, h, &hs, &he);
+            for (i64 ow = 0; ow < wo; ow++) {
+                window(ow, a->s, a->p, a->k, w, &ws, &we);
+                float *yr = y + ((b * ho + oh) * wo + ow) * c;
+                if (!a->flag)
+                    for (i64 q = 0; q < c; q++) yr[q] = 0.0f;
+                for (i64 ih = hs; ih < he; ih++)
+                    for (i64 iw = ws; iw < we; iw++) {
+                        float *xr = x + ((b * h + ih) * w + iw) * c;
+                        if (a->flag) { for (i64 q = 0; q < c; q++) xr[q] += yr[q] / kk; }
+                        else { for (i64 q = 0; q < c; q++) yr[q] += xr[q]; }
+                    }
+                if (!a->flag)
+                    for (i64 q = 0; q < c; q++) yr[q] = yr[q] / kk;
+            }
+        }
     }
 }
 
 /* conv_loops.avgpool_fwd_ / avgpool_bwd_ (padding counts; kk = k*k in float32), by blocks of images */
 void rnb_avgpool(float *x, i64 n, i64 h, i64 w, i64 c, float *y, i64 ho, i64 wo, i64 k, i64 s, i64 p, float kk,
                  int backward, int threads) {
-    threads = team(threads);
-    i64 parts = IMAGE_BLOCKS(n);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < parts; t++)
-        for (i64 b = cut(n, parts, t); b < cut(n, parts, t + 1); b++) {
-            if (backward)
-                for (i64 q = 0; q < h * w * c; q++) x[b * h * w * c + q] = 0.0f;
-            for (i64 oh = 0; oh < ho; oh++) {
-                i64 hs, he, ws, we;
-                window(oh, s, p, k, h, &hs, &he);
-                for (i64 ow = 0; ow < wo; ow++) {
-                    window(ow, s, p, k, w, &ws, &we);
-                    float *yr = y + ((b * ho + oh) * wo + ow) * c;
-                    if (!backward)
-                        for (i64 q = 0; q < c; q++) yr[q] = 0.0f;
-                    for (i64 ih = hs; ih < he; ih++)
-                        for (i64 iw = ws; iw < we; iw++) {
-                            float *xr = x + ((b * h + ih) * w + iw) * c;
-                            if (backward) { for (i64 q = 0; q < c; q++) xr[q] += yr[q] / kk; }
-                            else { for (i64 q = 0; q < c; q++) yr[q] += xr[q]; }
-                        }
-                    if (!backward)
-                        for (i64 q = 0; q < c; q++) yr[q] = yr[q] / kk;
-                }
-            }
+    image_pass ip = {.x = x, .y = y, .n = n, .h = h, .w = w, .c = c, .ho = ho, .wo = wo, .k = k, .s = s, .p = p,
+                     .parts = IMAGE_BLOCKS(n), .flag = backward, .kk = kk};
+    rnb_parallel(threads, ip.parts, avgpool_block, &ip);
+}
+
+static void gap_block(void *v, i64 t) {
+    const image_pass *a = v;
+    i64 hw = a->h, c = a->c;
+    float div = a->kk;
+    IMAGES(a, t, n0, n1);
+    for (i64 b = n0; b < n1; b++) {
+        float *yr = a->y + b * a->ldy, *xb = a->x + b * hw * c;
+        if (a->flag) {
+            for (i64 i = 0; i < hw; i++)
+                for (i64 q = 0; q < c; q++) xb[i * c + q] = yr[q] / div;
+            continue;
         }
+        for (i64 q = 0; q < c; q++) yr[q] = 0.0f;
+        for (i64 i = 0; i < hw; i++)
+            for (i64 q = 0; q < c; q++) yr[q] += xb[i * c + q];
+        for (i64 q = 0; q < c; q++) yr[q] = yr[q] / div;
+    }
 }
 
 /* conv_loops.gap_fwd_ (backward = 0: y (N, C) = the mean over the H*W pixels of x) or gap_bwd_ (x = dy / div
  * at every pixel), by blocks of images; div = H*W in float32 */
 void rnb_gap(float *x, i64 n, i64 hw, i64 c, float *y, i64 ldy, float div, int backward, int threads) {
-    threads = team(threads);
-    i64 parts = IMAGE_BLOCKS(n);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < parts; t++)
-        for (i64 b = cut(n, parts, t); b < cut(n, parts, t + 1); b++) {
-            float *yr = y + b * ldy, *xb = x + b * hw * c;
-            if (backward) {
-                for (i64 i = 0; i < hw; i++)
-                    for (i64 q = 0; q < c; q++) xb[i * c + q] = yr[q] / div;
-                continue;
-            }
-            for (i64 q = 0; q < c; q++) yr[q] = 0.0f;
-            for (i64 i = 0; i < hw; i++)
-                for (i64 q = 0; q < c; q++) yr[q] += xb[i * c + q];
-            for (i64 q = 0; q < c; q++) yr[q] = yr[q] / div;
-        }
+    image_pass ip = {.x = x, .y = y, .n = n, .h = hw, .c = c, .ldy = ldy, .parts = IMAGE_BLOCKS(n), .flag = backward,
+                     .kk = div};
+    rnb_parallel(threads, ip.parts, gap_block, &ip);
 }
 
 /* ---- im2col / col2im (conv_loops.im2col_, col2im_, im2col_taps_; conv_par) -------------------- */
@@ -425,54 +476,86 @@ void rnb_col2im_images(const float *dcols, float *dx3, i64 h, i64 w, i64 c, i64 
         }
 }
 
+static void patches_block(void *v, i64 t) {
+    const image_pass *a = v;
+    i64 rows = a->ho * a->wo * a->k * a->k * a->c;
+    IMAGES(a, t, n0, n1);
+    if (a->flag) rnb_im2col_images(a->x, a->h, a->w, a->c, a->cols + n0 * rows, a->k, a->s, a->p, a->ho, a->wo, n0, n1);
+    else rnb_col2im_images(a->cols + n0 * rows, a->x, a->h, a->w, a->c, a->k, a->s, a->p, a->ho, a->wo, n0, n1);
+}
+
 /* conv_par.patches_par_: im2col (to_cols) or col2im of n images by blocks of min(n, RNB_CHUNKS) */
 void rnb_patches(float *x3, i64 n, i64 h, i64 w, i64 c, float *cols, i64 k, i64 s, i64 p, i64 ho, i64 wo, int to_cols,
                  int threads) {
-    threads = team(threads);
-    i64 parts = IMAGE_BLOCKS(n), rows = ho * wo * k * k * c;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < parts; t++) {
-        i64 n0 = cut(n, parts, t), n1 = cut(n, parts, t + 1);
-        if (to_cols) rnb_im2col_images(x3, h, w, c, cols + n0 * rows, k, s, p, ho, wo, n0, n1);
-        else rnb_col2im_images(cols + n0 * rows, x3, h, w, c, k, s, p, ho, wo, n0, n1);
-    }
+    image_pass ip = {.x = x3, .cols = cols, .n = n, .h = h, .w = w, .c = c, .ho = ho, .wo = wo, .k = k, .s = s, .p = p,
+                     .parts = IMAGE_BLOCKS(n), .flag = to_cols};
+    rnb_parallel(threads, ip.parts, patches_block, &ip);
+}
+
+static void taps_block(void *v, i64 t) {
+    const image_pass *a = v;
+    i64 k = a->k, ho = a->ho, wo = a->wo, m = a->n * ho * wo;
+    IMAGES(a, t, n0, n1);
+    for (i64 b = n0; b < n1; b++)
+        for (i64 tap = 0; tap < k * k; tap++) {
+            i64 i = tap / k, j = tap % k;
+            const i64 *sp = a->spans + 4 * tap;
+            i64 h_lo = sp[0], h_hi = sp[1], w_lo = sp[2], w_hi = sp[3];
+            for (i64 oh = 0; oh < ho; oh++) {
+                float *dst = a->cols + tap * m + (b * ho + oh) * wo;
+                if (oh < h_lo || oh >= h_hi) { for (i64 q = 0; q < wo; q++) dst[q] = 0.0f; continue; }
+                for (i64 q = 0; q < w_lo; q++) dst[q] = 0.0f;
+                for (i64 q = w_hi; q < wo; q++) dst[q] = 0.0f;
+                const float *src = a->cx + (b * a->h + oh * a->s - a->p + i) * a->w;
+                if (a->s == 1) memcpy(dst + w_lo, src + w_lo - a->p + j, (size_t)(w_hi - w_lo) * sizeof(float));
+                else
+                    for (i64 q = 0; q < w_hi - w_lo; q++) dst[w_lo + q] = src[(w_lo + q) * a->s - a->p + j];
+            }
+        }
 }
 
 /* conv_par.im2col_taps_par_: one-channel columns tap-major, cols_t (k*k, M) with M = n*ho*wo; spans (k*k, 4) */
 void rnb_im2col_taps(const float *x3, i64 n, i64 h, i64 w, float *cols_t, const i64 *spans, i64 k, i64 s, i64 p,
                      i64 ho, i64 wo, int threads) {
-    threads = team(threads);
-    i64 parts = IMAGE_BLOCKS(n), m = n * ho * wo;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < parts; t++)
-        for (i64 b = cut(n, parts, t); b < cut(n, parts, t + 1); b++)
-            for (i64 tap = 0; tap < k * k; tap++) {
-                i64 i = tap / k, j = tap % k;
-                const i64 *sp = spans + 4 * tap;
-                i64 h_lo = sp[0], h_hi = sp[1], w_lo = sp[2], w_hi = sp[3];
-                for (i64 oh = 0; oh < ho; oh++) {
-                    float *dst = cols_t + tap * m + (b * ho + oh) * wo;
-                    if (oh < h_lo || oh >= h_hi) { for (i64 q = 0; q < wo; q++) dst[q] = 0.0f; continue; }
-                    for (i64 q = 0; q < w_lo; q++) dst[q] = 0.0f;
-                    for (i64 q = w_hi; q < wo; q++) dst[q] = 0.0f;
-                    const float *src = x3 + (b * h + oh * s - p + i) * w;
-                    if (s == 1) memcpy(dst + w_lo, src + w_lo - p + j, (size_t)(w_hi - w_lo) * sizeof(float));
-                    else
-                        for (i64 q = 0; q < w_hi - w_lo; q++) dst[w_lo + q] = src[(w_lo + q) * s - p + j];
-                }
-            }
+    image_pass ip = {.cx = x3, .cols = cols_t, .spans = spans, .n = n, .h = h, .w = w, .ho = ho, .wo = wo, .k = k,
+                     .s = s, .p = p, .parts = IMAGE_BLOCKS(n)};
+    rnb_parallel(threads, ip.parts, taps_block, &ip);
 }
 
-/* ---- ReLU (fused.relu_chunks_par_): forward (dy NULL) or backward from the input x ------------ */
+/* ---- element-wise passes over RNB_CHUNKS blocks: ReLU (fused.relu_chunks_par_), mul (fused.mul_) -- */
+typedef struct {
+    const float *x, *dy, *b;
+    float *y;
+    i64 n;
+} flat_pass;
+
+static void relu_block(void *v, i64 c) {
+    const flat_pass *a = v;
+    i64 lo, hi;
+    chunk(a->n, c, &lo, &hi);
+    const float *x = a->x, *dy = a->dy;
+    float *y = a->y;
+    if (dy) { for (i64 k = lo; k < hi; k++) y[k] = dy[k] * (x[k] > 0 ? 1.0f : 0.0f); }
+    else { for (i64 k = lo; k < hi; k++) y[k] = x[k] > 0 ? x[k] : 0.0f; }
+}
+
+/* ReLU forward (dy NULL) or backward from the input x */
 void rnb_relu(const float *x, float *y, const float *dy, i64 n, int threads) {
-    threads = team(threads);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 c = 0; c < RNB_CHUNKS; c++) {
-        i64 lo, hi;
-        chunk(n, c, &lo, &hi);
-        if (dy) { for (i64 k = lo; k < hi; k++) y[k] = dy[k] * (x[k] > 0 ? 1.0f : 0.0f); }
-        else { for (i64 k = lo; k < hi; k++) y[k] = x[k] > 0 ? x[k] : 0.0f; }
-    }
+    flat_pass f = {.x = x, .dy = dy, .y = y, .n = n};
+    rnb_parallel(threads, RNB_CHUNKS, relu_block, &f);
+}
+
+static void mul_block(void *v, i64 c) {
+    const flat_pass *a = v;
+    i64 lo, hi;
+    chunk(a->n, c, &lo, &hi);
+    for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] * a->b[k];
+}
+
+/* out = a * b over n flat values (dropout's backward) */
+void rnb_mul(float *out, const float *a, const float *b, i64 n, int threads) {
+    flat_pass f = {.x = a, .b = b, .y = out, .n = n};
+    rnb_parallel(threads, RNB_CHUNKS, mul_block, &f);
 }
 
 /* ---- image batch gather (augment.gather_images_nhwc / transfer_images_step) ------------------- */
@@ -509,12 +592,14 @@ static void gather_one(const float *src, float *out, i64 h, i64 w, i64 cn, i64 h
 
 /* Rows perm[cursor : cursor + b] of NCHW float32 xs (rows x cn x hs x ws) -> NHWC x_out (b, h, w, cn), labels
  * (int64 when wide, else int32) -> int32 y_out; sample j draws Philox block aug_offset[0] + j of the stream.
- * Returns 0 (and advances the cursor), 1 (cursor past the end) or 2 (a bad row), as the numba loop. */
+ * Returns 0 (and, with advance, moves the cursor on by b), 1 (cursor past the end) or 2 (a bad row), as the numba
+ * loops: transfer_images_step (advance 1) and, for a batch claimed into (start, aug_base), transfer_images_claimed
+ * (cursor and aug_offset point into the claim, advance 0). */
 i64 rnb_gather_images(const float *xs, i64 rows, i64 cn, i64 hs, i64 ws, const void *ys, int wide, const i64 *perm,
                       i64 nperm, i64 *cursor, const i64 *aug_offset, float *x_out, int32_t *y_out, i64 b, i64 h, i64 w,
                       uint64_t k0, uint64_t k1, uint64_t stream, i64 pad, i64 flip, double fill, const i64 *yi0,
                       const i64 *yi1, const float *yw0, const float *yw1, const i64 *xi0, const i64 *xi1,
-                      const float *xw0, const float *xw1, int resize) {
+                      const float *xw0, const float *xw1, int resize, int advance) {
     i64 start = cursor[0];
     if (start < 0 || start + b > nperm) return 1;
     resize_tables rt = {yi0, yi1, xi0, xi1, yw0, yw1, xw0, xw1};
@@ -530,8 +615,15 @@ i64 rnb_gather_images(const float *xs, i64 rows, i64 cn, i64 hs, i64 ws, const v
         gather_one(xs + r * cn * hs * ws, x_out + i * h * w * cn, h, w, cn, hs, ws, dy, dx, mirror, (float)fill,
                    resize ? &rt : NULL);
     }
-    cursor[0] = start + b;
+    if (advance) cursor[0] = start + b;
     return 0;
+}
+
+/* augment.claim_batch: state = (cursor, aug_offset), then the cursor moves on by n */
+void rnb_claim_batch(i64 *cursor, const i64 *aug_offset, i64 n, i64 *state) {
+    state[0] = cursor[0];
+    state[1] = aug_offset[0];
+    cursor[0] = cursor[0] + n;
 }
 
 /* ---- dropout (philox.dropout_kernel, then fused.mul_) ------------------------------------------ */
@@ -539,36 +631,34 @@ static inline float keep_mask(uint64_t w, float threshold, float scale) { /* phi
     return (float)(w >> 8) * 5.9604645e-08f < threshold ? scale : 0.0f;
 }
 
+typedef struct {
+    const float *x;
+    float *y, *mask;
+    i64 n, blocks;
+    uint64_t base, k0, k1, stream;
+    float threshold, scale;
+} dropout_pass;
+
+static void dropout_block(void *v, i64 t) {
+    const dropout_pass *a = v;
+    uint64_t wd[4];
+    for (i64 bk = cut(a->blocks, RNB_CHUNKS, t); bk < cut(a->blocks, RNB_CHUNKS, t + 1); bk++) {
+        uint64_t blk = a->base + (uint64_t)bk;
+        philox_block(blk & 0xFFFFFFFFull, blk >> 32, a->stream, 0, a->k0, a->k1, wd);
+        for (i64 q = 0; q < 4 && 4 * bk + q < a->n; q++) {
+            i64 e = 4 * bk + q;
+            a->mask[e] = keep_mask(wd[q], a->threshold, a->scale);
+            a->y[e] = a->x[e] * a->mask[e];
+        }
+    }
+}
+
 /* mask = Philox words of blocks offset[0].. below threshold, times scale; offset[0] += the blocks used;
  * y = x * mask (n values) */
 void rnb_dropout_fwd(const float *x, float *y, float *mask, i64 n, i64 *offset, uint64_t k0, uint64_t k1,
                      uint64_t stream, float threshold, float scale, int threads) {
-    threads = team(threads);
-    uint64_t base = (uint64_t)offset[0];
-    i64 blocks = (n + 3) / 4;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < RNB_CHUNKS; t++) {
-        uint64_t wd[4];
-        for (i64 bk = cut(blocks, RNB_CHUNKS, t); bk < cut(blocks, RNB_CHUNKS, t + 1); bk++) {
-            uint64_t blk = base + (uint64_t)bk;
-            philox_block(blk & 0xFFFFFFFFull, blk >> 32, stream, 0, k0, k1, wd);
-            for (i64 q = 0; q < 4 && 4 * bk + q < n; q++) {
-                i64 e = 4 * bk + q;
-                mask[e] = keep_mask(wd[q], threshold, scale);
-                y[e] = x[e] * mask[e];
-            }
-        }
-    }
-    offset[0] = (i64)(base + (uint64_t)blocks);
-}
-
-/* fused.mul_: out = a * b over n flat values (dropout's backward), in RNB_CHUNKS blocks */
-void rnb_mul(float *out, const float *a, const float *b, i64 n, int threads) {
-    threads = team(threads);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 c = 0; c < RNB_CHUNKS; c++) {
-        i64 lo, hi;
-        chunk(n, c, &lo, &hi);
-        for (i64 k = lo; k < hi; k++) out[k] = a[k] * b[k];
-    }
+    dropout_pass d = {.x = x, .y = y, .mask = mask, .n = n, .blocks = (n + 3) / 4, .base = (uint64_t)offset[0],
+                      .k0 = k0, .k1 = k1, .stream = stream, .threshold = threshold, .scale = scale};
+    rnb_parallel(threads, RNB_CHUNKS, dropout_block, &d);
+    offset[0] = (i64)(d.base + (uint64_t)d.blocks);
 }

@@ -193,9 +193,14 @@ def bind_dropout(x, y, mask, offset, k0: int, k1: int, stream: int, threshold: A
 
 
 @_binder
-def bind_gather_images(cursor, aug_offset, xs, ys, perm, x4, y_out, rng: tuple, tables: tuple) -> Callable[[], int] | None:
-    """augment.transfer_images_step for float32 NCHW sources: returns its status (0, 1 or 2)."""
+def bind_gather_images(cursor, aug_offset, xs, ys, perm, x4, y_out, rng: tuple, tables: tuple,  # type: ignore[no-untyped-def]
+                       claimed: bool = False) -> Callable[[], int] | None:
+    """augment.transfer_images_step for float32 NCHW sources: returns its status (0, 1 or 2). ``claimed``:
+    transfer_images_claimed, the batch claimed into ``cursor`` (2,) = (start, aug_base) by bind_claim's
+    kernel (aug_offset is then ignored and nothing is advanced)."""
     L = active()
+    if claimed:
+        cursor, aug_offset = cursor[:1], cursor[1:]
     ok = (L is not None and _c32(xs, x4) and xs.ndim == x4.ndim == 4 and ys.dtype in (I32, I64) and _flat(ys, perm)
           and perm.dtype == I64 and y_out.dtype == I32 and _flat(y_out, cursor, aug_offset) and cursor.dtype == I64
           and aug_offset.dtype == I64 and ys.shape[0] == xs.shape[0] and xs.shape[1] == x4.shape[3]
@@ -206,8 +211,18 @@ def bind_gather_images(cursor, aug_offset, xs, ys, perm, x4, y_out, rng: tuple, 
     (yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize), (rows, cn, hs, ws), (b, h, w) = tables, xs.shape, x4.shape[:3]
     args = (_ptr(xs), rows, cn, hs, ws, _ptr(ys), int(ys.dtype == I64), _ptr(perm), perm.size, _ptr(cursor),
             _ptr(aug_offset), _ptr(x4), _ptr(y_out), b, h, w, k0, k1, stream, pad, flip, float(fill),
-            *(_ptr(t) for t in (yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1)), int(resize))
+            *(_ptr(t) for t in (yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1)), int(resize), int(not claimed))
     return _call(L.rnb_gather_images, args, (cursor, aug_offset, xs, ys, perm, x4, y_out, *tables[:8]))
+
+
+@_binder
+def bind_claim(cursor, aug_offset, n: int, state) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """augment.claim_batch: state = (cursor, aug_offset), the cursor moved on by n."""
+    L = active()
+    arrays = (cursor, aug_offset, state)
+    if L is None or not (_flat(*arrays) and all(a.dtype == I64 for a in arrays) and state.size >= 2):
+        return None
+    return _call(L.rnb_claim_batch, (_ptr(cursor), _ptr(aug_offset), n, _ptr(state)), arrays)
 
 
 # ---- the convolutions that call sgemm: by im2col tiles, by Winograd F(2x2, 3x3) -----------------

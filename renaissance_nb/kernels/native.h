@@ -28,6 +28,11 @@ static inline void chunk(i64 n, i64 c, i64 *lo, i64 *hi) {
 extern volatile int rnb_forked; /* set in a forked child (native.c) */
 static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
 
+/* pool_native.c: fn(ctx, b) for every block b < blocks, on up to `threads` threads (the caller's among
+ * them), each block by whichever thread claims it first: a block's work must not depend on its thread */
+typedef void (*rnb_block_fn)(void *ctx, i64 block);
+void rnb_parallel(int threads, i64 blocks, rnb_block_fn fn, void *ctx);
+
 /* philox.philox_block: Philox4x32-10 of the counter (c0..c3) under the key (k0, k1), words < 2**32 */
 static inline void philox_block(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3, uint64_t k0, uint64_t k1, uint64_t out[4]) {
     for (int r = 0; r < 10; r++) {

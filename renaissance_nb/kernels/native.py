@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE, SOURCE.with_name("conv_native.c"), SOURCE.with_name("winograd_native.c"))
+SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c") for n in ("conv", "winograd", "pool")))
 """The C files compiled into the one library (each includes native.h)."""
 HEADER = SOURCE.with_name("native.h")
 ABI = 6
@@ -78,7 +78,8 @@ SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kerne
     "rnb_im2col_taps": (None, (P, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT)),
     "rnb_relu": (None, (P, P, P, I64, INT)),
     "rnb_gather_images": (I64, (P, I64, I64, I64, I64, P, INT, P, I64, P, P, P, P, I64, I64, I64, U64, U64, U64, I64,
-                                I64, F64, P, P, P, P, P, P, P, P, INT)),
+                                I64, F64, P, P, P, P, P, P, P, P, INT, INT)),
+    "rnb_claim_batch": (None, (P, P, I64, P)),
     "rnb_dropout_fwd": (None, (P, P, P, I64, P, U64, U64, U64, F32, F32, INT)),
     "rnb_mul": (None, (P, P, P, I64, INT)),
     "rnb_conv_fwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64, I64, I64, I64, I64, P,
@@ -260,9 +261,9 @@ _choice = _Choice()
 def chosen_for(ops: set[str]) -> Iterator[bool]:
     """Bind inside this block with the C kernels only if they cover every op (NUMBA_FREE_OPS); yields
     the choice. Why not always: the C kernels run on OpenMP's threads, numba's parallel kernels on
-    numba's, and two pools on the same cores spin against each other (the conv net's step, whose conv,
-    batch norm and pooling kernels stay numba, took 1.40x as long with its fc, loss and optimizer in C,
-    benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all."""
+    numba's, and two pools on the same cores spin against each other (the conv net's step, when its conv,
+    batch norm and pooling kernels were numba's only, took 1.40x as long with its fc, loss and optimizer
+    in C, benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all."""
     _choice.stack.append(lib() is not None and ops <= NUMBA_FREE_OPS)
     try:
         yield _choice.stack[-1]
@@ -311,6 +312,7 @@ NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy",
                             # conv nets (conv_native.c, winograd_native.c; kernels/conv_native.py binds them)
                             "conv_fwd", "conv_bwd", "bn_fwd", "bn_bwd", "bn_fold", "bn_inf", "maxpool_fwd",
                             "maxpool_bwd", "avgpool_fwd", "avgpool_bwd", "gap_fwd", "gap_bwd", "transfer_image",
+                            "transfer_image_async", "transfer_wait",
                             "act_fwd", "act_bwd", "dropout_fwd", "mul", "reshape_copy"})
 """Ops whose CPU kernels (kernels/cpu.py, conv.py, transfer.py) call C or NumPy only when the library is
 loaded and no binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts

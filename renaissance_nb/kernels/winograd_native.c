@@ -3,7 +3,7 @@
  * conv_fwd_tiles_, conv_bwd_tiles_). The twins of those numba kernels (kernels/conv_native.py binds them,
  * tests/test_conv_native.py compares their bytes): the same sgemm calls (the BLAS's address, the same
  * shapes, strides and buffers) and the same transforms in the same types and order, built with
- * -ffp-contract=off. Thread t of the numba kernel's prange is iteration t here (schedule(static, 1)):
+ * -ffp-contract=off. Thread t of the numba kernel's prange is block t here (rnb_parallel, pool_native.c):
  * its share of the batch, its own buffer and dW partial, the partials added in thread order after.
  */
 #include "native.h"
@@ -29,7 +29,7 @@ static void sgemm_at(void *f, int wide, int ta, int tb, i64 m, i64 n, i64 k, con
 }
 
 /* conv_tiled.add_parts_: out = out + parts[0] + parts[1] + ... (float32, in that order) */
-static void add_parts(const float *parts, i64 nparts, float *out, i64 size) {
+static void add_parts(const float *restrict parts, i64 nparts, float *restrict out, i64 size) {
     for (i64 j = 0; j < size; j++) {
         float acc = out[j];
         for (i64 t = 0; t < nparts; t++) acc += parts[t * size + j];
@@ -38,23 +38,57 @@ static void add_parts(const float *parts, i64 nparts, float *out, i64 size) {
 }
 
 /* ---- im2col convolutions by tiles (conv_tiled.py) ----------------------------------------------- */
+typedef struct { /* a tiled convolution: thread t's share of images, tile images at a time, in its buffer */
+    void *f;
+    int wide;
+    const float *x3, *w2, *dy2, *b;
+    float *y2, *dw2, *parts, *scratch, *dscratch, *dx3;
+    i64 n, h, w, c, cout, threads, k, s, p, ho, wo, tile, nb, act;
+} tiles;
+
+static void fwd_tiles_share(void *v, i64 t) {
+    const tiles *a = v;
+    i64 per = a->ho * a->wo, kk = a->k * a->k * a->c, cout = a->cout;
+    float *buf = a->scratch + t * a->tile * per * kk;
+    for (i64 b0 = cut(a->n, a->threads, t), n1 = cut(a->n, a->threads, t + 1); b0 < n1;) {
+        i64 b1 = min64(n1, b0 + a->tile), r0 = b0 * per, rows = (b1 - b0) * per;
+        rnb_im2col_images(a->x3, a->h, a->w, a->c, buf, a->k, a->s, a->p, a->ho, a->wo, b0, b1);
+        sgemm_at(a->f, a->wide, NO_TRANS, TRANS, rows, cout, kk, buf, kk, a->w2, kk, a->y2 + r0 * cout, cout, 0);
+        if (a->act != 0 || a->nb > 0) rnb_bias_act(a->y2 + r0 * cout, rows, cout, cout, a->b, a->nb, a->act, 0.0, 1);
+        b0 = b1;
+    }
+}
+
 /* y2 (n*ho*wo, cout) = act(im2col(x3) w2^T + b); scratch: threads buffers of tile*ho*wo rows of kk */
 void rnb_conv_fwd_tiles(void *f, int wide, const float *x3, i64 n, i64 h, i64 w, i64 c, const float *w2, i64 cout,
                         float *y2, float *scratch, i64 threads, i64 k, i64 s, i64 p, i64 ho, i64 wo, i64 tile,
                         const float *b, i64 nb, i64 act) {
-    i64 per = ho * wo, kk = k * k * c;
-    int team_size = team((int)threads);
-    #pragma omp parallel for schedule(static, 1) num_threads(team_size) if (team_size > 1)
-    for (i64 t = 0; t < threads; t++) {
-        float *buf = scratch + t * tile * per * kk;
-        for (i64 b0 = cut(n, threads, t), n1 = cut(n, threads, t + 1); b0 < n1;) {
-            i64 b1 = min64(n1, b0 + tile), r0 = b0 * per, rows = (b1 - b0) * per;
-            rnb_im2col_images(x3, h, w, c, buf, k, s, p, ho, wo, b0, b1);
-            sgemm_at(f, wide, NO_TRANS, TRANS, rows, cout, kk, buf, kk, w2, kk, y2 + r0 * cout, cout, 0);
-            if (act != 0 || nb > 0) rnb_bias_act(y2 + r0 * cout, rows, cout, cout, b, nb, act, 0.0, 1);
-            b0 = b1;
+    tiles a = {.f = f, .wide = wide, .x3 = x3, .w2 = w2, .b = b, .y2 = y2, .scratch = scratch, .n = n, .h = h, .w = w,
+               .c = c, .cout = cout, .threads = threads, .k = k, .s = s, .p = p, .ho = ho, .wo = wo, .tile = tile,
+               .nb = nb, .act = act};
+    rnb_parallel((int)threads, threads, fwd_tiles_share, &a);
+}
+
+static void bwd_tiles_share(void *v, i64 t) {
+    const tiles *a = v;
+    i64 per = a->ho * a->wo, kk = a->k * a->k * a->c, cout = a->cout;
+    float *buf = a->scratch + t * a->tile * per * kk;
+    float *dbuf = a->dx3 ? a->dscratch + t * a->tile * per * kk : buf;
+    float *part = t == 0 ? a->dw2 : a->parts + (t - 1) * cout * kk;
+    int first = 1;
+    for (i64 b0 = cut(a->n, a->threads, t), n1 = cut(a->n, a->threads, t + 1); b0 < n1;) {
+        i64 b1 = min64(n1, b0 + a->tile), r0 = b0 * per, rows = (b1 - b0) * per;
+        rnb_im2col_images(a->x3, a->h, a->w, a->c, buf, a->k, a->s, a->p, a->ho, a->wo, b0, b1);
+        const float *dyt = a->dy2 + r0 * cout;
+        sgemm_at(a->f, a->wide, TRANS, NO_TRANS, cout, kk, rows, dyt, cout, buf, kk, part, kk, !first);
+        if (a->dx3) {
+            sgemm_at(a->f, a->wide, NO_TRANS, NO_TRANS, rows, kk, cout, dyt, cout, a->w2, kk, dbuf, kk, 0);
+            rnb_col2im_images(dbuf, a->dx3, a->h, a->w, a->c, a->k, a->s, a->p, a->ho, a->wo, b0, b1);
         }
+        first = 0;
+        b0 = b1;
     }
+    if (first) memset(part, 0, (size_t)(cout * kk) * sizeof(float));
 }
 
 /* dW (thread 0 into dw2, thread t > 0 into parts[t - 1], added in order) = sum of dy_tile^T cols_tile; with dx3
@@ -62,29 +96,11 @@ void rnb_conv_fwd_tiles(void *f, int wide, const float *x3, i64 n, i64 h, i64 w,
 void rnb_conv_bwd_tiles(void *f, int wide, const float *x3, i64 n, i64 h, i64 w, i64 c, const float *dy2,
                         const float *w2, i64 cout, float *dw2, float *parts, float *scratch, float *dscratch,
                         float *dx3, i64 threads, i64 k, i64 s, i64 p, i64 ho, i64 wo, i64 tile) {
-    i64 per = ho * wo, kk = k * k * c, size = cout * kk;
-    int team_size = team((int)threads);
-    #pragma omp parallel for schedule(static, 1) num_threads(team_size) if (team_size > 1)
-    for (i64 t = 0; t < threads; t++) {
-        float *buf = scratch + t * tile * per * kk;
-        float *dbuf = dx3 ? dscratch + t * tile * per * kk : buf;
-        float *part = t == 0 ? dw2 : parts + (t - 1) * size;
-        int first = 1;
-        for (i64 b0 = cut(n, threads, t), n1 = cut(n, threads, t + 1); b0 < n1;) {
-            i64 b1 = min64(n1, b0 + tile), r0 = b0 * per, rows = (b1 - b0) * per;
-            rnb_im2col_images(x3, h, w, c, buf, k, s, p, ho, wo, b0, b1);
-            const float *dyt = dy2 + r0 * cout;
-            sgemm_at(f, wide, TRANS, NO_TRANS, cout, kk, rows, dyt, cout, buf, kk, part, kk, !first);
-            if (dx3) {
-                sgemm_at(f, wide, NO_TRANS, NO_TRANS, rows, kk, cout, dyt, cout, w2, kk, dbuf, kk, 0);
-                rnb_col2im_images(dbuf, dx3, h, w, c, k, s, p, ho, wo, b0, b1);
-            }
-            first = 0;
-            b0 = b1;
-        }
-        if (first) memset(part, 0, (size_t)size * sizeof(float));
-    }
-    add_parts(parts, threads - 1, dw2, size);
+    tiles a = {.f = f, .wide = wide, .x3 = x3, .w2 = w2, .dy2 = dy2, .dw2 = dw2, .parts = parts, .scratch = scratch,
+               .dscratch = dscratch, .dx3 = dx3, .n = n, .h = h, .w = w, .c = c, .cout = cout, .threads = threads,
+               .k = k, .s = s, .p = p, .ho = ho, .wo = wo, .tile = tile};
+    rnb_parallel((int)threads, threads, bwd_tiles_share, &a);
+    add_parts(parts, threads - 1, dw2, cout * k * k * c);
 }
 
 /* ---- Winograd F(2x2, 3x3) (winograd.py) ------------------------------------------------------- */
@@ -116,7 +132,7 @@ void rnb_winograd_weights(const float *w4, i64 cout, i64 cin, float *u, int flip
 }
 
 /* winograd._in_row and _in_tile: v (16c) = B^T d B of the 4x4 patch with rows p0..p3 (4c each) */
-static void in_row(const float *pa, const float *pb, float sign, float *v, i64 c) {
+static void in_row(const float *restrict pa, const float *restrict pb, float sign, float *restrict v, i64 c) {
     for (i64 k = 0; k < c; k++) {
         float e0 = pa[k] + sign * pb[k], e1 = pa[c + k] + sign * pb[c + k];
         float e2 = pa[2 * c + k] + sign * pb[2 * c + k], e3 = pa[3 * c + k] + sign * pb[3 * c + k];
@@ -172,7 +188,7 @@ static i64 inputs(const wgeom *g, float *v, i64 vt, float *stage, i64 u0, i64 u1
 }
 
 /* winograd._out_row: one output row of A^T M A (2co) */
-static void out_row(const float *m, i64 ra, i64 rb, i64 rc, float sign, float *y, i64 co) {
+static void out_row(const float *restrict m, i64 ra, i64 rb, i64 rc, float sign, float *restrict y, i64 co) {
     const float *a = m + ra * 4 * co, *b = m + rb * 4 * co, *c = m + rc * 4 * co;
     for (i64 k = 0; k < co; k++) {
         float g0 = a[k] + sign * b[k] + sign * c[k];
@@ -226,6 +242,21 @@ static void fwd_share(void *f, int wide, const wgeom *g, const float *u, float *
     }
 }
 
+typedef struct { /* a Winograd pass: thread t's share of the tile rows in bufs[t] */
+    void *f;
+    int wide;
+    const wgeom *g;
+    const float *u, *b, *dy3;
+    float *y3, *bufs;
+    i64 nb, act, rows, units, threads, per_thread;
+} wpass;
+
+static void fwd_block(void *v, i64 t) {
+    const wpass *a = v;
+    fwd_share(a->f, a->wide, a->g, a->u, a->y3, a->b, a->nb, a->act, a->bufs + t * a->per_thread, a->rows,
+              cut(a->units, a->threads, t), cut(a->units, a->threads, t + 1));
+}
+
 /* winograd.fwd_ after weights_: y = act(conv3x3(x) + b) (x (n, h, w, c), y (n, h, w, co)); bufs: threads
  * buffers of per_thread floats; u (16, c, co) is written from w4 first (flip: the input gradient) */
 void rnb_winograd_fwd(void *f, int wide, const float *w4, int flip, float *u, const float *x3, i64 n, i64 h, i64 w,
@@ -234,16 +265,13 @@ void rnb_winograd_fwd(void *f, int wide, const float *w4, int flip, float *u, co
     if (flip) rnb_winograd_weights(w4, c, co, u, 1);
     else rnb_winograd_weights(w4, co, c, u, 0);
     wgeom g = {x3, h, w, c, co, h, w, (h + 1) / 2, (w + 1) / 2};
-    i64 units = n * g.th;
-    int team_size = team((int)threads);
-    #pragma omp parallel for schedule(static, 1) num_threads(team_size) if (team_size > 1)
-    for (i64 t = 0; t < threads; t++)
-        fwd_share(f, wide, &g, u, y3, b, nb, act, bufs + t * per_thread, rows, cut(units, threads, t),
-                  cut(units, threads, t + 1));
+    wpass a = {.f = f, .wide = wide, .g = &g, .u = u, .b = b, .y3 = y3, .bufs = bufs, .nb = nb, .act = act,
+               .rows = rows, .units = n * g.th, .threads = threads, .per_thread = per_thread};
+    rnb_parallel((int)threads, threads, fwd_block, &a);
 }
 
 /* winograd._dy_tile: dm (16co) = A dY A^T of the 2x2 output-gradient tile with rows r0, r1 (2co each) */
-static void dy_tile(const float *r0, const float *r1, float *dm, i64 co) {
+static void dy_tile(const float *restrict r0, const float *restrict r1, float *restrict dm, i64 co) {
     for (i64 k = 0; k < co; k++) {
         float a = r0[k], b = r0[co + k], c = r1[k], d = r1[co + k];
         float p1 = a + c, q1 = b + d;
@@ -309,15 +337,20 @@ static inline double gt(double p0, double p1, double p2, double p3, int r) {
     return (p1 + p2) * 0.5 + p3;
 }
 
+static void dw_block(void *v, i64 t) {
+    const wpass *a = v;
+    dw_share(a->f, a->wide, a->g, a->dy3, a->bufs + t * a->per_thread, a->rows, cut(a->units, a->threads, t),
+             cut(a->units, a->threads, t + 1));
+}
+
 /* winograd.dw_: dw4 (co, 3, 3, c) = G^T dU G, dU the threads' partials (at part_at in each buffer) summed in order */
 void rnb_winograd_dw(void *f, int wide, const float *x3, i64 n, i64 h, i64 w, i64 c, const float *dy3, i64 co,
                      float *dw4, float *bufs, i64 threads, i64 per_thread, i64 rows) {
     wgeom g = {x3, h, w, c, co, h, w, (h + 1) / 2, (w + 1) / 2};
-    i64 units = n * g.th, at = part_at(rows * g.tw, c, co), size = 16 * c * co;
-    int team_size = team((int)threads);
-    #pragma omp parallel for schedule(static, 1) num_threads(team_size) if (team_size > 1)
-    for (i64 t = 0; t < threads; t++)
-        dw_share(f, wide, &g, dy3, bufs + t * per_thread, rows, cut(units, threads, t), cut(units, threads, t + 1));
+    i64 at = part_at(rows * g.tw, c, co), size = 16 * c * co;
+    wpass a = {.f = f, .wide = wide, .g = &g, .dy3 = dy3, .bufs = bufs, .rows = rows, .units = n * g.th,
+               .threads = threads, .per_thread = per_thread};
+    rnb_parallel((int)threads, threads, dw_block, &a);
     float *d = bufs + at;
     for (i64 j = 0; j < size; j++) { /* add_parts_(others, first) */
         float acc = d[j];
