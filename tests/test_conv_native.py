@@ -164,7 +164,8 @@ def test_im2col_and_col2im(threads: int) -> None:
     for (n, h, w, c, k, s, p) in [(5, 7, 6, 3, 3, 1, 1), (3, 9, 9, 4, 3, 2, 1), (2, 5, 4, 2, 5, 1, 2)]:
         ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
         x3 = awkward(rng, (n, h, w * c))
-        ref, got = np.full((n * ho * wo, k * k * c), 7.0, np.float32), np.full((n * ho * wo, k * k * c), 3.0, np.float32)
+        shape = (n * ho * wo, k * k * c)
+        ref, got = np.full(shape, 7.0, np.float32), np.full(shape, 3.0, np.float32)
         conv_par.patches_par_(x3, ref, c, k, s, p, ho, wo, True)
         with native.chosen_for({"conv_fwd"}):
             conv_native.bind_patches(x3, got, c, k, s, p, ho, wo, True, threads)()
@@ -246,7 +247,8 @@ def test_winograd_and_tiles_on_every_thread_count(threads: int) -> None:
         with blas.own_cores():
             if use_c:
                 with native.chosen_for({"conv_fwd"}):
-                    conv_native.bind_winograd_fwd(sg.address, sg.int_bits == 64, w, False, u, x, y, np.zeros(0, np.float32), 0, bufs, ch.rows)()
+                    conv_native.bind_winograd_fwd(sg.address, sg.int_bits == 64, w, False, u, x, y,
+                                                  np.zeros(0, np.float32), 0, bufs, ch.rows)()
                     conv_native.bind_winograd_dw(sg.address, sg.int_bits == 64, x, dy, dw, bufs, ch.rows)()
             else:
                 winograd.weights_(w, u, False)
