@@ -260,7 +260,7 @@ _choice = _Choice()
 @contextmanager
 def chosen_for(ops: set[str]) -> Iterator[bool]:
     """Bind inside this block with the C kernels only if they cover every op (NUMBA_FREE_OPS); yields
-    the choice. Why not always: the C kernels run on OpenMP's threads, numba's parallel kernels on
+    the choice. Why not always: the C kernels run on their own pool (pool_native.c), numba's parallel kernels on
     numba's, and two pools on the same cores spin against each other (the conv net's step, when its conv,
     batch norm and pooling kernels were numba's only, took 1.40x as long with its fc, loss and optimizer
     in C, benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all."""
