@@ -373,3 +373,20 @@ def test_prefetched_image_gather(crop_pad: int, flip: bool) -> None:
         got.append((x_out, y_out, cursor, claim))
     for a, b in zip(*got):
         same(a, b)
+
+
+@needs_lib
+def test_other_activations_decline_so_the_plan_is_not_called_numba_free() -> None:
+    """act_fwd binds C for ReLU only: tanh in a C plan binds numba's loop and records a decline
+    (native.covers is then False); outside a plan nothing is recorded."""
+    x, y = awkward(seeded(0), (64,)), np.zeros(64, np.float32)
+    before = len(native.DECLINED)
+    KERNELS["act_fwd"]([y], [x], {"act": "tanh"}, BindEnv())()
+    assert len(native.DECLINED) == before
+    with native.chosen_for({"act_fwd"}) as use_c:
+        KERNELS["act_fwd"]([y], [x], {"act": "relu"}, BindEnv())
+        assert use_c and len(native.DECLINED) == before
+        KERNELS["act_fwd"]([y], [x], {"act": "tanh"}, BindEnv())()
+    assert native.DECLINED[before:] == ["bind_activation"]
+    assert not native.covers({"act_fwd"}, before)
+    np.testing.assert_allclose(y, np.tanh(x.astype(np.float64)), rtol=1e-6, atol=1e-30)

@@ -171,6 +171,13 @@ def bind_relu(x, y, dy, threads: int) -> Kernel | None:
 
 
 @_binder
+def bind_activation(code: int) -> Kernel | None:
+    """An activation other than ReLU (bind_relu): the C kernels have none, so this declines (recorded as a
+    plan's decline, native.covers) and the caller binds its numba loop."""
+    return None
+
+
+@_binder
 def bind_mul(out, a, b, threads: int) -> Kernel | None:
     """fused.mul_: out = a * b over flat float32 values of one size."""
     L = active()

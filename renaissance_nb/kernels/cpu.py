@@ -133,12 +133,10 @@ def _relu_pass(x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> Kernel | None:
     return lambda: g(x, y, dy, 0, n)
 
 
-def _numba_act(run: Kernel) -> Kernel:
+def _numba_act(code: int, run: Kernel) -> Kernel:
     """An activation bound to its numba loop: in a plan bound to C (whose C kernels cover ReLU only) that is
     a decline, so native.covers does not call the plan numba-free."""
-    if native.active() is not None:
-        native.DECLINED.append("act_fwd/act_bwd (not ReLU)")
-    return run
+    return conv_native.bind_activation(code) or run
 
 
 @kernel("act_fwd")
@@ -147,7 +145,7 @@ def act_fwd(outs, ins, p, env):
     code, slope = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE))
     f = fused.act_forward_par if _threaded_elementwise(y, x) else fused.act_forward
     fast = _relu_pass(x, y, EMPTY_F32) if code == ACT_CODES["relu"] else None
-    return fast or _numba_act(lambda: f(x, y, code, slope))
+    return fast or _numba_act(code, lambda: f(x, y, code, slope))
 
 
 @kernel("act_bwd")
@@ -156,7 +154,7 @@ def act_bwd(outs, ins, p, env):
     code, slope = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE))
     f = fused.act_backward_par if _threaded_elementwise(dx, dy, x) else fused.act_backward
     fast = _relu_pass(x, dx, dy) if code == ACT_CODES["relu"] else None
-    return fast or _numba_act(lambda: f(dy, x, dx, code, slope))
+    return fast or _numba_act(code, lambda: f(dy, x, dx, code, slope))
 
 
 @kernel("copy")
