@@ -314,28 +314,34 @@ def test_an_mlp_from_an_empty_numba_cache_compiles_nothing(tmp_path) -> None:  #
 
 @needs_lib
 def test_a_plan_runs_on_one_thread_pool() -> None:
-    """An MLP binds its passes to C; a conv net, whose conv, batch norm and pooling kernels are numba's,
-    keeps every pass on numba (one pool per plan), and the compile notes say which and why."""
-    from renaissance_nb import AdamW, DeepLearningTask, fc, relu, seq
-    from renaissance_nb.blueprint import cbr, gap
+    """An MLP and a conv net (conv, batch norm, pooling: kernels/conv_native.py) bind their passes to C; a
+    net with a layer whose kernels are numba's only (hardswish) keeps every pass on numba (one pool per
+    plan), and the compile notes say which and why."""
+    from renaissance_nb import AdamW, DeepLearningTask, fc, hardswish, relu, seq
+    from renaissance_nb.blueprint import cbr, gap, maxpool
 
     rng = np.random.default_rng(1)
     x, y = rng.standard_normal((40, 3, 8, 8)).astype(np.float32), rng.integers(0, 4, 40).astype(np.int32)
-    conv = (DeepLearningTask("c").model(seq(cbr(4, 3, 1, 1), gap(), fc(4))).data(train=(x, y), batch_size=8)
-            .optimizer(AdamW()).total_epochs(1).compile())
+
+    def task(*layers) -> DeepLearningTask:  # type: ignore[no-untyped-def]
+        return (DeepLearningTask("c").model(seq(*layers)).data(train=(x, y), batch_size=8).optimizer(AdamW())
+                .total_epochs(1).compile())
+    conv = task(cbr(4, 3, 1, 1), maxpool(2), gap(), fc(4))
+    mixed = task(cbr(4, 3, 1, 1), hardswish(), gap(), fc(4))
     xf = x.reshape(40, -1)
     mlp = (DeepLearningTask("m").model(seq(fc(16), relu(), fc(4))).data(train=(xf, y), batch_size=8)
            .optimizer(AdamW()).total_epochs(1).compile())
 
     def note(t: DeepLearningTask) -> str:
         return next(n for n in t.runner.notes if n.startswith("device: CPU"))
-    assert "fused passes in C" in note(mlp)
-    assert "fused passes in numba: the plan's" in note(conv) and "conv_fwd" in note(conv)
-    with native.chosen_for(conv.runner.executor.ops) as use_c:
+    assert "fused passes in C" in note(mlp) and "fused passes in C" in note(conv)
+    assert "fused passes in numba: the plan's" in note(mixed) and "hardswish" in note(mixed)
+    with native.chosen_for(mixed.runner.executor.ops) as use_c:
         assert not use_c and native.active() is None
         assert native.bind_bias_act(np.zeros((2, 2), np.float32), np.zeros(2, np.float32), 1, 0.0, 1) is None
-    with native.chosen_for(mlp.runner.executor.ops) as use_c:
-        assert use_c and native.active() is not None
+    for t in (mlp, conv):
+        with native.chosen_for(t.runner.executor.ops) as use_c:
+            assert use_c and native.active() is not None
 
 
 @needs_lib
@@ -366,10 +372,10 @@ def test_a_forked_child_runs_the_threaded_kernels_on_its_own_thread() -> None:
 
 def test_numba_threaded_adds_only_in_plans_on_numbas_threads() -> None:
     """A residual add in a plan bound to C stays NumPy's (no numba pool beside OpenMP's); in a plan with
-    numba kernels (a conv) it runs on numba's threads."""
+    numba kernels (hardswish) it runs on numba's threads."""
     from renaissance_nb.kernels import cpu
     a = np.ones(1 << 18, np.float32)
     with native.chosen_for({"add", "fc_fwd"}) as use_c:
         assert not cpu._threaded_elementwise(a, a, a) if use_c else True
-    with native.chosen_for({"add", "conv_fwd"}):
+    with native.chosen_for({"add", "hardswish_fwd"}):
         assert cpu._threaded_elementwise(a, a, a) == blas.THREADED

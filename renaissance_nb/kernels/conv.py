@@ -53,9 +53,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import PlanError
-from . import conv_par, conv_tiled, fused, winograd
+from . import conv_native, conv_par, conv_tiled, fused, winograd
 from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
-from .blas import THREADED, gemm
+from .blas import THREADED, gemm, pass_threads
 from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train_bwd_, bn_train_fwd_, col2im_,
                          gap_bwd_, gap_fwd_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
                          maxpool_fwd_)
@@ -97,6 +97,9 @@ def im2col_one_channel(x: np.ndarray, cols: np.ndarray, k: int, s: int, p: int, 
     x3, cols_t = x.reshape(n, h, w), tap_major(cols).T
     spans = np.array([_tap_span(i, h, ho, s, p) + _tap_span(j, w, wo, s, p) for i in range(k) for j in range(k)],
                      np.int64)
+    bound = conv_native.bind_im2col_taps(x3, cols_t, spans, k, s, p, ho, wo, pass_threads(THREADED))
+    if bound is not None:
+        return bound
     if THREADED:
         fp = conv_par.im2col_taps_par_
         return lambda: fp(x3, cols_t, spans, k, s, p, ho, wo)
@@ -107,7 +110,11 @@ def im2col_one_channel(x: np.ndarray, cols: np.ndarray, k: int, s: int, p: int, 
 def patch_pass(x3: np.ndarray, cols: np.ndarray, c: int, k: int, s: int, p: int, ho: int, wo: int,
                to_cols: bool) -> Kernel:
     """im2col (x3 -> cols) or, with to_cols=False, col2im (cols -> x3) as a bound kernel; by
-    blocks of images on numba's threads when the products use that pool (conv_par.py)."""
+    blocks of images on numba's threads when the products use that pool (conv_par.py); C where the plan
+    binds C (conv_native.py)."""
+    bound = conv_native.bind_patches(x3, cols, c, k, s, p, ho, wo, to_cols, pass_threads(THREADED))
+    if bound is not None:
+        return bound
     if THREADED:
         fp = conv_par.patches_par_
         return lambda: fp(x3, cols, c, k, s, p, ho, wo, to_cols)
@@ -298,6 +305,10 @@ def bn_fwd(outs, ins, p, env):
     x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act = bn_fwd_operands(outs, ins, p)
     acc, parts = _bn_sums(split_scratch(outs, p)[1], "stat_sums", x2.shape[1], env)
     aff = _bn_coef(split_scratch(outs, p)[1], "affine", (2, x2.shape[1]), x2.dtype, env)
+    bound = conv_native.bind_bn_fwd(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff,
+                                    parts if THREADED else parts[:1], pass_threads(THREADED))
+    if bound is not None:
+        return bound
     if THREADED:
         fp = conv_par.bn_train_fwd_par_
         return lambda: fp(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff, parts)
@@ -310,6 +321,10 @@ def bn_bwd(outs, ins, p, env):
     dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act = bn_bwd_operands(outs, ins, p)
     acc, parts = _bn_sums(split_scratch(outs, p)[1], "grad_sums", x2.shape[1], env)
     aff = _bn_coef(split_scratch(outs, p)[1], "grad_coef", (3, x2.shape[1]), np.dtype(np.float64), env)
+    bound = conv_native.bind_bn_bwd(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff,
+                                    parts if THREADED else parts[:1], pass_threads(THREADED))
+    if bound is not None:
+        return bound
     if THREADED:
         fp = conv_par.bn_train_bwd_par_
         return lambda: fp(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts)
@@ -323,7 +338,8 @@ def bn_fold(outs, ins, p, env):
     gamma, beta, rmean, rvar = ins
     scale, bias = outs
     eps, f = float(p.get("eps", 1e-5)), bn_fold_
-    return lambda: f(gamma, beta, rmean, rvar, eps, scale, bias)
+    return (conv_native.bind_bn_fold(gamma, beta, rmean, rvar, eps, scale, bias)
+            or (lambda: f(gamma, beta, rmean, rvar, eps, scale, bias)))
 
 
 @kernel("bn_inf")
@@ -333,7 +349,8 @@ def bn_inf(outs, ins, p, env):
     check_shape("bn_inf", "y", y.shape, x.shape)
     x2, y2 = rows(x), rows(y)
     act, f = relu_code("bn_inf", p), bn_inf_
-    return lambda: f(x2, scale, bias, y2, act)
+    return (conv_native.bind_channel_affine(x2, scale, bias, y2, act, pass_threads(THREADED))
+            or (lambda: f(x2, scale, bias, y2, act)))
 
 
 # ---- pooling -----------------------------------------------------------------------------------
@@ -344,6 +361,9 @@ def maxpool_fwd(outs, ins, p, env):
     k, s, pad = pool_geometry("maxpool_fwd", x, y, p)
     check_shape("maxpool_fwd", "argmax", am.shape, y.shape)
     two_by_two = (k, s, pad) == (2, 2, 0) and all(a.flags.c_contiguous for a in (x, y, am))
+    bound = conv_native.bind_maxpool_fwd(x, y, am, k, s, pad, two_by_two, pass_threads(THREADED))
+    if bound is not None:
+        return bound
     if THREADED:
         fp = conv_par.maxpool_fwd_par_
         return lambda: fp(x, y, am, k, s, pad, two_by_two)
@@ -361,6 +381,9 @@ def maxpool_bwd(outs, ins, p, env):
     n, h, w, c = dx.shape
     k = p.get("k")
     two_by_two = (k, p.get("s", k), p.get("p", 0)) == (2, 2, 0) and all(a.flags.c_contiguous for a in (dy, am, dx))
+    bound = conv_native.bind_maxpool_bwd(dy, am, dx, two_by_two, pass_threads(THREADED))
+    if bound is not None:
+        return bound
     if THREADED:
         fp = conv_par.maxpool_bwd_par_
         return lambda: fp(dy, am, dx, two_by_two)
@@ -377,7 +400,8 @@ def avgpool_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
     k, s, pad = pool_geometry("avgpool_fwd", x, y, p)
     f, kk = avgpool_fwd_, x.dtype.type(k * k)
-    return lambda: f(x, y, k, s, pad, kk)
+    return (conv_native.bind_avgpool(x, y, k, s, pad, False, pass_threads(THREADED))
+            or (lambda: f(x, y, k, s, pad, kk)))
 
 
 @kernel("avgpool_bwd")
@@ -385,7 +409,8 @@ def avgpool_bwd(outs, ins, p, env):
     (dy,), (dx,) = ins, outs
     k, s, pad = pool_geometry("avgpool_bwd", dx, dy, p)
     f, kk = avgpool_bwd_, dx.dtype.type(k * k)
-    return lambda: f(dy, dx, k, s, pad, kk)
+    return (conv_native.bind_avgpool(dx, dy, k, s, pad, True, pass_threads(THREADED))
+            or (lambda: f(dy, dx, k, s, pad, kk)))
 
 
 @kernel("gap_fwd")
@@ -395,7 +420,7 @@ def gap_fwd(outs, ins, p, env):
     check_shape("gap_fwd", "y", y.shape, (n, c))
     x3 = x.reshape(n, h * w, c)
     f, div = gap_fwd_, x.dtype.type(h * w)
-    return lambda: f(x3, y, div)
+    return conv_native.bind_gap(x, y, False, pass_threads(THREADED)) or (lambda: f(x3, y, div))
 
 
 @kernel("gap_bwd")
@@ -405,4 +430,4 @@ def gap_bwd(outs, ins, p, env):
     check_shape("gap_bwd", "dy", dy.shape, (n, c))
     dx3 = dx.reshape(n, h * w, c)
     f, div = gap_bwd_, dx.dtype.type(h * w)
-    return lambda: f(dy, dx3, div)
+    return conv_native.bind_gap(dx, dy, True, pass_threads(THREADED)) or (lambda: f(dy, dx3, div))

@@ -38,7 +38,7 @@ import numba
 import numpy as np
 
 from ..errors import PlanError
-from . import blas
+from . import blas, conv_native
 from .operands import CONV_THREADS, conv_tile_images, conv_tiles
 from .blas import NO_TRANS, TRANS, sgemm_at
 from .conv_loops import col2im_, im2col_
@@ -156,7 +156,9 @@ def bind_fwd(x: np.ndarray, w: np.ndarray, y: np.ndarray, cols: np.ndarray, b: n
     x3, w2, y2 = x.reshape(n, h, wd * cin), w.reshape(cout, kk), y.reshape(n * ho * wo, cout)
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, conv_fwd_tiles_
-    return blas.on_own_cores(lambda: f(fptr, wide, x3, w2, y2, scratch, cin, k, s, pad, ho, wo, tile, b, act))
+    bound = conv_native.bind_conv_fwd_tiles(fptr, wide, x3, w2, y2, scratch, cin, k, s, pad, ho, wo, tile, b, act)
+    return blas.on_own_cores(bound or (lambda: f(fptr, wide, x3, w2, y2, scratch, cin, k, s, pad, ho, wo, tile, b,
+                                                 act)))
 
 
 def bind_bwd(x: np.ndarray, dy2: np.ndarray, w: np.ndarray, dw: np.ndarray, cols: np.ndarray,
@@ -183,5 +185,7 @@ def bind_bwd(x: np.ndarray, dy2: np.ndarray, w: np.ndarray, dw: np.ndarray, cols
     x3, w2, dw2 = x.reshape(n, h, wd * cin), w.reshape(cout, kk), dw.reshape(cout, kk)
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, conv_bwd_tiles_
-    return blas.on_own_cores(lambda: f(fptr, wide, x3, dy2, w2, dw2, parts, scratch, dscratch, dx3, cin, k, s,
-                                       pad, ho, wo, tile))
+    bound = conv_native.bind_conv_bwd_tiles(fptr, wide, x3, dy2, w2, dw2, parts, scratch, dscratch, dx3, cin, k, s,
+                                            pad, ho, wo, tile)
+    return blas.on_own_cores(bound or (lambda: f(fptr, wide, x3, dy2, w2, dw2, parts, scratch, dscratch, dx3, cin,
+                                                 k, s, pad, ho, wo, tile)))

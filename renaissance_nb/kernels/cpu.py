@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import NumericalError, PlanError
 from ..train.rng import StreamId
-from . import blas, fused, native, philox, program
+from . import blas, conv_native, fused, native, philox, program
 from .amp import AMP_KERNELS
 from .fc_lowp import FC_LOWP_KERNELS
 from .base import EMPTY_F32, EMPTY_F32_2D, Factory, Kernel, join_tables, registrar
@@ -114,11 +114,20 @@ def _relu_pass(x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> Kernel | None:
     arrays = (x, y) + ((dy,) if dy.size else ())
     if not all(a.dtype == np.float32 and a.flags.c_contiguous and a.size == x.size for a in arrays):
         return None
+    bound = conv_native.bind_relu(x, y, dy, blas.pass_threads(blas.THREADED and x.size >= PASS_PAR_MIN))
+    if bound is not None:
+        return bound
     if blas.THREADED and x.size >= PASS_PAR_MIN:
         f = fused.relu_chunks_par_
         return lambda: f(x, y, dy)
     g, n = fused.relu_chunks_, fused.PAR_CHUNKS
     return lambda: g(x, y, dy, 0, n)
+
+
+def _numba_act(code: int, run: Kernel) -> Kernel:
+    """An activation bound to its numba loop: in a plan bound to C (whose C kernels cover ReLU only) that is
+    a decline, so native.covers does not call the plan numba-free."""
+    return conv_native.bind_activation(code) or run
 
 
 @kernel("act_fwd")
@@ -127,7 +136,7 @@ def act_fwd(outs, ins, p, env):
     code, slope = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE))
     f = fused.act_forward_par if _threaded_elementwise(y, x) else fused.act_forward
     fast = _relu_pass(x, y, EMPTY_F32) if code == ACT_CODES["relu"] else None
-    return fast or (lambda: f(x, y, code, slope))
+    return fast or _numba_act(code, lambda: f(x, y, code, slope))
 
 
 @kernel("act_bwd")
@@ -136,7 +145,7 @@ def act_bwd(outs, ins, p, env):
     code, slope = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE))
     f = fused.act_backward_par if _threaded_elementwise(dx, dy, x) else fused.act_backward
     fast = _relu_pass(x, dx, dy) if code == ACT_CODES["relu"] else None
-    return fast or (lambda: f(dy, x, dx, code, slope))
+    return fast or _numba_act(code, lambda: f(dy, x, dx, code, slope))
 
 
 @kernel("copy")
@@ -176,7 +185,8 @@ def mul_k(outs, ins, p, env):
     (a, b), (out,) = ins, outs
     if a.shape == b.shape == out.shape:
         f = fused.mul_
-        return lambda: f(out, a, b)
+        flat = [v.reshape(-1) if v.flags.c_contiguous else v for v in (out, a, b)]  # never a copy to write into
+        return conv_native.bind_mul(*flat, blas.pass_threads(blas.THREADED)) or (lambda: f(out, a, b))
     mul = np.multiply
     return lambda: mul(a, b, out=out)
 
@@ -211,6 +221,10 @@ def dropout_fwd(outs, ins, p, env):
     k0, k1, stream = env.seed & 0xFFFFFFFF, env.seed >> 32, int(StreamId.DROPOUT)
     threshold, scale = np.float32(keep), np.float32(1.0 / keep)
     draw, mul = philox.dropout_kernel, fused.mul_
+    bound = conv_native.bind_dropout(x, y, mask, offset, k0, k1, stream, threshold, scale,
+                                     blas.pass_threads(blas.THREADED))
+    if bound is not None:
+        return bound
 
     def run() -> None:
         off = int(offset[0])

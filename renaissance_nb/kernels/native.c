@@ -6,8 +6,9 @@
  * types at every step (float32 where numba keeps float32, double where a Python float literal or
  * argument makes numba widen), the same order of additions, the same cuts of a range into
  * RNB_CHUNKS blocks. It is built with -ffp-contract=off (no fused multiply-adds, as numba without
- * fastmath) and without -ffast-math; expf and tanhf are glibc's, as numba's are. Threads: OpenMP,
- * one block of a pass per iteration, so the thread count never changes a byte.
+ * fastmath) and without -ffast-math; expf and tanhf are glibc's, as numba's are. Threads: rnb_parallel
+ * (pool_native.c; LARS's two passes: OpenMP), one block of a pass per claim, so the thread count never
+ * changes a byte.
  * Arrays are raw addresses; 2-D ones take a row stride in elements. Nothing here allocates.
  */
 #include "native.h"
@@ -38,12 +39,26 @@ static void bias_act_rows(float *y, i64 ldy, i64 r0, i64 r1, i64 m, const float 
     }
 }
 
+typedef struct { /* the arguments of a pass, for its blocks (rnb_parallel: pool_native.c) */
+    float *y, *d, *w, *g, *m, *v, *parts32;
+    const float *x, *b, *yc;
+    double *parts;
+    i64 n, cols, ldy, ldd, nb, act, blocks, nout;
+    double slope;
+    const void *k; /* a pass's constants (adam_consts) */
+} pass_args;
+
+static void bias_act_block(void *p, i64 t) {
+    const pass_args *a = p;
+    bias_act_rows(a->y, a->ldy, cut(a->n, RNB_CHUNKS, t), cut(a->n, RNB_CHUNKS, t + 1), a->cols, a->b, a->nb, a->act,
+                  a->slope);
+}
+
 void rnb_bias_act(float *y, i64 n, i64 m, i64 ldy, const float *b, i64 nb, i64 act, double slope, int threads) {
     threads = team(threads);
     if (threads <= 1) { bias_act_rows(y, ldy, 0, n, m, b, nb, act, slope); return; }
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (i64 t = 0; t < RNB_CHUNKS; t++)
-        bias_act_rows(y, ldy, cut(n, RNB_CHUNKS, t), cut(n, RNB_CHUNKS, t + 1), m, b, nb, act, slope);
+    pass_args a = {.y = y, .n = n, .cols = m, .ldy = ldy, .b = b, .nb = nb, .act = act, .slope = slope};
+    rnb_parallel(threads, RNB_CHUNKS, bias_act_block, &a);
 }
 
 /* ---- activation gradient + bias column sums (fused.act_grad_colsum_) ------------------------- */
@@ -82,19 +97,17 @@ static void act_grad_block(float *d, i64 ldd, const float *y, i64 ldy, i64 m, i6
     }
 }
 
+static void act_grad_colsum_block(void *p, i64 t) {
+    const pass_args *a = p;
+    act_grad_block(a->d, a->ldd, a->yc, a->ldy, a->cols, cut(a->n, a->blocks, t), cut(a->n, a->blocks, t + 1), a->act,
+                   a->slope, a->parts + t * a->nout, a->nout);
+}
+
 void rnb_act_grad_colsum(float *d, i64 rows, i64 m, i64 ldd, const float *y, i64 ldy, i64 act, double slope,
                          double *parts, i64 blocks, float *out, i64 nout, int threads) {
-    threads = team(threads);
-    if (threads <= 1) {
-        for (i64 t = 0; t < blocks; t++)
-            act_grad_block(d, ldd, y, ldy, m, cut(rows, blocks, t), cut(rows, blocks, t + 1), act, slope,
-                           parts + t * nout, nout);
-    } else {
-        #pragma omp parallel for schedule(static) num_threads(threads)
-        for (i64 t = 0; t < blocks; t++)
-            act_grad_block(d, ldd, y, ldy, m, cut(rows, blocks, t), cut(rows, blocks, t + 1), act, slope,
-                           parts + t * nout, nout);
-    }
+    pass_args a = {.d = d, .n = rows, .cols = m, .ldd = ldd, .yc = y, .ldy = ldy, .act = act, .slope = slope,
+                   .parts = parts, .blocks = blocks, .nout = nout};
+    rnb_parallel(threads, blocks, act_grad_colsum_block, &a);
     for (i64 j = 0; j < nout; j++) { /* fused.fold_blocks */
         double s = 0.0;
         for (i64 t = 0; t < blocks; t++) s += parts[t * nout + j];
@@ -139,6 +152,13 @@ static void adam_range(float *w, float *g, float *m, float *v, i64 lo, i64 hi, c
     }
 }
 
+static void adam_block(void *p, i64 c) {
+    const pass_args *a = p;
+    i64 lo, hi;
+    chunk(a->n, c, &lo, &hi);
+    adam_range(a->w, a->g, a->m, a->v, lo, hi, a->k);
+}
+
 void rnb_adam(float *w, float *g, float *m, float *v, i64 n, const float *lr_table, i64 nlr, i64 *step,
               double beta1, double beta2, double eps, double weight_decay, int decoupled, int maximize, int threads) {
     threads = team(threads);
@@ -161,13 +181,34 @@ void rnb_adam(float *w, float *g, float *m, float *v, i64 n, const float *lr_tab
     k.maximize = maximize;
     k.from_end = !(fabsf(one_b1) < 0.5f);
     k.lerp_w = k.from_end ? 1.0f - one_b1 : one_b1;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 c = 0; c < RNB_CHUNKS; c++) {
-        i64 lo, hi;
-        chunk(n, c, &lo, &hi);
-        adam_range(w, g, m, v, lo, hi, &k);
-    }
+    pass_args a = {.w = w, .g = g, .m = m, .v = v, .n = n, .k = &k};
+    rnb_parallel(threads, RNB_CHUNKS, adam_block, &a);
     step[0] = t0 + 1;
+}
+
+typedef struct {
+    float lr32, mom, damp, wd;
+    double weight_decay;
+    int first, use_m, nesterov, maximize;
+} sgd_consts;
+
+static void sgd_block(void *p, i64 c) {
+    const pass_args *a = p;
+    const sgd_consts *q = a->k;
+    float *w = a->w, *g = a->g, *m = a->m;
+    i64 lo, hi;
+    chunk(a->n, c, &lo, &hi);
+    for (i64 k = lo; k < hi; k++) {
+        float gk = g[k];
+        if (q->maximize) gk = -gk;
+        if (q->weight_decay != 0.0) gk = gk + q->wd * w[k];
+        if (q->use_m) {
+            float buf = q->first ? flush32(gk) : flush32(q->mom * m[k] + q->damp * gk);
+            m[k] = buf;
+            gk = q->nesterov ? gk + q->mom * buf : buf;
+        }
+        w[k] = w[k] - q->lr32 * gk;
+    }
 }
 
 void rnb_sgd(float *w, float *g, float *m, i64 n, i64 nm, const float *lr_table, i64 nlr, i64 *step, double momentum,
@@ -176,23 +217,9 @@ void rnb_sgd(float *w, float *g, float *m, i64 n, i64 nm, const float *lr_table,
     i64 t = step[0];
     float lr32 = lr_table[min64(t, nlr - 1)];
     float mom = (float)momentum, damp = (float)(1.0 - dampening), wd = (float)weight_decay;
-    int first = t == 0, use_m = nm > 0;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 c = 0; c < RNB_CHUNKS; c++) {
-        i64 lo, hi;
-        chunk(n, c, &lo, &hi);
-        for (i64 k = lo; k < hi; k++) {
-            float gk = g[k];
-            if (maximize) gk = -gk;
-            if (weight_decay != 0.0) gk = gk + wd * w[k];
-            if (use_m) {
-                float buf = first ? flush32(gk) : flush32(mom * m[k] + damp * gk);
-                m[k] = buf;
-                gk = nesterov ? gk + mom * buf : buf;
-            }
-            w[k] = w[k] - lr32 * gk;
-        }
-    }
+    sgd_consts k = {lr32, mom, damp, wd, weight_decay, t == 0, nm > 0, nesterov, maximize};
+    pass_args a = {.w = w, .g = g, .m = m, .n = n, .k = &k};
+    rnb_parallel(threads, RNB_CHUNKS, sgd_block, &a);
     step[0] = t + 1;
 }
 
@@ -210,14 +237,16 @@ static float probe_range(const float *x, i64 n) { /* sum of x - x: 0 when all fi
     return s;
 }
 
+static void probe_block(void *p, i64 c) {
+    const pass_args *a = p;
+    i64 lo, hi;
+    chunk(a->n, c, &lo, &hi);
+    a->parts32[c] = probe_range(a->x + lo, hi - lo);
+}
+
 float rnb_nonfinite_probe(const float *x, i64 n, float *parts, int threads) {
-    threads = team(threads);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 c = 0; c < RNB_CHUNKS; c++) {
-        i64 lo, hi;
-        chunk(n, c, &lo, &hi);
-        parts[c] = probe_range(x + lo, hi - lo);
-    }
+    pass_args a = {.x = x, .n = n, .parts32 = parts};
+    rnb_parallel(threads, RNB_CHUNKS, probe_block, &a);
     float s = 0.0f;
     for (int c = 0; c < RNB_CHUNKS; c++) s += parts[c];
     return s;
@@ -238,28 +267,33 @@ static double sq_sum_range(const float *x, i64 n) {
     return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
 }
 
+static void sq_sum_block(void *p, i64 c) {
+    const pass_args *a = p;
+    i64 lo, hi;
+    chunk(a->n, c, &lo, &hi);
+    a->parts[c] = sq_sum_range(a->x + lo, hi - lo);
+}
+
 double rnb_sq_sum(const float *x, i64 n, int threads) {
-    threads = team(threads);
     double part[RNB_CHUNKS];
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 c = 0; c < RNB_CHUNKS; c++) {
-        i64 lo, hi;
-        chunk(n, c, &lo, &hi);
-        part[c] = sq_sum_range(x + lo, hi - lo);
-    }
+    pass_args a = {.x = x, .n = n, .parts = part};
+    rnb_parallel(threads, RNB_CHUNKS, sq_sum_block, &a);
     double total = 0.0;
     for (int c = 0; c < RNB_CHUNKS; c++) total += part[c];
     return total;
 }
 
+static void scale_block(void *p, i64 c) {
+    const pass_args *a = p;
+    i64 lo, hi;
+    chunk(a->n, c, &lo, &hi);
+    float factor = (float)a->slope;
+    for (i64 i = lo; i < hi; i++) a->y[i] = a->y[i] * factor;
+}
+
 void rnb_scale(float *x, i64 n, float factor, int threads) {
-    threads = team(threads);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 c = 0; c < RNB_CHUNKS; c++) {
-        i64 lo, hi;
-        chunk(n, c, &lo, &hi);
-        for (i64 i = lo; i < hi; i++) x[i] = x[i] * factor;
-    }
+    pass_args a = {.y = x, .n = n, .slope = factor};
+    rnb_parallel(threads, RNB_CHUNKS, scale_block, &a);
 }
 
 /* ---- LARS (fused.lars_norms, lars_update; renaissance_nb/optim/lars.py) ------------------------------------ */
@@ -329,6 +363,22 @@ static i64 batch_status(const i64 *perm, i64 nperm, i64 start, i64 n, i64 rows) 
     return 0;
 }
 
+typedef struct {
+    const char *x_src, *y_src;
+    const i64 *rows;
+    char *x_out, *y_out;
+    i64 n, rb, yitem;
+} gather_args;
+
+static void gather_block(void *p, i64 t) {
+    const gather_args *a = p;
+    for (i64 i = cut(a->n, RNB_CHUNKS, t); i < cut(a->n, RNB_CHUNKS, t + 1); i++) {
+        i64 r = a->rows[i];
+        memcpy(a->x_out + i * a->rb, a->x_src + r * a->rb, (size_t)a->rb);
+        memcpy(a->y_out + i * a->yitem, a->y_src + r * a->yitem, (size_t)a->yitem);
+    }
+}
+
 /* x rows of `d` elements of `item` bytes (float32 images, or uint8 before a cast on the device) */
 i64 rnb_gather(const char *x_src, i64 rows, i64 d, i64 item, const char *y_src, i64 yitem, const i64 *perm, i64 nperm,
                i64 *cursor, char *x_out, char *y_out, i64 n, int threads) {
@@ -336,15 +386,8 @@ i64 rnb_gather(const char *x_src, i64 rows, i64 d, i64 item, const char *y_src, 
     i64 start = cursor[0];
     i64 status = batch_status(perm, nperm, start, n, rows);
     if (status) return status;
-    i64 rb = d * item;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 t = 0; t < RNB_CHUNKS; t++) {
-        for (i64 i = cut(n, RNB_CHUNKS, t); i < cut(n, RNB_CHUNKS, t + 1); i++) {
-            i64 r = perm[start + i];
-            memcpy(x_out + i * rb, x_src + r * rb, (size_t)rb);
-            memcpy(y_out + i * yitem, y_src + r * yitem, (size_t)yitem);
-        }
-    }
+    gather_args a = {x_src, y_src, perm + start, x_out, y_out, n, d * item, yitem};
+    rnb_parallel(threads, RNB_CHUNKS, gather_block, &a);
     cursor[0] = start + n;
     return 0;
 }
@@ -432,27 +475,28 @@ static void band(void *fptr, int wide, const i64 *r) {
                           (int)r[6], (const float *)r[7], (int)r[8], 0.0f, (float *)r[9], (int)r[10]);
 }
 
+typedef struct {
+    void *fptr;
+    int wide;
+    const i64 *bands;
+} band_args;
+
+static void band_block(void *p, i64 t) {
+    const band_args *a = p;
+    band(a->fptr, a->wide, a->bands + 11 * t);
+}
+
 void rnb_gemm_bands(void *fptr, int wide, const i64 *bands, i64 nbands, int threads) {
     threads = team(threads);
     if (nbands == 1 || threads <= 1) {
         for (i64 t = 0; t < nbands; t++) band(fptr, wide, bands + 11 * t);
         return;
     }
-    #pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (i64 t = 0; t < nbands; t++) band(fptr, wide, bands + 11 * t);
+    band_args a = {fptr, wide, bands};
+    rnb_parallel(threads, nbands, band_block, &a);
 }
 
 /* ---- Philox4x32-10 sort keys (philox.keys_kernel) ---------------------------------------------- */
-static void philox_block(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3, uint64_t k0, uint64_t k1, uint64_t out[4]) {
-    for (int r = 0; r < 10; r++) {
-        if (r) { k0 = (k0 + 0x9E3779B9ull) & 0xFFFFFFFFull; k1 = (k1 + 0xBB67AE85ull) & 0xFFFFFFFFull; }
-        uint64_t p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
-        uint64_t n0 = (p1 >> 32) ^ c1 ^ k0, n1 = p1 & 0xFFFFFFFFull, n2 = (p0 >> 32) ^ c3 ^ k1, n3 = p0 & 0xFFFFFFFFull;
-        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-    }
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
-}
-
 void rnb_philox_keys(uint64_t *out, i64 n, uint64_t k0, uint64_t k1, uint64_t stream, uint64_t off_lo, uint64_t off_hi) {
     uint64_t base = (off_hi << 32) | off_lo, w[4];
     for (i64 b = 0; b < n / 2; b++) {

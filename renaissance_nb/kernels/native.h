@@ -28,4 +28,20 @@ static inline void chunk(i64 n, i64 c, i64 *lo, i64 *hi) {
 extern volatile int rnb_forked; /* set in a forked child (native.c) */
 static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
 
+/* pool_native.c: fn(ctx, b) for every block b < blocks, on up to `threads` threads (the caller's among
+ * them), each block by whichever thread claims it first: a block's work must not depend on its thread */
+typedef void (*rnb_block_fn)(void *ctx, i64 block);
+void rnb_parallel(int threads, i64 blocks, rnb_block_fn fn, void *ctx);
+
+/* philox.philox_block: Philox4x32-10 of the counter (c0..c3) under the key (k0, k1), words < 2**32 */
+static inline void philox_block(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3, uint64_t k0, uint64_t k1, uint64_t out[4]) {
+    for (int r = 0; r < 10; r++) {
+        if (r) { k0 = (k0 + 0x9E3779B9ull) & 0xFFFFFFFFull; k1 = (k1 + 0xBB67AE85ull) & 0xFFFFFFFFull; }
+        uint64_t p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
+        uint64_t n0 = (p1 >> 32) ^ c1 ^ k0, n1 = p1 & 0xFFFFFFFFull, n2 = (p0 >> 32) ^ c3 ^ k1, n3 = p0 & 0xFFFFFFFFull;
+        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
 #endif

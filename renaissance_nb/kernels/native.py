@@ -35,7 +35,8 @@ import numpy as np
 from .thunks import thunk_source
 
 SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE, SOURCE.with_name("lowp.c"), SOURCE.with_name("program.c"))
+SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c") for n in ("conv", "winograd", "pool")),
+                             SOURCE.with_name("lowp.c"), SOURCE.with_name("program.c"))
 """The C files compiled into the one library (each includes native.h); with them, the thunks that
 kernels/thunks.py generates from SIGNATURES (the native program's calls, program.c)."""
 HEADER = SOURCE.with_name("native.h")
@@ -79,6 +80,31 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_ema_warm": (None, (P, P, I64, P, F64)),
     "rnb_clip_norm": (None, (P, I64, P, F32, INT)),
 }
+U64 = ctypes.c_uint64
+SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kernels (kernels/conv_native.py binds them)
+    "rnb_bn_fwd": (None, (P, I64, I64, I64, P, P, P, I64, P, P, P, P, F64, F64, I64, P, P, P, I64, INT)),
+    "rnb_bn_bwd": (None, (P, I64, I64, I64, P, I64, P, I64, P, P, P, P, I64, P, P, I64, P, P, P, I64, INT)),
+    "rnb_bn_fold": (None, (P, P, P, P, I64, F64, P, P)),
+    "rnb_channel_affine": (None, (P, I64, I64, I64, P, P, P, I64, I64, INT)),
+    "rnb_maxpool_fwd": (None, (P, I64, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT, INT)),
+    "rnb_maxpool_bwd": (None, (P, P, P, I64, I64, I64, I64, I64, I64, INT, INT)),
+    "rnb_avgpool": (None, (P, I64, I64, I64, I64, P, I64, I64, I64, I64, I64, F32, INT, INT)),
+    "rnb_gap": (None, (P, I64, I64, I64, P, I64, F32, INT, INT)),
+    "rnb_patches": (None, (P, I64, I64, I64, I64, P, I64, I64, I64, I64, I64, INT, INT)),
+    "rnb_im2col_taps": (None, (P, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT)),
+    "rnb_relu": (None, (P, P, P, I64, INT)),
+    "rnb_gather_images": (I64, (P, I64, I64, I64, I64, P, INT, P, I64, P, P, P, P, I64, I64, I64, U64, U64, U64, I64,
+                                I64, F64, P, P, P, P, P, P, P, P, INT, INT)),
+    "rnb_claim_batch": (None, (P, P, I64, P)),
+    "rnb_dropout_fwd": (None, (P, P, P, I64, P, U64, U64, U64, F32, F32, INT)),
+    "rnb_mul": (None, (P, P, P, I64, INT)),
+    "rnb_conv_fwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64, I64, I64, I64, I64, P,
+                                  I64, I64)),
+    "rnb_conv_bwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, P, I64, P, P, P, P, P, I64, I64, I64, I64, I64,
+                                  I64, I64)),
+    "rnb_winograd_fwd": (None, (P, INT, P, INT, P, P, I64, I64, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64)),
+    "rnb_winograd_dw": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64)),
+})
 
 
 @dataclass
@@ -254,10 +280,10 @@ _choice = _Choice()
 @contextmanager
 def chosen_for(ops: set[str]) -> Iterator[bool]:
     """Bind inside this block with the C kernels only if they cover every op (NUMBA_FREE_OPS); yields
-    the choice. Why not always: the C kernels run on OpenMP's threads, numba's parallel kernels on
-    numba's, and two pools on the same cores spin against each other (the conv net's step, whose conv,
-    batch norm and pooling kernels stay numba, took 1.40x as long with its fc, loss and optimizer in C,
-    benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all."""
+    the choice. Why not always: the C kernels run on their own pool (pool_native.c), numba's parallel kernels on
+    numba's, and two pools on the same cores spin against each other (the conv net's step, when its conv,
+    batch norm and pooling kernels were numba's only, took 1.40x as long with its fc, loss and optimizer
+    in C, benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all."""
     _choice.stack.append(lib() is not None and ops <= NUMBA_FREE_OPS)
     try:
         yield _choice.stack[-1]
@@ -302,10 +328,16 @@ def covers(ops: set[str], declined_before: int) -> bool:
 
 NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy", "fill", "softmax_xent", "accum_metrics",
                             "transfer", "zero_range", "nan_check", "clip_grad_norm", "optimizer", "optimizer_norms",
-                            "ema_update", "cast", "amp_unscale", "amp_update_scale", "fc_fwd_lowp",
-                            "fc_bwd_lowp"})
-"""Ops whose CPU kernels (kernels/cpu.py) call C or NumPy only when the library is loaded and no
-binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts compiles)."""
+                            "ema_update", "cast", "amp_unscale", "amp_update_scale", "fc_fwd_lowp", "fc_bwd_lowp",
+                            # conv nets (conv_native.c, winograd_native.c; kernels/conv_native.py binds them)
+                            "conv_fwd", "conv_bwd", "bn_fwd", "bn_bwd", "bn_fold", "bn_inf", "maxpool_fwd",
+                            "maxpool_bwd", "avgpool_fwd", "avgpool_bwd", "gap_fwd", "gap_bwd", "transfer_image",
+                            "transfer_image_async", "transfer_wait",
+                            "act_fwd", "act_bwd", "dropout_fwd", "mul", "reshape_copy"})
+"""Ops whose CPU kernels (kernels/cpu.py, conv.py, transfer.py) call C or NumPy only when the library is
+loaded and no binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts
+compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind C for ReLU only, and record
+a decline for the other activations (their numba loops serve)."""
 
 
 def _ptr(a: np.ndarray) -> int:

@@ -44,6 +44,7 @@ from ..data.augment import bilinear_weights, check_out_hw
 from ..errors import PlanError, bad_argument
 from ..train.rng import StreamId
 from .augment import claim_batch, transfer_images_claimed, transfer_images_step
+from . import conv_native
 from .base import BindEnv, Factory, registrar
 from .operands import split_scratch
 from .status import status_error
@@ -334,10 +335,14 @@ def transfer_image(outs, ins, p, env):
     k0, k1, stream, pad, flip, fill = a["rng"]
     yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize = a["tables"]
     step = transfer_images_step
+    gather = conv_native.bind_gather_images(cursor, aug_offset, xs, ys, perm, x4, y_out, a["rng"], a["tables"])
+    if gather is None:
+        def gather() -> int:
+            return step(cursor, aug_offset, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
+                        yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize)
 
     def run() -> None:
-        rc = step(cursor, aug_offset, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
-                  yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize)
+        rc = gather()
         if rc:
             raise status_error(rc, "transfer_image", source, b, perm, int(cursor[0]))
     return run
@@ -353,7 +358,7 @@ def transfer_image_async(outs, ins, p, env):
     xs, ys, perm, x4, y_out = a["data"]
     k0, k1, stream, pad, flip, fill = a["rng"]
     yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize = a["tables"]
-    claim, gather = claim_batch, transfer_images_claimed
+    claim_f, gather_f = claim_batch, transfer_images_claimed
     state = a["claim"]  # (start, aug_base) of the claimed batch: the buffer's I_*.claim arena tensor
     if state is None:  # a hand-built node without one
         state = env.scratch("transfer_image_async: claimed batch", (2,), np.int64)
@@ -363,17 +368,23 @@ def transfer_image_async(outs, ins, p, env):
     slot = buffer_slot(a["x_out"])
     pf = prefetcher_for(env)
     submit = pf.submit
+    claim = conv_native.bind_claim(cursor, aug_offset, b, state) or (lambda: claim_f(cursor, aug_offset, b, state))
+    gather = conv_native.bind_gather_images(state, aug_offset, xs, ys, perm, x4, y_out, a["rng"], a["tables"],
+                                            True)  # the claimed batch
+    if gather is None:
+        def gather() -> int:
+            return gather_f(state, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
+                            yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize)
 
     def job() -> None:
-        rc = gather(state, xs, ys, perm, x4, y_out, k0, k1, stream, pad, flip, fill,
-                    yi0, yi1, yw0, yw1, xi0, xi1, xw0, xw1, resize)
+        rc = gather()
         if rc:
             raise status_error(rc, "transfer_image_async", source, b, perm, int(state[0]))
 
     def run() -> None:
         if slot.pending:  # the previous job on this buffer still owns `state`
             slot.wait()
-        claim(cursor, aug_offset, b, state)
+        claim()
         submit(slot, job)
 
     return run  # holds pf (through submit): the worker lives as long as the closure

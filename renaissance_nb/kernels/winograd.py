@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numba
 import numpy as np
 
-from . import blas
+from . import blas, conv_native
 from .blas import NO_TRANS, TRANS, sgemm_at
 from .conv_tiled import add_parts_
 from .fused import bias_act_, cut, jit, par
@@ -457,6 +457,9 @@ def bind(x: np.ndarray, w: np.ndarray, y: np.ndarray, scratch: np.ndarray, b: np
     x3, y3, y2 = x.reshape(n, h, wd * c), y.reshape(n, h, wd * co), y.reshape(n * h * wd, co)
     sg = blas.SGEMM
     fptr, wide, f, transform = sg.address, sg.int_bits == 64, fwd_, weights_
+    bound = conv_native.bind_winograd_fwd(fptr, wide, w, flip, u, x, y, b, act, bufs, ch.rows)
+    if bound is not None:  # the same passes in C, on OpenMP's threads (a plan bound to C)
+        return blas.on_own_cores(bound)
 
     def run() -> None:
         transform(w, u, flip)
@@ -479,7 +482,8 @@ def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) 
     x3, dy3 = x.reshape(n, h, wd * c), dy.reshape(n, h, wd * co)
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, dw_
-    return blas.on_own_cores(lambda: f(fptr, wide, x3, dy3, dw, bufs, first, others, c, co, ch.rows))
+    bound = conv_native.bind_winograd_dw(fptr, wide, x, dy, dw, bufs, ch.rows)
+    return blas.on_own_cores(bound or (lambda: f(fptr, wide, x3, dy3, dw, bufs, first, others, c, co, ch.rows)))
 
 
 def tagged(kernel: Callable[[], None], passes: tuple[str, ...]) -> Callable[[], None]:
