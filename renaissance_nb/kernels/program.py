@@ -153,8 +153,8 @@ def _arg_words(entry: str, args: tuple) -> np.ndarray:
     for k, (t, v) in enumerate(zip(kinds, args)):
         if t in FLOATS:
             words[k:k + 1] = np.array([float(v)], np.float64).view(np.int64)
-        else:
-            words[k] = np.array(int(v), np.uint64 if t is ctypes.c_uint64 else np.int64).astype(np.int64)
+        else:  # None is a NULL pointer, as ctypes passes it
+            words[k] = np.array(0 if v is None else int(v), np.uint64 if t is ctypes.c_uint64 else np.int64).astype(np.int64)
     return words
 
 
