@@ -39,7 +39,10 @@ def _mpiexec() -> str:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    """One thread per rank; RNB_PROGRAM=0: the worker appends Python checks to the step programs after compile
+    (watch_weights, inside_step), which a step captured as a native program would not run."""
+    return {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "RNB_PROGRAM": "0"}
 
 
 def _run(args: list[str], ranks: int) -> subprocess.CompletedProcess:

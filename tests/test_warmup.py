@@ -18,17 +18,18 @@ from renaissance_nb.runtime import warmup
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# a conv net with batch norm (its folding kernel runs before validation), EMA, held-out data
+# a conv net with batch norm (its folding kernel runs before validation), EMA, held-out data, and a hardswish:
+# its kernels are numba's only (a conv net without it binds C kernels alone, and needs no warm-up helper)
 _TASK = """
 import os, sys, gc, json, time
 import numpy as np
 from renaissance_nb import DeepLearningTask, AdamW, fc
-from renaissance_nb.blueprint import cbr, gap, seq
+from renaissance_nb.blueprint import cbr, gap, hardswish, seq
 from renaissance_nb.runtime import warmup
 from renaissance_nb.kernels import cacheprobe
 rng = np.random.default_rng(0)
 x, y = rng.standard_normal((70, 3, 8, 8)).astype(np.float32), rng.integers(0, 4, 70).astype(np.int32)
-task = (DeepLearningTask('w').model(seq(cbr(4, 3, 1, 1), gap(), fc(4)))
+task = (DeepLearningTask('w').model(seq(cbr(4, 3, 1, 1), hardswish(), gap(), fc(4)))
         .data(train=(x[:50], y[:50]), val=(x[50:], y[50:]), batch_size=16)
         .optimizer(AdamW().lr(1e-3)).total_epochs(1).seed(5).ema(0.9))
 """
