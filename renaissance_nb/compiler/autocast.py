@@ -33,7 +33,6 @@ from typing import Any, Callable
 
 from ..kernels.operands import backward_workspace, forward_workspace
 from ..memory.region import Region
-from ..ops.registry import op_of
 from .graph import ComputationGraph, GraphNode, node
 from .ids import GraphId
 
@@ -297,10 +296,6 @@ class Collector:
             self.index[name] = self.first_id + len(self.made)
             self.made.append((name, like, dtype, region, sizer))
         return self.index[name]
-
-
-def policy_of(kind: str) -> str:
-    return op_of(kind).autocast
 
 
 def _shape_like(table: Any, like: int) -> tuple[int, ...]:

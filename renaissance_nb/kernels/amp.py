@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from . import blas, fused, lowp, native
 from .base import Factory, Kernel, registrar
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 AMP_KERNELS: dict[str, Factory] = {}
 kernel = registrar(AMP_KERNELS)
 
@@ -42,7 +40,7 @@ def cast(outs: Any, ins: Any, p: dict, env: Any) -> Kernel:
     x, y = ins[0], outs[0]
     scale = ins[1] if len(ins) > 1 else None
     if scale is None and p.get("via") is None and (x.dtype == np.float32) != (y.dtype == np.float32):
-        a, b = _bits(x), _bits(y)
+        a, b = lowp.bits(x), lowp.bits(y)
         if a.flags.c_contiguous and b.flags.c_contiguous:  # as one row
             a, b = a.reshape(-1), b.reshape(-1)
         elif a.ndim != 2 or b.ndim != 2:  # a matrix with padded rows (W, G) beside its contiguous copy: by rows
@@ -52,10 +50,6 @@ def cast(outs: Any, ins: Any, p: dict, env: Any) -> Kernel:
             return bound
     return _numpy_cast(y, x, p.get("via"), scale)
 
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    """A bfloat16 view as lowp.c's bf16 storage (uint16: the same bytes); other dtypes as they are."""
-    return a.view(np.uint16) if a.dtype == BF16 else a
 
 
 @kernel("amp_unscale")

@@ -14,24 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from . import blas, lowp, program
+from .lowp import bits
 from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
 from .operands import ACT_CODES, split_scratch
 from .passes import act_grad_colsum_pass, bias_act_pass, bias_partials
 
 FC_LOWP_KERNELS: dict[str, Factory] = {}
 kernel = registrar(FC_LOWP_KERNELS)
-BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    """A bfloat16 view as lowp.c's bf16 storage (uint16: the same bytes); other dtypes as they are."""
-    return a.view(np.uint16) if a.dtype == BF16 else a
-
-
 @kernel("fc_fwd_lowp")
 def fc_fwd_lowp(outs: Any, ins: Any, p: dict, env: BindEnv) -> Kernel:
     """y = round(act(x W^T + b)): the product of 16-bit x and W summed in fp32 into ``sums``, the fp32 bias
