@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from . import blas, lowp, program
 from .lowp import bits
 from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
