@@ -219,12 +219,13 @@ def test_saved_notebook_keeps_its_pictures(page) -> None:  # type: ignore[no-unt
     page.screenshot(path=str(SHOTS / "10_reopened_notebook.png"), full_page=True)
 
 
-_STOP_CELLS = [  # wide enough that 10 epochs outlast the click (the native program runs a 1024-wide one in seconds)
+_STOP_CELLS = [  # kernel by kernel (RNB_PROGRAM=0): the stop under the native program is open (session 20's note)
+    "import os; os.environ['RNB_PROGRAM'] = '0'\n"
     "import numpy as np\n"
     "from renaissance_nb import DeepLearningTask, datasets, fc, relu, seq\n"
     "from renaissance_nb.display import TrainingMonitor\n"
     "def make():\n"
-    "    return (DeepLearningTask('stop').model(seq(fc(2048), relu(), fc(2048), relu(), fc(10)))\n"
+    "    return (DeepLearningTask('stop').model(seq(fc(1024), relu(), fc(1024), relu(), fc(10)))\n"
     "            .data(datasets.default_mnist(), batch_size=16).total_epochs(10).seed(3))\n"
     "task = make().compile()\n"
     "monitor = TrainingMonitor(task)\n"
