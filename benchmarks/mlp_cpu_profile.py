@@ -126,7 +126,7 @@ def optimizer_pass(task, reps: int = 20) -> tuple[float, float, float, int]:  # 
     """(hot ms, cold ms, hot ms of same_bytes_pass, floats per range) of the AdamW pass over the
     task's own W/G/M/V ranges (on copies, so the task is untouched); cold = after streaming 64 MiB
     through the caches."""
-    from renaissance_nb.kernels.cpu import optimizer_ranges
+    from renaissance_nb.kernels.operands import optimizer_ranges
     w, g, m, v = (a.copy() for a in optimizer_ranges(task.runner.env.range_view))
     lr, step = np.full(4, 1e-3, np.float32), np.zeros(1, np.int64)
     evict = np.ones(16 * 2**20, np.float32)
