@@ -264,12 +264,20 @@ def test_winograd_and_tiles_on_every_thread_count(threads: int) -> None:
 
 @needs_lib
 @pytest.mark.parametrize("size", [1000, 1 << 18])
-def test_relu_mul_and_dropout(size: int) -> None:
+@pytest.mark.filterwarnings("ignore:overflow encountered in add:RuntimeWarning")  # NumPy's twin, on awkward values
+def test_relu_mul_add_copy_and_dropout(size: int) -> None:
     rng = seeded(size % 97)
     x = awkward(rng, (size,), nan=True)
     twice("act_fwd", lambda: ([np.zeros_like(x)], [x.copy()]), act="relu")
     twice("act_bwd", lambda: ([np.zeros_like(x)], [awkward(seeded(1), (size,)), x.copy()]), act="relu")
     twice("mul", lambda: ([np.zeros_like(x)], [x.copy(), awkward(seeded(2), (size,))]))
+    twice("add", lambda: ([np.zeros_like(x)], [x.copy(), awkward(seeded(2), (size,))]))  # a residual sum
+    twice("copy", lambda: ([np.zeros_like(x)], [x.copy()]))  # the gradient add hands each branch
+
+    def accumulate() -> tuple[list, list]:  # a gradient summed in place: out is the first input
+        g = x.copy()
+        return [g], [g, awkward(seeded(3), (size,))]
+    twice("add", accumulate, runs=3)
     twice("dropout_fwd", lambda: ([np.zeros_like(x), np.zeros_like(x)], [x.copy(), np.array([2 ** 32 - 3], np.int64)]),
           runs=3, p=0.3)
 

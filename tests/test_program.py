@@ -180,3 +180,49 @@ def test_the_mlp_step_allocates_nothing(monkeypatch) -> None:  # type: ignore[no
     task = mlp_task().compile()
     got = task.memory_inspector.allocations(steps=40)
     assert got.nrt_allocs == 0 and got.python_growth == 0, got.summary()
+
+
+def resnet_task(epochs: int = 2) -> DeepLearningTask:
+    """A small ResNet on 3x12x12 images with crop and flip: Winograd and im2col convolutions, batch norm, the
+    residual adds and the image gather, every one a C call."""
+    from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((96, 3, 12, 12)).astype(np.float32)
+    y = rng.integers(0, 4, 96).astype(np.int64)
+    return (DeepLearningTask("r").model(seq(cbr(16, 3, 1, 1), block(16, RESNET_3_3), block(32, RESNET_3_3_DS), gap(),
+                                            fc(4)))
+            .data(train=(x[:64], y[:64]), val=(x[64:], y[64:]), batch_size=16).augment(crop_pad=2, flip=True)
+            .optimizer(AdamW()).total_epochs(epochs).seed(4))
+
+
+def test_a_resnet_step_is_one_native_program_with_the_bytes_of_the_kernel_by_kernel_replay(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Convolutions (on_own_cores carries their C call), conv backward chains, the residual adds and their
+    gradient copies (rnb_add) and the image gather (a STATUS guard) all pack: one program per step."""
+    tasks = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("RNB_PROGRAM", flag)
+        task = resnet_task().compile()
+        task.run(progress=False)
+        tasks.append(task)
+    on, off = tasks
+    note = [n for n in on.runner.notes if "native program" in n]
+    assert len(note) == 1 and note[0].startswith("CPU step captured as one native program of "), note
+    assert on.runner.arena.bytes.tobytes() == off.runner.arena.bytes.tobytes()
+    assert [r.val_loss for r in on.result.history] == [r.val_loss for r in off.result.history]
+
+
+def test_a_bad_image_batch_raises_from_inside_the_program(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The image gather's status trips its guard: the host runs the kernel's Python path, which names the fix;
+    the cursor is left where it was."""
+    from renaissance_nb.errors import PlanError
+    monkeypatch.setenv("RNB_PROGRAM", "1")
+    task = resnet_task().compile()
+    ex = task.runner.executor
+    sched = ex.train_schedule(["train_base"] * 2)
+    assert sched.captured is not None and sched.captured.whole is not None
+    cursor = ex.view("train_base", "cursor")
+    cursor[0] = 60  # a batch of 16 from 60 runs past the 64 samples
+    with pytest.raises(PlanError, match=r"transfer_image: batch \[60, 76\) runs past the end of the 'train' "
+                                        r"permutation \(length 64\)"):
+        sched.captured.whole.run(0, 2)
+    assert cursor[0] == 60

@@ -375,7 +375,8 @@ def plan_bands(a: np.ndarray, b: np.ndarray, c: np.ndarray, parts: int) -> np.nd
 
 def on_own_cores(call: Callable[[], None]) -> Callable[[], None]:
     """``call`` as a kernel that calls sgemm from numba's threads: inside own_cores(), which
-    costs one list read when a replay already holds it."""
+    costs one list read when a replay already holds it. A C call stays one (its ``native`` ops and
+    ``keep`` carried over): a native program runs inside own_cores() already (kernels/program.py)."""
     depth = _depth
 
     def run() -> None:
@@ -384,6 +385,9 @@ def on_own_cores(call: Callable[[], None]) -> Callable[[], None]:
         else:
             with own_cores():
                 call()
+    for name in ("native", "keep"):
+        if hasattr(call, name):
+            setattr(run, name, getattr(call, name))
     return run
 
 
@@ -399,9 +403,8 @@ def _bound(bands: np.ndarray, keep: tuple, sgemm: Sgemm | None = None) -> Callab
     fptr = sg.address
     bound = native.bind_gemm_bands(fptr, sg.int_bits == 64, bands, pass_threads(True))
     if bound is not None:
-        run = on_own_cores(bound)
+        run = on_own_cores(bound)  # its C call, for a native program (program.py)
         run.keep = keep  # type: ignore[attr-defined]
-        run.native = bound.native  # type: ignore[attr-defined]  # its C call, for a native program (program.py)
         return run
     if bands.shape[0] == 1:
         f = _one64 if sg.int_bits == 64 else _one32

@@ -53,7 +53,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import PlanError
-from . import conv_native, conv_par, conv_tiled, fused, winograd
+from . import conv_native, conv_par, conv_tiled, fused, program, winograd
 from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
 from .blas import THREADED, gemm, pass_threads
 from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train_bwd_, bn_train_fwd_, col2im_,
@@ -141,16 +141,10 @@ def conv_fwd(outs, ins, p, env):
     y2 = y.reshape(m, cout)
     wt = w.reshape(cout, -1).T
     post = has_b or act
-    bias_act = bias_act_pass(y2, b, act, 0.0) if post else (lambda: None)
+    bias_act = bias_act_pass(y2, b, act, 0.0) if post else program.chain()  # chain(): nothing, native
     if k == 1 and s == 1 and pad == 0:
         product1 = gemm(x.reshape(m, cin), wt, y2)
-        if not post:
-            return product1
-
-        def run1() -> None:
-            product1()
-            bias_act()
-        return run1
+        return program.chain(product1, bias_act) if post else product1
     if len(outs) < 2:
         raise PlanError(f"conv_fwd: a {k}x{k} convolution (stride {s}, padding {pad}) needs the im2col buffer "
                         f"'cols' ({m}, {k * k * cin}) as its second output.")
@@ -164,12 +158,7 @@ def conv_fwd(outs, ins, p, env):
     for b0, b1, c in _column_tiles(cols, n, tile, ho * wo):
         steps += [_im2col(x[b0:b1], c, k, s, pad, ho, wo),
                   gemm(tap_major(c) if cin == 1 else c, wt, y2[b0 * ho * wo:b1 * ho * wo])]
-
-    def run() -> None:
-        for step in steps:
-            step()
-        bias_act()
-    return run
+    return program.chain(*steps, bias_act)  # one native op list where every step is a C call
 
 
 def _column_tiles(cols: np.ndarray, n: int, tile: int, per: int) -> list[tuple[int, int, np.ndarray]]:
@@ -194,23 +183,13 @@ def conv_bwd(outs, ins, p, env):
     k, s, pad, act, dy2, y2, cols, db, dcols = o.k, o.s, o.pad, o.act, o.dy2, o.y2, o.cols, o.db, o.dcols
     scratch = split_scratch(outs, p)[1]
     parts = bias_partials(scratch, db, env, "conv_bwd")
-    pre = act_grad_colsum_pass(dy2, y2, act, 0.0, db, parts) if (act or db is not None) else (lambda: None)
+    pre = act_grad_colsum_pass(dy2, y2, act, 0.0, db, parts) if (act or db is not None) else program.chain()
     x, w = ins[1], ins[2]
     if conv_tiled.applies(x, w, cols, k, s, pad) and all(a is None or a.flags.c_contiguous for a in (dy2, o.dx, dcols)):
         grads, passes = _tiled_grads(o, ins[0], x, w, scratch, env)
-
-        def run_tiled() -> None:
-            pre()
-            for g in grads:
-                g()
+        run_tiled = program.chain(pre, *grads)
         return winograd.tagged(run_tiled, passes) if passes else run_tiled
-    steps = _conv_grads(o, x, remakes_columns(o, cin), scratch, env)
-
-    def run() -> None:
-        pre()
-        for step in steps:
-            step()
-    return run
+    return program.chain(pre, *_conv_grads(o, x, remakes_columns(o, cin), scratch, env))
 
 
 def _tiled_grads(o: ConvBwd, dy: np.ndarray, x: np.ndarray, w: np.ndarray, scratch: dict[str, np.ndarray],

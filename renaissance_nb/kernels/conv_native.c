@@ -558,6 +558,24 @@ void rnb_mul(float *out, const float *a, const float *b, i64 n, int threads) {
     rnb_parallel(threads, RNB_CHUNKS, mul_block, &f);
 }
 
+static void add_block(void *v, i64 c) {
+    const flat_pass *a = v;
+    i64 lo, hi;
+    chunk(a->n, c, &lo, &hi);
+    if (a->b == NULL) {
+        memmove(a->y + lo, a->x + lo, (size_t)(hi - lo) * sizeof(float));
+        return;
+    }
+    for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] + a->b[k];
+}
+
+/* out = a + b over n flat values (a residual sum, a gradient accumulated in place: out may be a or b), or
+ * out = a where b is NULL (the gradient add hands to each branch); by blocks on the pool */
+void rnb_add(float *out, const float *a, const float *b, i64 n, int threads) {
+    flat_pass f = {.x = a, .b = b, .y = out, .n = n};
+    rnb_parallel(threads, RNB_CHUNKS, add_block, &f);
+}
+
 /* ---- image batch gather (augment.gather_images_nhwc / transfer_images_step) ------------------- */
 typedef struct { /* the bilinear tables of data/augment.bilinear_weights (resize only) */
     const i64 *yi0, *yi1, *xi0, *xi1;

@@ -187,6 +187,16 @@ def bind_mul(out, a, b, threads: int) -> Kernel | None:
 
 
 @_binder
+def bind_add(out, a, b, threads: int) -> Kernel | None:
+    """out = a + b (np.add; out may be a or b) or, with b None, out = a, over flat float32 values of one size."""
+    L = active()
+    arrays = (out, a) + (() if b is None else (b,))
+    if L is None or not (_c32(*arrays) and all(x.size == out.size for x in arrays)):
+        return None
+    return _call(L.rnb_add, (_ptr(out), _ptr(a), None if b is None else _ptr(b), out.size, threads), arrays)
+
+
+@_binder
 def bind_dropout(x, y, mask, offset, k0: int, k1: int, stream: int, threshold: Any, scale: Any,
                  threads: int) -> Kernel | None:
     """philox.dropout_kernel into mask from the offset, the offset advanced, then fused.mul_ (y = x * mask)."""

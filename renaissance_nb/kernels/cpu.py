@@ -87,6 +87,14 @@ def _threaded_elementwise(out: np.ndarray, *ins: np.ndarray) -> bool:
         x.dtype == np.float32 and x.flags.c_contiguous and x.size == out.size for x in (out, *ins)))
 
 
+def _c_elementwise(out: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> Kernel | None:
+    """out = a + b (a copy of a where b is None) as one C pass (conv_native.bind_add), on the pool's threads
+    when large; None where the arrays are not contiguous float32 of one shape or the plan binds no C."""
+    if out.shape != a.shape or (b is not None and b.shape != out.shape):
+        return None
+    return conv_native.bind_add(out, a, b, blas.pass_threads(blas.THREADED and out.size >= PASS_PAR_MIN))
+
+
 @kernel("add")
 def add_k(outs, ins, p, env):
     """c = a + b with NumPy broadcasting (a bias row over a batch, say); by chunks on numba's threads
@@ -96,6 +104,9 @@ def add_k(outs, ins, p, env):
     if _threaded_elementwise(c, a, b):
         f = fused.add_chunks_par_
         return lambda: f(a, b, c)
+    bound = _c_elementwise(c, a, b)
+    if bound is not None:
+        return bound
     add = np.add
     return lambda: add(a, b, out=c)
 
@@ -154,7 +165,8 @@ def copy_k(outs, ins, p, env):
     if _threaded_elementwise(dst, src):
         f = fused.add_chunks_par_
         return lambda: f(src, EMPTY_F32, dst)
-    bound = program.bind_copy(dst, src)
+    bound = _c_elementwise(dst, src, None) if dst.size >= PASS_PAR_MIN else None
+    bound = bound or program.bind_copy(dst, src)
     if bound is not None:
         return bound
     cp = np.copyto

@@ -44,7 +44,7 @@ from ..data.augment import bilinear_weights, check_out_hw
 from ..errors import PlanError, bad_argument
 from ..train.rng import StreamId
 from .augment import claim_batch, transfer_images_claimed, transfer_images_step
-from . import conv_native
+from . import conv_native, program
 from .base import BindEnv, Factory, registrar
 from .operands import split_scratch
 from .status import status_error
@@ -345,7 +345,7 @@ def transfer_image(outs, ins, p, env):
         rc = gather()
         if rc:
             raise status_error(rc, "transfer_image", source, b, perm, int(cursor[0]))
-    return run
+    return program.mark(run, program.guarded(gather, program.STATUS, None, run))  # in a native program: C
 
 
 @kernel("transfer_image_async")
