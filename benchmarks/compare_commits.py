@@ -1,7 +1,7 @@
 """Before/after: a model's step time at two commits of this repository, interleaved.
 
     python benchmarks/compare_commits.py BEFORE [AFTER] [--rounds 7] [--batch 128] [--samples 20000]
-                                         [--model mlp|resnet]
+                                         [--model mlp|resnet] [--precision fp32|bf16|fp16]
 
 ``--model mlp`` (the default) is the seed MLP on (N, 784) inputs; ``resnet`` a small ResNet (cbr, two
 basic blocks, one downsampling, gap, fc) on (N, 3, 32, 32) inputs, which the conv, batch-norm and
@@ -36,7 +36,7 @@ import numpy as np
 import renaissance_nb as rnb
 from renaissance_nb import DeepLearningTask, seq, fc, relu, AdamW
 from renaissance_nb.kernels import blas
-n, batch, epochs, model = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+n, batch, epochs, model, precision = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 rng = np.random.default_rng(0)
 if model == "resnet":
     from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap
@@ -48,6 +48,8 @@ else:
 y = rng.integers(0, 10, n).astype(np.int64)
 t = (DeepLearningTask("bench").model(net)
      .data(train=(x, y), batch_size=batch).optimizer(AdamW().lr(1e-3)).total_epochs(1 + epochs).seed(0))
+if precision != "fp32":
+    t.precision(precision)
 t.run(1, progress=False)                 # warm-up: kernels compiled or loaded, caches hot
 t.run(progress=False)
 steps = t.steps_per_epoch
@@ -61,10 +63,10 @@ def worktree(rev: str, into: str) -> str:
     return into
 
 
-def run_side(src: str, n: int, batch: int, epochs: int, model: str) -> dict:
+def run_side(src: str, n: int, batch: int, epochs: int, model: str, precision: str) -> dict:
     env = {**os.environ, "PYTHONPATH": src}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(n), str(batch), str(epochs), model], cwd=src, env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(n), str(batch), str(epochs), model, precision], cwd=src,
+                         env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -81,6 +83,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--model", choices=("mlp", "resnet"), default="mlp")
+    ap.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         sides = {"before": worktree(args.before, os.path.join(tmp, "before"))}
@@ -92,7 +95,7 @@ def main() -> int:
             for r in range(args.rounds):
                 order = list(sides) if r % 2 == 0 else list(reversed(sides))
                 for side in order:
-                    got = run_side(sides[side], args.samples, args.batch, args.epochs, args.model)
+                    got = run_side(sides[side], args.samples, args.batch, args.epochs, args.model, args.precision)
                     results[side].append(statistics.median(got["ms_per_step"]))
                     blas_text[side] = got["blas"]
                 print(f"round {r + 1}: " + "  ".join(f"{k} {results[k][-1]:.3f} ms/step" for k in sides), flush=True)
@@ -105,8 +108,8 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in results.items()}
     for k, v in results.items():
         print(f"{k:6} median {med[k]:.3f} ms/step, spread {min(v):.3f}-{max(v):.3f} over {len(v)} rounds")
-    print(f"after / before = {med['after'] / med['before']:.3f} ({args.model}, batch {args.batch}, {args.samples} "
-          f"samples, {args.epochs} timed epochs per process)")
+    print(f"after / before = {med['after'] / med['before']:.3f} ({args.model}, {args.precision}, batch {args.batch}, "
+          f"{args.samples} samples, {args.epochs} timed epochs per process)")
     return 0
 
 

@@ -27,6 +27,8 @@ from renaissance_nb import display  # noqa: E402
 from renaissance_nb.display import (AtlasView, GraphView, LifetimeView, PhaseView, RegionMap,  # noqa: E402
                                     TrainingMonitor, dashboard, dashboard_bundle, graphdraw, static, views)
 from renaissance_nb.display._assets import asset  # noqa: E402
+from renaissance_nb.compiler.ids import GraphId  # noqa: E402
+from renaissance_nb.kernels import program as native_program  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -342,13 +344,32 @@ class _CapturedGraphs:
 
 def test_graph_view_shows_the_captured_cuda_graph(monkeypatch: pytest.MonkeyPatch,
                                                   compiled: DeepLearningTask) -> None:
-    assert GraphView(compiled).cuda == "", "a CPU task has no CUDA graphs"
+    assert "cublasSgemm" not in GraphView(compiled).captured, "a CPU task has no CUDA graphs"
     monkeypatch.setattr(compiled.runner, "replay", _CapturedGraphs(compiled.executor))
     gv = GraphView(compiled)
-    assert gv.gid == "DEEP_FWD_BWD" and "DEEP_FWD_BWD" in gv.cuda_caption and "1 dependency" in gv.cuda_caption
-    assert "cublasSgemm" in gv.cuda and "rnb-cuda" in gv._repr_html_()
+    assert gv.gid == "DEEP_FWD_BWD" and "DEEP_FWD_BWD" in gv.captured_caption and "1 dependency" in gv.captured_caption
+    assert "cublasSgemm" in gv.captured and "rnb-captured" in gv._repr_html_()
     gv.graph = "inference"  # INF graphs live in the val variants: none captured for train_base
-    assert gv.cuda == "" or "inference" in gv.cuda_caption
+    assert gv.captured == "" or "inference" in gv.captured_caption
+
+
+@pytest.mark.skipif(not native_program.enabled(), reason="no C library: no native program to show")
+def test_graph_view_shows_a_cpu_graphs_c_calls_in_order(compiled: DeepLearningTask) -> None:
+    """The CPU's counterpart of the CUDA graph: each node of the GraphId picked and the C calls its kernel
+    makes inside the step's native program, as the executor bound them."""
+    gv = GraphView(compiled)
+    ex = compiled.executor
+    calls = ex.native_calls(gv.variant, GraphId.DEEP_FWD_BWD, "train")
+    assert calls and all(c for _, c in calls)
+    total = sum(len(c) for _, c in calls)
+    assert gv.captured_caption.startswith(f"native program of train/DEEP_FWD_BWD ({gv.variant}): {total} C calls "
+                                          f"from {len(calls)} kernels, packed into the step's native program")
+    assert gv.captured.count("<tr>") == len(calls) + 1 and "rnb_gemm_bands" in gv.captured
+    assert "rnb-captured" in gv._repr_html_()
+    gv.gid = "OPTIMIZER"
+    assert "rnb_adam" in gv.captured and "1 kernel" in gv.captured_caption
+    gv.gid = ""  # every GraphId at once: no one program to show
+    assert gv.captured == ""
 
 
 def test_graph_view_switches_and_folds(compiled: DeepLearningTask) -> None:

@@ -392,7 +392,7 @@ def test_the_graph_view_draws_the_graph_the_executor_captured(module) -> None:  
     from renaissance_nb.display import GraphView
     t = emulated(mlp_task(), module)
     gv = GraphView(t, graph="train", gid="OPTIMIZER")
-    assert "OPTIMIZER" in gv.cuda_caption and "rnb_adam" in gv.cuda
+    assert "OPTIMIZER" in gv.captured_caption and "rnb_adam" in gv.captured
 
 
 def test_device_rejects_a_bad_capture_mode() -> None:

@@ -270,7 +270,7 @@ def _timed_events(m: MemoryInspector, timings, tmp_path) -> tuple[list[dict], di
     for e in data["traceEvents"]:  # the Trace Event format's required fields
         assert {"ph", "ts", "pid", "tid", "name"} <= set(e), e
         assert isinstance(e["ts"], (int, float)) and e["ph"] in ("X", "C", "M")
-    return [e for e in data["traceEvents"] if e["ph"] == "X"], data
+    return [e for e in data["traceEvents"] if e["ph"] == "X" and e["cat"] != "step"], data  # the kernels
 
 
 def test_profiled_trace_lays_the_kernels_out_on_a_real_time_axis(tmp_path) -> None:
@@ -295,6 +295,11 @@ def test_profiled_trace_lays_the_kernels_out_on_a_real_time_axis(tmp_path) -> No
     assert [c["ts"] for c in counters] == [e["ts"] for e in events]
     assert max(sum(c["args"].values()) for c in counters) <= m.peak().peak_bytes
     assert data["otherData"]["steps"] == 20 and data["otherData"]["not_measured"]  # validation: not drawn
+    whole = [e for e in data["traceEvents"] if e["ph"] == "X" and e["cat"] == "step"]  # the step as run() runs it
+    captured = timings.replay.startswith("CPU step captured as one native program")
+    assert len(whole) == 1 and whole[0]["name"] == ("whole step (native program)" if captured else "whole step (replay)")
+    assert whole[0]["dur"] == pytest.approx(timings.step_seconds * 1e6) and whole[0]["tid"] == 2  # its own track
+    assert whole[0]["args"]["replay"] == timings.replay
     from renaissance_nb.inspector.export import chrome_trace
     assert {e["dur"] for e in chrome_trace(m)["traceEvents"] if e["ph"] == "X"} == {1}  # plan order by default
     with pytest.raises(ExportError, match="variant"):

@@ -293,11 +293,11 @@ function render({ model, el }) {
       th.addEventListener("click", () => toggle(th.dataset.layer));
     }
     nav.adopt();
-    const cuda = model.get("cuda");
-    if (cuda) {  // the CUDA graph captured from this ComputationGraph (GPU backend), below it
-      const box = h("div", { class: "rnb-cuda" }, h("div", { class: "rnb-sub" }, model.get("cuda_caption")));
+    const captured = model.get("captured");
+    if (captured) {  // what the step runs for this graph, below it: the CUDA graph (GPU), the C calls (CPU)
+      const box = h("div", { class: "rnb-captured" }, h("div", { class: "rnb-sub" }, model.get("captured_caption")));
       const body = h("div");
-      body.innerHTML = cuda;
+      body.innerHTML = captured;
       box.append(body);
       canvas.append(box);
     }
@@ -308,7 +308,7 @@ function render({ model, el }) {
   all();
   const on = [["change:view", all], ["change:graph", drawControls], ["change:gid", drawControls], ["change:variant", drawControls],
     ["change:layers", drawChips], ["change:collapsed", drawChips], ["change:svg", drawCanvas], ["change:table", drawCanvas],
-    ["change:note", drawCanvas], ["change:cuda", drawCanvas], ["change:details", drawDetails]];
+    ["change:note", drawCanvas], ["change:captured", drawCanvas], ["change:details", drawDetails]];
   drawDetails();
   for (const [e, f] of on) model.on(e, f);
   return () => { nav.stop(); for (const [e, f] of on) model.off(e, f); };

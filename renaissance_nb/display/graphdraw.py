@@ -237,6 +237,31 @@ def cuda_graph_view(task: Any, graph_name: str, gid: GraphId | None, variant: st
     return (svg or f"<pre class='rnb-dot'>{esc(dot)}</pre>"), caption
 
 
+def native_program_view(task: Any, graph_name: str, gid: GraphId | None, variant: str) -> tuple[str, str]:
+    """(HTML table, caption) of the C calls a CPU task's step makes for (variant, gid): the CPU's counterpart
+    of the captured CUDA graph (kernels/program.py packs them into one native call per step)."""
+    ex = getattr(task, "executor", None)
+    if gid is None or getattr(getattr(task, "runner", None), "gpu", None) is not None or not hasattr(ex, "native_calls"):
+        return "", ""
+    calls = ex.native_calls(variant, gid, graph_name)
+    if not calls:
+        return "", ""
+    rows = "".join(
+        f"<tr><td>{i}</td><td>{esc(n.layer or 'step')} · {esc(n.op)}</td><td>"
+        + (" → ".join(f"<code>{esc(c)}</code>" for c in c_calls) if c_calls is not None
+           else "<em>Python (splits the program)</em>") + "</td></tr>"
+        for i, (n, c_calls) in enumerate(calls))
+    count = sum(len(c) for _, c in calls if c is not None)
+    python = sum(c is None for _, c in calls)
+    how = (f"{plural(python, 'kernel')} in Python between native runs" if python
+           else "packed into the step's native program (RNB_PROGRAM=0 calls the kernels one by one)")
+    caption = (f"native program of {graph_name}/{gid.name} ({variant}): {plural(count, 'C call')} from "
+               f"{plural(len(calls), 'kernel')}, {how}")
+    table = (f"<table class='rnb-table rnb-program'><tr><th>#</th><th>node</th><th>C calls, in order</th></tr>"
+             f"{rows}</table>")
+    return table, caption
+
+
 def graph_table(graph: Any, gid: GraphId | None = None, plan: MemoryPlan | None = None,
                 collapsed: Iterable[str] = (), gid_column: bool = True,
                 order: Sequence[GraphId] | None = None) -> str:

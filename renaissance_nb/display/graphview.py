@@ -9,8 +9,8 @@ from ..compiler.ids import GraphId
 from . import views
 from ._assets import esm
 from ._base import ViewWidget
-from .graphdraw import (cuda_graph_view, default_collapsed, dot_available, layers_of, render_graph, run_order,
-                        static_svg)
+from .graphdraw import (cuda_graph_view, default_collapsed, dot_available, layers_of, native_program_view,
+                        render_graph, run_order, static_svg)
 from .graphpick import op_details, tensor_details
 from .theme import esc
 
@@ -28,8 +28,8 @@ class GraphView(ViewWidget):
     table = traitlets.Unicode("").tag(sync=True)
     note = traitlets.Unicode("").tag(sync=True)
     dot = traitlets.Bool(False).tag(sync=True)
-    cuda = traitlets.Unicode("").tag(sync=True)        # the captured CUDA graph (SVG), on a GPU
-    cuda_caption = traitlets.Unicode("").tag(sync=True)
+    captured = traitlets.Unicode("").tag(sync=True)  # what the step runs for the graph picked: the CUDA
+    captured_caption = traitlets.Unicode("").tag(sync=True)  # graph (SVG) on a GPU, the C calls on a CPU
     picked = traitlets.Dict().tag(sync=True)   # the op or tensor clicked: {"op": index} or {"tensor": id}
     details = traitlets.Dict().tag(sync=True)  # what the details panel shows for it (graphpick.py)
 
@@ -87,10 +87,10 @@ class GraphView(ViewWidget):
     def static_html(self) -> str:
         body = static_svg(self.svg) if self.svg else self.table or "<div class='rnb-note'>No graphs yet.</div>"
         note = f"<div class='rnb-note'>{esc(self.note)}</div>" if self.note else ""
-        cuda = (f"<div class='rnb-cuda'><div class='rnb-sub'>{esc(self.cuda_caption)}</div>{self.cuda}</div>"
-                if self.cuda else "")
+        captured = (f"<div class='rnb-captured'><div class='rnb-sub'>{esc(self.captured_caption)}</div>"
+                    f"{self.captured}</div>" if self.captured else "")
         return (f"<div class='rnb-graph-static'><div class='rnb-sub'>{esc(self.title())}</div>{note}{body}"
-                f"{cuda}</div>")
+                f"{captured}</div>")
 
     def one_line(self) -> str:
         if not self.view.get("ready"):
@@ -125,7 +125,10 @@ class GraphView(ViewWidget):
             out = render_graph(g, gid, plans.get(self.variant), self.collapsed, gid_column=not self.view.get("hand"),
                                order=run_order(self.source, g))
             self.svg, self.table, self.note, self.dot = out["svg"] or "", out["table"], out["note"], dot_available()
-            self.cuda, self.cuda_caption = cuda_graph_view(self.source, self.graph, gid, self.variant)
+            view = cuda_graph_view(self.source, self.graph, gid, self.variant)
+            if not view[0]:  # a CPU task: the C calls of the step's native program
+                view = native_program_view(self.source, self.graph, gid, self.variant)
+            self.captured, self.captured_caption = view
         finally:
             self._drawing = False
         self.update_copies()  # the static copy shows this drawing, not the one before it

@@ -158,11 +158,23 @@ def _timed_trace(inspector: MemoryInspector, variant: str, timings: StepTimings)
         clock += dur
     measured_programs = [p for p in programs if seen[p]]
     other = [p for p in dict.fromkeys(t.program for t in inspector.ticks()) if p not in measured_programs]
+    events += _whole_step(timings, len(programs))
     return {"traceEvents": events + counters, "displayTimeUnit": "ms",
             "otherData": {"arena_bytes": inspector.plan(variant).total_bytes,
                           "time": "measured: each kernel's median over the timed steps, in microseconds",
                           "step_seconds": timings.step_seconds, "steps": timings.steps, "replay": timings.replay,
                           "not_measured": missing + [f"{p} (not a training step)" for p in other]}}
+
+
+def _whole_step(timings: StepTimings, tid: int) -> list[dict[str, Any]]:
+    """A track of its own under the kernels: the whole step as run() replays it (one native call where the
+    CPU step is captured, kernels/program.py), as long as its measured median; the kernels above it were
+    timed one by one, so the gap between the two is what the capture saves."""
+    whole = "native program" if timings.replay.startswith("CPU step captured as one native program") else "replay"
+    track = f"step as run() replays it ({whole})"
+    return [{"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "ts": 0, "args": {"name": track}},
+            {"name": f"whole step ({whole})", "cat": "step", "ph": "X", "ts": 0.0, "dur": timings.step_seconds * 1e6,
+             "pid": 0, "tid": tid, "args": {"replay": timings.replay, "median_us": timings.step_seconds * 1e6}}]
 
 
 def _metadata(process: str, programs: list[str]) -> list[dict[str, Any]]:

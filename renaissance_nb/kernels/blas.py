@@ -398,7 +398,7 @@ def pass_threads(threaded: bool) -> int:
 
 def _bound(bands: np.ndarray, keep: tuple, sgemm: Sgemm | None = None) -> Callable[[], None]:
     """The kernel that runs planned sgemm calls: in parallel when there are several (on the C kernels'
-    OpenMP threads where they are built, kernels/native.py, else on numba's)."""
+    pool threads where they are built, kernels/native.py, else on numba's)."""
     sg = sgemm or SGEMM
     fptr = sg.address
     bound = native.bind_gemm_bands(fptr, sg.int_bits == 64, bands, pass_threads(True))

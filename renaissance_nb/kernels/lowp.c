@@ -163,14 +163,14 @@ static void convert_chunk(const convert_job *c, i64 t) {
     }
 }
 
+static void convert_block(void *c, i64 t) { convert_chunk((const convert_job *)c, t); }
+
 static void run_convert(const convert_job *c, int threads) {
-    threads = team(threads);
-    if (threads <= 1 || c->rows * c->cols < LOWP_PAR_MIN) {
+    if (team(threads) <= 1 || c->rows * c->cols < LOWP_PAR_MIN) {
         convert_part(c, 0, c->rows, 0, c->cols);
         return;
     }
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (i64 t = 0; t < RNB_CHUNKS; t++) convert_chunk(c, t);
+    rnb_parallel(threads, RNB_CHUNKS, convert_block, (void *)c);
 }
 
 /* dst = src converted, over rows x cols with row strides in elements; one side float32, the other
@@ -205,23 +205,34 @@ static int unscale_range(const void *g, int fmt, i64 lo, i64 hi, float s, float 
     return (int)bad;
 }
 
+typedef struct {
+    const void *g;
+    int fmt, portable;
+    i64 n;
+    float s, *out;
+    int bad[RNB_CHUNKS]; /* each block's own: no shared write */
+} unscale_job;
+
+static void unscale_block(void *v, i64 t) {
+    unscale_job *u = v;
+    i64 lo, hi;
+    chunk(u->n, t, &lo, &hi);
+    u->bad[t] = unscale_range(u->g, u->fmt, lo, hi, u->s, u->out, u->portable);
+}
+
 /* out[i] = float(g[i]) * inv_scale[0] in float32 (g bf16, fp16 or float32; out may be g when it is
  * float32); returns 1 if any g[i] is inf or NaN, and then also sets found[0] = 1 (found may be NULL;
  * it is never cleared here, as torch's found_inf). */
 int rnb_lowp_unscale(const void *g, int fmt, i64 n, const float *inv_scale, float *out, float *found, int portable,
                      int threads) {
-    threads = team(threads);
     float s = inv_scale[0];
     int bad = 0;
-    if (threads <= 1 || n < LOWP_PAR_MIN) {
+    if (team(threads) <= 1 || n < LOWP_PAR_MIN) {
         bad = unscale_range(g, fmt, 0, n, s, out, portable);
     } else {
-        #pragma omp parallel for schedule(static) num_threads(threads) reduction(| : bad)
-        for (i64 t = 0; t < RNB_CHUNKS; t++) {
-            i64 lo, hi;
-            chunk(n, t, &lo, &hi);
-            bad |= unscale_range(g, fmt, lo, hi, s, out, portable);
-        }
+        unscale_job u = {.g = g, .fmt = fmt, .portable = portable, .n = n, .s = s, .out = out};
+        rnb_parallel(threads, RNB_CHUNKS, unscale_block, &u);
+        for (int t = 0; t < RNB_CHUNKS; t++) bad |= u.bad[t];
     }
     if (bad && found) found[0] = 1.0f;
     return bad;
@@ -310,6 +321,28 @@ static void loops_rows(const gemm_job *j, const float *a32, i64 lda, const float
     }
 }
 
+typedef struct { /* gemm_f32's products: a band of sgemm, or a chunk of rows of the loops, per block */
+    const gemm_job *j;
+    void *f;
+    int wide;
+    const float *a32;
+    i64 lda;
+    const float *b32;
+    i64 ldb;
+    float *c32;
+    i64 ldc, blocks;
+} f32_job;
+
+static void sgemm_block(void *v, i64 b) {
+    const f32_job *q = v;
+    sgemm_band(q->f, q->wide, q->j, q->a32, q->lda, q->b32, q->ldb, q->c32, q->ldc, b, q->blocks);
+}
+
+static void loops_block(void *v, i64 t) {
+    const f32_job *q = v;
+    loops_rows(q->j, q->a32, q->lda, q->b32, q->c32, q->ldc, cut(q->j->m, RNB_CHUNKS, t), cut(q->j->m, RNB_CHUNKS, t + 1));
+}
+
 /* the float32 paths: operands to float32 in scratch, then OpenBLAS's sgemm in fixed bands (or the loops),
  * then the sums rounded to the output format */
 static int gemm_f32(const gemm_job *j, int path, void *f, int wide, float *scratch, int portable, int threads) {
@@ -333,16 +366,8 @@ static int gemm_f32(const gemm_job *j, int path, void *f, int wide, float *scrat
         convert_job cc = {j->out, RNB_F32, portable, j->c, c32, j->m, j->n, j->ldc, ldc};
         run_convert(&cc, threads);
     }
-    threads = team(threads);
-    if (path == PATH_SGEMM) {
-        i64 nb = band_count(j->m, j->n);
-        #pragma omp parallel for schedule(static, 1) num_threads(threads) if (threads > 1 && nb > 1)
-        for (i64 b = 0; b < nb; b++) sgemm_band(f, wide, j, a32, ac, b32, bc, c32, ldc, b, nb);
-    } else {
-        #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-        for (i64 t = 0; t < RNB_CHUNKS; t++)
-            loops_rows(j, a32, ac, b32, c32, ldc, cut(j->m, RNB_CHUNKS, t), cut(j->m, RNB_CHUNKS, t + 1));
-    }
+    f32_job fj = {j, f, wide, a32, ac, b32, bc, c32, ldc, path == PATH_SGEMM ? band_count(j->m, j->n) : RNB_CHUNKS};
+    rnb_parallel(threads, fj.blocks, path == PATH_SGEMM ? sgemm_block : loops_block, &fj);
     if (j->out != RNB_F32) {
         convert_job co = {RNB_F32, j->out, portable, c32, j->c, j->m, j->n, ldc, j->ldc};
         run_convert(&co, threads);
@@ -526,24 +551,35 @@ static void row_block_tile(const gemm_job *j, const uint16_t *pa, i64 kp, const 
     }
 }
 
+typedef struct { /* gemm_dpbf16's three passes, a block each: pack a row block, pack a column block, a tile */
+    const gemm_job *j;
+    uint16_t *pa, *pb;
+    i64 kp, mb;
+} dp_job;
+
+static void pack_a_block(void *v, i64 t) {
+    const dp_job *q = v;
+    pack_a(q->j, t * MR, q->pa + t * MR * q->kp * 2);
+}
+
+static void pack_b_block(void *v, i64 t) {
+    const dp_job *q = v;
+    pack_b(q->j, t * NR, q->pb + t * NR * q->kp * 2);
+}
+
+static void tile_block(void *v, i64 t) {
+    const dp_job *q = v;
+    row_block_tile(q->j, q->pa, q->kp, q->pb, t % q->mb, t / q->mb);
+}
+
 static int gemm_dpbf16(const gemm_job *j, uint16_t *scratch, int threads) {
     i64 kp = (j->k + 1) / 2, mb = rup(j->m, MR) / MR, nbk = rup(j->n, NR) / NR;
-    uint16_t *pa = scratch, *pb = scratch + rup(j->m, MR) * kp * 2;
+    dp_job q = {j, scratch, scratch + rup(j->m, MR) * kp * 2, kp, mb};
     int direct = !j->ta && !(j->k & 1);
-    threads = team(threads);
-    int par = threads > 1 && j->m * j->n * j->k >= (1 << 18);
-    #pragma omp parallel num_threads(threads) if (par)
-    {
-        if (!direct) {
-            #pragma omp for schedule(static)
-            for (i64 t = 0; t < mb; t++) pack_a(j, t * MR, pa + t * MR * kp * 2);
-        }
-        #pragma omp for schedule(static)
-        for (i64 t = 0; t < nbk; t++) pack_b(j, t * NR, pb + t * NR * kp * 2);
-        #pragma omp for schedule(static) collapse(2)
-        for (i64 cb = 0; cb < nbk; cb++)
-            for (i64 rb = 0; rb < mb; rb++) row_block_tile(j, pa, kp, pb, rb, cb);
-    }
+    if (j->m * j->n * j->k < (1 << 18)) threads = 1;
+    if (!direct) rnb_parallel(threads, mb, pack_a_block, &q);
+    rnb_parallel(threads, nbk, pack_b_block, &q);
+    rnb_parallel(threads, nbk * mb, tile_block, &q);
     return 0;
 }
 #endif

@@ -19,7 +19,7 @@ the k sum across threads, and the cut into tiles or bands depends on the shape a
 count never changes a byte.
 
 The ``bind_*`` functions follow kernels/native.py: a zero-argument kernel over fixed arrays (built by
-``native._call``), or None where the library is absent or the layout is one the C loops do not take;
+``native.call``), or None where the library is absent or the layout is one the C loops do not take;
 ``convert``, ``unscale`` and ``gemm`` then serve the NumPy fallback.
 
 An fc layer's three products in bf16 (x, w, dy uint16 arrays; sums in float32)::
@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import ConfigError, bad_argument
 from . import blas, native
-from .native import _call as native_call  # the binders' kernel maker: one form for every C kernel
+from .native import call as native_call  # the binders' kernel maker: one form for every C kernel
 
 FORMATS = ("fp32", "bf16", "fp16")
 CODE = {"fp32": 0, "bf16": 1, "fp16": 2}
@@ -304,7 +304,7 @@ def bind_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, scratch: np.ndarray, 
     """c = a @ b (+ c with ``beta``), a and b bf16 (uint16) or fp16 views, either of them transposed
     (x @ w.T: forward, dy @ w: dx, dy.T @ x: dW), c float32 or the operands' format (rounded once,
     from the float32 sums). The kernel returns lowp.c's path number (PATHS). On the sgemm path it calls
-    BLAS from OpenMP threads: run it inside blas.own_cores() (a replay holds it; ``gemm`` wraps it)."""
+    BLAS from the pool's threads: run it inside blas.own_cores() (a replay holds it; ``gemm`` wraps it)."""
     fmt, out, need = _gemm_checked(a, b, c, scratch, path)
     L = native.active()
     oa, ob, oc = _orient(a), _orient(b), _orient(c)

@@ -7,16 +7,15 @@
  * argument makes numba widen), the same order of additions, the same cuts of a range into
  * RNB_CHUNKS blocks. It is built with -ffp-contract=off (no fused multiply-adds, as numba without
  * fastmath) and without -ffast-math; expf and tanhf are glibc's, as numba's are. Threads: rnb_parallel
- * (pool_native.c; LARS's two passes: OpenMP), one block of a pass per claim, so the thread count never
- * changes a byte.
+ * (pool_native.c), one block of a pass per claim, so the thread count never changes a byte.
  * Arrays are raw addresses; 2-D ones take a row stride in elements. Nothing here allocates.
  */
 #include "native.h"
 
 int rnb_abi(void) { return 6; }
 
-/* GNU OpenMP's thread pool does not survive fork(): a forked child that entered a parallel region
- * would hang. After a fork every pass here runs on the calling thread (the same bytes: a block's
+/* A thread pool does not survive fork(): a forked child that waited on the parent's workers would
+ * hang. After a fork every pass here runs on the calling thread (the same bytes: a block's
  * work never depends on the thread that does it). */
 volatile int rnb_forked = 0;
 static void in_child(void) { rnb_forked = 1; }
@@ -307,15 +306,23 @@ static double sq_sum_chunked(const float *x, i64 n) { /* fused.sq_sum_chunked: t
     return total;
 }
 
-/* seg[i] = (offset in W and G, size, offset of the norm pair in nrm); one norm per iteration */
+typedef struct {
+    const float *w, *g;
+    float *nrm;
+    const i64 *seg;
+} lars_norms_job;
+
+static void lars_norm_block(void *v, i64 q) {
+    const lars_norms_job *a = v;
+    const i64 *s = a->seg + 3 * (q / 2);
+    const float *x = (q % 2 == 0 ? a->w : a->g) + s[0];
+    a->nrm[s[2] + q % 2] = (float)sqrt(sq_sum_chunked(x, s[1]));
+}
+
+/* seg[i] = (offset in W and G, size, offset of the norm pair in nrm); one norm per block */
 void rnb_lars_norms(const float *w, const float *g, float *nrm, const i64 *seg, i64 k, int threads) {
-    threads = team(threads);
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 q = 0; q < 2 * k; q++) {
-        const i64 *s = seg + 3 * (q / 2);
-        const float *x = (q % 2 == 0 ? w : g) + s[0];
-        nrm[s[2] + q % 2] = (float)sqrt(sq_sum_chunked(x, s[1]));
-    }
+    lars_norms_job a = {w, g, nrm, seg};
+    rnb_parallel(threads, 2 * k, lars_norm_block, &a);
 }
 
 static float lars_trust(const float *nrm, i64 at, double eta, double wd, double eps) {
@@ -324,32 +331,43 @@ static float lars_trust(const float *nrm, i64 at, double eta, double wd, double 
     return 1.0f;
 }
 
+typedef struct {
+    float *w, *m;
+    const float *g, *nrm;
+    const i64 *pieces;
+    i64 n, np;
+    float lr32, mom, wd32;
+    double eta, wd, eps;
+} lars_job;
+
+static void lars_block(void *v, i64 c) {
+    const lars_job *q = v;
+    i64 lo, hi;
+    chunk(q->n, c, &lo, &hi);
+    for (i64 k = 0; k < q->np; k++) {
+        const i64 *p = q->pieces + 3 * k;
+        i64 a = p[0] > lo ? p[0] : lo, b = p[1] < hi ? p[1] : hi, at = p[2];
+        if (a >= b) continue;
+        float scale = at >= 0 ? lars_trust(q->nrm, at, q->eta, q->wd, q->eps) : 1.0f;
+        for (i64 j = a; j < b; j++) {
+            float gk = q->g[j];
+            if (at >= 0) gk = scale * (gk + q->wd32 * q->w[j]);
+            float buf = flush32(q->mom * q->m[j] + gk);
+            q->m[j] = buf;
+            q->w[j] = q->w[j] - q->lr32 * buf;
+        }
+    }
+}
+
 /* pieces[k] = (start, end, norm offset or -1): an adapted weight or a run of excluded values */
 void rnb_lars(float *w, const float *g, float *m, i64 n, const float *nrm, const i64 *pieces, i64 np,
               const float *lr_table, i64 nlr, i64 *step, double momentum, double wd, double eta, double eps,
               int threads) {
-    threads = team(threads);
     i64 t = step[0];
-    float lr32 = lr_table[min64(t, nlr - 1)];
-    float mom = (float)momentum, wd32 = (float)wd;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (i64 c = 0; c < RNB_CHUNKS; c++) {
-        i64 lo, hi;
-        chunk(n, c, &lo, &hi);
-        for (i64 k = 0; k < np; k++) {
-            const i64 *p = pieces + 3 * k;
-            i64 a = p[0] > lo ? p[0] : lo, b = p[1] < hi ? p[1] : hi, at = p[2];
-            if (a >= b) continue;
-            float scale = at >= 0 ? lars_trust(nrm, at, eta, wd, eps) : 1.0f;
-            for (i64 j = a; j < b; j++) {
-                float gk = g[j];
-                if (at >= 0) gk = scale * (gk + wd32 * w[j]);
-                float buf = flush32(mom * m[j] + gk);
-                m[j] = buf;
-                w[j] = w[j] - lr32 * buf;
-            }
-        }
-    }
+    lars_job q = {.w = w, .m = m, .g = g, .nrm = nrm, .pieces = pieces, .n = n, .np = np,
+                  .lr32 = lr_table[min64(t, nlr - 1)], .mom = (float)momentum, .wd32 = (float)wd,
+                  .eta = eta, .wd = wd, .eps = eps};
+    rnb_parallel(threads, RNB_CHUNKS, lars_block, &q);
     step[0] = t + 1;
 }
 

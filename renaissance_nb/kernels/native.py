@@ -42,10 +42,12 @@ kernels/thunks.py generates from SIGNATURES (the native program's calls, program
 HEADER = SOURCE.with_name("native.h")
 ABI = 6
 """native.c's rnb_abi(): a cached library from another version of the source is never called."""
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-pthread", "-ffp-contract=off", "-fno-math-errno",
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp-simd", "-pthread", "-ffp-contract=off", "-fno-math-errno",
          "-fno-strict-aliasing")
 """-ffp-contract=off: no fused multiply-adds (numba without fastmath has none); -march=native is safe
-because the library is built on the machine that runs it (the CPU is part of its name)."""
+because the library is built on the machine that runs it (the CPU is part of its name); -fopenmp-simd:
+the ``omp simd`` reductions keep their vector order, with no OpenMP runtime (every pass runs on
+pool_native.c's threads)."""
 
 Kernel = Callable[[], Any]
 P, I64, F64, F32, INT = c_void_p, c_int64, c_double, c_float, c_int
@@ -307,7 +309,7 @@ def active() -> Any:
     return lib() if (not stack or stack[-1]) else None
 
 
-def _binder(f: Callable[..., Any]) -> Callable[..., Any]:
+def binder(f: Callable[..., Any]) -> Callable[..., Any]:
     """Record in DECLINED when ``f`` returns None with the library in use while a plan binds (a direct
     call outside chosen_for, as evaluate() makes per batch, is not a plan's choice)."""
     def bind(*args: Any) -> Any:
@@ -341,22 +343,24 @@ compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind C fo
 a decline for the other activations (their numba loops serve)."""
 
 
-def _ptr(a: np.ndarray) -> int:
+def address(a: np.ndarray) -> int:
+    """The array's data address, as a binder passes it to C."""
     return a.ctypes.data
 
 
-def _rows(a: np.ndarray) -> int | None:
+def row_stride(a: np.ndarray) -> int | None:
     """The row stride in elements of a 2-D array whose rows are contiguous, else None."""
     if a.ndim != 2 or (a.shape[1] > 1 and a.strides[1] != a.itemsize) or a.strides[0] % a.itemsize:
         return None
     return a.strides[0] // a.itemsize
 
 
-def _flat(*arrays: np.ndarray) -> bool:
+def all_flat(*arrays: np.ndarray) -> bool:
+    """Every array 1-D and contiguous."""
     return all(a.ndim == 1 and a.flags.c_contiguous for a in arrays)
 
 
-def _call(f: Any, args: tuple, keep: tuple) -> Kernel:
+def call(f: Any, args: tuple, keep: tuple) -> Kernel:
     """f(*args) as a kernel; ``keep`` holds the arrays whose addresses args carries. ``native`` says
     the same call to a native program (kernels/program.py): (entry name, args)."""
     def run() -> Any:
@@ -366,71 +370,71 @@ def _call(f: Any, args: tuple, keep: tuple) -> Kernel:
     return run
 
 
-@_binder
+@binder
 def bind_bias_act(y2: np.ndarray, b: np.ndarray, act: int, slope: float, threads: int) -> Kernel | None:
     L = active()
-    ld = _rows(y2)
-    if L is None or ld is None or y2.dtype != np.float32 or b.dtype != np.float32 or not _flat(b) or act not in range(5):
+    ld = row_stride(y2)
+    if L is None or ld is None or y2.dtype != np.float32 or b.dtype != np.float32 or not all_flat(b) or act not in range(5):
         return None
     n, m = y2.shape
-    return _call(L.rnb_bias_act, (_ptr(y2), n, m, ld, _ptr(b), b.shape[0], act, float(slope), threads), (y2, b))
+    return call(L.rnb_bias_act, (address(y2), n, m, ld, address(b), b.shape[0], act, float(slope), threads), (y2, b))
 
 
-@_binder
+@binder
 def bind_act_grad_colsum(d2: np.ndarray, y2: np.ndarray, act: int, slope: float, parts: np.ndarray, out: np.ndarray,
                          threads: int) -> Kernel | None:
     L = active()
-    ldd, ldy = _rows(d2), _rows(y2)
+    ldd, ldy = row_stride(d2), row_stride(y2)
     ok = (L is not None and ldd is not None and ldy is not None and d2.dtype == y2.dtype == out.dtype == np.float32
-          and parts.dtype == np.float64 and parts.flags.c_contiguous and _flat(out) and act in range(5)
+          and parts.dtype == np.float64 and parts.flags.c_contiguous and all_flat(out) and act in range(5)
           and y2.shape == d2.shape and parts.ndim == 2 and parts.shape[1] == out.size and out.size in (0, d2.shape[1]))
     if not ok:
         return None
     n, m = d2.shape
-    args = (_ptr(d2), n, m, ldd, _ptr(y2), ldy, act, float(slope), _ptr(parts), parts.shape[0], _ptr(out), out.shape[0],
+    args = (address(d2), n, m, ldd, address(y2), ldy, act, float(slope), address(parts), parts.shape[0], address(out), out.shape[0],
             threads)
-    return _call(L.rnb_act_grad_colsum, args, (d2, y2, parts, out))
+    return call(L.rnb_act_grad_colsum, args, (d2, y2, parts, out))
 
 
 def _optimizer_ok(w: np.ndarray, lr_table: np.ndarray, step: np.ndarray, *state: np.ndarray) -> bool:
     arrays = (w, *state)
-    return (all(a.dtype == np.float32 and _flat(a) for a in arrays) and lr_table.dtype == np.float32
-            and _flat(lr_table) and lr_table.size > 0 and step.dtype == np.int64 and step.size >= 1)
+    return (all(a.dtype == np.float32 and all_flat(a) for a in arrays) and lr_table.dtype == np.float32
+            and all_flat(lr_table) and lr_table.size > 0 and step.dtype == np.int64 and step.size >= 1)
 
 
-@_binder
+@binder
 def bind_adam(w, g, m, v, lr_table, step, beta1, beta2, eps, wd, decoupled, maximize, threads) -> Kernel | None:  # type: ignore[no-untyped-def]
     L = active()
     if L is None or not _optimizer_ok(w, lr_table, step, g, m, v) or not (w.size == g.size == m.size == v.size):
         return None
-    args = (_ptr(w), _ptr(g), _ptr(m), _ptr(v), w.size, _ptr(lr_table), lr_table.size, _ptr(step), float(beta1),
+    args = (address(w), address(g), address(m), address(v), w.size, address(lr_table), lr_table.size, address(step), float(beta1),
             float(beta2), float(eps), float(wd), int(decoupled), int(maximize), threads)
-    return _call(L.rnb_adam, args, (w, g, m, v, lr_table, step))
+    return call(L.rnb_adam, args, (w, g, m, v, lr_table, step))
 
 
-@_binder
+@binder
 def bind_sgd(w, g, m, lr_table, step, momentum, dampening, wd, nesterov, maximize, threads) -> Kernel | None:  # type: ignore[no-untyped-def]
     L = active()
     if L is None or not _optimizer_ok(w, lr_table, step, g, m) or w.size != g.size or m.size not in (0, w.size):
         return None
-    args = (_ptr(w), _ptr(g), _ptr(m), w.size, m.size, _ptr(lr_table), lr_table.size, _ptr(step), float(momentum),
+    args = (address(w), address(g), address(m), w.size, m.size, address(lr_table), lr_table.size, address(step), float(momentum),
             float(dampening), float(wd), int(nesterov), int(maximize), threads)
-    return _call(L.rnb_sgd, args, (w, g, m, lr_table, step))
+    return call(L.rnb_sgd, args, (w, g, m, lr_table, step))
 
 
-@_binder
+@binder
 def bind_lars_norms(w: np.ndarray, g: np.ndarray, n: np.ndarray, seg: np.ndarray, threads: int) -> Kernel | None:
     """fused.lars_norms: [||w||, ||g||] per segment (offset, size, norm offset) of the W/G ranges."""
     L = active()
-    ok = (L is not None and _flat(w, g, n, seg.reshape(-1)) and w.dtype == g.dtype == n.dtype == np.float32
+    ok = (L is not None and all_flat(w, g, n, seg.reshape(-1)) and w.dtype == g.dtype == n.dtype == np.float32
           and seg.dtype == np.int64 and seg.ndim == 2 and seg.shape[1] == 3 and seg.flags.c_contiguous
           and w.size == g.size)
     if not ok:
         return None
-    return _call(L.rnb_lars_norms, (_ptr(w), _ptr(g), _ptr(n), _ptr(seg), seg.shape[0], threads), (w, g, n, seg))
+    return call(L.rnb_lars_norms, (address(w), address(g), address(n), address(seg), seg.shape[0], threads), (w, g, n, seg))
 
 
-@_binder
+@binder
 def bind_lars(w, g, m, n, pieces, lr_table, step, momentum, wd, eta, eps, threads) -> Kernel | None:  # type: ignore[no-untyped-def]
     """fused.lars_update over the W/G/M ranges cut into pieces (start, end, norm offset or -1)."""
     L = active()
@@ -438,18 +442,18 @@ def bind_lars(w, g, m, n, pieces, lr_table, step, momentum, wd, eta, eps, thread
           and pieces.dtype == np.int64 and pieces.ndim == 2 and pieces.shape[1] == 3 and pieces.flags.c_contiguous)
     if not ok:
         return None
-    args = (_ptr(w), _ptr(g), _ptr(m), w.size, _ptr(n), _ptr(pieces), pieces.shape[0], _ptr(lr_table), lr_table.size,
-            _ptr(step), float(momentum), float(wd), float(eta), float(eps), threads)
-    return _call(L.rnb_lars, args, (w, g, m, n, pieces, lr_table, step))
+    args = (address(w), address(g), address(m), w.size, address(n), address(pieces), pieces.shape[0], address(lr_table), lr_table.size,
+            address(step), float(momentum), float(wd), float(eta), float(eps), threads)
+    return call(L.rnb_lars, args, (w, g, m, n, pieces, lr_table, step))
 
 
-@_binder
+@binder
 def bind_ema(e: np.ndarray, w: np.ndarray) -> Callable[[float], None] | None:
     """ema_(e, w, decay) over fixed ranges, the decay given per call."""
     L = active()
-    if L is None or not _flat(e, w) or e.dtype != np.float32 or w.dtype != np.float32 or e.size != w.size:
+    if L is None or not all_flat(e, w) or e.dtype != np.float32 or w.dtype != np.float32 or e.size != w.size:
         return None
-    f, pe, pw, n = L.rnb_ema, _ptr(e), _ptr(w), e.size
+    f, pe, pw, n = L.rnb_ema, address(e), address(w), e.size
 
     def update(decay: float) -> None:
         f(pe, pw, n, decay)
@@ -457,21 +461,21 @@ def bind_ema(e: np.ndarray, w: np.ndarray) -> Callable[[float], None] | None:
     return update
 
 
-@_binder
+@binder
 def bind_probe(x: np.ndarray, parts: np.ndarray, threads: int) -> Callable[[], float] | None:
     L = active()
-    if L is None or not _flat(x, parts) or x.dtype != np.float32 or parts.dtype != np.float32 or parts.size < 8:
+    if L is None or not all_flat(x, parts) or x.dtype != np.float32 or parts.dtype != np.float32 or parts.size < 8:
         return None
-    return _call(L.rnb_nonfinite_probe, (_ptr(x), x.size, _ptr(parts), threads), (x, parts))
+    return call(L.rnb_nonfinite_probe, (address(x), x.size, address(parts), threads), (x, parts))
 
 
-@_binder
+@binder
 def bind_clip(x: np.ndarray, threads: int) -> tuple[Callable[[], float], Callable[[Any], None]] | None:
     """(sum of squares, scale by a factor) over one fixed float32 range."""
     L = active()
-    if L is None or not _flat(x) or x.dtype != np.float32:
+    if L is None or not all_flat(x) or x.dtype != np.float32:
         return None
-    sq, sc, p, n = L.rnb_sq_sum, L.rnb_scale, _ptr(x), x.size
+    sq, sc, p, n = L.rnb_sq_sum, L.rnb_scale, address(x), x.size
 
     def total() -> float:
         return sq(p, n, threads)
@@ -482,66 +486,66 @@ def bind_clip(x: np.ndarray, threads: int) -> tuple[Callable[[], float], Callabl
     return total, scale
 
 
-@_binder
+@binder
 def bind_gather(xs2: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.ndarray, x2: np.ndarray,
                 y_out: np.ndarray, threads: int) -> Callable[[], int] | None:
     L = active()
     ok = (L is not None and xs2.ndim == x2.ndim == 2 and xs2.flags.c_contiguous and x2.flags.c_contiguous
-          and xs2.dtype == x2.dtype and xs2.shape[1] == x2.shape[1] and _flat(ys, y_out, perm, cursor)
+          and xs2.dtype == x2.dtype and xs2.shape[1] == x2.shape[1] and all_flat(ys, y_out, perm, cursor)
           and ys.dtype == y_out.dtype and perm.dtype == np.int64 and cursor.dtype == np.int64
           and x2.shape[0] == y_out.shape[0] and ys.shape[0] == xs2.shape[0])
     if not ok:
         return None
-    args = (_ptr(xs2), xs2.shape[0], xs2.shape[1], xs2.itemsize, _ptr(ys), ys.itemsize, _ptr(perm), perm.size,
-            _ptr(cursor), _ptr(x2), _ptr(y_out), y_out.shape[0], threads)
-    return _call(L.rnb_gather, args, (xs2, ys, perm, cursor, x2, y_out))
+    args = (address(xs2), xs2.shape[0], xs2.shape[1], xs2.itemsize, address(ys), ys.itemsize, address(perm), perm.size,
+            address(cursor), address(x2), address(y_out), y_out.shape[0], threads)
+    return call(L.rnb_gather, args, (xs2, ys, perm, cursor, x2, y_out))
 
 
-@_binder
+@binder
 def bind_softmax_xent(logits: np.ndarray, labels: np.ndarray, smoothing: float, weight: np.ndarray,
                       result: np.ndarray, dlogits: np.ndarray, grad: bool) -> Kernel | None:
     L = active()
-    ll, ld = _rows(logits), (_rows(dlogits) if grad else 0)
+    ll, ld = row_stride(logits), (row_stride(dlogits) if grad else 0)
     ok = (L is not None and ll is not None and ld is not None and logits.dtype == np.float32
           and labels.dtype in (np.int64, np.int32)
-          and _flat(labels, weight, result) and weight.dtype == np.float32 and result.dtype == np.float32
+          and all_flat(labels, weight, result) and weight.dtype == np.float32 and result.dtype == np.float32
           and result.size >= 3 and labels.shape[0] == logits.shape[0] and logits.shape[0] > 0 and logits.shape[1] > 0
           and (not grad or (dlogits.dtype == np.float32 and dlogits.shape == logits.shape)))
     if not ok:
         return None
     n, c = logits.shape
-    args = (_ptr(logits), n, c, ll, _ptr(labels), int(labels.dtype == np.int64), float(smoothing), _ptr(weight), weight.size, _ptr(result),
-            _ptr(dlogits) if grad else 0, ld, int(grad))
-    return _call(L.rnb_softmax_xent, args, (logits, labels, weight, result, dlogits))
+    args = (address(logits), n, c, ll, address(labels), int(labels.dtype == np.int64), float(smoothing), address(weight), weight.size, address(result),
+            address(dlogits) if grad else 0, ld, int(grad))
+    return call(L.rnb_softmax_xent, args, (logits, labels, weight, result, dlogits))
 
 
-@_binder
+@binder
 def bind_accumulate_metrics(result: np.ndarray, acc: np.ndarray, batch: float, loss_log: np.ndarray,
                             step: np.ndarray) -> Kernel | None:
     L = active()
-    ok = (L is not None and _flat(result, acc, loss_log, step) and result.dtype == np.float32 and acc.dtype == np.float64
+    ok = (L is not None and all_flat(result, acc, loss_log, step) and result.dtype == np.float32 and acc.dtype == np.float64
           and acc.size >= 4 and loss_log.dtype == np.float32 and step.dtype == np.int64 and step.size >= 1)
     if not ok:
         return None
-    args = (_ptr(result), _ptr(acc), float(batch), _ptr(loss_log), loss_log.size, _ptr(step))
-    return _call(L.rnb_accumulate_metrics, args, (result, acc, loss_log, step))
+    args = (address(result), address(acc), float(batch), address(loss_log), loss_log.size, address(step))
+    return call(L.rnb_accumulate_metrics, args, (result, acc, loss_log, step))
 
 
-@_binder
+@binder
 def bind_gemm_bands(fptr: int, wide: bool, bands: np.ndarray, threads: int) -> Kernel | None:
-    """The planned sgemm bands (blas.plan_bands' rows) run on OpenMP threads."""
+    """The planned sgemm bands (blas.plan_bands' rows) run on the pool's threads (pool_native.c)."""
     L = active()
     if L is None or bands.dtype != np.int64 or not bands.flags.c_contiguous or bands.shape[1:] != (11,):
         return None
-    return _call(L.rnb_gemm_bands, (fptr, int(wide), _ptr(bands), bands.shape[0], threads), (bands,))
+    return call(L.rnb_gemm_bands, (fptr, int(wide), address(bands), bands.shape[0], threads), (bands,))
 
 
 def philox_keys(out: np.ndarray, k0: int, k1: int, stream: int, off_lo: int, off_hi: int) -> bool:
     """philox.keys_kernel into ``out`` (uint64); False where the C library is not there."""
     L = lib()
-    if L is None or out.dtype != np.uint64 or not _flat(out):
+    if L is None or out.dtype != np.uint64 or not all_flat(out):
         return False
-    L.rnb_philox_keys(_ptr(out), out.size, k0, k1, stream, off_lo, off_hi)
+    L.rnb_philox_keys(address(out), out.size, k0, k1, stream, off_lo, off_hi)
     return True
 
 

@@ -2,7 +2,7 @@
 
 Why: a replayed step is ``for kernel in program: kernel()``, and for the seed MLP at batch 32 the Python
 calls between kernels cost as much as the GEMMs. A kernel that calls C says so in its ``native``
-attribute: a tuple of ops, each (entry name in native.SIGNATURES, its arguments) as ``native._call``
+attribute: a tuple of ops, each (entry name in native.SIGNATURES, its arguments) as ``native.call``
 records it, or an ``Op`` with a guard. A kernel that composes C calls (fc_fwd: the product, then bias and
 activation) chains them (``chain``); one with control flow around its calls states it as guard and skip
 ops (``guarded``, ``skipped_if``). A run of such kernels becomes one ``rnb_run_steps`` call; any other
@@ -51,6 +51,16 @@ def ops_of(kernel: Any) -> tuple[Op, ...] | None:
     """The kernel's native ops, or None when it runs Python (numba, NumPy) or packing is off."""
     ops = getattr(kernel, "native", None)
     return None if ops is None else tuple(o if isinstance(o, Op) else Op(*o) for o in ops)
+
+
+def calls_of(kernel: Any) -> tuple[str, ...] | None:
+    """What the kernel runs inside a native program, in order: its C entries ("[guard]" where the host may
+    act, "skip n if flag" for a skip op); None for a Python kernel, which splits the program."""
+    ops = ops_of(kernel)
+    if ops is None:
+        return None
+    return tuple(f"skip {o.skip} if flag" if not o.entry else o.entry + (" [guard]" if o.kind in (STATUS, FINITE) else "")
+                 for o in ops)
 
 
 def mark(kernel: Kernel, ops: Sequence[Any] | None) -> Kernel:

@@ -1,6 +1,6 @@
 """C thunks for the native program (program.c), generated from native.py's SIGNATURES.
 
-Why generated: every C kernel a binder hands to ``native._call`` can then run inside a program
+Why generated: every C kernel a binder hands to ``native.call`` can then run inside a program
 without work per kernel. For ``rnb_x`` with ctypes signature (res, args) the thunk is
 ``void rnb_thunk_rnb_x(const rnb_arg *a, rnb_arg *r)``: it reads argument k from slot k of the
 argument block (an 8-byte union: integers and addresses as int64, floats as double, so a float

@@ -458,7 +458,7 @@ def bind(x: np.ndarray, w: np.ndarray, y: np.ndarray, scratch: np.ndarray, b: np
     sg = blas.SGEMM
     fptr, wide, f, transform = sg.address, sg.int_bits == 64, fwd_, weights_
     bound = conv_native.bind_winograd_fwd(fptr, wide, w, flip, u, x, y, b, act, bufs, ch.rows)
-    if bound is not None:  # the same passes in C, on OpenMP's threads (a plan bound to C)
+    if bound is not None:  # the same passes in C, on the pool's threads (a plan bound to C)
         return blas.on_own_cores(bound)
 
     def run() -> None:

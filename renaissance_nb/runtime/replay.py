@@ -101,6 +101,14 @@ class StepPrograms:
         self.atlas: GraphAtlas = compiled.atlas
         self._programs: dict[tuple, Program] = {}
 
+    def native_calls(self, variant: str, gid: GraphId, graph: str) -> list[tuple[Any, tuple[str, ...] | None]]:
+        """Each node of ``graph``'s (variant, GraphId) with the C calls its kernel makes inside the step's
+        native program (program.calls_of; None: a Python kernel); empty where steps are not packed."""
+        idx = self.entry(variant, gid)
+        if not self.native_programs or idx < 0 or self.bound[idx].name.split("/")[0] != graph:
+            return []
+        return [(n, program.calls_of(k)) for n, k in zip(self.bound[idx].nodes, self.bound[idx].kernels)]
+
     def kernels(self, variant: str, gid: GraphId) -> Program:  # pragma: no cover - abstract
         raise NotImplementedError
 
