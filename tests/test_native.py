@@ -265,6 +265,7 @@ def test_broken_compiler_falls_back(monkeypatch: pytest.MonkeyPatch, tmp_path) -
     b = native.build()
     assert b.lib is None and "could not be built" in b.why_not and "fatal error" in b.why_not
     assert not list((tmp_path / "cache").glob("*.so"))
+    assert not list((tmp_path / "cache").glob(native.TEMP_PREFIX + "*"))  # its objects and folder are gone too
 
 
 _MLP_RUN = """

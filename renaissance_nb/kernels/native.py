@@ -42,12 +42,14 @@ kernels/thunks.py generates from SIGNATURES (the native program's calls, program
 HEADER = SOURCE.with_name("native.h")
 ABI = 6
 """native.c's rnb_abi(): a cached library from another version of the source is never called."""
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp-simd", "-pthread", "-ffp-contract=off", "-fno-math-errno",
+FLAGS = ("-O3", "-march=native", "-fPIC", "-fopenmp-simd", "-pthread", "-ffp-contract=off", "-fno-math-errno",
          "-fno-strict-aliasing")
 """-ffp-contract=off: no fused multiply-adds (numba without fastmath has none); -march=native is safe
 because the library is built on the machine that runs it (the CPU is part of its name); -fopenmp-simd:
 the ``omp simd`` reductions keep their vector order, with no OpenMP runtime (every pass runs on
 pool_native.c's threads)."""
+LINK_FLAGS = ("-shared", "-pthread")
+"""The objects linked into the one library (_compile)."""
 
 Kernel = Callable[[], Any]
 P, I64, F64, F32, INT = c_void_p, c_int64, c_double, c_float, c_int
@@ -177,34 +179,60 @@ def _clear_stale(folder: Path) -> None:
     for old in folder.glob(TEMP_PREFIX + "*"):
         try:
             if time.time() - old.stat().st_mtime > 3600:
-                old.unlink()
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
         except OSError:
             pass
 
 
 def _compile(cc: str, target: Path) -> None:
     """cc native.c ... -> target, atomically: a process that finds the file finds it whole. Readable by all
-    (a shared RNB_CACHE_DIR serves every user, as numba's cache does)."""
+    (a shared RNB_CACHE_DIR serves every user, as numba's cache does). The sources compile side by side, one
+    cc per core, then link: a conv net's first run waits for the slowest file, not for all of them."""
     target.parent.mkdir(parents=True, exist_ok=True)
     _clear_stale(target.parent)
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".so", dir=target.parent)
-    os.close(fd)
-    fd, thunks = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".c", dir=target.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(thunk_source(SIGNATURES))
+    work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=target.parent))
     try:
-        out = subprocess.run([cc, *FLAGS, *map(str, SOURCES), thunks, "-o", tmp, "-lm"],
+        thunks = work / "thunks.c"
+        thunks.write_text(thunk_source(SIGNATURES))
+        objects = _compile_objects(cc, [*SOURCES, thunks], work)
+        tmp = work / "lib.so"
+        out = subprocess.run([cc, *LINK_FLAGS, *map(str, objects), "-o", str(tmp), "-lm"],
                              capture_output=True, text=True, errors="replace", timeout=300)
         if out.returncode:
-            raise OSError(f"{cc} failed: {(out.stderr or out.stdout).strip()[:400]}")
+            raise OSError(f"{cc} failed to link: {(out.stderr or out.stdout).strip()[:400]}")
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o755 & ~umask)
         os.replace(tmp, target)
     finally:
-        for left in (tmp, thunks):
-            if os.path.exists(left):
-                os.unlink(left)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _compile_objects(cc: str, sources: list[Path], work: Path) -> list[Path]:
+    """Each source to an object file in ``work``, at most one cc per core at a time, the largest first."""
+    objects = [work / f"{i}.o" for i in range(len(sources))]
+    queue = sorted(range(len(sources)), key=lambda i: -sources[i].stat().st_size)
+    running: list[tuple[int, subprocess.Popen]] = []
+    failed: list[str] = []
+    try:
+        while queue or running:
+            while queue and len(running) < max(1, os.cpu_count() or 1):
+                i = queue.pop(0)
+                cmd = [cc, *FLAGS, "-c", str(sources[i]), "-o", str(objects[i])]
+                running.append((i, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                                    errors="replace")))
+            i, proc = running[0]
+            text, _ = proc.communicate(timeout=300)
+            running.pop(0)
+            if proc.returncode:
+                failed.append(f"{sources[i].name}: {text.strip()[:400]}")
+    finally:  # a hung or failed start: no compiler left running
+        for _, proc in running:
+            proc.kill()
+            proc.wait()
+    if failed:
+        raise OSError(f"{cc} failed: {'; '.join(failed)}")
+    return objects
 
 
 def _load(path: Path) -> Any:
