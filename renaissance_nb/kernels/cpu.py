@@ -90,8 +90,9 @@ def _threaded_elementwise(out: np.ndarray, *ins: np.ndarray) -> bool:
 def _c_elementwise(out: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> Kernel | None:
     """out = a + b (a copy of a where b is None) as one C pass (conv_native.bind_add), on the pool's threads
     when large; None where the arrays are not contiguous float32 of one shape or the plan binds no C."""
-    if out.shape != a.shape or (b is not None and b.shape != out.shape):
-        return None
+    arrays = (out, a) + (() if b is None else (b,))
+    if not all(x.shape == out.shape and x.dtype == np.float32 and x.flags.c_contiguous for x in arrays):
+        return None  # not asked of the C binder: its decline would count against the plan (native.covers)
     return conv_native.bind_add(out, a, b, blas.pass_threads(blas.THREADED and out.size >= PASS_PAR_MIN))
 
 
