@@ -226,3 +226,13 @@ def test_a_bad_image_batch_raises_from_inside_the_program(monkeypatch) -> None: 
                                         r"permutation \(length 64\)"):
         sched.captured.whole.run(0, 2)
     assert cursor[0] == 60
+
+
+def test_a_resnet_step_program_allocates_nothing(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The allocation audit over a conv net whose whole step is one native program: no numba record and no
+    Python growth per step (convolutions, batch norm, residual adds, the image gather all C)."""
+    monkeypatch.setenv("RNB_PROGRAM", "1")
+    task = resnet_task().compile()
+    assert any(n.startswith("CPU step captured as one native program") for n in task.runner.notes)
+    got = task.memory_inspector.allocations(steps=12)
+    assert got.nrt_allocs == 0 and got.python_growth == 0, got.summary()
