@@ -252,3 +252,21 @@ def test_the_ema_model_is_evaluated_predicted_and_exported(tmp_path, prefetch: b
     with pytest.raises(CheckpointError, match=r"holds no EMA weights \(its task trained without ema\(\)\)\. Fix: "
                                               r"drop ema=True"):
         checkpoint.read_state_dict(plain.save(str(tmp_path / "plain.npz")), ema=True)
+
+
+def test_a_residual_add_copies_its_gradient_to_one_branch_only() -> None:
+    """add hands dy to both branches; the branch read only by the add gets dy's own buffer (its gradient slot
+    is the add's output gradient), so the backward copies dy once per add, into the other branch. The same
+    gradients as PyTorch's are checked above; here the graph: one copy node per add, into the other slot."""
+    x, y = blobs(16, c=3, hw=12)
+    task = DeepLearningTask().model(resnet_small()).data(train=(x, y), batch_size=16).compile()
+    ids, graph = task.compiled.ids, task.compiled.graphs.train
+    deep = graph.nodes(GraphId.DEEP_FWD_BWD)
+    adds = [n for n in deep if n.op == "add" and n.layer.startswith("add")]  # the forward sums
+    assert len(adds) == 2
+    for add in adds:
+        dy = ids[f"{add.layer}.out@grad"]
+        slots = {ids[f"{name}@grad"] for name in (f for f, i in ids.items() if i in add.inputs and "@" not in f)}
+        copies = [n for n in deep if n.op == "copy" and n.layer == add.layer]
+        assert len(copies) == 1 and list(copies[0].inputs) == [dy], copies  # one copy, of dy
+        assert dy in slots and copies[0].outputs[0] in slots - {dy}  # dy is one branch's slot; the copy the other's

@@ -264,6 +264,21 @@ CLIP_BLOCKS = 264
 its partial sums, added in block order, give the same norm on every GPU."""
 
 
+def _sum_gradient_slot(layer: ArchLayer, consumers: dict[str, int], t: TensorTable, dtype: str) -> int | None:
+    """For an add, the gradient slot of an input that only the add reads (and of its dtype): the add's own
+    output gradient is then that slot. Add hands dy unchanged to each branch, so that branch's copy is the
+    same bytes; only the other branch gets one (ops/add.py). Safe because the slot has no other writer, and
+    the add's backward, which copies dy to the other branch, runs before that input's producer, the only
+    reader, which may then write into it."""
+    if layer.kind != "add":
+        return None
+    for x in layer.inputs:
+        slot = t.ids.get(f"{x}@grad")
+        if x != "input" and consumers.get(x, 0) == 1 and slot is not None and t.specs[slot].dtype == dtype:
+            return slot
+    return None
+
+
 class _LayerTensors:
     """The tensors one layer adds to a variant's table besides its output and gradient slots:
     parameters (with their gradient, optimizer-state and EMA copies), scratch and BN buffers."""
@@ -334,7 +349,11 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         dt = dtypes[layer.output] = output_dtype(op_of(layer.kind).autocast, [dtypes[i] for i in layer.inputs], lowp)
         feature, slot = feature_regions(dt)
         t.add(layer.output, (batch, *y), dt, feature)
-        t.add(f"{layer.output}@grad", (batch, *y), dt, slot)
+        shared = _sum_gradient_slot(layer, consumers, t, dt)
+        if shared is not None:  # add's dy is that input's gradient: one buffer, no copy
+            t.ids[f"{layer.output}@grad"] = shared
+        else:
+            t.add(f"{layer.output}@grad", (batch, *y), dt, slot)
         for j in range(1, consumers.get(layer.output, 0)):
             t.add(f"{layer.output}@grad#{j}", (batch, *y), dt, slot)
         t.layer_shapes.append((layer.name, x, y))

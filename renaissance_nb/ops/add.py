@@ -1,5 +1,7 @@
-"""add: the residual sum of add2 (shortcut(x) + main(x)). Its backward hands dy to both branches;
-the compiler sums the gradients of a tensor read twice before its producer's backward."""
+"""add: the residual sum of add2 (shortcut(x) + main(x)). Its backward hands dy to both branches: a copy
+for a branch whose gradient slot is not dy itself (the compiler gives dy the slot of an input only the add
+reads, compiler/layers.py). The compiler sums the gradients of a tensor read twice before its producer's
+backward."""
 from __future__ import annotations
 
 from typing import Any
@@ -27,7 +29,7 @@ class Add(Op):
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
         for d in dxs:
-            if d is not None:
+            if d is not None and d != dy:  # an input's slot may be dy itself (compiler/layers.py): nothing to copy
                 e.emit(g, gid, "copy", [dy], [d], layer.name)
 
     def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
