@@ -308,7 +308,7 @@ function render({ model, el }) {
   all();
   const on = [["change:view", all], ["change:graph", drawControls], ["change:gid", drawControls], ["change:variant", drawControls],
     ["change:layers", drawChips], ["change:collapsed", drawChips], ["change:svg", drawCanvas], ["change:table", drawCanvas],
-    ["change:note", drawCanvas], ["change:captured", drawCanvas], ["change:details", drawDetails]];
+    ["change:note", drawCanvas], ["change:captured", drawCanvas], ["change:captured_caption", drawCanvas], ["change:details", drawDetails]];
   drawDetails();
   for (const [e, f] of on) model.on(e, f);
   return () => { nav.stop(); for (const [e, f] of on) model.off(e, f); };

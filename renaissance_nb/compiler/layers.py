@@ -265,12 +265,12 @@ its partial sums, added in block order, give the same norm on every GPU."""
 
 
 def _sum_gradient_slot(layer: ArchLayer, consumers: dict[str, int], t: TensorTable, dtype: str) -> int | None:
-    """For an add, the gradient slot of an input that only the add reads (and of its dtype): the add's own
-    output gradient is then that slot. Add hands dy unchanged to each branch, so that branch's copy is the
-    same bytes; only the other branch gets one (ops/add.py). Safe because the slot has no other writer, and
-    the add's backward, which copies dy to the other branch, runs before that input's producer, the only
-    reader, which may then write into it."""
-    if layer.kind != "add":
+    """For a sum (an op that ``hands_dy_through``: add), the gradient slot of an input only it reads, of its
+    dtype: the sum's own output gradient is then that slot. A sum hands dy unchanged to each branch, so that
+    branch's copy would be the same bytes; only the other branch gets one (ops/add.py). Safe because the slot
+    has no other writer, and the sum's backward, which copies dy to the other branch, runs before that
+    input's producer, the only reader, which may then write into it."""
+    if not op_of(layer.kind).hands_dy_through:
         return None
     for x in layer.inputs:
         slot = t.ids.get(f"{x}@grad")

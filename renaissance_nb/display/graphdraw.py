@@ -243,7 +243,10 @@ def native_program_view(task: Any, graph_name: str, gid: GraphId | None, variant
     ex = getattr(task, "executor", None)
     if gid is None or getattr(getattr(task, "runner", None), "gpu", None) is not None or not hasattr(ex, "native_calls"):
         return "", ""
-    calls = ex.native_calls(variant, gid, graph_name)
+    try:
+        calls = ex.native_calls(variant, gid, graph_name)
+    except (ValueError, KeyError):  # a variant or GraphId the atlas does not hold: nothing to show
+        return "", ""
     if not calls:
         return "", ""
     rows = "".join(

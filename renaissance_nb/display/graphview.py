@@ -128,7 +128,8 @@ class GraphView(ViewWidget):
             view = cuda_graph_view(self.source, self.graph, gid, self.variant)
             if not view[0]:  # a CPU task: the C calls of the step's native program
                 view = native_program_view(self.source, self.graph, gid, self.variant)
-            self.captured, self.captured_caption = view
+            with self.hold_sync():  # one message: the front end never draws one graph's calls under another's caption
+                self.captured, self.captured_caption = view
         finally:
             self._drawing = False
         self.update_copies()  # the static copy shows this drawing, not the one before it

@@ -167,7 +167,7 @@ def library_path(cc: str) -> Path:
     except (OSError, subprocess.SubprocessError):
         version = cc
     sources = [p.read_text() for p in (*SOURCES, HEADER)] + [thunk_source(SIGNATURES)]
-    key = "\0".join([*sources, " ".join(FLAGS), version, _cpu_id(), platform.machine()])
+    key = "\0".join([*sources, " ".join(FLAGS), " ".join(LINK_FLAGS), version, _cpu_id(), platform.machine()])
     return cache_dir() / f"rnb_native-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
 
 

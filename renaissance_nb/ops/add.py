@@ -13,6 +13,7 @@ from .registry import Op, register
 @register
 class Add(Op):
     autocast = "promote"
+    hands_dy_through = True
     kind = "add"
     layout = "elementwise"
 

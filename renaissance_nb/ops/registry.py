@@ -59,6 +59,9 @@ class Op:
     """Its weights are no matrices weight decay should reach under ``decay="matrices"`` (embeddings)."""
     first_layer_dx: bool = False
     """Its backward writes the input's gradient even as the first layer (``input@grad``)."""
+    hands_dy_through: bool = False
+    """Its backward gives every input dy itself (a sum): the compiler may make its output's gradient the slot
+    of an input only it reads, and its backward then copies dy to the other inputs only (compiler/layers.py)."""
     autocast: str = "follow"
     """Its output's dtype under mixed precision (compiler/autocast.py): "lowp" (a matrix product's),
     "fp32" (reductions and lookups torch keeps in fp32), "follow" (the first input's), "promote"
