@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from renaissance_nb import (AdamW, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, NumericalError, SGD,
-                            fc, gelu, relu, seq)
+                            fc, gelu, layernorm, relu, seq)
 from renaissance_nb.kernels import native, program
 from renaissance_nb.kernels.thunks import PREFIX, thunk_source
 
@@ -86,6 +86,9 @@ def test_compile_notes_say_what_is_captured(monkeypatch) -> None:  # type: ignor
     monkeypatch.setenv("RNB_PROGRAM", "1")
     notes = mlp_task(model=seq(fc(64), gelu(), fc(4))).compile().runner.notes  # GELU's kernels are numba's
     assert any(n.startswith("CPU step not captured whole: ") for n in notes), notes
+    notes = mlp_task(model=seq(fc(64), layernorm(), relu(), fc(4))).compile().runner.notes  # no C twin: all numba
+    assert any(n.startswith("CPU step not captured as a native program (fused passes in numba: the plan's ") and
+               "layernorm" in n and n.rstrip(".").endswith("every kernel is a Python call") for n in notes), notes
 
 
 def test_a_python_kernel_splits_the_program_into_native_runs() -> None:

@@ -255,6 +255,9 @@ class Executor(StepPrograms):
             calls = sum(len(program.ops_of(k) or ()) for k in step)
             return (f"CPU step captured as one native program of {len(step)} kernels ({calls} C calls); the steps "
                     "up to each 16-step check run in one call (RNB_PROGRAM=0 replays kernel by kernel)")
+        if len(python) == len(step):  # a plan bound to numba (an op without a C twin): one Python call each
+            return (f"CPU step not captured as a native program ({native.plan_note(self.ops)}): every kernel is "
+                    "a Python call")
         runs = sum(isinstance(k, program.NativeRun) for k in sched.captured.steps[0]) if sched.captured else 0
         return (f"CPU step not captured whole: {', '.join(python)} run in Python; the {len(step) - len(python)} "
                 f"other kernels run as {runs} native program(s) between them")
