@@ -522,11 +522,12 @@ void rnb_im2col_taps(const float *x3, i64 n, i64 h, i64 w, float *cols_t, const 
     rnb_parallel(threads, ip.parts, taps_block, &ip);
 }
 
-/* ---- element-wise passes over RNB_CHUNKS blocks: ReLU (fused.relu_chunks_par_), mul (fused.mul_) -- */
+/* ---- element-wise passes over RNB_CHUNKS blocks: ReLU (fused.relu_chunks_par_), mul (fused.mul_), add -- */
 typedef struct {
     const float *x, *dy, *b;
     float *y;
     i64 n;
+    int op; /* binary_block's operation */
 } flat_pass;
 
 static void relu_block(void *v, i64 c) {
@@ -545,35 +546,26 @@ void rnb_relu(const float *x, float *y, const float *dy, i64 n, int threads) {
     rnb_parallel(threads, RNB_CHUNKS, relu_block, &f);
 }
 
-static void mul_block(void *v, i64 c) {
+static void binary_block(void *v, i64 c) { /* y = x * b (op '*'), x + b (op '+'), or x where b is NULL */
     const flat_pass *a = v;
     i64 lo, hi;
     chunk(a->n, c, &lo, &hi);
-    for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] * a->b[k];
+    if (a->b == NULL) memmove(a->y + lo, a->x + lo, (size_t)(hi - lo) * sizeof(float));
+    else if (a->op == '*') for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] * a->b[k];
+    else for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] + a->b[k];
 }
 
 /* out = a * b over n flat values (dropout's backward) */
 void rnb_mul(float *out, const float *a, const float *b, i64 n, int threads) {
-    flat_pass f = {.x = a, .b = b, .y = out, .n = n};
-    rnb_parallel(threads, RNB_CHUNKS, mul_block, &f);
-}
-
-static void add_block(void *v, i64 c) {
-    const flat_pass *a = v;
-    i64 lo, hi;
-    chunk(a->n, c, &lo, &hi);
-    if (a->b == NULL) {
-        memmove(a->y + lo, a->x + lo, (size_t)(hi - lo) * sizeof(float));
-        return;
-    }
-    for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] + a->b[k];
+    flat_pass f = {.x = a, .b = b, .y = out, .n = n, .op = '*'};
+    rnb_parallel(threads, RNB_CHUNKS, binary_block, &f);
 }
 
 /* out = a + b over n flat values (a residual sum, a gradient accumulated in place: out may be a or b), or
- * out = a where b is NULL (the gradient add hands to each branch); by blocks on the pool */
+ * out = a where b is NULL (the gradient add hands to a branch); by blocks on the pool */
 void rnb_add(float *out, const float *a, const float *b, i64 n, int threads) {
-    flat_pass f = {.x = a, .b = b, .y = out, .n = n};
-    rnb_parallel(threads, RNB_CHUNKS, add_block, &f);
+    flat_pass f = {.x = a, .b = b, .y = out, .n = n, .op = '+'};
+    rnb_parallel(threads, RNB_CHUNKS, binary_block, &f);
 }
 
 /* ---- image batch gather (augment.gather_images_nhwc / transfer_images_step) ------------------- */
