@@ -101,14 +101,6 @@ class StepPrograms:
         self.atlas: GraphAtlas = compiled.atlas
         self._programs: dict[tuple, Program] = {}
 
-    def native_calls(self, variant: str, gid: GraphId, graph: str) -> list[tuple[Any, tuple[str, ...] | None]]:
-        """Each node of ``graph``'s (variant, GraphId) with the C calls its kernel makes inside the step's
-        native program (program.calls_of; None: a Python kernel); empty where steps are not packed."""
-        idx = self.entry(variant, gid)
-        if not self.native_programs or idx < 0 or self.bound[idx].name.split("/")[0] != graph:
-            return []
-        return [(n, program.calls_of(k)) for n, k in zip(self.bound[idx].nodes, self.bound[idx].kernels)]
-
     def kernels(self, variant: str, gid: GraphId) -> Program:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -261,6 +253,14 @@ class Executor(StepPrograms):
         runs = sum(isinstance(k, program.NativeRun) for k in sched.captured.steps[0]) if sched.captured else 0
         return (f"CPU step not captured whole: {', '.join(python)} run in Python; the {len(step) - len(python)} "
                 f"other kernels run as {runs} native program(s) between them")
+
+    def native_calls(self, variant: str, gid: GraphId, graph: str) -> list[tuple[Any, tuple[str, ...] | None]]:
+        """Each node of ``graph``'s (variant, GraphId) with the C calls its kernel makes inside the step's
+        native program (program.calls_of; None: a Python kernel); empty where steps are not packed."""
+        idx = self.entry(variant, gid)
+        if not self.native_programs or idx < 0 or self.bound[idx].name.split("/")[0] != graph:
+            return []
+        return [(n, program.calls_of(k)) for n, k in zip(self.bound[idx].nodes, self.bound[idx].kernels)]
 
     def kernels(self, variant: str, gid: GraphId) -> Program:
         """Phase C: the bound kernels of (variant, GraphId) by array lookup; empty if none."""
