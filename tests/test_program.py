@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from renaissance_nb import (AdamW, CosineAnnealingLR, CrossEntropyLoss, DeepLearningTask, NumericalError, SGD,
-                            fc, gelu, layernorm, relu, seq)
+                            fc, gelu, layernorm, relu, seq, silu)
 from renaissance_nb.kernels import native, program
 from renaissance_nb.kernels.thunks import PREFIX, thunk_source
 
@@ -84,7 +84,9 @@ def test_compile_notes_say_what_is_captured(monkeypatch) -> None:  # type: ignor
     monkeypatch.setenv("RNB_PROGRAM", "0")
     assert any("not captured as a native program (RNB_PROGRAM=0)" in n for n in mlp_task().compile().runner.notes)
     monkeypatch.setenv("RNB_PROGRAM", "1")
-    notes = mlp_task(model=seq(fc(64), gelu(), fc(4))).compile().runner.notes  # GELU's kernels are numba's
+    notes = mlp_task(model=seq(fc(64), gelu(), fc(4))).compile().runner.notes  # GELU's pass is C (gelu_native.c)
+    assert any(n.startswith("CPU step captured as one native program of ") for n in notes), notes
+    notes = mlp_task(model=seq(fc(64), silu(), fc(4))).compile().runner.notes  # SiLU's kernels are numba's
     assert any(n.startswith("CPU step not captured whole: ") for n in notes), notes
     notes = mlp_task(model=seq(fc(64), layernorm(), relu(), fc(4))).compile().runner.notes  # no C twin: all numba
     assert any(n.startswith("CPU step not captured as a native program (fused passes in numba: the plan's ") and

@@ -22,9 +22,10 @@ import numpy as np
 
 from ..errors import NumericalError, PlanError
 from ..train.rng import StreamId
-from . import blas, conv_native, fused, native, philox, program
+from . import blas, conv_native, fused, gelu_native, native, philox, program
 from .amp import AMP_KERNELS
 from .fc_lowp import FC_LOWP_KERNELS
+from .gelu_native import GELU_PAR_MIN
 from .base import EMPTY_F32, EMPTY_F32_2D, Factory, Kernel, join_tables, registrar
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
@@ -136,6 +137,16 @@ def _relu_pass(x: np.ndarray, y: np.ndarray, dy: np.ndarray) -> Kernel | None:
     return lambda: g(x, y, dy, 0, n)
 
 
+def _c_act(code: int, x: np.ndarray, dy: np.ndarray | None, out: np.ndarray) -> Kernel | None:
+    """The activation's C or vectorised pass (ReLU, GELU's erf form) forward (dy None) or backward; None
+    where there is none for this code or these arrays (the numba loop serves)."""
+    if code == ACT_CODES["relu"]:
+        return _relu_pass(x, out, EMPTY_F32 if dy is None else dy)
+    if code == ACT_CODES["gelu"]:
+        return gelu_native.bind_gelu(x, dy, out, "erf", blas.pass_threads(blas.THREADED and x.size >= GELU_PAR_MIN))
+    return None
+
+
 def _numba_act(code: int, run: Kernel) -> Kernel:
     """An activation bound to its numba loop: in a plan bound to C (whose C kernels cover ReLU only) that is
     a decline, so native.covers does not call the plan numba-free."""
@@ -147,8 +158,7 @@ def act_fwd(outs, ins, p, env):
     (x,), (y,) = ins, outs
     code, slope = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE))
     f = fused.act_forward_par if _threaded_elementwise(y, x) else fused.act_forward
-    fast = _relu_pass(x, y, EMPTY_F32) if code == ACT_CODES["relu"] else None
-    return fast or _numba_act(code, lambda: f(x, y, code, slope))
+    return _c_act(code, x, None, y) or _numba_act(code, lambda: f(x, y, code, slope))
 
 
 @kernel("act_bwd")
@@ -156,8 +166,7 @@ def act_bwd(outs, ins, p, env):
     (dy, x), (dx,) = ins, outs
     code, slope = ACT_CODES[p["act"]], float(p.get("slope", LEAKY_SLOPE))
     f = fused.act_backward_par if _threaded_elementwise(dx, dy, x) else fused.act_backward
-    fast = _relu_pass(x, dx, dy) if code == ACT_CODES["relu"] else None
-    return fast or _numba_act(code, lambda: f(dy, x, dx, code, slope))
+    return _c_act(code, x, dy, dx) or _numba_act(code, lambda: f(dy, x, dx, code, slope))
 
 
 @kernel("copy")

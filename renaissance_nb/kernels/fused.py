@@ -14,6 +14,7 @@ import numba
 import numpy as np
 
 from .operands import ACT_CODES  # noqa: F401 - the codes the activation switches below take
+from .gelu_math import gelu_slope, gelu_value
 from .operands import PAR_CHUNKS
 
 jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy")
@@ -31,8 +32,6 @@ def chunk(n, c):
     return lo, min(n, lo + ch)
 
 
-INV_SQRT2 = 1.0 / math.sqrt(2.0)
-INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 @jit
@@ -231,6 +230,10 @@ def add_chunks_par_(a, b, out):
 @jit
 def act_forward_range(fx, fy, act, slope, lo, hi):
     """y = act(x) over flat elements lo <= k < hi (silu and gelu need x for their gradient)."""
+    if act == 6:  # a loop of its own: GELU's arithmetic vectorises where the switch below would not
+        for k in range(lo, hi):
+            fy[k] = gelu_value(np.float64(fx[k]))
+        return
     for k in range(lo, hi):
         z = fx[k]
         if act == 1:
@@ -243,8 +246,6 @@ def act_forward_range(fx, fy, act, slope, lo, hi):
             r = z if z > 0 else z * slope
         elif act == 5:
             r = z / (1.0 + math.exp(-z))
-        elif act == 6:
-            r = 0.5 * z * (1.0 + math.erf(z * INV_SQRT2))
         else:
             r = z
         fy[k] = r
@@ -269,6 +270,10 @@ def act_forward_par(x, y, act, slope):
 @jit
 def act_backward_range(fd, fx, fo, act, slope, lo, hi):
     """dx = dy * act'(x) over flat elements lo <= k < hi."""
+    if act == 6:  # as act_forward_range
+        for k in range(lo, hi):
+            fo[k] = fd[k] * gelu_slope(np.float64(fx[k]))
+        return
     for k in range(lo, hi):
         z = np.float64(fx[k])
         if act == 1:
@@ -284,8 +289,6 @@ def act_backward_range(fd, fx, fo, act, slope, lo, hi):
         elif act == 5:
             s = 1.0 / (1.0 + math.exp(-z))
             g = s * (1.0 + z * (1.0 - s))
-        elif act == 6:
-            g = 0.5 * (1.0 + math.erf(z * INV_SQRT2)) + z * INV_SQRT_2PI * math.exp(-0.5 * z * z)
         else:
             g = 1.0
         fo[k] = fd[k] * g

@@ -1,19 +1,22 @@
 """gelu_tanh: GELU in GPT-2's tanh form, x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as
 nn.GELU(approximate="tanh"); ``gelu(approximate="tanh")`` builds it (the exact form is an ``act``
-code of activation.py). Per element in float64, rounded once to float32."""
+code of activation.py). Per element in float64 as x sigmoid(2u) (the same function, without the
+cancellation of 1 + tanh u where u is very negative), rounded once to float32: kernels/gelu_math.py's
+loops, twins of gelu_native.c's pass."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..blueprint_nodes import Layer, layer_args
+from ..kernels import blas, gelu_native
 from ..kernels.fused import jit
+from ..kernels.gelu_native import GELU_PAR_MIN
+from ..kernels.gelu_math import SQRT_2_OVER_PI, gelu_tanh_slope, gelu_tanh_value
 from .pointwise import Pointwise
 from .registry import register
-
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 @layer_args
@@ -26,18 +29,19 @@ def gelu_tanh() -> Layer:
 def gelu_tanh_fwd(x, y, alpha):
     fx, fy = x.reshape(-1), y.reshape(-1)
     for k in range(fx.shape[0]):
-        z = np.float64(fx[k])
-        fy[k] = np.float32(0.5 * z * (1.0 + math.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z * z * z))))
+        fy[k] = np.float32(gelu_tanh_value(np.float64(fx[k])))
 
 
 @jit
 def gelu_tanh_bwd(dy, x, dx, alpha):
     fd, fx, fo = dy.reshape(-1), x.reshape(-1), dx.reshape(-1)
     for k in range(fx.shape[0]):
-        z = np.float64(fx[k])
-        t = math.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z * z * z))
-        g = 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * z * z)
-        fo[k] = np.float32(np.float64(fd[k]) * g)
+        fo[k] = np.float32(np.float64(fd[k]) * gelu_tanh_slope(np.float64(fx[k])))
+
+
+def _c_pass(x: np.ndarray, dy: np.ndarray | None, out: np.ndarray) -> Callable[[], None] | None:
+    """gelu_native.c's tanh form, threaded over large arrays (None: the numba loop above serves)."""
+    return gelu_native.bind_gelu(x, dy, out, "tanh", blas.pass_threads(blas.THREADED and x.size >= GELU_PAR_MIN))
 
 
 CUDA = r'''
@@ -68,6 +72,14 @@ class GeluTanh(Pointwise):
 
     def describe(self, p: dict[str, Any]) -> str:
         return "gelu(approximate='tanh')"
+
+    def bind_fwd(self, outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+        (x,), (y,) = ins, outs
+        return _c_pass(x, None, y) or super().bind_fwd(outs, ins, p, env)
+
+    def bind_bwd(self, outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
+        (dy, x), (dx,) = ins, outs
+        return _c_pass(x, dy, dx) or super().bind_bwd(outs, ins, p, env)
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         """Opset 17 has no Gelu: the formula's nodes."""
