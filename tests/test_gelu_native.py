@@ -109,3 +109,24 @@ def test_non_finite_values_stay_non_finite_for_the_nan_check() -> None:
         y = _numba(form, x, None)
         assert np.isnan(y[0]) and y[1] == np.inf and not np.isfinite(y[2])
         assert np.isnan(_numba(form, x, np.ones_like(x))[0])
+
+
+@needs_lib
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_a_gelu_mlp_runs_as_one_native_program_with_the_numba_plans_bytes(monkeypatch, approximate: str) -> None:  # type: ignore[no-untyped-def]
+    from renaissance_nb import AdamW, DeepLearningTask, fc, gelu, seq
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((96, 12)).astype(np.float32), rng.integers(0, 3, 96).astype(np.int32)
+
+    def trained() -> DeepLearningTask:
+        task = (DeepLearningTask().model(seq(fc(256), gelu(approximate=approximate), fc(3)))
+                .data(train=(x, y), batch_size=16).optimizer(AdamW(lr=3e-3)).total_epochs(2).seed(0).compile())
+        task.run(progress=False)
+        return task
+    c = trained()
+    assert any(n.startswith("CPU step captured as one native program") for n in c.runner.notes), c.runner.notes
+    monkeypatch.setattr(native, "NUMBA_FREE_OPS", frozenset())  # every plan binds numba
+    n = trained()
+    assert any("fused passes in numba" in note for note in n.runner.notes)
+    sc, sn = c.state_dict(), n.state_dict()
+    assert all(sc[k].tobytes() == sn[k].tobytes() for k in sc)

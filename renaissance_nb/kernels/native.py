@@ -367,11 +367,13 @@ NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy",
                             "conv_fwd", "conv_bwd", "bn_fwd", "bn_bwd", "bn_fold", "bn_inf", "maxpool_fwd",
                             "maxpool_bwd", "avgpool_fwd", "avgpool_bwd", "gap_fwd", "gap_bwd", "transfer_image",
                             "transfer_image_async", "transfer_wait",
-                            "act_fwd", "act_bwd", "dropout_fwd", "mul", "reshape_copy"})
+                            "act_fwd", "act_bwd", "dropout_fwd", "mul", "reshape_copy",
+                            # GELU's tanh form (gelu_native.c; the erf form is act_fwd/act_bwd's)
+                            "gelu_tanh_fwd", "gelu_tanh_bwd"})
 """Ops whose CPU kernels (kernels/cpu.py, conv.py, transfer.py) call C or NumPy only when the library is
 loaded and no binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts
-compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind C for ReLU only, and record
-a decline for the other activations (their numba loops serve)."""
+compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind C for ReLU and GELU only, and
+record a decline for the other activations (their numba loops serve)."""
 
 
 def address(a: np.ndarray) -> int:
