@@ -22,6 +22,7 @@ import numpy as np
 from ..blueprint_nodes import Layer, layer_args, positive_int
 from ..checks import as_float
 from ..errors import BluePrintError, ShapeError, bad_argument
+from ..kernels import gpt_native
 from ..kernels.fused import chunk, jit, par
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
@@ -114,6 +115,9 @@ def bind_embed_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
     """The gather. The ids are not checked per step: they were where they enter (task.data's token check,
     predict's and generate's), and the transfer copies only rows of that data."""
     (ids, w), (y,) = ins, outs
+    bound = gpt_native.bind_embed_fwd(ids, w, y, gpt_native.threads_for(y.size))
+    if bound is not None:
+        return bound
     n_rows = ids.shape[0]
     if threaded(y.size):
         return lambda: gather_par_(ids, w, y)
@@ -122,17 +126,26 @@ def bind_embed_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
 
 def bind_embed_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (dy, ids), (dw, acc) = ins, outs
+    bound = gpt_native.bind_embed_bwd(ids, dy, dw, acc, gpt_native.threads_for(acc.size + dy.size))
+    if bound is not None:
+        return bound
     return lambda: scatter_add_(ids, dy, dw, acc)
 
 
 def bind_pos_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (x, table), (y,) = ins, outs
+    bound = gpt_native.bind_pos_fwd(x, table, y, gpt_native.threads_for(y.size))
+    if bound is not None:
+        return bound
     return lambda: add_rows_(x, table, y)
 
 
 def bind_pos_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (dy,), dtable = ins, outs[0]
     dx = outs[1] if len(outs) > 1 else np.empty((0, 0, 0), np.float32)
+    bound = gpt_native.bind_pos_bwd(dy, dtable, dx, gpt_native.threads_for(dy.size))
+    if bound is not None:
+        return bound
     rows = dtable[:dy.shape[1]]
     rest = dtable[dy.shape[1]:]
 
