@@ -41,7 +41,8 @@ def bind_ln_fwd(x2: np.ndarray, w: np.ndarray, b: np.ndarray, y2: np.ndarray, me
     if not ok:
         return None
     rows, d = x2.shape
-    args = (address(x2), rows, d, address(w), address(b), address(y2), address(mean), address(rstd), float(eps), threads)
+    args = (address(x2), rows, d, address(w), address(b), address(y2), address(mean), address(rstd), float(eps),
+            threads)
     return call(L.rnb_ln_fwd, args, (x2, w, b, y2, mean, rstd))
 
 
