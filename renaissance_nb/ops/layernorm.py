@@ -4,7 +4,8 @@ Every row (a sample, or a position of a sequence) is normalised on its own, in t
 alike (no running statistics, unlike batch norm). Sums are float64 in index order, rounded once.
 Saved for the backward: each row's mean and 1/std (F_FEATURE_FP32). The parameter gradients are
 sums over the rows: per block of rows (PAR_CHUNKS fixed blocks, one thread each) into float64
-partials, then added block by block, so the bytes do not depend on the thread count.
+partials, then added block by block, so the bytes do not depend on the thread count. The kernels bind
+their C twins first (kernels/gpt_native.c, the same bytes), these numba loops where those decline.
 
 Its weight and bias live in the batch-norm parameter regions (W_BN_WEIGHT, W_BN_BIAS): the
 original's regions for a normalisation's affine parameters, kept out of weight decay's way by
