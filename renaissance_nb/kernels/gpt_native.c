@@ -20,12 +20,17 @@ typedef struct {
     i64 rows, d, chunks;
 } ln_pass;
 
-/* ln_fwd_rows_: rows lo..hi of y = (x - mean) / sqrt(var + eps) * w + b; mean and 1/std saved (float32) */
+/* ln_fwd_rows_: rows lo..hi of y = (x - mean) / sqrt(var + eps) * w + b; mean and 1/std saved (float32).
+ * The struct's fields are read into locals once: a store through y could otherwise be the struct's, and the
+ * compiler would reload them every element (and not vectorise the last loop) */
 static void ln_fwd_rows(const ln_pass *a, i64 lo, i64 hi) {
     i64 d = a->d;
+    const float *x = a->x, *w = a->w, *b = a->b;
+    float *y = a->y, *mean = a->mean, *rstd = a->rstd;
+    double eps = a->eps;
     for (i64 r = lo; r < hi; r++) {
-        const float *xr = a->x + r * d;
-        float *yr = a->y + r * d;
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
         double s = 0.0;
         for (i64 k = 0; k < d; k++) s += (double)xr[k];
         double m = s / (double)d;
@@ -34,10 +39,10 @@ static void ln_fwd_rows(const ln_pass *a, i64 lo, i64 hi) {
             double z = (double)xr[k] - m;
             v += z * z;
         }
-        double inv = 1.0 / sqrt(v / (double)d + a->eps);
-        a->mean[r] = (float)m;
-        a->rstd[r] = (float)inv;
-        for (i64 k = 0; k < d; k++) yr[k] = (float)(((double)xr[k] - m) * inv * (double)a->w[k] + (double)a->b[k]);
+        double inv = 1.0 / sqrt(v / (double)d + eps);
+        mean[r] = (float)m;
+        rstd[r] = (float)inv;
+        for (i64 k = 0; k < d; k++) yr[k] = (float)(((double)xr[k] - m) * inv * (double)w[k] + (double)b[k]);
     }
 }
 
@@ -56,32 +61,34 @@ void rnb_ln_fwd(const float *x, i64 rows, i64 d, const float *w, const float *b,
 }
 
 /* ln_bwd_rows_ of block c: dx for its rows (dx NULL: none), and the block's float64 partial sums of dweight
- * (part[0, c]) and dbias (part[1, c]), part (2, chunks, d) */
+ * (part[0, c]) and dbias (part[1, c]), part (2, chunks, d); the fields in locals, as in ln_fwd_rows */
 static void ln_bwd_block(void *p, i64 c) {
     const ln_pass *a = p;
     i64 d = a->d, lo, hi;
     chunk(a->rows, c, &lo, &hi);
+    const float *x = a->x, *dy = a->dy, *w = a->w, *mean = a->mean_in, *rstd = a->rstd_in;
+    float *dx = a->dx;
     double *pw = a->part + c * d, *pb = a->part + (a->chunks + c) * d;
     for (i64 k = 0; k < d; k++) { pw[k] = 0.0; pb[k] = 0.0; }
     for (i64 r = lo; r < hi; r++) {
-        const float *xr = a->x + r * d, *gr = a->dy + r * d;
-        double m = (double)a->mean_in[r], inv = (double)a->rstd_in[r];
+        const float *xr = x + r * d, *gr = dy + r * d;
+        double m = (double)mean[r], inv = (double)rstd[r];
         double sg = 0.0, sgx = 0.0; /* sum of g, sum of g * xhat */
         for (i64 k = 0; k < d; k++) {
             double xh = ((double)xr[k] - m) * inv;
-            double g = (double)gr[k] * (double)a->w[k];
+            double g = (double)gr[k] * (double)w[k];
             sg += g;
             sgx += g * xh;
             pw[k] += (double)gr[k] * xh;
             pb[k] += (double)gr[k];
         }
-        if (a->dx == NULL) continue;
+        if (dx == NULL) continue;
         sg /= (double)d;
         sgx /= (double)d;
-        float *o = a->dx + r * d;
+        float *o = dx + r * d;
         for (i64 k = 0; k < d; k++) {
             double xh = ((double)xr[k] - m) * inv;
-            o[k] = (float)(inv * ((double)gr[k] * (double)a->w[k] - sg - xh * sgx));
+            o[k] = (float)(inv * ((double)gr[k] * (double)w[k] - sg - xh * sgx));
         }
     }
 }
@@ -128,22 +135,24 @@ void rnb_embed_fwd(const int32_t *ids, i64 rows, const float *w, i64 d, float *y
     rnb_parallel(threads, RNB_CHUNKS, gather_block, &a);
 }
 
-/* scatter_add_ on the columns lo..hi of block c: every element of acc sums its rows of dy in (sample,
- * position) order, as the serial loop does, so splitting the columns changes no byte */
+/* scatter_add_ for the rows lo..hi of block c: every row of acc sums its rows of dy in (sample, position)
+ * order, as the serial loop does, so splitting the vocabulary changes no byte */
 static void scatter_block(void *p, i64 c) {
     const embed_pass *a = p;
     i64 d = a->d, lo, hi;
-    chunk(d, c, &lo, &hi);
+    chunk(a->vocab, c, &lo, &hi);
     if (lo == hi) return;
-    for (i64 r = 0; r < a->vocab; r++)
-        for (i64 k = lo; k < hi; k++) a->acc[r * d + k] = 0.0;
+    double *restrict acc = a->acc;
+    memset(acc + lo * d, 0, (size_t)((hi - lo) * d) * sizeof(double));
     for (i64 i = 0; i < a->rows; i++) {
-        double *ar = a->acc + (i64)a->ids[i] * d;
-        const float *g = a->src + i * d;
-        for (i64 k = lo; k < hi; k++) ar[k] += (double)g[k];
+        i64 r = a->ids[i];
+        if (r < lo || r >= hi) continue;
+        double *restrict ar = acc + r * d;
+        const float *restrict g = a->src + i * d;
+        for (i64 k = 0; k < d; k++) ar[k] += (double)g[k];
     }
-    for (i64 r = 0; r < a->vocab; r++)
-        for (i64 k = lo; k < hi; k++) a->out[r * d + k] = (float)a->acc[r * d + k];
+    float *restrict out = a->out;
+    for (i64 k = lo * d; k < hi * d; k++) out[k] = (float)acc[k];
 }
 
 /* dw (vocab, d) = the float64 sums (acc (vocab, d)) of the rows of dy (rows, d) into rows ids[i], rounded once */
@@ -179,20 +188,23 @@ static void batch_block(void *p, i64 c) {
     const embed_pass *a = p;
     i64 d = a->d, T = a->t, lo, hi;
     chunk(T, c, &lo, &hi);
+    const float *dy = a->src;
+    float *dtable = a->out, *dx = a->dx;
     double z[SUM_TILE];
     for (i64 t = lo; t < hi; t++)
         for (i64 k0 = 0; k0 < d; k0 += SUM_TILE) {
             i64 w = min64(SUM_TILE, d - k0);
             for (i64 k = 0; k < w; k++) z[k] = 0.0;
             for (i64 n = 0; n < a->n; n++) {
-                const float *g = a->src + (n * T + t) * d + k0;
+                const float *g = dy + (n * T + t) * d + k0;
                 for (i64 k = 0; k < w; k++) z[k] += (double)g[k];
             }
-            for (i64 k = 0; k < w; k++) a->out[t * d + k0 + k] = (float)z[k];
+            float *o = dtable + t * d + k0;
+            for (i64 k = 0; k < w; k++) o[k] = (float)z[k];
         }
-    if (a->dx == NULL || a->dx == a->src) return;
+    if (dx == NULL || dx == dy) return;
     for (i64 n = 0; n < a->n; n++)
-        memmove(a->dx + (n * T + lo) * d, a->src + (n * T + lo) * d, (size_t)((hi - lo) * d) * sizeof(float));
+        memmove(dx + (n * T + lo) * d, dy + (n * T + lo) * d, (size_t)((hi - lo) * d) * sizeof(float));
 }
 
 /* pos_embedding's backward: dtable (context, d) from dy (n, t, d), its rows past t zero; dx = dy (NULL: none) */

@@ -5,8 +5,8 @@ position table added to it).
 (vocab, d) into (T, d). Its backward is a scatter-add into the weight's gradient in (sample, position)
 order: every row's sum is added in one fixed order, so the bytes are the same on every run (PyTorch's
 CPU embedding_backward sorts the indices instead; the sums agree to rounding). The numba loop does it
-serially; its C twin (kernels/gpt_native.c, which every kernel here binds first) by blocks of columns,
-each column's sums in the same order.
+serially; its C twin (kernels/gpt_native.c, which every kernel here binds first) by blocks of the
+vocabulary, each row's sums in the same order.
 ``pos_embedding(context)`` adds row t of its table (context, d) to position t: a sequence shorter than
 ``context`` uses the first T rows; its gradient is the sum over the batch, samples in order.
 
