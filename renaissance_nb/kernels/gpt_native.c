@@ -7,8 +7,9 @@
  * numba's (double where a float64 operand or literal widens, float32 where numba keeps float32), every
  * sum in the numba loop's index order, built with -ffp-contract=off. Threads: rnb_parallel (pool_native.c)
  * over the RNB_CHUNKS blocks of native.h's chunk(), numba's chunk(); a block's values never depend on the
- * thread that computes it. No `restrict`: an output may be its input (an in-place pass), and each element
- * is then read before it is written, as in the numba loops. Nothing here allocates.
+ * thread that computes it. No `restrict` where an output may be its input (an in-place pass: each element
+ * is then read before it is written, as in the numba loops); only the scatter-add's float64 sums, a scratch
+ * of their own, are declared apart. Nothing here allocates.
  */
 #include "native.h"
 
