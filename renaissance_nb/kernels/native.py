@@ -35,7 +35,8 @@ import numpy as np
 from .thunks import thunk_source
 
 SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c") for n in ("conv", "winograd", "pool", "gelu")),
+SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c") for n in ("conv", "winograd", "pool", "gelu",
+                                                                                     "gpt")),
                              SOURCE.with_name("lowp.c"), SOURCE.with_name("program.c"))
 """The C files compiled into the one library (each includes native.h); with them, the thunks that
 kernels/thunks.py generates from SIGNATURES (the native program's calls, program.c)."""
@@ -112,6 +113,14 @@ SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kerne
 })
 SIGNATURES.update({  # gelu_native.c: GELU's two forms (kernels/gelu_native.py binds them)
     "rnb_gelu": (None, (P, P, P, I64, INT, INT)),
+})
+SIGNATURES.update({  # gpt_native.c: the GPT's layer norm and embeddings (kernels/gpt_native.py binds them)
+    "rnb_ln_fwd": (None, (P, I64, I64, P, P, P, P, P, F64, INT)),
+    "rnb_ln_bwd": (None, (P, P, I64, I64, P, P, P, P, P, I64, P, P, INT)),
+    "rnb_embed_fwd": (None, (P, I64, P, I64, P, INT)),
+    "rnb_embed_bwd": (None, (P, I64, P, I64, P, I64, P, INT)),
+    "rnb_pos_fwd": (None, (P, I64, I64, I64, P, P, INT)),
+    "rnb_pos_bwd": (None, (P, I64, I64, I64, P, I64, P, INT)),
 })
 
 

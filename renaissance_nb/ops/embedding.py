@@ -2,9 +2,11 @@
 position table added to it).
 
 ``embedding(vocab, d)`` reads the int32 token ids of a sequence (T,) and gathers rows of its weight
-(vocab, d) into (T, d). Its backward is a scatter-add into the weight's gradient, done serially in
-(sample, position) order: every row's sum is added in one fixed order, so the bytes are the same on
-every run (PyTorch's CPU embedding_backward sorts the indices instead; the sums agree to rounding).
+(vocab, d) into (T, d). Its backward is a scatter-add into the weight's gradient in (sample, position)
+order: every row's sum is added in one fixed order, so the bytes are the same on every run (PyTorch's
+CPU embedding_backward sorts the indices instead; the sums agree to rounding). The numba loop does it
+serially; its C twin (kernels/gpt_native.c, which every kernel here binds first) by blocks of the
+vocabulary, each row's sums in the same order.
 ``pos_embedding(context)`` adds row t of its table (context, d) to position t: a sequence shorter than
 ``context`` uses the first T rows; its gradient is the sum over the batch, samples in order.
 
@@ -22,6 +24,7 @@ import numpy as np
 from ..blueprint_nodes import Layer, layer_args, positive_int
 from ..checks import as_float
 from ..errors import BluePrintError, ShapeError, bad_argument
+from ..kernels import gpt_native
 from ..kernels.fused import chunk, jit, par
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
@@ -114,6 +117,9 @@ def bind_embed_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
     """The gather. The ids are not checked per step: they were where they enter (task.data's token check,
     predict's and generate's), and the transfer copies only rows of that data."""
     (ids, w), (y,) = ins, outs
+    bound = gpt_native.bind_embed_fwd(ids, w, y, gpt_native.threads_for(y.size))
+    if bound is not None:
+        return bound
     n_rows = ids.shape[0]
     if threaded(y.size):
         return lambda: gather_par_(ids, w, y)
@@ -122,17 +128,26 @@ def bind_embed_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable
 
 def bind_embed_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (dy, ids), (dw, acc) = ins, outs
+    bound = gpt_native.bind_embed_bwd(ids, dy, dw, acc, gpt_native.threads_for(acc.size + dy.size))
+    if bound is not None:
+        return bound
     return lambda: scatter_add_(ids, dy, dw, acc)
 
 
 def bind_pos_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (x, table), (y,) = ins, outs
+    bound = gpt_native.bind_pos_fwd(x, table, y, gpt_native.threads_for(y.size))
+    if bound is not None:
+        return bound
     return lambda: add_rows_(x, table, y)
 
 
 def bind_pos_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (dy,), dtable = ins, outs[0]
     dx = outs[1] if len(outs) > 1 else np.empty((0, 0, 0), np.float32)
+    bound = gpt_native.bind_pos_bwd(dy, dtable, dx, gpt_native.threads_for(dy.size))
+    if bound is not None:
+        return bound
     rows = dtable[:dy.shape[1]]
     rest = dtable[dy.shape[1]:]
 

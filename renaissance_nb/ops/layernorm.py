@@ -4,7 +4,8 @@ Every row (a sample, or a position of a sequence) is normalised on its own, in t
 alike (no running statistics, unlike batch norm). Sums are float64 in index order, rounded once.
 Saved for the backward: each row's mean and 1/std (F_FEATURE_FP32). The parameter gradients are
 sums over the rows: per block of rows (PAR_CHUNKS fixed blocks, one thread each) into float64
-partials, then added block by block, so the bytes do not depend on the thread count.
+partials, then added block by block, so the bytes do not depend on the thread count. The kernels bind
+their C twins first (kernels/gpt_native.c, the same bytes), these numba loops where those decline.
 
 Its weight and bias live in the batch-norm parameter regions (W_BN_WEIGHT, W_BN_BIAS): the
 original's regions for a normalisation's affine parameters, kept out of weight decay's way by
@@ -21,6 +22,7 @@ import numpy as np
 from ..blueprint_nodes import Layer, layer_args
 from ..checks import as_float
 from ..errors import BluePrintError, ShapeError, bad_argument
+from ..kernels import gpt_native
 from ..kernels.fused import chunk, jit, par
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
@@ -124,6 +126,9 @@ def _rows(a: np.ndarray) -> np.ndarray:
 def bind_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (x, w, b), (y, mean, rstd) = ins, outs
     x2, y2, m1, r1, eps = _rows(x), _rows(y), mean.reshape(-1), rstd.reshape(-1), float(p["eps"])
+    bound = gpt_native.bind_ln_fwd(x2, w, b, y2, m1, r1, eps, gpt_native.threads_for(x.size))
+    if bound is not None:
+        return bound
     if threaded(x.size):
         return lambda: ln_fwd_(x2, w, b, y2, m1, r1, eps)
     rows = x2.shape[0]
@@ -135,6 +140,9 @@ def bind_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], N
     part = rest[-1]
     dx = _rows(rest[0]) if p["need_dx"] else np.empty((0, x.shape[-1]), np.float32)
     dy2, x2, m1, r1 = _rows(dy), _rows(x), mean.reshape(-1), rstd.reshape(-1)
+    bound = gpt_native.bind_ln_bwd(dy2, x2, w, m1, r1, dx, part, dw, db, gpt_native.threads_for(x.size))
+    if bound is not None:
+        return bound
     rows = ln_bwd_ if threaded(x.size) else ln_bwd_serial_
 
     def run() -> None:
