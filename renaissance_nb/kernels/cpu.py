@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import NumericalError, PlanError
 from ..train.rng import StreamId
-from . import blas, conv_native, fused, gelu_native, native, philox, program
+from . import blas, conv_native, fused, gelu_native, gpt_native, native, philox, program
 from .amp import AMP_KERNELS
 from .fc_lowp import FC_LOWP_KERNELS
 from .gelu_native import GELU_PAR_MIN
@@ -279,6 +279,9 @@ def _per_position(loss: Any, outs: Any, ins: Any, p: dict, env: Any) -> Kernel:
     flat = [rows(ins[0]), ins[1].reshape(-1), *ins[2:]]
     bound = loss([outs[0], *(rows(o) for o in outs[1:])], flat, p, env)
     result = outs[0]
+    divide = gpt_native.bind_divide(result[1:3], positions)
+    if divide is not None:
+        return program.chain(bound, divide)
 
     def run() -> None:
         bound()
@@ -343,6 +346,14 @@ def _token_transfer(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np
             if status:
                 raise status_error(status, "transfer", source, n, perm, int(cursor[0]))
         return run_crop
+
+    gather = gpt_native.bind_gather_windows(xs, ys, perm, cursor, x_out, y_out, blas.pass_threads(blas.THREADED))
+    if gather is not None:
+        def run_c() -> None:
+            status = gather()
+            if status:
+                raise status_error(status, "transfer", source, n, perm, int(cursor[0]))
+        return program.mark(run_c, program.guarded(gather, program.STATUS, None, run_c))
 
     def run() -> None:
         start = int(cursor[0])

@@ -214,3 +214,9 @@ void rnb_pos_bwd(const float *dy, i64 n, i64 t, i64 d, float *dtable, i64 contex
     rnb_parallel(threads, RNB_CHUNKS, batch_block, &a);
     if (context > t) memset(dtable + t * d, 0, (size_t)((context - t) * d) * sizeof(float));
 }
+
+/* a[k] /= d over n float32 values: the per-position loss's top-1 and top-5 counts divided by the positions
+ * (cpu._per_position; NumPy's float32 in-place division, the same rounding) */
+void rnb_div_f32(float *a, i64 n, float d) {
+    for (i64 k = 0; k < n; k++) a[k] = a[k] / d;
+}

@@ -113,3 +113,32 @@ def bind_pos_bwd(dy: np.ndarray, dtable: np.ndarray, dx: np.ndarray, threads: in
     n, t, d = dy.shape
     args = (address(dy), n, t, d, address(dtable), dtable.shape[0], address(dx) if dx.size else None, threads)
     return call(L.rnb_pos_bwd, args, (dy, dtable, dx))
+
+
+@binder
+def bind_gather_windows(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.ndarray, x_out: np.ndarray,
+                        y_out: np.ndarray, threads: int) -> Kernel | None:
+    """cpu._token_transfer's np.take of rows perm[cursor:cursor+B] of token windows and their targets (N, T), after
+    the same bounds check: native.c's rnb_gather, a target being a row of T ids. The status it returns is
+    fused.batch_status's (0: copied and the cursor moved on)."""
+    L = active()
+    ok = (L is not None and all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in (xs, ys, x_out, y_out))
+          and xs.ndim == ys.ndim == 2 and xs.shape == ys.shape and x_out.shape == y_out.shape
+          and x_out.shape[1:] == xs.shape[1:] and xs.dtype == x_out.dtype and ys.dtype == y_out.dtype
+          and _contig(np.dtype(np.int64), perm, cursor) and perm.ndim == cursor.ndim == 1)
+    if not ok:
+        return None
+    t = xs.shape[1]
+    args = (address(xs), xs.shape[0], t, xs.itemsize, address(ys), t * ys.itemsize, address(perm), perm.size,
+            address(cursor), address(x_out), address(y_out), x_out.shape[0], threads)
+    return call(L.rnb_gather, args, (xs, ys, perm, cursor, x_out, y_out))
+
+
+@binder
+def bind_divide(a: np.ndarray, d: np.float32) -> Kernel | None:
+    """a /= d in place over a contiguous float32 array (cpu._per_position's counts over the positions)."""
+    L = active()
+    if L is None or not _contig(F32, a):
+        return None
+    return call(L.rnb_div_f32, (address(a), a.size, float(d)), (a,))
+

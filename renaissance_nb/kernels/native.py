@@ -121,6 +121,7 @@ SIGNATURES.update({  # gpt_native.c: the GPT's layer norm and embeddings (kernel
     "rnb_embed_bwd": (None, (P, I64, P, I64, P, I64, P, INT)),
     "rnb_pos_fwd": (None, (P, I64, I64, I64, P, P, INT)),
     "rnb_pos_bwd": (None, (P, I64, I64, I64, P, I64, P, INT)),
+    "rnb_div_f32": (None, (P, I64, F32)),
 })
 
 
