@@ -12,7 +12,7 @@
  */
 #include "native.h"
 
-int rnb_abi(void) { return 6; }
+int rnb_abi(void) { return 7; }
 
 /* A thread pool does not survive fork(): a forked child that waited on the parent's workers would
  * hang. After a fork every pass here runs on the calling thread (the same bytes: a block's

@@ -35,12 +35,13 @@ import numpy as np
 from .thunks import thunk_source
 
 SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c") for n in ("conv", "winograd", "pool")),
+SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c")
+                                       for n in ("conv", "winograd", "pool", "attention")),
                              SOURCE.with_name("lowp.c"), SOURCE.with_name("program.c"))
 """The C files compiled into the one library (each includes native.h); with them, the thunks that
 kernels/thunks.py generates from SIGNATURES (the native program's calls, program.c)."""
 HEADER = SOURCE.with_name("native.h")
-ABI = 6
+ABI = 7
 """native.c's rnb_abi(): a cached library from another version of the source is never called."""
 FLAGS = ("-O3", "-march=native", "-fPIC", "-fopenmp-simd", "-pthread", "-ffp-contract=off", "-fno-math-errno",
          "-fno-strict-aliasing")
@@ -109,6 +110,15 @@ SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kerne
                                   I64, I64)),
     "rnb_winograd_fwd": (None, (P, INT, P, INT, P, P, I64, I64, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64)),
     "rnb_winograd_dw": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64)),
+})
+_HEADS = (I64, I64, I64, I64)  # b, h, t, hd
+SIGNATURES.update({  # attention_native.c: causal self-attention (kernels/attention_native.py binds them)
+    "rnb_attn_scores": (None, (P, P, P, P, P, P, *_HEADS, F64, INT)),
+    "rnb_attn_mix": (None, (P, P, P, P, P, *_HEADS, INT)),
+    "rnb_attn_mix_bwd": (None, (P, P, P, P, P, P, P, *_HEADS, INT)),
+    "rnb_attn_scores_bwd": (None, (P, P, P, P, P, P, P, P, P, *_HEADS, F64, INT)),
+    "rnb_flash_fwd": (None, (P, P, P, P, P, P, P, P, P, P, P, P, P, *_HEADS, I64, F64, INT)),
+    "rnb_flash_bwd": (None, (P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, *_HEADS, I64, F64, INT)),
 })
 
 
