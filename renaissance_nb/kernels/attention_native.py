@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -39,9 +40,10 @@ def numpy_blas() -> np.ndarray | None:
         return None
     np.ones((2, 2), np.float32) @ np.ones((2, 2), np.float32)  # NumPy's BLAS loaded
     libs = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    own = [i for i in libs if os.path.basename(os.path.dirname(i["filepath"])).startswith("numpy")]  # numpy.libs/
     if not libs:
         return None
-    lib = ctypes.CDLL(libs[0]["filepath"])  # the one blas.py calls: NumPy's, loaded first
+    lib = ctypes.CDLL((own or libs)[0]["filepath"])  # a wheel's own, else the first loaded (as blas.py takes it)
     for prefix in ("scipy_", ""):
         for suffix in ("64_", ""):
             names = [f"{prefix}cblas_{f}{suffix}" for f in ("sgemm", "sgemv", "sdot")]
