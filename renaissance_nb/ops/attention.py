@@ -75,30 +75,36 @@ def _either(c_kernel: Kernel | None, fallback: Callable[..., Kernel], outs: Any,
 
 
 def _scores(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """attn_scores: qkv -> q, k, v and the causal softmax P."""
     (qkv,), (q, k, v, probs) = ins, outs
     return _either(an.bind_scores(qkv, q, k, v, probs), ak.bind_scores, outs, ins, p, env)
 
 
 def _mix(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """attn_mix: y = merge(P v)."""
     (probs, v), (y, o) = ins, outs
     return _either(an.bind_mix(probs, v, y, o), ak.bind_mix, outs, ins, p, env)
 
 
 def _mix_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """attn_mix_bwd: dP and dv from dy."""
     (dy, probs, v), (dprobs, dv, do) = ins, outs
     return _either(an.bind_mix_bwd(dy, probs, v, dprobs, dv, do), ak.bind_mix_bwd, outs, ins, p, env)
 
 
 def _scores_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """attn_scores_bwd: dS in dP's buffer, dq, dk, and dqkv."""
     (dprobs, probs, q, k, dv), (dqkv, dq, dk, _) = ins, outs
     return _either(an.bind_scores_bwd(dprobs, probs, q, k, dv, dqkv, dq, dk), ak.bind_scores_bwd, outs, ins, p, env)
 
 
 def _flash_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """flash_attn_fwd: y and each row's log-sum-exp, block by block."""
     return _either(an.bind_flash_fwd(*ins, *outs, int(p["block"])), ak.bind_flash_fwd, outs, ins, p, env)
 
 
 def _flash_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """flash_attn_bwd: dqkv, the blocks' probabilities recomputed."""
     return _either(an.bind_flash_bwd(*ins, *outs, int(p["block"])), ak.bind_flash_bwd, outs, ins, p, env)
 
 
