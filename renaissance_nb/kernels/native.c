@@ -185,6 +185,9 @@ void rnb_adam(float *w, float *g, float *m, float *v, i64 n, const float *lr_tab
     step[0] = t0 + 1;
 }
 
+/* step[0] -= 1: AdamW(decay="matrices") is two rnb_adam passes, each counting the step (optim/adam.py) */
+void rnb_count_back(i64 *step) { step[0] -= 1; }
+
 typedef struct {
     float lr32, mom, damp, wd;
     double weight_decay;

@@ -24,7 +24,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from ctypes import c_double, c_float, c_int, c_int64, c_void_p
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +31,12 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .signatures import SIGNATURES
 from .thunks import thunk_source
 
 SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c") for n in ("conv", "winograd", "pool", "gelu",
-                                                                                     "gpt")),
+SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c")
+                                       for n in ("conv", "winograd", "pool", "gelu", "gpt", "attention")),
                              SOURCE.with_name("lowp.c"), SOURCE.with_name("program.c"))
 """The C files compiled into the one library (each includes native.h); with them, the thunks that
 kernels/thunks.py generates from SIGNATURES (the native program's calls, program.c)."""
@@ -53,76 +53,6 @@ LINK_FLAGS = ("-shared", "-pthread")
 """The objects linked into the one library (_compile)."""
 
 Kernel = Callable[[], Any]
-P, I64, F64, F32, INT = c_void_p, c_int64, c_double, c_float, c_int
-SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
-    "rnb_abi": (INT, ()),
-    "rnb_bias_act": (None, (P, I64, I64, I64, P, I64, I64, F64, INT)),
-    "rnb_act_grad_colsum": (None, (P, I64, I64, I64, P, I64, I64, F64, P, I64, P, I64, INT)),
-    "rnb_adam": (None, (P, P, P, P, I64, P, I64, P, F64, F64, F64, F64, INT, INT, INT)),
-    "rnb_sgd": (None, (P, P, P, I64, I64, P, I64, P, F64, F64, F64, INT, INT, INT)),
-    "rnb_ema": (None, (P, P, I64, F64)),
-    "rnb_lars_norms": (None, (P, P, P, P, I64, INT)),
-    "rnb_lars": (None, (P, P, P, I64, P, P, I64, P, I64, P, F64, F64, F64, F64, INT)),
-    "rnb_nonfinite_probe": (F32, (P, I64, P, INT)),
-    "rnb_sq_sum": (F64, (P, I64, INT)),
-    "rnb_scale": (None, (P, I64, F32, INT)),
-    "rnb_gather": (I64, (P, I64, I64, I64, P, I64, P, I64, P, P, P, I64, INT)),
-    "rnb_softmax_xent": (None, (P, I64, I64, I64, P, INT, F64, P, I64, P, P, I64, INT)),
-    "rnb_accumulate_metrics": (None, (P, P, F64, P, I64, P)),
-    "rnb_gemm_bands": (None, (P, INT, P, I64, INT)),
-    "rnb_philox_keys": (None, (P, I64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
-                                ctypes.c_uint64)),
-    "rnb_lowp_built": (INT, ()),
-    "rnb_lowp_convert": (INT, (INT, INT, P, I64, I64, I64, P, I64, INT, INT)),
-    "rnb_lowp_unscale": (INT, (P, INT, I64, P, P, P, INT, INT)),
-    "rnb_lowp_gemm_path": (INT, (INT, INT, INT)),
-    "rnb_lowp_gemm_scratch": (I64, (INT, I64, I64, I64, INT)),
-    "rnb_lowp_gemm": (INT, (INT, INT, INT, I64, I64, I64, P, I64, P, I64, INT, P, I64, INT, P, INT, P, I64, INT, INT,
-                            INT)),
-    "rnb_run_steps": (I64, (P, I64, I64, I64, P, INT)),
-    "rnb_copy_bytes": (None, (P, P, I64)),
-    "rnb_zero_bytes": (None, (P, I64)),
-    "rnb_ema_warm": (None, (P, P, I64, P, F64)),
-    "rnb_clip_norm": (None, (P, I64, P, F32, INT)),
-}
-U64 = ctypes.c_uint64
-SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kernels (kernels/conv_native.py binds them)
-    "rnb_bn_fwd": (None, (P, I64, I64, I64, P, P, P, I64, P, P, P, P, F64, F64, I64, P, P, P, I64, INT)),
-    "rnb_bn_bwd": (None, (P, I64, I64, I64, P, I64, P, I64, P, P, P, P, I64, P, P, I64, P, P, P, I64, INT)),
-    "rnb_bn_fold": (None, (P, P, P, P, I64, F64, P, P)),
-    "rnb_channel_affine": (None, (P, I64, I64, I64, P, P, P, I64, I64, INT)),
-    "rnb_maxpool_fwd": (None, (P, I64, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT, INT)),
-    "rnb_maxpool_bwd": (None, (P, P, P, I64, I64, I64, I64, I64, I64, INT, INT)),
-    "rnb_avgpool": (None, (P, I64, I64, I64, I64, P, I64, I64, I64, I64, I64, F32, INT, INT)),
-    "rnb_gap": (None, (P, I64, I64, I64, P, I64, F32, INT, INT)),
-    "rnb_patches": (None, (P, I64, I64, I64, I64, P, I64, I64, I64, I64, I64, INT, INT)),
-    "rnb_im2col_taps": (None, (P, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT)),
-    "rnb_relu": (None, (P, P, P, I64, INT)),
-    "rnb_gather_images": (I64, (P, I64, I64, I64, I64, P, INT, P, I64, P, P, P, P, I64, I64, I64, U64, U64, U64, I64,
-                                I64, F64, P, P, P, P, P, P, P, P, INT, INT)),
-    "rnb_claim_batch": (None, (P, P, I64, P)),
-    "rnb_dropout_fwd": (None, (P, P, P, I64, P, U64, U64, U64, F32, F32, INT)),
-    "rnb_mul": (None, (P, P, P, I64, INT)),
-    "rnb_add": (None, (P, P, P, I64, INT)),
-    "rnb_conv_fwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64, I64, I64, I64, I64, P,
-                                  I64, I64)),
-    "rnb_conv_bwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, P, I64, P, P, P, P, P, I64, I64, I64, I64, I64,
-                                  I64, I64)),
-    "rnb_winograd_fwd": (None, (P, INT, P, INT, P, P, I64, I64, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64)),
-    "rnb_winograd_dw": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64)),
-})
-SIGNATURES.update({  # gelu_native.c: GELU's two forms (kernels/gelu_native.py binds them)
-    "rnb_gelu": (None, (P, P, P, I64, INT, INT)),
-})
-SIGNATURES.update({  # gpt_native.c: the GPT's layer norm and embeddings (kernels/gpt_native.py binds them)
-    "rnb_ln_fwd": (None, (P, I64, I64, P, P, P, P, P, F64, INT)),
-    "rnb_ln_bwd": (None, (P, P, I64, I64, P, P, P, P, P, I64, P, P, INT)),
-    "rnb_embed_fwd": (None, (P, I64, P, I64, P, INT)),
-    "rnb_embed_bwd": (None, (P, I64, P, I64, P, I64, P, INT)),
-    "rnb_pos_fwd": (None, (P, I64, I64, I64, P, P, INT)),
-    "rnb_pos_bwd": (None, (P, I64, I64, I64, P, I64, P, INT)),
-    "rnb_div_f32": (None, (P, I64, F32)),
-})
 
 
 @dataclass
@@ -379,7 +309,11 @@ NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy",
                             "transfer_image_async", "transfer_wait",
                             "act_fwd", "act_bwd", "dropout_fwd", "mul", "reshape_copy",
                             # GELU's tanh form (gelu_native.c; the erf form is act_fwd/act_bwd's)
-                            "gelu_tanh_fwd", "gelu_tanh_bwd"})
+                            "gelu_tanh_fwd", "gelu_tanh_bwd",
+                            # the GPT (gpt_native.c, attention_native.c)
+                            "layernorm_fwd", "layernorm_bwd", "embedding_fwd", "embedding_bwd", "pos_embedding_fwd",
+                            "pos_embedding_bwd", "attn_scores", "attn_scores_bwd", "attn_mix", "attn_mix_bwd",
+                            "flash_attn_fwd", "flash_attn_bwd"})
 """Ops whose CPU kernels (kernels/cpu.py, conv.py, transfer.py) call C or NumPy only when the library is
 loaded and no binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts
 compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind C for ReLU and GELU only, and
@@ -453,6 +387,14 @@ def bind_adam(w, g, m, v, lr_table, step, beta1, beta2, eps, wd, decoupled, maxi
     args = (address(w), address(g), address(m), address(v), w.size, address(lr_table), lr_table.size, address(step), float(beta1),
             float(beta2), float(eps), float(wd), int(decoupled), int(maximize), threads)
     return call(L.rnb_adam, args, (w, g, m, v, lr_table, step))
+
+
+def bind_count_back(step: np.ndarray) -> Kernel | None:
+    """step[0] -= 1 (int64): undoes the count of the first of two update passes of one step (optim/adam.py)."""
+    L = active()
+    if L is None or step.dtype != np.int64 or not step.flags.c_contiguous:
+        return None
+    return call(L.rnb_count_back, (address(step),), (step,))
 
 
 @binder

@@ -17,12 +17,13 @@ The projections run as fc nodes (the fc kernels, CPU and GPU); the parts in betw
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..blueprint_nodes import Layer, layer_args, positive_int, probability
 from ..errors import BluePrintError, ShapeError, bad_argument
+from ..kernels import attention_native as an
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
 from . import attention_kernels as ak
@@ -63,6 +64,50 @@ def _fc_bwd(e: Any, g: Any, gid: Any, layer: str, part: str, dy: int, x: int, dx
            need_dx=dx is not None, scratch=("bias_partials",))
 
 
+Kernel = Callable[[], None]
+
+
+def _either(c_kernel: Kernel | None, fallback: Callable[..., Kernel], outs: Any, ins: Any, p: dict[str, Any],
+            env: Any) -> Kernel:
+    """The C kernel (kernels/attention_native.py) where its binder took the operands, else the NumPy and
+    numba one of attention_kernels.py: the same bytes either way."""
+    return c_kernel if c_kernel is not None else fallback(outs, ins, p, env)
+
+
+def _scores(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """attn_scores: qkv -> q, k, v and the causal softmax P."""
+    (qkv,), (q, k, v, probs) = ins, outs
+    return _either(an.bind_scores(qkv, q, k, v, probs), ak.bind_scores, outs, ins, p, env)
+
+
+def _mix(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """attn_mix: y = merge(P v)."""
+    (probs, v), (y, o) = ins, outs
+    return _either(an.bind_mix(probs, v, y, o), ak.bind_mix, outs, ins, p, env)
+
+
+def _mix_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """attn_mix_bwd: dP and dv from dy."""
+    (dy, probs, v), (dprobs, dv, do) = ins, outs
+    return _either(an.bind_mix_bwd(dy, probs, v, dprobs, dv, do), ak.bind_mix_bwd, outs, ins, p, env)
+
+
+def _scores_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """attn_scores_bwd: dS in dP's buffer, dq, dk, and dqkv."""
+    (dprobs, probs, q, k, dv), (dqkv, dq, dk, _) = ins, outs
+    return _either(an.bind_scores_bwd(dprobs, probs, q, k, dv, dqkv, dq, dk), ak.bind_scores_bwd, outs, ins, p, env)
+
+
+def _flash_fwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """flash_attn_fwd: y and each row's log-sum-exp, block by block."""
+    return _either(an.bind_flash_fwd(*ins, *outs, int(p["block"])), ak.bind_flash_fwd, outs, ins, p, env)
+
+
+def _flash_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Kernel:
+    """flash_attn_bwd: dqkv, the blocks' probabilities recomputed."""
+    return _either(an.bind_flash_bwd(*ins, *outs, int(p["block"])), ak.bind_flash_bwd, outs, ins, p, env)
+
+
 @register
 class Attention(Op):
     autocast = "lowp"
@@ -73,9 +118,9 @@ class Attention(Op):
     tensor_kinds = {**{r: "attention scores" for r in ("probs", "probs_dropped", "mask", "dprobs", "dprobs_dropped",
                                                        "sblk", "dpblk", "scores")},
                     "k_cache": "KV cache", "v_cache": "KV cache"}
-    cpu_kernels = {"attn_scores": ak.bind_scores, "attn_mix": ak.bind_mix, "attn_mix_bwd": ak.bind_mix_bwd,
-                   "attn_scores_bwd": ak.bind_scores_bwd, "flash_attn_fwd": ak.bind_flash_fwd,
-                   "flash_attn_bwd": ak.bind_flash_bwd, "attn_decode": ak.bind_decode}
+    cpu_kernels = {"attn_scores": _scores, "attn_mix": _mix, "attn_mix_bwd": _mix_bwd,
+                   "attn_scores_bwd": _scores_bwd, "flash_attn_fwd": _flash_fwd,
+                   "flash_attn_bwd": _flash_bwd, "attn_decode": ak.bind_decode}
 
     def describe(self, p: dict[str, Any]) -> str:
         extra = (f", dropout={p['dropout']}" if p["dropout"] else "") + (

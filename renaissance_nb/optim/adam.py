@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..kernels import fused, native
+from ..kernels import fused, native, program
 from ..kernels.operands import optimizer_ranges
 from ..train.optimizers import Adam, AdamW, Optimizer
 from .base import MenuEntry, NodeSpec, OptimizerDefinition, Reader, cpu_operands, element_offset, update_node
@@ -39,6 +39,9 @@ class AdamDefinition(OptimizerDefinition):
             return bind(0, w.size, wd)
         cut = element_offset(o.extra[0], w)  # decay="matrices": the first decayed weight (compiler/pipeline.py)
         exempt, decayed = bind(0, cut, 0.0), bind(cut, w.size, wd)
+        count_back = native.bind_count_back(step)
+        if count_back is not None:
+            return program.chain(exempt, count_back, decayed)  # native when both passes are C
 
         def update() -> None:  # two element-wise passes, one step: each pass counts it, so one count is undone
             exempt()
