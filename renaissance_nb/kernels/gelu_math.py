@@ -1,4 +1,4 @@
-"""The numba twins of gelu_native.c's math: exp of a non-positive argument, the normal CDF Phi and the logistic function, in
+"""The numba twins of gelu_native.c's math: the normal CDF Phi and the logistic function (on exp_math.neg_exp), in
 plain double arithmetic in the C file's order, so a GELU bound to numba (no C compiler, RNB_NATIVE=0) gives
 the C pass's bytes (tests/test_gelu_native.py). gelu_native.c says why GELU does not call libm's erf.
 
@@ -9,14 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numba
-import numpy as np
-from numba.core import types
-from numba.extending import intrinsic
+from .exp_math import jit, neg_exp
 
 C_SOURCE = Path(__file__).with_name("gelu_native.c")
-jit = numba.njit(cache=True, nogil=True, fastmath=False, error_model="numpy", inline="always")
-"""fused.jit, inlined into the loops that call these (as philox.py's pieces are)."""
 
 
 def _table(name: str) -> tuple[float, ...]:
@@ -32,36 +27,6 @@ ERFC_DEGREE = len(ERFC_Q) - 1
 assert ERFC_DEGREE == 16, "_horner16 takes 17 coefficients"
 ERFC_T_SCALE, ERFC_X_MAX = 0.3, 10.5
 INV_SQRT2, INV_SQRT_2PI, SQRT_2_OVER_PI = 0.7071067811865476, 0.3989422804014327, 0.7978845608028654
-
-
-@intrinsic
-def _double_of_bits(typingctx, bits):  # type: ignore[no-untyped-def]
-    """The double whose IEEE bits are the int64 ``bits`` (C's memcpy; math.ldexp is a libm call per value)."""
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return types.float64(types.int64), codegen
-
-
-@jit
-def neg_exp(a):
-    """exp(a) for a <= 0 (below -708, or NaN, as -708): gelu_native.c's neg_exp."""
-    a = a if a > -708.0 else -708.0
-    k = np.floor(a * 1.4426950408889634 + 0.5)
-    r = (a - k * 0.6931471803691238) - k * 1.9082149292705877e-10
-    p = 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    return p * _double_of_bits((np.int64(k) + 1023) << 52)
 
 
 @jit

@@ -44,4 +44,31 @@ static inline void philox_block(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t 
     out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 
+/* exp_math.neg_exp (its numba twin): exp(a) for a <= 0, Cody-Waite reduction by ln 2 and a degree-12 Taylor polynomial
+ * (relative error about 2e-16); a below -708 (or NaN) is taken as -708, so 2^k stays a normal double. Plain
+ * double arithmetic in one order (no FMA, no libm call): it vectorises, and gives the same bits everywhere (GELU,
+ * gelu_native.c; the attention softmax, attention_native.c) */
+static inline double neg_exp(double a) {
+    a = a > -708.0 ? a : -708.0;
+    double k = floor(a * 1.4426950408889634 + 0.5);
+    double r = (a - k * 0.6931471803691238) - k * 1.9082149292705877e-10;
+    double p = 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    int64_t bits = ((int64_t)k + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
 #endif
