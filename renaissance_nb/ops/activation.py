@@ -38,7 +38,9 @@ def silu() -> Layer:
 @layer_args
 def gelu(approximate: str = "none") -> Layer:
     """GELU as nn.GELU(approximate=...): the exact erf form x/2 (1 + erf(x/sqrt 2)) (PyTorch's default),
-    or with ``approximate="tanh"`` GPT-2's x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gelu_tanh.py)."""
+    or with ``approximate="tanh"`` GPT-2's x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gelu_tanh.py).
+    On the CPU both are computed in float64 without cancellation (x Phi(x) with Phi from erfc, and
+    x sigmoid(2u)) by the library's own vectorised math (kernels/gelu_native.c), rounded once to float32."""
     if approximate == "tanh":
         from .gelu_tanh import gelu_tanh
         return gelu_tanh()
