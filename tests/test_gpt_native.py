@@ -239,3 +239,30 @@ def test_a_gpt_trains_to_the_same_bytes_with_its_layer_norms_and_embeddings_in_c
     assert mine and all(mine)
     a, b = ref.state_dict(), task.state_dict()
     assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+@needs_lib
+@pytest.mark.parametrize("position", [0, 5, 15])
+def test_the_decode_steps_kernels_give_the_numba_twins_bytes(position: int) -> None:
+    """generate()'s one-token kernels: the position embedding's row add and the attention over the KV cache
+    (its caches, float64 scores and output all compared)."""
+    from renaissance_nb.kernels import gpt_native
+    from renaissance_nb.ops.attention_kernels import attn_decode_
+    rng = seeded(position)
+    h, ctx, hd = 3, 16, 5
+    pos = np.array([position], np.int64)
+    qkv = rng.standard_normal((1, 1, 3 * h * hd)).astype(np.float32)
+    arrays = [rng.standard_normal((1, h, ctx, hd)).astype(np.float32) for _ in "kv"]
+    arrays += [rng.standard_normal((1, h, ctx)), np.zeros((1, 1, h * hd), np.float32)]
+    c = [a.copy() for a in arrays]
+    kernel = gpt_native.bind_attn_decode(qkv, pos, *c, 1 / np.sqrt(hd))
+    assert kernel is not None
+    kernel()
+    attn_decode_(qkv, pos, *arrays, 1 / np.sqrt(hd))
+    for a, b in zip(arrays, c):
+        assert a.tobytes() == b.tobytes()
+    x, table = rng.standard_normal((1, 1, 7)).astype(np.float32), rng.standard_normal((ctx, 7)).astype(np.float32)
+    y, yc = np.empty_like(x), np.empty_like(x)
+    emb.add_row_at_(x, table, pos, y)
+    gpt_native.bind_add_row_at(x, table, pos, yc)()
+    assert y.tobytes() == yc.tobytes()

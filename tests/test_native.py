@@ -313,6 +313,41 @@ def test_an_mlp_from_an_empty_numba_cache_compiles_nothing(tmp_path) -> None:  #
     assert n["w"] == c["w"]
 
 
+_GPT_RUN = """
+import gc, json
+from numba.core.dispatcher import Dispatcher
+from renaissance_nb import AdamW, DeepLearningTask, datasets, gpt
+from renaissance_nb.data.arrays import DataSplits, Dataset
+data = datasets.default_text(context=16)
+tr = data.train
+splits = DataSplits(Dataset(tr.x[:128], tr.y[:128], tr.num_classes, tr.name, tokenizer=data.tokenizer), None, 'text')
+task = (DeepLearningTask('g').model(gpt(tr.num_classes, 32, 2, 2, 16, dropout=0.1)).data(splits, batch_size=16)
+        .optimizer(AdamW(lr=3e-3, weight_decay=0.1).decay('matrices')).total_epochs(1).seed(0).compile())
+task.run(progress=False)
+text = task.generate('ROMEO:', 8, temperature=0.8, seed=0)
+compiled = sorted(o.py_func.__name__ for o in gc.get_objects() if isinstance(o, Dispatcher)
+                  and o.py_func.__module__.startswith('renaissance_nb') and sum(o.stats.cache_misses.values()))
+print(json.dumps({"compiled": compiled, "helper": task.runner.warmup is not None, "text": text}))
+"""
+
+
+@needs_lib
+def test_a_gpt_trains_and_generates_from_an_empty_numba_cache_compiling_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Every kernel of a GPT's training step and of generate()'s one-token step binds C: from an empty numba
+    cache nothing is compiled and no warm-up helper starts (tests/test_gpt_program.py compares the bytes)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = subprocess.run([sys.executable, "-c", _GPT_RUN], capture_output=True, text=True, timeout=900,
+                         cwd=Path(__file__).resolve().parents[1],
+                         env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "RNB_WARMUP": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["compiled"] == [] and not got["helper"] and got["text"].startswith("ROMEO:"), got
+
+
 @needs_lib
 def test_a_plan_runs_on_one_thread_pool() -> None:
     """An MLP and a conv net (conv, batch norm, pooling: kernels/conv_native.py) bind their passes to C; a

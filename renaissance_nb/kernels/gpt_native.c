@@ -220,3 +220,43 @@ void rnb_pos_bwd(const float *dy, i64 n, i64 t, i64 d, float *dtable, i64 contex
 void rnb_div_f32(float *a, i64 n, float d) {
     for (i64 k = 0; k < n; k++) a[k] = a[k] / d;
 }
+
+/* ---- one token (runtime/decode.py): the decode step's own kernels ------------------------------------------ */
+/* embedding.add_row_at_: y = x + table[position] over one token's d features */
+void rnb_add_row_at(const float *x, const float *table, const i64 *position, float *y, i64 d) {
+    const float *row = table + position[0] * d;
+    for (i64 k = 0; k < d; k++) y[k] = x[k] + row[k];
+}
+
+/* attention_kernels.attn_decode_: position p's key and value into the caches (h, ctx, hd), then per head the
+ * float64 scores of keys 0..p, their softmax (libm exp, as numba's math.exp) and its mix of the cached values */
+void rnb_attn_decode(const float *qkv, const i64 *position, float *kc, float *vc, double *scores, float *y, i64 h,
+                     i64 ctx, i64 hd, double scale) {
+    i64 d = h * hd, p = position[0];
+    for (i64 g = 0; g < h; g++)
+        for (i64 k = 0; k < hd; k++) {
+            kc[(g * ctx + p) * hd + k] = qkv[d + g * hd + k];
+            vc[(g * ctx + p) * hd + k] = qkv[2 * d + g * hd + k];
+        }
+    for (i64 g = 0; g < h; g++) {
+        double *sc = scores + g * ctx, m = -INFINITY, tot = 0.0;
+        const float *q = qkv + g * hd, *keys = kc + g * ctx * hd, *vals = vc + g * ctx * hd;
+        for (i64 j = 0; j <= p; j++) {
+            double s = 0.0;
+            for (i64 k = 0; k < hd; k++) s += (double)q[k] * (double)keys[j * hd + k];
+            s *= scale;
+            sc[j] = s;
+            if (s > m) m = s;
+        }
+        for (i64 j = 0; j <= p; j++) {
+            double e = exp(sc[j] - m);
+            sc[j] = e;
+            tot += e;
+        }
+        for (i64 k = 0; k < hd; k++) {
+            double acc = 0.0;
+            for (i64 j = 0; j <= p; j++) acc += sc[j] * (double)vals[j * hd + k];
+            y[g * hd + k] = (float)(acc / tot);
+        }
+    }
+}

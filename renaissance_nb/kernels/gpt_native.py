@@ -142,3 +142,36 @@ def bind_divide(a: np.ndarray, d: np.float32) -> Kernel | None:
         return None
     return call(L.rnb_div_f32, (address(a), a.size, float(d)), (a,))
 
+
+def _decode_ok(position: np.ndarray, *arrays: np.ndarray) -> bool:
+    """The decode step's arrays: C-contiguous, batch 1, the position one int64."""
+    return (_contig(np.dtype(np.int64), position) and position.size == 1
+            and all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in arrays))
+
+
+@binder
+def bind_add_row_at(x: np.ndarray, table: np.ndarray, position: np.ndarray, y: np.ndarray) -> Kernel | None:
+    """embedding.add_row_at_: one token's features (1, 1, d) plus row ``position`` of the table (context, d)."""
+    L = active()
+    d = table.shape[-1]
+    if L is None or not (_decode_ok(position, x, table, y) and _contig(F32, x, table, y) and x.size == y.size == d):
+        return None
+    return call(L.rnb_add_row_at, (address(x), address(table), address(position), address(y), d),
+                (x, table, position, y))
+
+
+@binder
+def bind_attn_decode(qkv: np.ndarray, position: np.ndarray, kc: np.ndarray, vc: np.ndarray, scores: np.ndarray,
+                     y: np.ndarray, scale: float) -> Kernel | None:
+    """attention_kernels.attn_decode_: qkv (1, 1, 3d), caches (1, H, ctx, hd), float64 scores (1, H, ctx)."""
+    L = active()
+    ok = (L is not None and _decode_ok(position, qkv, kc, vc, scores, y) and _contig(F32, qkv, kc, vc, y)
+          and _contig(F64, scores) and kc.ndim == 4 and kc.shape == vc.shape and kc.shape[0] == 1
+          and scores.shape == kc.shape[:3] and qkv.size == 3 * kc.shape[1] * kc.shape[3] and y.size * 3 == qkv.size)
+    if not ok:
+        return None
+    h, ctx, hd = kc.shape[1:]
+    args = (address(qkv), address(position), address(kc), address(vc), address(scores), address(y), h, ctx, hd,
+            float(scale))
+    return call(L.rnb_attn_decode, args, (qkv, position, kc, vc, scores, y))
+

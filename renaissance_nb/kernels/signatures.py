@@ -77,6 +77,8 @@ SIGNATURES.update({  # gpt_native.c: the GPT's layer norm and embeddings (kernel
     "rnb_pos_fwd": (None, (P, I64, I64, I64, P, P, INT)),
     "rnb_pos_bwd": (None, (P, I64, I64, I64, P, I64, P, INT)),
     "rnb_div_f32": (None, (P, I64, F32)),
+    "rnb_add_row_at": (None, (P, P, P, P, I64)),
+    "rnb_attn_decode": (None, (P, P, P, P, P, P, I64, I64, I64, F64)),
 })
 _HEADS = (I64, I64, I64, I64)  # b, h, t, hd
 SIGNATURES.update({  # attention_native.c: causal self-attention (kernels/attention_native.py binds them)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numba
 import numpy as np
 
+from ..kernels import gpt_native
 from ..kernels.fused import chunk, jit, par
 from ..kernels.operands import PAR_CHUNKS
 from .common import threaded
@@ -395,4 +396,5 @@ def attn_decode_(qkv, position, kc, vc, scores, y, scale):
 def bind_decode(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (qkv, position), (y, kc, vc, scores) = ins, outs
     scale = 1.0 / math.sqrt(kc.shape[3])
-    return lambda: attn_decode_(qkv, position, kc, vc, scores, y, scale)
+    bound = gpt_native.bind_attn_decode(qkv, position, kc, vc, scores, y, scale)
+    return bound or (lambda: attn_decode_(qkv, position, kc, vc, scores, y, scale))

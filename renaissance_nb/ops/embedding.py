@@ -167,7 +167,7 @@ def add_row_at_(x, table, position, y):
 
 def bind_pos_decode(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     (x, table, position), (y,) = ins, outs
-    return lambda: add_row_at_(x, table, position, y)
+    return gpt_native.bind_add_row_at(x, table, position, y) or (lambda: add_row_at_(x, table, position, y))
 
 
 # ---- the ops -------------------------------------------------------------------------------------
