@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gpt_helpers import token_splits
+from test_program import bad_batch_raises_from_the_program
 from renaissance_nb import AdamW, DeepLearningTask, gpt
 from renaissance_nb.kernels import native
 
@@ -49,20 +50,11 @@ def test_a_gpt_step_is_one_native_program_with_the_bytes_of_the_replay_and_of_nu
 
 @needs_lib
 def test_a_bad_token_batch_raises_from_inside_the_program(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The token gather (native.c's rnb_gather) returns batch_status's code; its guard hands the host the
-    kernel's Python path, which names the batch; the cursor stays."""
-    from renaissance_nb.errors import PlanError
+    """The token gather (native.c's rnb_gather) returns batch_status's code, its guard trips: a batch of 16 from
+    90 runs past the 96 windows."""
     monkeypatch.setenv("RNB_PROGRAM", "1")
-    task = gpt_task().compile()
-    ex = task.runner.executor
-    sched = ex.train_schedule(["train_base"] * 2)
-    assert sched.captured is not None and sched.captured.whole is not None
-    cursor = ex.view("train_base", "cursor")
-    cursor[0] = 90  # a batch of 16 from 90 runs past the 96 windows
-    with pytest.raises(PlanError, match=r"transfer: batch \[90, 106\) runs past the end of the 'train' "
-                                        r"permutation \(length 96\)"):
-        sched.captured.whole.run(0, 2)
-    assert cursor[0] == 90
+    bad_batch_raises_from_the_program(gpt_task().compile(), 90, r"transfer: batch \[90, 106\) runs past the end of "
+                                      r"the 'train' permutation \(length 96\)")
 
 
 @needs_lib

@@ -216,21 +216,25 @@ def test_a_resnet_step_is_one_native_program_with_the_bytes_of_the_kernel_by_ker
     assert [r.val_loss for r in on.result.history] == [r.val_loss for r in off.result.history]
 
 
-def test_a_bad_image_batch_raises_from_inside_the_program(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The image gather's status trips its guard: the host runs the kernel's Python path, which names the fix;
-    the cursor is left where it was."""
+def bad_batch_raises_from_the_program(task: DeepLearningTask, start: int, match: str) -> None:
+    """With the cursor at ``start`` (a batch that runs past the data), the whole-step program's gather trips its
+    STATUS guard: the host runs the kernel's Python path, which raises ``match``; the cursor stays."""
     from renaissance_nb.errors import PlanError
-    monkeypatch.setenv("RNB_PROGRAM", "1")
-    task = resnet_task().compile()
     ex = task.runner.executor
     sched = ex.train_schedule(["train_base"] * 2)
     assert sched.captured is not None and sched.captured.whole is not None
     cursor = ex.view("train_base", "cursor")
-    cursor[0] = 60  # a batch of 16 from 60 runs past the 64 samples
-    with pytest.raises(PlanError, match=r"transfer_image: batch \[60, 76\) runs past the end of the 'train' "
-                                        r"permutation \(length 64\)"):
+    cursor[0] = start
+    with pytest.raises(PlanError, match=match):
         sched.captured.whole.run(0, 2)
-    assert cursor[0] == 60
+    assert cursor[0] == start
+
+
+def test_a_bad_image_batch_raises_from_inside_the_program(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The image gather's status trips its guard and the fix is named (a batch of 16 from 60 of 64 samples)."""
+    monkeypatch.setenv("RNB_PROGRAM", "1")
+    bad_batch_raises_from_the_program(resnet_task().compile(), 60, r"transfer_image: batch \[60, 76\) runs past the "
+                                      r"end of the 'train' permutation \(length 64\)")
 
 
 def test_a_resnet_step_program_allocates_nothing(monkeypatch) -> None:  # type: ignore[no-untyped-def]
