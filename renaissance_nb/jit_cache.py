@@ -21,12 +21,14 @@ JITTED_FOLDERS = ("kernels", "data", "train", "ops")
 
 @functools.lru_cache(maxsize=1)
 def package_stamp(root: str = ROOT) -> tuple[tuple[str, str, float, int], ...]:
-    """(folder, file, mtime, size) of every module in the jitted folders: one process reads it once."""
+    """(folder, file, mtime, size) of every module in the jitted folders, and of the C sources beside them (a
+    jitted module may read one at import: gelu_math.py takes its erfc table from gelu_native.c, as a constant
+    numba compiles in): one process reads it once."""
     entries = []
     for folder in JITTED_FOLDERS:
         path = os.path.join(root, folder)
         for name in sorted(os.listdir(path)) if os.path.isdir(path) else ():
-            if name.endswith(".py"):
+            if name.endswith((".py", ".c", ".h")):
                 st = os.stat(os.path.join(path, name))
                 entries.append((folder, name, st.st_mtime, st.st_size))
     return tuple(entries)

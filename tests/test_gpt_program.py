@@ -64,3 +64,20 @@ def test_a_gpt_step_program_allocates_nothing(monkeypatch) -> None:  # type: ign
     assert _captured_whole(task), task.runner.notes
     got = task.memory_inspector.allocations(steps=12)
     assert got.nrt_allocs == 0 and got.python_growth == 0, got.summary()
+
+
+@needs_lib
+def test_a_shorter_training_context_gathers_in_c_with_the_numba_plans_bytes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """train_resolution(8, 16): the first epoch reads each window's first 8 tokens (rnb_gather_windows cuts
+    them, fused.gather_token_windows in the numba plan), the second the whole windows."""
+    runs = []
+    for numba_only in (False, True):
+        if numba_only:
+            monkeypatch.setattr(native, "NUMBA_FREE_OPS", frozenset())
+        task = gpt_task().train_resolution(8, 16, boundary_epoch=1).compile()
+        task.run(progress=False)
+        runs.append(task)
+    assert _captured_whole(runs[0]), runs[0].runner.notes
+    a, b = (t.state_dict() for t in runs)
+    assert all(a[k].tobytes() == b[k].tobytes() for k in a)
+    assert [r.train_loss for r in runs[0].result.history] == [r.train_loss for r in runs[1].result.history]

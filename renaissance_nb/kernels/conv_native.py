@@ -172,8 +172,8 @@ def bind_relu(x, y, dy, threads: int) -> Kernel | None:
 
 @binder
 def bind_activation(code: int) -> Kernel | None:
-    """An activation other than ReLU (bind_relu): the C kernels have none, so this declines (recorded as a
-    plan's decline, native.covers) and the caller binds its numba loop."""
+    """An activation other than ReLU (bind_relu) and GELU (gelu_native.bind_gelu): the C kernels have none, so
+    this declines (recorded as a plan's decline, native.covers) and the caller binds its numba loop."""
     return None
 
 

@@ -148,8 +148,8 @@ def _c_act(code: int, x: np.ndarray, dy: np.ndarray | None, out: np.ndarray) -> 
 
 
 def _numba_act(code: int, run: Kernel) -> Kernel:
-    """An activation bound to its numba loop: in a plan bound to C (whose C kernels cover ReLU only) that is
-    a decline, so native.covers does not call the plan numba-free."""
+    """An activation bound to its numba loop: in a plan bound to C (whose C passes cover ReLU and GELU only,
+    _c_act) that is a decline, so native.covers does not call the plan numba-free."""
     return conv_native.bind_activation(code) or run
 
 
@@ -331,40 +331,32 @@ def transfer(outs, ins, p, env):
 
 def _token_transfer(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.ndarray, x_out: np.ndarray,
                     y_out: np.ndarray, source: str) -> Kernel:
-    """Rows perm[cursor:cursor+B] of token windows (N, T) and their targets (N, T): np.take into the
-    buffers (no copy is made: ``out=`` writes them), after the same bounds check as the image gathers."""
+    """Rows perm[cursor:cursor+B] of token windows (N, T) and their targets (N, T), their first T' ids where the
+    plan's context is shorter, after the same bounds check as the image gathers: gpt_native.c's C pass in a C
+    plan (a native op behind a STATUS guard), else numba's loop or np.take (no copy is made: ``out=``)."""
     n = x_out.shape[0]
     if x_out.shape[1] > xs.shape[1] or ys.shape[1:] != xs.shape[1:] or y_out.shape != x_out.shape:
         raise PlanError(f"transfer: {source} token windows are {xs.shape[1:]} long, the plan's buffers "
                         f"{x_out.shape[1:]}. Fix: plan the task again with this data.")
-    if x_out.shape[1] < xs.shape[1]:  # a shorter training context (train_resolution): each window's start
-        def crop() -> int:
-            return fused.gather_token_windows(xs, ys, perm, cursor, x_out, y_out)
-
-        def run_crop() -> None:
-            status = crop()
-            if status:
-                raise status_error(status, "transfer", source, n, perm, int(cursor[0]))
-        return run_crop
-
-    gather = gpt_native.bind_gather_windows(xs, ys, perm, cursor, x_out, y_out, blas.pass_threads(blas.THREADED))
-    if gather is not None:
-        def run_c() -> None:
-            status = gather()
-            if status:
-                raise status_error(status, "transfer", source, n, perm, int(cursor[0]))
-        return program.mark(run_c, program.guarded(gather, program.STATUS, None, run_c))
+    gather = gpt_native.bind_gather_windows(xs, ys, perm, cursor, x_out, y_out)
+    if gather is None:  # no C library in this plan: numba's loop (a shorter context) or np.take
+        def gather() -> int:
+            if x_out.shape[1] < xs.shape[1]:  # a shorter training context (train_resolution): each window's start
+                return fused.gather_token_windows(xs, ys, perm, cursor, x_out, y_out)
+            start = int(cursor[0])
+            status = fused.batch_status(perm, start, n, xs.shape[0])
+            if status == 0:
+                rows = perm[start:start + n]
+                np.take(xs, rows, axis=0, out=x_out)
+                np.take(ys, rows, axis=0, out=y_out)
+                cursor[0] = start + n
+            return status
 
     def run() -> None:
-        start = int(cursor[0])
-        status = fused.batch_status(perm, start, n, xs.shape[0])
+        status = gather()
         if status:
-            raise status_error(status, "transfer", source, n, perm, start)
-        rows = perm[start:start + n]
-        np.take(xs, rows, axis=0, out=x_out)
-        np.take(ys, rows, axis=0, out=y_out)
-        cursor[0] = start + n
-    return run
+            raise status_error(status, "transfer", source, n, perm, int(cursor[0]))
+    return program.mark(run, program.guarded(gather, program.STATUS, None, run))
 
 
 # ---- region-wide operations ---------------------------------------------------------------------

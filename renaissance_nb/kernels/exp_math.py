@@ -25,7 +25,7 @@ def _double_of_bits(typingctx, bits):  # type: ignore[no-untyped-def]
 
 @jit
 def neg_exp(a):
-    """exp(a) for a <= 0 (below -708, or NaN, as -708): gelu_native.c's neg_exp."""
+    """exp(a) for a <= 0 (below -708, or NaN, as -708): native.h's neg_exp."""
     a = a if a > -708.0 else -708.0
     k = np.floor(a * 1.4426950408889634 + 0.5)
     r = (a - k * 0.6931471803691238) - k * 1.9082149292705877e-10

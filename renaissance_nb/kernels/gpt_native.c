@@ -1,6 +1,8 @@
 /* The GPT's layer norm and embeddings in C: the twins of ops/layernorm.py (ln_fwd_rows_, ln_fwd_,
  * ln_bwd_rows_, ln_param_grads_) and ops/embedding.py (gather_rows_, gather_par_, scatter_add_, add_rows_,
- * batch_sum_); kernels/gpt_native.py binds them, tests/test_gpt_native.py compares their bytes.
+ * batch_sum_, add_row_at_), with the token windows' gather (fused.gather_token_windows), the per-position
+ * loss's division (cpu._per_position) and the decode step's attention (attention_kernels.attn_decode_);
+ * kernels/gpt_native.py binds them, tests/test_gpt_native.py and test_gpt_program.py compare their bytes.
  *
  * Why: a plan runs on one thread pool (native.chosen_for), so while a GPT's layer norms and embeddings
  * were numba's only, its whole CPU step stayed on numba. As native.c: the same types at every step as
@@ -260,3 +262,20 @@ void rnb_attn_decode(const float *qkv, const i64 *position, float *kc, float *vc
         }
     }
 }
+
+/* ---- the batch of token windows (cpu._token_transfer; fused.gather_token_windows) ------------------------- */
+/* ids and targets of windows perm[cursor:cursor+n] (rows of t_src ids, of xitem / yitem bytes each), their first t
+ * (t <= t_src: a shorter training context) into x_out and y_out (n, t); batch_status's code, 0: the cursor moved on */
+i64 rnb_gather_windows(const char *xs, const char *ys, i64 rows, i64 t_src, i64 xitem, i64 yitem, const i64 *perm,
+                       i64 nperm, i64 *cursor, char *x_out, char *y_out, i64 n, i64 t) {
+    i64 start = cursor[0], status = batch_status(perm, nperm, start, n, rows);
+    if (status) return status;
+    for (i64 i = 0; i < n; i++) {
+        i64 r = perm[start + i];
+        memcpy(x_out + i * t * xitem, xs + r * t_src * xitem, (size_t)(t * xitem));
+        memcpy(y_out + i * t * yitem, ys + r * t_src * yitem, (size_t)(t * yitem));
+    }
+    cursor[0] = start + n;
+    return 0;
+}
+

@@ -1,5 +1,7 @@
 """Binders of the GPT's C kernels (gpt_native.c): layer norm (forward; backward with its parameter
-gradients) and the token and position embeddings (forward and backward).
+gradients), the token and position embeddings (forward and backward), the batch of token windows, the
+per-position loss's count division, and generate()'s one-token kernels (the position's row add, attention
+over the KV cache).
 
 Why: a plan runs on one thread pool (native.chosen_for), so while a GPT's layer norms and embeddings
 were numba's only, its whole CPU step stayed on numba (and out of a native program, kernels/program.py).
@@ -117,21 +119,20 @@ def bind_pos_bwd(dy: np.ndarray, dtable: np.ndarray, dx: np.ndarray, threads: in
 
 @binder
 def bind_gather_windows(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor: np.ndarray, x_out: np.ndarray,
-                        y_out: np.ndarray, threads: int) -> Kernel | None:
-    """cpu._token_transfer's np.take of rows perm[cursor:cursor+B] of token windows and their targets (N, T), after
-    the same bounds check: native.c's rnb_gather, a target being a row of T ids. The status it returns is
-    fused.batch_status's (0: copied and the cursor moved on)."""
+                        y_out: np.ndarray) -> Kernel | None:
+    """cpu._token_transfer: rows perm[cursor:cursor+B] of token windows and their targets (N, T), the first T' <= T
+    of each (a shorter training context), after fused.batch_status's check, whose code it returns (0: copied and
+    the cursor moved on): gpt_native.c's rnb_gather_windows, the twin of fused.gather_token_windows."""
     L = active()
     ok = (L is not None and all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in (xs, ys, x_out, y_out))
-          and xs.ndim == ys.ndim == 2 and xs.shape == ys.shape and x_out.shape == y_out.shape
-          and x_out.shape[1:] == xs.shape[1:] and xs.dtype == x_out.dtype and ys.dtype == y_out.dtype
+          and xs.ndim == ys.ndim == x_out.ndim == 2 and xs.shape == ys.shape and x_out.shape == y_out.shape
+          and x_out.shape[1] <= xs.shape[1] and xs.dtype == x_out.dtype and ys.dtype == y_out.dtype
           and _contig(np.dtype(np.int64), perm, cursor) and perm.ndim == cursor.ndim == 1)
     if not ok:
         return None
-    t = xs.shape[1]
-    args = (address(xs), xs.shape[0], t, xs.itemsize, address(ys), t * ys.itemsize, address(perm), perm.size,
-            address(cursor), address(x_out), address(y_out), x_out.shape[0], threads)
-    return call(L.rnb_gather, args, (xs, ys, perm, cursor, x_out, y_out))
+    args = (address(xs), address(ys), xs.shape[0], xs.shape[1], xs.itemsize, ys.itemsize, address(perm), perm.size,
+            address(cursor), address(x_out), address(y_out), x_out.shape[0], x_out.shape[1])
+    return call(L.rnb_gather_windows, args, (xs, ys, perm, cursor, x_out, y_out))
 
 
 @binder

@@ -13,6 +13,7 @@
 #include "native.h"
 
 int rnb_abi(void) { return 7; }
+int rnb_chunks(void) { return RNB_CHUNKS; } /* native.py checks it is operands.PAR_CHUNKS: every pass cuts its range so */
 
 /* A thread pool does not survive fork(): a forked child that waited on the parent's workers would
  * hang. After a fork every pass here runs on the calling thread (the same bytes: a block's
@@ -375,15 +376,6 @@ void rnb_lars(float *w, const float *g, float *m, i64 n, const float *nrm, const
 }
 
 /* ---- batch gather (fused.gather_batch) --------------------------------------------------------- */
-static i64 batch_status(const i64 *perm, i64 nperm, i64 start, i64 n, i64 rows) {
-    if (start < 0 || start + n > nperm) return 1;
-    for (i64 i = 0; i < n; i++) {
-        i64 r = perm[start + i];
-        if (r < 0 || r >= rows) return 2;
-    }
-    return 0;
-}
-
 typedef struct {
     const char *x_src, *y_src;
     const i64 *rows;

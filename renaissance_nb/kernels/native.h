@@ -24,6 +24,17 @@ static inline void chunk(i64 n, i64 c, i64 *lo, i64 *hi) {
     *hi = min64(n, *lo + ch);
 }
 
+/* fused.batch_status: 0 when perm[start:start+n] lies in the order and names rows < rows; 1 the cursor runs past
+ * the order, 2 an entry is not a row. Checked before anything is copied (the batch gathers) */
+static inline i64 batch_status(const i64 *perm, i64 nperm, i64 start, i64 n, i64 rows) {
+    if (start < 0 || start + n > nperm) return 1;
+    for (i64 i = 0; i < n; i++) {
+        i64 r = perm[start + i];
+        if (r < 0 || r >= rows) return 2;
+    }
+    return 0;
+}
+
 /* one thread after a fork (native.c says why) */
 extern volatile int rnb_forked; /* set in a forked child (native.c) */
 static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */

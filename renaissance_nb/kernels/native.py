@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from .operands import PAR_CHUNKS
 from .signatures import SIGNATURES
 from .thunks import thunk_source
 
@@ -185,6 +186,8 @@ def _load(path: Path) -> Any:
         f.restype, f.argtypes = res, list(args)
     if lib.rnb_abi() != ABI:
         raise OSError(f"{path} has ABI {lib.rnb_abi()}, expected {ABI}")
+    if lib.rnb_chunks() != PAR_CHUNKS:  # the C passes' blocks must be the numba twins' (native.h RNB_CHUNKS)
+        raise OSError(f"{path} cuts ranges into {lib.rnb_chunks()} blocks, operands.PAR_CHUNKS is {PAR_CHUNKS}")
     return lib
 
 
@@ -314,9 +317,10 @@ NUMBA_FREE_OPS = frozenset({"fc_fwd", "fc_bwd", "matmul", "add", "relu", "copy",
                             "layernorm_fwd", "layernorm_bwd", "embedding_fwd", "embedding_bwd", "pos_embedding_fwd",
                             "pos_embedding_bwd", "attn_scores", "attn_scores_bwd", "attn_mix", "attn_mix_bwd",
                             "flash_attn_fwd", "flash_attn_bwd"})
-"""Ops whose CPU kernels (kernels/cpu.py, conv.py, transfer.py) call C or NumPy only when the library is
-loaded and no binder declines (tests/test_native.py runs the MLP from an empty numba cache and counts
-compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind C for ReLU and GELU only, and
+"""Ops whose CPU kernels (kernels/cpu.py, conv.py, transfer.py, and the ops' own in ops/) call C or NumPy
+only when the library is loaded and no binder declines (tests/test_native.py runs the MLP and the GPT from
+an empty numba cache and counts compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind
+C for ReLU and GELU only, and
 record a decline for the other activations (their numba loops serve)."""
 
 

@@ -10,6 +10,7 @@ from typing import Any
 P, I64, F64, F32, INT = c_void_p, c_int64, c_double, c_float, c_int
 SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_abi": (INT, ()),
+    "rnb_chunks": (INT, ()),
     "rnb_bias_act": (None, (P, I64, I64, I64, P, I64, I64, F64, INT)),
     "rnb_act_grad_colsum": (None, (P, I64, I64, I64, P, I64, I64, F64, P, I64, P, I64, INT)),
     "rnb_adam": (None, (P, P, P, P, I64, P, I64, P, F64, F64, F64, F64, INT, INT, INT)),
@@ -77,6 +78,7 @@ SIGNATURES.update({  # gpt_native.c: the GPT's layer norm and embeddings (kernel
     "rnb_pos_fwd": (None, (P, I64, I64, I64, P, P, INT)),
     "rnb_pos_bwd": (None, (P, I64, I64, I64, P, I64, P, INT)),
     "rnb_div_f32": (None, (P, I64, F32)),
+    "rnb_gather_windows": (I64, (P, P, I64, I64, I64, I64, P, I64, P, P, P, I64, I64)),
     "rnb_add_row_at": (None, (P, P, P, P, I64)),
     "rnb_attn_decode": (None, (P, P, P, P, P, P, I64, I64, I64, F64)),
 })

@@ -2,7 +2,8 @@
 nn.GELU(approximate="tanh"); ``gelu(approximate="tanh")`` builds it (the exact form is an ``act``
 code of activation.py). Per element in float64 as x sigmoid(2u) (the same function, without the
 cancellation of 1 + tanh u where u is very negative), rounded once to float32: kernels/gelu_math.py's
-loops, twins of gelu_native.c's pass."""
+loops, twins of gelu_native.c's pass. The CUDA kernels below still compute x/2 (1 + tanh u) with CUDA's tanh
+(GPU results differ from the CPU's by rounding, as for every op)."""
 from __future__ import annotations
 
 import math

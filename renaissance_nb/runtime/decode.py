@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..compiler.graph import GraphNode, node
-from ..errors import ConfigError
+from ..errors import ConfigError, PlanError
 from ..kernels.cpu import BindEnv
 from ..memory.plan import MemoryPlan
 from ..memory.region import Region
@@ -88,7 +88,9 @@ class DecodeStep:
         self.arena.bytes.fill(0)
 
     def run(self, token: int, position: int) -> np.ndarray:
-        assert 0 <= position < self.context, position
+        if not 0 <= position < self.context:  # the kernels index the KV cache by it (C and numba: unchecked)
+            raise PlanError(f"decode: position {position} is outside the context [0, {self.context}). Fix: "
+                            "generate at most context tokens per window (generate() slides the window).")
         self.token[0, 0] = token
         self.position[0] = position
         self.graph()
