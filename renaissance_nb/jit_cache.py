@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import functools
 import os
+
+os.environ.setdefault("NUMBA_DISABLE_INTEL_SVML", "1")
+"""Before numba is imported (this module comes first): with Intel's SVML installed numba would vectorise a
+loop's math.exp with SVML's, whose last bits differ from libm's, and a numba kernel would no longer give its
+C twin's bytes (kernels/native.py). The C kernels call libm or their own math (native.h)."""
 from typing import Any
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
