@@ -9,8 +9,9 @@
  *    cblas_sgemm, sgemv and sdot) the way NumPy's matmul inner loop calls it for each 2-D slice (mm():
  *    the same routine, transposition flags, shapes and leading dimensions, with NumPy's cases for a
  *    dimension of 1), so each slice's result is the same;
- *  - the row passes are the numba loops' statements in the same types and order (float64 sums in index
- *    order, glibc's exp and log, as numba's math.exp and math.log call; built with -ffp-contract=off);
+ *  - the row passes are the numba loops' statements in the same types and order (float64 sums in a fixed
+ *    order of 8 lanes, native.h's neg_exp as exp_math.neg_exp computes it, glibc's log as numba's math.log
+ *    calls it, once a row; built with -ffp-contract=off);
  *  - the head copies (split, merge) are byte copies, as np.copyto's.
  * Heads are independent, so each head's pipeline (copy, product, rows, product, copy) runs in turn on one
  * thread: the heads cut into RNB_CHUNKS blocks (fused.chunk, as the numba `par` twins cut them), the blocks
@@ -19,6 +20,9 @@
  * Tensors are C-contiguous float32: heads (B, H, T, hd), scores (B, H, T, T), features (B, T, d) with
  * d = H hd and qkv (B, T, 3d). Nothing here allocates.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math") /* lets GCC vectorise the selects and conversions; values unchanged */
+#endif
 #include "native.h"
 
 enum { ROW_MAJOR = 101, COL_MAJOR = 102, NO_TRANS = 111, TRANS = 112 };
@@ -113,22 +117,114 @@ static void copy_rows(float *dst, i64 sd, const float *src, i64 ss, i64 rows, i6
 }
 
 /* ---- row passes: attention_kernels.py's numba loops, for one head --------------------------------- */
-/* causal_softmax_rows: s (T, T) = softmax over keys <= the query of scale * s, later keys 0 */
+/* Their arithmetic, statement for statement as attention_kernels.py writes it: exp is softmax_exp (native.h's
+ * neg_exp with NaN kept), not libm's, so the loops vectorise and give the same bits on every machine; sums
+ * and maxima over a row run in LANES interleaved partials (element j in lane j % LANES, each lane in index
+ * order from 0.0, a max from -inf) combined in one fixed tree, ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 +
+ * l7)): eight independent chains pipeline where one running sum waited about 4 cycles an element. The order
+ * is this one, never the compiler's (no simd reduction clauses, no fast-math). */
+#define LANES 8
+
+/* attention_kernels.softmax_exp: exp(a) for a softmax argument (<= 0, or a rounding above in
+ * recompute_probs), NaN kept (neg_exp takes it as -708), so a diverged score still makes its row NaN */
+static inline double softmax_exp(double a) {
+    double e = neg_exp(a);
+    return a == a ? e : a;
+}
+
+static inline double max2(double a, double b) { return b > a ? b : a; } /* a NaN b never wins */
+
+static inline double lane_tree(const double *s) { return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])); }
+
+/* lane_max: max over j < n of x[j] * scale (double) in LANES; NaN never counts, an empty row gives -inf */
+static double lane_max(const float *x, i64 n, double scale) {
+    double m[LANES];
+    for (int q = 0; q < LANES; q++) m[q] = -INFINITY;
+    i64 j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        #pragma omp simd
+        for (int q = 0; q < LANES; q++) m[q] = max2(m[q], (double)x[j + q] * scale);
+    }
+    for (int q = 0; j + q < n; q++) m[q] = max2(m[q], (double)x[j + q] * scale);
+    return max2(max2(max2(m[0], m[1]), max2(m[2], m[3])), max2(max2(m[4], m[5]), max2(m[6], m[7])));
+}
+
+/* lane_dot: sum over j < n of (double)x[j] * (double)y[j] in LANES */
+static double lane_dot(const float *x, const float *y, i64 n) {
+    double s[LANES] = {0.0};
+    i64 j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        #pragma omp simd
+        for (int q = 0; q < LANES; q++) s[q] += (double)x[j + q] * (double)y[j + q];
+    }
+    for (int q = 0; j + q < n; q++) s[q] += (double)x[j + q] * (double)y[j + q];
+    return lane_tree(s);
+}
+
+/* lane_sum of floats, and of doubles (lanes carried in s, so a row can come in pieces of a multiple of LANES) */
+static double lane_sum(const float *x, i64 n) {
+    double s[LANES] = {0.0};
+    i64 j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        #pragma omp simd
+        for (int q = 0; q < LANES; q++) s[q] += (double)x[j + q];
+    }
+    for (int q = 0; j + q < n; q++) s[q] += (double)x[j + q];
+    return lane_tree(s);
+}
+
+static void lane_add(double *s, const double *x, i64 n) {
+    i64 j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        #pragma omp simd
+        for (int q = 0; q < LANES; q++) s[q] += x[j + q];
+    }
+    for (int q = 0; j + q < n; q++) s[q] += x[j + q];
+}
+
+/* Where a row's exp loops may stop: n rounded up to LANES within the row's width w. The columns past n are
+ * computed and then dropped (or overwritten with 0), so the vector loop ends without a scalar tail of up to
+ * LANES - 1 calls; they are in the row, and exp of any float is harmless (no traps, no errno). */
+static inline i64 padded(i64 n, i64 w) { return min64((n + LANES - 1) / LANES * LANES, w); }
+
+/* e[c] = softmax_exp(x[c] * scale - m) for c < n (double) */
+static void exps(double *e, const float *x, i64 n, double scale, double m) {
+    #pragma omp simd
+    for (i64 c = 0; c < n; c++) e[c] = softmax_exp((double)x[c] * scale - m);
+}
+
+/* x[c] = (float)softmax_exp(x[c] * scale - m) for c < n, later columns up to w 0 */
+static void exps_f32(float *x, i64 n, i64 w, double scale, double m) {
+    i64 p = padded(n, w);
+    #pragma omp simd
+    for (i64 c = 0; c < p; c++) x[c] = (float)softmax_exp((double)x[c] * scale - m);
+    for (i64 c = n; c < w; c++) x[c] = 0.0f;
+}
+
+/* causal_softmax_rows: s (T, T) = softmax over keys <= the query of scale * s, later keys 0. Each row: its max
+ * m, e = exp(scale s - m) in double, their lane sum, then e * (1 / sum) rounded once to float. The numba twin
+ * keeps a row of e; here a stack piece of EXP_PIECE holds them, and a longer row computes them again for the
+ * last pass (the same bits). */
+#define EXP_PIECE 512 /* a multiple of LANES */
 static void causal_softmax(float *s, i64 t, double scale) {
+    double e[EXP_PIECE];
     for (i64 i = 0; i < t; i++) {
         float *row = s + i * t;
-        double m = -INFINITY, tot = 0.0;
-        for (i64 j = 0; j <= i; j++) {
-            double z = (double)row[j] * scale;
-            if (z > m) m = z;
+        i64 n = i + 1;
+        double m = lane_max(row, n, scale), lanes[LANES] = {0.0};
+        for (i64 c0 = 0; c0 < n; c0 += EXP_PIECE) {
+            i64 w = min64(EXP_PIECE, n - c0);
+            exps(e, row + c0, padded(w, t - c0), scale, m);
+            lane_add(lanes, e, w);
         }
-        for (i64 j = 0; j <= i; j++) {
-            double e = exp((double)row[j] * scale - m);
-            row[j] = (float)e;
-            tot += e;
+        double inv = 1.0 / lane_tree(lanes);
+        for (i64 c0 = 0; c0 < n; c0 += EXP_PIECE) {
+            i64 w = padded(min64(EXP_PIECE, n - c0), t - c0);
+            if (n > EXP_PIECE) exps(e, row + c0, w, scale, m);
+            #pragma omp simd
+            for (i64 c = 0; c < w; c++) row[c0 + c] = (float)(e[c] * inv);
         }
-        for (i64 j = 0; j <= i; j++) row[j] = (float)((double)row[j] / tot);
-        for (i64 j = i + 1; j < t; j++) row[j] = 0.0f;
+        for (i64 j = n; j < t; j++) row[j] = 0.0f;
     }
 }
 
@@ -137,8 +233,8 @@ static void softmax_grad(float *dp, const float *p, i64 t, double scale) {
     for (i64 i = 0; i < t; i++) {
         float *d = dp + i * t;
         const float *pr = p + i * t;
-        double s = 0.0;
-        for (i64 j = 0; j < t; j++) s += (double)d[j] * (double)pr[j];
+        double s = lane_dot(d, pr, t);
+        #pragma omp simd
         for (i64 j = 0; j < t; j++) d[j] = (float)(scale * (double)pr[j] * ((double)d[j] - s));
     }
 }
@@ -148,28 +244,18 @@ typedef struct { /* a (query block, key block) of the flash form: rows i0.. (nq)
     double scale;
 } block;
 
-/* online_step_rows: s (nq, nk) raw scores -> exp(scale s - m_new) (masked keys 0); m, l, acc rescaled */
+/* online_step_rows: s (nq, nk) raw scores -> (float)exp(scale s - m_new) (masked keys 0); m, l, acc rescaled
+ * to m_new, l plus the lane sum of the float values */
 static void online_step(float *s, double *m, double *l, double *acc, const block *k) {
     for (i64 r = 0; r < k->nq; r++) {
         float *row = s + r * k->nk;
         i64 last = min64(k->nk, k->i0 + r - k->j0 + 1);
-        double mo = m[r], mn = mo, tot = 0.0;
-        for (i64 c = 0; c < last; c++) {
-            double z = (double)row[c] * k->scale;
-            if (z > mn) mn = z;
-        }
-        double corr = mo > -INFINITY ? exp(mo - mn) : 0.0;
-        for (i64 c = 0; c < k->nk; c++) {
-            if (c < last) {
-                float e = (float)exp((double)row[c] * k->scale - mn);
-                row[c] = e;
-                tot += (double)e;
-            } else {
-                row[c] = 0.0f;
-            }
-        }
-        l[r] = l[r] * corr + tot;
+        double mo = m[r], mn = max2(mo, lane_max(row, last, k->scale));
+        double corr = mo > -INFINITY ? softmax_exp(mo - mn) : 0.0;
+        exps_f32(row, last, k->nk, k->scale, mn);
+        l[r] = l[r] * corr + lane_sum(row, last);
         m[r] = mn;
+        #pragma omp simd
         for (i64 j = 0; j < k->hd; j++) acc[r * k->hd + j] = acc[r * k->hd + j] * corr;
     }
 }
@@ -186,10 +272,8 @@ static void finish(const double *acc, const double *m, const double *l, float *o
 /* recompute_probs_rows: s (nq, nk) raw scores -> P = exp(scale s - L) (masked keys 0); lse at the block */
 static void recompute_probs(float *s, const float *lse, const block *k) {
     for (i64 r = 0; r < k->nq; r++) {
-        float *row = s + r * k->nk;
         i64 last = min64(k->nk, k->i0 + r - k->j0 + 1);
-        double big = (double)lse[r];
-        for (i64 c = 0; c < k->nk; c++) row[c] = c < last ? (float)exp((double)row[c] * k->scale - big) : 0.0f;
+        exps_f32(s + r * k->nk, last, k->nk, k->scale, (double)lse[r]);
     }
 }
 
@@ -197,20 +281,16 @@ static void recompute_probs(float *s, const float *lse, const block *k) {
 static void block_softmax_grad(float *dp, const float *p, const float *dsum, const block *k) {
     for (i64 r = 0; r < k->nq; r++) {
         double d = (double)dsum[r];
-        for (i64 c = 0; c < k->nk; c++) {
-            i64 e = r * k->nk + c;
-            dp[e] = (float)(k->scale * (double)p[e] * ((double)dp[e] - d));
-        }
+        float *dr = dp + r * k->nk;
+        const float *pr = p + r * k->nk;
+        #pragma omp simd
+        for (i64 c = 0; c < k->nk; c++) dr[c] = (float)(k->scale * (double)pr[c] * ((double)dr[c] - d));
     }
 }
 
-/* row_dots_rows: out[i] = sum_k a[i, k] b[i, k] in double */
+/* row_dots_rows: out[i] = sum_k a[i, k] b[i, k] in double (in lanes) */
 static void row_dots(const float *a, const float *b, float *out, i64 t, i64 hd) {
-    for (i64 i = 0; i < t; i++) {
-        double s = 0.0;
-        for (i64 j = 0; j < hd; j++) s += (double)a[i * hd + j] * (double)b[i * hd + j];
-        out[i] = (float)s;
-    }
+    for (i64 i = 0; i < t; i++) out[i] = (float)lane_dot(a + i * hd, b + i * hd, hd);
 }
 
 static void add_f32(float *a, const float *b, i64 n) { for (i64 e = 0; e < n; e++) a[e] = a[e] + b[e]; }

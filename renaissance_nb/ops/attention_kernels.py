@@ -10,8 +10,9 @@ Two forms of the same function:
   largest scratch is one block of scores per head, (B, H, block, block).
 
 Products are np.matmul into planned buffers (``out=``); the row-wise passes (softmax, its gradient,
-the online update) are numba loops summing in float64 in index order. The same shapes give the same
-bytes on every run. The two forms round differently (the online softmax rescales as it goes): the
+the online update) are numba loops in float64, with exp_math.neg_exp for exp and sums in a fixed order of 8
+lanes (see "the row passes' arithmetic" below); kernels/attention_native.c is their C twin, the same bytes.
+The same shapes give the same bytes on every run. The two forms round differently (the online softmax rescales as it goes): the
 tests compare each with a float64 reference.
 """
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, Callable
 import numba
 import numpy as np
 
+from ..kernels.exp_math import jit as inline
+from ..kernels.exp_math import neg_exp
 from ..kernels.fused import chunk, jit, par
 from ..kernels.operands import PAR_CHUNKS
 from .common import threaded
@@ -55,64 +58,169 @@ def block_view(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return buf.reshape(-1)[:math.prod(shape)].reshape(shape)
 
 
+# ---- the row passes' arithmetic (attention_native.c writes the same statements) ---------------------------
+# exp is softmax_exp (exp_math.neg_exp, NaN kept), not libm's: it vectorises and gives the same bits on every
+# machine. Sums and maxima over a row run in 8 interleaved lanes: element j goes to lane j % 8, each lane in
+# index order from 0.0 (a max from -inf), and the lanes combine in one fixed tree, ((l0 + l1) + (l2 + l3)) +
+# ((l4 + l5) + (l6 + l7)). Why: one running sum is a chain of dependent adds (about 4 cycles an element);
+# eight independent chains pipeline. The order is written out here and in C, never a compiler's (no
+# fastmath, no simd reduction), so both twins give the same bits.
+@inline
+def softmax_exp(a):
+    """exp(a) of a softmax argument (score - max <= 0; recompute_probs' may be a rounding above 0, which
+    neg_exp takes as well): neg_exp, but a NaN stays NaN (neg_exp takes it as -708), so a diverged score still
+    turns its row into NaN for the trainer's check."""
+    e = neg_exp(a)
+    return e if a == a else a
+
+
+@inline
+def max2(a, b):
+    """b if b > a else a: a running max's update (a NaN b never wins)."""
+    return b if b > a else a
+
+
+@inline
+def lane_max(x, n, scale):
+    """max over j < n of x[j] * scale (float64), in 8 lanes; NaN never counts, an empty row gives -inf."""
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = -np.inf
+    for j in range(0, n - 7, 8):
+        m0 = max2(m0, np.float64(x[j]) * scale)
+        m1 = max2(m1, np.float64(x[j + 1]) * scale)
+        m2 = max2(m2, np.float64(x[j + 2]) * scale)
+        m3 = max2(m3, np.float64(x[j + 3]) * scale)
+        m4 = max2(m4, np.float64(x[j + 4]) * scale)
+        m5 = max2(m5, np.float64(x[j + 5]) * scale)
+        m6 = max2(m6, np.float64(x[j + 6]) * scale)
+        m7 = max2(m7, np.float64(x[j + 7]) * scale)
+    j = n - n % 8  # the tail, lanes 0 .. n % 8 - 1
+    if j < n:
+        m0 = max2(m0, np.float64(x[j]) * scale)
+    if j + 1 < n:
+        m1 = max2(m1, np.float64(x[j + 1]) * scale)
+    if j + 2 < n:
+        m2 = max2(m2, np.float64(x[j + 2]) * scale)
+    if j + 3 < n:
+        m3 = max2(m3, np.float64(x[j + 3]) * scale)
+    if j + 4 < n:
+        m4 = max2(m4, np.float64(x[j + 4]) * scale)
+    if j + 5 < n:
+        m5 = max2(m5, np.float64(x[j + 5]) * scale)
+    if j + 6 < n:
+        m6 = max2(m6, np.float64(x[j + 6]) * scale)
+    return max2(max2(max2(m0, m1), max2(m2, m3)), max2(max2(m4, m5), max2(m6, m7)))
+
+
+@inline
+def lane_dot(x, y, n):
+    """sum over j < n of float64(x[j]) * y[j] in 8 lanes (y float32 or float64: the product is float64)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for j in range(0, n - 7, 8):
+        s0 += np.float64(x[j]) * y[j]
+        s1 += np.float64(x[j + 1]) * y[j + 1]
+        s2 += np.float64(x[j + 2]) * y[j + 2]
+        s3 += np.float64(x[j + 3]) * y[j + 3]
+        s4 += np.float64(x[j + 4]) * y[j + 4]
+        s5 += np.float64(x[j + 5]) * y[j + 5]
+        s6 += np.float64(x[j + 6]) * y[j + 6]
+        s7 += np.float64(x[j + 7]) * y[j + 7]
+    j = n - n % 8
+    if j < n:
+        s0 += np.float64(x[j]) * y[j]
+    if j + 1 < n:
+        s1 += np.float64(x[j + 1]) * y[j + 1]
+    if j + 2 < n:
+        s2 += np.float64(x[j + 2]) * y[j + 2]
+    if j + 3 < n:
+        s3 += np.float64(x[j + 3]) * y[j + 3]
+    if j + 4 < n:
+        s4 += np.float64(x[j + 4]) * y[j + 4]
+    if j + 5 < n:
+        s5 += np.float64(x[j + 5]) * y[j + 5]
+    if j + 6 < n:
+        s6 += np.float64(x[j + 6]) * y[j + 6]
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@inline
+def lane_sum(x, n):
+    """sum over j < n of float64(x[j]) in 8 lanes."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for j in range(0, n - 7, 8):
+        s0 += np.float64(x[j])
+        s1 += np.float64(x[j + 1])
+        s2 += np.float64(x[j + 2])
+        s3 += np.float64(x[j + 3])
+        s4 += np.float64(x[j + 4])
+        s5 += np.float64(x[j + 5])
+        s6 += np.float64(x[j + 6])
+        s7 += np.float64(x[j + 7])
+    j = n - n % 8
+    if j < n:
+        s0 += np.float64(x[j])
+    if j + 1 < n:
+        s1 += np.float64(x[j + 1])
+    if j + 2 < n:
+        s2 += np.float64(x[j + 2])
+    if j + 3 < n:
+        s3 += np.float64(x[j + 3])
+    if j + 4 < n:
+        s4 += np.float64(x[j + 4])
+    if j + 5 < n:
+        s5 += np.float64(x[j + 5])
+    if j + 6 < n:
+        s6 += np.float64(x[j + 6])
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
 # ---- row-wise passes (numba): each over heads g0 <= g < g1, and its twin over PAR_CHUNKS blocks of heads ------
 @jit
 def causal_softmax_rows(s, scale, g0, g1):
-    """s (BH, T, T) = softmax over keys of scale * s, keys after the query masked (probability 0)."""
+    """s (BH, T, T) = softmax over keys of scale * s, keys after the query masked (probability 0). Each row:
+    its max m, e = exp(scale s - m) in float64 (scratch), their lane sum, then e * (1 / sum) rounded once to
+    float32 (within 0.5 ulp and 1e-15 relative of the exact quotient)."""
+    e = np.empty(s.shape[2])
     for g in range(g0, g1):
         for i in range(s.shape[1]):
-            row = s[g, i]
-            m = -np.inf
-            for j in range(i + 1):
-                z = np.float64(row[j]) * scale
-                if z > m:
-                    m = z
-            tot = 0.0
-            for j in range(i + 1):
-                e = math.exp(np.float64(row[j]) * scale - m)
-                row[j] = np.float32(e)
-                tot += e
-            for j in range(i + 1):
-                row[j] = np.float32(row[j] / tot)
-            for j in range(i + 1, row.shape[0]):
+            row, n = s[g, i], i + 1
+            m = lane_max(row, n, scale)
+            for j in range(n):
+                e[j] = softmax_exp(np.float64(row[j]) * scale - m)
+            inv = 1.0 / lane_sum(e, n)
+            for j in range(n):
+                row[j] = np.float32(e[j] * inv)
+            for j in range(n, row.shape[0]):
                 row[j] = 0.0
 
 
 @jit
 def softmax_grad_rows(dp, p, scale, g0, g1):
-    """dp (BH, T, T) = scale * P (dP - sum_j dP P), in place, each row in float64."""
+    """dp (BH, T, T) = scale * P (dP - sum_j dP P), in place, each row in float64 (the sum in lanes)."""
     for g in range(g0, g1):
         for i in range(dp.shape[1]):
-            s = 0.0
-            for j in range(dp.shape[2]):
-                s += np.float64(dp[g, i, j]) * p[g, i, j]
-            for j in range(dp.shape[2]):
-                dp[g, i, j] = np.float32(scale * p[g, i, j] * (np.float64(dp[g, i, j]) - s))
+            d, pr = dp[g, i], p[g, i]
+            s = lane_dot(d, pr, d.shape[0])
+            for j in range(d.shape[0]):
+                d[j] = np.float32(scale * pr[j] * (np.float64(d[j]) - s))
 
 
 @jit
 def online_step_rows(s, m, l, acc, scale, i0, j0, g0, g1):
     """One key block of the online softmax for a query block: s (BH, nq, nk) raw scores in, their
-    exp(scale s - m_new) out (masked keys 0); m, l (BH, nq) and acc (BH, nq, hd) rescaled to m_new."""
+    float32(exp(scale s - m_new)) out (masked keys 0); m, l (BH, nq) and acc (BH, nq, hd) rescaled to m_new,
+    l plus the lane sum of the float32 values (what the product with v sums)."""
     for g in range(g0, g1):
         for r in range(s.shape[1]):
-            last = min(s.shape[2], i0 + r - j0 + 1)  # keys j0 + c <= query i0 + r
+            row = s[g, r]
+            last = min(row.shape[0], i0 + r - j0 + 1)  # keys j0 + c <= query i0 + r
             mo = m[g, r]
-            mn = mo
+            mn = max2(mo, lane_max(row, last, scale))
+            corr = softmax_exp(mo - mn) if mo > -np.inf else 0.0
             for c in range(last):
-                z = np.float64(s[g, r, c]) * scale
-                if z > mn:
-                    mn = z
-            corr = math.exp(mo - mn) if mo > -np.inf else 0.0
-            tot = 0.0
-            for c in range(s.shape[2]):
-                if c < last:
-                    e = np.float32(math.exp(np.float64(s[g, r, c]) * scale - mn))
-                    s[g, r, c] = e
-                    tot += np.float64(e)
-                else:
-                    s[g, r, c] = 0.0
-            l[g, r] = l[g, r] * corr + tot
+                row[c] = np.float32(softmax_exp(np.float64(row[c]) * scale - mn))
+            for c in range(last, row.shape[0]):
+                row[c] = 0.0
+            l[g, r] = l[g, r] * corr + lane_sum(row, last)
             m[g, r] = mn
             for k in range(acc.shape[2]):
                 acc[g, r, k] = acc[g, r, k] * corr
@@ -134,10 +242,13 @@ def recompute_probs_rows(s, lse, scale, i0, j0, g0, g1):
     """s (BH, nq, nk) raw scores -> P = exp(scale s - L) of the forward (masked keys 0)."""
     for g in range(g0, g1):
         for r in range(s.shape[1]):
-            last = min(s.shape[2], i0 + r - j0 + 1)
+            row = s[g, r]
+            last = min(row.shape[0], i0 + r - j0 + 1)
             big = np.float64(lse[g, i0 + r])
-            for c in range(s.shape[2]):
-                s[g, r, c] = np.float32(math.exp(np.float64(s[g, r, c]) * scale - big)) if c < last else 0.0
+            for c in range(last):
+                row[c] = np.float32(softmax_exp(np.float64(row[c]) * scale - big))
+            for c in range(last, row.shape[0]):
+                row[c] = 0.0
 
 
 @jit
@@ -152,13 +263,10 @@ def block_softmax_grad_rows(dp, p, dsum, scale, i0, g0, g1):
 
 @jit
 def row_dots_rows(a, b, out, g0, g1):
-    """out[g, i] = sum_k a[g, i, k] b[g, i, k] in float64."""
+    """out[g, i] = sum_k a[g, i, k] b[g, i, k] in float64 (in lanes)."""
     for g in range(g0, g1):
         for i in range(a.shape[1]):
-            s = 0.0
-            for k in range(a.shape[2]):
-                s += np.float64(a[g, i, k]) * b[g, i, k]
-            out[g, i] = np.float32(s)
+            out[g, i] = np.float32(lane_dot(a[g, i], b[g, i], a.shape[2]))
 
 
 @par
