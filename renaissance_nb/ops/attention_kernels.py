@@ -75,102 +75,67 @@ def softmax_exp(a):
 
 
 @inline
+def padded(n, w):
+    """n rounded up to 8 within a row's width w: where a row's exp loops may stop. The columns past n are
+    computed and dropped (or overwritten with 0), so the vector loop ends without a scalar tail (up to 7
+    scalar exps, as slow as the vector loop's 64); they are in the row, and exp of any float is harmless."""
+    return min((n + 7) // 8 * 8, w)
+
+
+@inline
 def max2(a, b):
     """b if b > a else a: a running max's update (a NaN b never wins)."""
     return b if b > a else a
 
 
 @inline
-def lane_max(x, n, scale):
-    """max over j < n of x[j] * scale (float64), in 8 lanes; NaN never counts, an empty row gives -inf."""
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = -np.inf
-    for j in range(0, n - 7, 8):
-        m0 = max2(m0, np.float64(x[j]) * scale)
-        m1 = max2(m1, np.float64(x[j + 1]) * scale)
-        m2 = max2(m2, np.float64(x[j + 2]) * scale)
-        m3 = max2(m3, np.float64(x[j + 3]) * scale)
-        m4 = max2(m4, np.float64(x[j + 4]) * scale)
-        m5 = max2(m5, np.float64(x[j + 5]) * scale)
-        m6 = max2(m6, np.float64(x[j + 6]) * scale)
-        m7 = max2(m7, np.float64(x[j + 7]) * scale)
-    j = n - n % 8  # the tail, lanes 0 .. n % 8 - 1
-    if j < n:
-        m0 = max2(m0, np.float64(x[j]) * scale)
-    if j + 1 < n:
-        m1 = max2(m1, np.float64(x[j + 1]) * scale)
-    if j + 2 < n:
-        m2 = max2(m2, np.float64(x[j + 2]) * scale)
-    if j + 3 < n:
-        m3 = max2(m3, np.float64(x[j + 3]) * scale)
-    if j + 4 < n:
-        m4 = max2(m4, np.float64(x[j + 4]) * scale)
-    if j + 5 < n:
-        m5 = max2(m5, np.float64(x[j + 5]) * scale)
-    if j + 6 < n:
-        m6 = max2(m6, np.float64(x[j + 6]) * scale)
-    return max2(max2(max2(m0, m1), max2(m2, m3)), max2(max2(m4, m5), max2(m6, m7)))
+def lane_tree(s):
+    """The lanes' fixed combining tree."""
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 
 
 @inline
-def lane_dot(x, y, n):
-    """sum over j < n of float64(x[j]) * y[j] in 8 lanes (y float32 or float64: the product is float64)."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    for j in range(0, n - 7, 8):
-        s0 += np.float64(x[j]) * y[j]
-        s1 += np.float64(x[j + 1]) * y[j + 1]
-        s2 += np.float64(x[j + 2]) * y[j + 2]
-        s3 += np.float64(x[j + 3]) * y[j + 3]
-        s4 += np.float64(x[j + 4]) * y[j + 4]
-        s5 += np.float64(x[j + 5]) * y[j + 5]
-        s6 += np.float64(x[j + 6]) * y[j + 6]
-        s7 += np.float64(x[j + 7]) * y[j + 7]
-    j = n - n % 8
-    if j < n:
-        s0 += np.float64(x[j]) * y[j]
-    if j + 1 < n:
-        s1 += np.float64(x[j + 1]) * y[j + 1]
-    if j + 2 < n:
-        s2 += np.float64(x[j + 2]) * y[j + 2]
-    if j + 3 < n:
-        s3 += np.float64(x[j + 3]) * y[j + 3]
-    if j + 4 < n:
-        s4 += np.float64(x[j + 4]) * y[j + 4]
-    if j + 5 < n:
-        s5 += np.float64(x[j + 5]) * y[j + 5]
-    if j + 6 < n:
-        s6 += np.float64(x[j + 6]) * y[j + 6]
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+def lane_max(x, n, scale, m):
+    """max over j < n of x[j] * scale (float64) in 8 lanes (m: their scratch); NaN never counts, an empty row
+    gives -inf."""
+    m[:] = -np.inf
+    j = 0
+    while j + 8 <= n:
+        for q in range(8):
+            m[q] = max2(m[q], np.float64(x[j + q]) * scale)
+        j += 8
+    for q in range(n - j):
+        m[q] = max2(m[q], np.float64(x[j + q]) * scale)
+    return max2(max2(max2(m[0], m[1]), max2(m[2], m[3])), max2(max2(m[4], m[5]), max2(m[6], m[7])))
 
 
 @inline
-def lane_sum(x, n):
-    """sum over j < n of float64(x[j]) in 8 lanes."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    for j in range(0, n - 7, 8):
-        s0 += np.float64(x[j])
-        s1 += np.float64(x[j + 1])
-        s2 += np.float64(x[j + 2])
-        s3 += np.float64(x[j + 3])
-        s4 += np.float64(x[j + 4])
-        s5 += np.float64(x[j + 5])
-        s6 += np.float64(x[j + 6])
-        s7 += np.float64(x[j + 7])
-    j = n - n % 8
-    if j < n:
-        s0 += np.float64(x[j])
-    if j + 1 < n:
-        s1 += np.float64(x[j + 1])
-    if j + 2 < n:
-        s2 += np.float64(x[j + 2])
-    if j + 3 < n:
-        s3 += np.float64(x[j + 3])
-    if j + 4 < n:
-        s4 += np.float64(x[j + 4])
-    if j + 5 < n:
-        s5 += np.float64(x[j + 5])
-    if j + 6 < n:
-        s6 += np.float64(x[j + 6])
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+def lane_dot(x, y, n, s):
+    """sum over j < n of float64(x[j]) * y[j] in 8 lanes (s: their scratch; y float32 or float64, the product
+    float64)."""
+    s[:] = 0.0
+    j = 0
+    while j + 8 <= n:
+        for q in range(8):
+            s[q] += np.float64(x[j + q]) * y[j + q]
+        j += 8
+    for q in range(n - j):
+        s[q] += np.float64(x[j + q]) * y[j + q]
+    return lane_tree(s)
+
+
+@inline
+def lane_sum(x, n, s):
+    """sum over j < n of float64(x[j]) in 8 lanes (s: their scratch)."""
+    s[:] = 0.0
+    j = 0
+    while j + 8 <= n:
+        for q in range(8):
+            s[q] += np.float64(x[j + q])
+        j += 8
+    for q in range(n - j):
+        s[q] += np.float64(x[j + q])
+    return lane_tree(s)
 
 
 # ---- row-wise passes (numba): each over heads g0 <= g < g1, and its twin over PAR_CHUNKS blocks of heads ------
@@ -179,15 +144,16 @@ def causal_softmax_rows(s, scale, g0, g1):
     """s (BH, T, T) = softmax over keys of scale * s, keys after the query masked (probability 0). Each row:
     its max m, e = exp(scale s - m) in float64 (scratch), their lane sum, then e * (1 / sum) rounded once to
     float32 (within 0.5 ulp and 1e-15 relative of the exact quotient)."""
-    e = np.empty(s.shape[2])
+    e, lanes = np.empty(s.shape[2]), np.empty(8)
     for g in range(g0, g1):
         for i in range(s.shape[1]):
             row, n = s[g, i], i + 1
-            m = lane_max(row, n, scale)
-            for j in range(n):
+            w = padded(n, row.shape[0])
+            m = lane_max(row, n, scale, lanes)
+            for j in range(w):
                 e[j] = softmax_exp(np.float64(row[j]) * scale - m)
-            inv = 1.0 / lane_sum(e, n)
-            for j in range(n):
+            inv = 1.0 / lane_sum(e, n, lanes)
+            for j in range(w):
                 row[j] = np.float32(e[j] * inv)
             for j in range(n, row.shape[0]):
                 row[j] = 0.0
@@ -196,10 +162,11 @@ def causal_softmax_rows(s, scale, g0, g1):
 @jit
 def softmax_grad_rows(dp, p, scale, g0, g1):
     """dp (BH, T, T) = scale * P (dP - sum_j dP P), in place, each row in float64 (the sum in lanes)."""
+    lanes = np.empty(8)
     for g in range(g0, g1):
         for i in range(dp.shape[1]):
             d, pr = dp[g, i], p[g, i]
-            s = lane_dot(d, pr, d.shape[0])
+            s = lane_dot(d, pr, d.shape[0], lanes)
             for j in range(d.shape[0]):
                 d[j] = np.float32(scale * pr[j] * (np.float64(d[j]) - s))
 
@@ -209,18 +176,19 @@ def online_step_rows(s, m, l, acc, scale, i0, j0, g0, g1):
     """One key block of the online softmax for a query block: s (BH, nq, nk) raw scores in, their
     float32(exp(scale s - m_new)) out (masked keys 0); m, l (BH, nq) and acc (BH, nq, hd) rescaled to m_new,
     l plus the lane sum of the float32 values (what the product with v sums)."""
+    lanes = np.empty(8)
     for g in range(g0, g1):
         for r in range(s.shape[1]):
             row = s[g, r]
             last = min(row.shape[0], i0 + r - j0 + 1)  # keys j0 + c <= query i0 + r
             mo = m[g, r]
-            mn = max2(mo, lane_max(row, last, scale))
+            mn = max2(mo, lane_max(row, last, scale, lanes))
             corr = softmax_exp(mo - mn) if mo > -np.inf else 0.0
-            for c in range(last):
+            for c in range(padded(last, row.shape[0])):
                 row[c] = np.float32(softmax_exp(np.float64(row[c]) * scale - mn))
             for c in range(last, row.shape[0]):
                 row[c] = 0.0
-            l[g, r] = l[g, r] * corr + lane_sum(row, last)
+            l[g, r] = l[g, r] * corr + lane_sum(row, last, lanes)
             m[g, r] = mn
             for k in range(acc.shape[2]):
                 acc[g, r, k] = acc[g, r, k] * corr
@@ -245,7 +213,7 @@ def recompute_probs_rows(s, lse, scale, i0, j0, g0, g1):
             row = s[g, r]
             last = min(row.shape[0], i0 + r - j0 + 1)
             big = np.float64(lse[g, i0 + r])
-            for c in range(last):
+            for c in range(padded(last, row.shape[0])):
                 row[c] = np.float32(softmax_exp(np.float64(row[c]) * scale - big))
             for c in range(last, row.shape[0]):
                 row[c] = 0.0
@@ -264,9 +232,10 @@ def block_softmax_grad_rows(dp, p, dsum, scale, i0, g0, g1):
 @jit
 def row_dots_rows(a, b, out, g0, g1):
     """out[g, i] = sum_k a[g, i, k] b[g, i, k] in float64 (in lanes)."""
+    lanes = np.empty(8)
     for g in range(g0, g1):
         for i in range(a.shape[1]):
-            out[g, i] = np.float32(lane_dot(a[g, i], b[g, i], a.shape[2]))
+            out[g, i] = np.float32(lane_dot(a[g, i], b[g, i], a.shape[2], lanes))
 
 
 @par
