@@ -247,16 +247,19 @@ typedef struct { /* a (query block, key block) of the flash form: rows i0.. (nq)
 /* online_step_rows: s (nq, nk) raw scores -> (float)exp(scale s - m_new) (masked keys 0); m, l, acc rescaled
  * to m_new, l plus the lane sum of the float values */
 static void online_step(float *s, double *m, double *l, double *acc, const block *k) {
-    for (i64 r = 0; r < k->nq; r++) {
-        float *row = s + r * k->nk;
-        i64 last = min64(k->nk, k->i0 + r - k->j0 + 1);
-        double mo = m[r], mn = max2(mo, lane_max(row, last, k->scale));
+    i64 nq = k->nq, nk = k->nk, hd = k->hd, diag = k->i0 - k->j0; /* locals: stores could alias *k */
+    double scale = k->scale;
+    for (i64 r = 0; r < nq; r++) {
+        float *row = s + r * nk;
+        double *a = acc + r * hd;
+        i64 last = min64(nk, diag + r + 1);
+        double mo = m[r], mn = max2(mo, lane_max(row, last, scale));
         double corr = mo > -INFINITY ? softmax_exp(mo - mn) : 0.0;
-        exps_f32(row, last, k->nk, k->scale, mn);
+        exps_f32(row, last, nk, scale, mn);
         l[r] = l[r] * corr + lane_sum(row, last);
         m[r] = mn;
         #pragma omp simd
-        for (i64 j = 0; j < k->hd; j++) acc[r * k->hd + j] = acc[r * k->hd + j] * corr;
+        for (i64 j = 0; j < hd; j++) a[j] = a[j] * corr;
     }
 }
 
@@ -279,12 +282,14 @@ static void recompute_probs(float *s, const float *lse, const block *k) {
 
 /* block_softmax_grad_rows: dp = scale * P (dP - D); dsum at the block */
 static void block_softmax_grad(float *dp, const float *p, const float *dsum, const block *k) {
+    i64 nk = k->nk;
+    double scale = k->scale;
     for (i64 r = 0; r < k->nq; r++) {
         double d = (double)dsum[r];
-        float *dr = dp + r * k->nk;
-        const float *pr = p + r * k->nk;
+        float *dr = dp + r * nk;
+        const float *pr = p + r * nk;
         #pragma omp simd
-        for (i64 c = 0; c < k->nk; c++) dr[c] = (float)(k->scale * (double)pr[c] * ((double)dr[c] - d));
+        for (i64 c = 0; c < nk; c++) dr[c] = (float)(scale * (double)pr[c] * ((double)dr[c] - d));
     }
 }
 
