@@ -111,6 +111,29 @@ static void mm(const blas_fns *f, i64 m, i64 n, i64 p, view a, view b, view c) {
     else mm_gemm(f, m, n, p, a, b, c);
 }
 
+/* attention_kernels.CAUSAL_BLOCK: the products that sum over keys (P v, P^T dO, dS k, dS^T q) run by blocks
+ * of this many queries (keys), each against only the keys (queries) on its side of the diagonal, as
+ * attention_kernels.keys_before and queries_after cut them: the fully masked blocks (zeros of P, dS) are
+ * never multiplied */
+#define CAUSAL_BLOCK 32
+
+/* c (T x w) = a x for a causal (T x T, rows t apart), x (T x w), by query blocks: c[b0:b1] = a[b0:b1, :b1] x[:b1]
+ * (keys_before) */
+static void keys_before(const blas_fns *f, const float *a, const float *x, float *c, i64 t, i64 w) {
+    for (i64 b0 = 0; b0 < t; b0 += CAUSAL_BLOCK) {
+        i64 b1 = min64(t, b0 + CAUSAL_BLOCK);
+        mm(f, b1 - b0, b1, w, V(a + b0 * t, t, 1), V(x, w, 1), V(c + b0 * w, w, 1));
+    }
+}
+
+/* c = a^T x, by key blocks: c[b0:b1] = a[b0:, b0:b1]^T x[b0:] (queries_after) */
+static void queries_after(const blas_fns *f, const float *a, const float *x, float *c, i64 t, i64 w) {
+    for (i64 b0 = 0; b0 < t; b0 += CAUSAL_BLOCK) {
+        i64 b1 = min64(t, b0 + CAUSAL_BLOCK);
+        mm(f, b1 - b0, t - b0, w, T_(V(a + b0 * t + b0, t, 1)), V(x + b0 * w, w, 1), V(c + b0 * w, w, 1));
+    }
+}
+
 /* rows x width floats from src (rows ss apart) to dst (rows sd apart): np.copyto between head layouts */
 static void copy_rows(float *dst, i64 sd, const float *src, i64 ss, i64 rows, i64 width) {
     for (i64 r = 0; r < rows; r++) memcpy(dst + r * sd, src + r * ss, (size_t)width * sizeof(float));
@@ -367,7 +390,7 @@ void rnb_attn_scores(const i64 *fns, const float *qkv, float *q, float *k, float
 static void mix_head(const attn_job *j, i64 g) {
     i64 t = j->t, hd = j->hd, th = t * hd;
     float *o = j->o + g * th;
-    mm(&j->f, t, t, hd, V(j->probs + g * t * t, t, 1), V(j->v + g * th, hd, 1), V(o, hd, 1));
+    keys_before(&j->f, j->probs + g * t * t, j->v + g * th, o, t, hd);
     copy_rows(j->out + feature_at(j, g, j->h * hd, 0), j->h * hd, o, hd, t, hd);
 }
 
@@ -384,7 +407,7 @@ static void mix_bwd_head(const attn_job *j, i64 g) {
     const float *p = j->probs + g * t * t;
     float *dout = j->dout + g * th;
     copy_rows(dout, hd, j->dy + feature_at(j, g, j->h * hd, 0), j->h * hd, t, hd);
-    mm(&j->f, t, t, hd, T_(V(p, t, 1)), V(dout, hd, 1), V(j->dv + g * th, hd, 1));
+    queries_after(&j->f, p, dout, j->dv + g * th, t, hd);
     mm(&j->f, t, hd, t, V(dout, hd, 1), V(j->v + g * th, 1, hd), V(j->dprobs + g * t * t, t, 1));
 }
 
@@ -400,8 +423,8 @@ static void scores_bwd_head(const attn_job *j, i64 g) {
     i64 t = j->t, hd = j->hd, th = t * hd;
     float *dp = j->dprobs + g * t * t;
     softmax_grad(dp, j->probs + g * t * t, t, j->scale);
-    mm(&j->f, t, t, hd, V(dp, t, 1), V(j->k + g * th, hd, 1), V(j->dq + g * th, hd, 1));
-    mm(&j->f, t, t, hd, T_(V(dp, t, 1)), V(j->q + g * th, hd, 1), V(j->dk + g * th, hd, 1));
+    keys_before(&j->f, dp, j->k + g * th, j->dq + g * th, t, hd);
+    queries_after(&j->f, dp, j->q + g * th, j->dk + g * th, t, hd);
     merge_qkv_head(j, g);
 }
 

@@ -9,7 +9,8 @@ Two forms of the same function:
   L = m + log l; the backward recomputes every block's P = exp(S - L). No T x T tensor exists: the
   largest scratch is one block of scores per head, (B, H, block, block).
 
-Products are np.matmul into planned buffers (``out=``); the row-wise passes (softmax, its gradient,
+Products are np.matmul into planned buffers (``out=``), those summing over keys by blocks of queries or keys
+that skip the masked blocks (CAUSAL_BLOCK); the row-wise passes (softmax, its gradient,
 the online update) are numba loops in float64, with exp_math.neg_exp for exp and sums in a fixed order of 8
 lanes (see "the row passes' arithmetic" below); kernels/attention_native.c is their C twin, the same bytes.
 The same shapes give the same bytes on every run. The two forms round differently (the online softmax rescales as it goes): the
@@ -300,6 +301,36 @@ def _heads(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1, *a.shape[2:])
 
 
+CAUSAL_BLOCK = 32
+"""Rows (or keys) per product block where a product sums over keys (P v, P^T dO, dS k, dS^T q): each block
+takes only the keys (queries) on its side of the diagonal, [0, block end) ([block start, T)), so the fully
+masked blocks above it (zeros of P and dS) are never multiplied: about 40% fewer flops at T = 128, 0.4 ms
+of the 1.2 of each product here. attention_native.c's CAUSAL_BLOCK, its per-head twin: the same BLAS
+calls, so the same bytes. (S = q k^T and dP = dO v^T stay whole: by blocks they took as long.)"""
+
+
+def causal_blocks(t: int) -> list[tuple[int, int]]:
+    """[(b0, b1)]: range(t) cut into CAUSAL_BLOCK pieces (the last one short)."""
+    return [(b0, min(t, b0 + CAUSAL_BLOCK)) for b0 in range(0, t, CAUSAL_BLOCK)]
+
+
+def keys_before(a: np.ndarray, x: np.ndarray, out: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """out = a x for causal a (B, H, T, T), by query blocks: out[b0:b1] = a[b0:b1, :b1] x[:b1]."""
+    return [(a[:, :, b0:b1, :b1], x[:, :, :b1], out[:, :, b0:b1]) for b0, b1 in causal_blocks(a.shape[-1])]
+
+
+def queries_after(a: np.ndarray, x: np.ndarray, out: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """out = a^T x for causal a (B, H, T, T), by key blocks: out[b0:b1] = a[b0:, b0:b1]^T x[b0:]."""
+    return [(a[:, :, b0:, b0:b1].swapaxes(-1, -2), x[:, :, b0:], out[:, :, b0:b1])
+            for b0, b1 in causal_blocks(a.shape[-1])]
+
+
+def products(calls: list[tuple[np.ndarray, ...]]) -> None:
+    """np.matmul(a, b, out=c) for each (a, b, c)."""
+    for a, b, c in calls:
+        np.matmul(a, b, out=c)
+
+
 # ---- the materialised form -----------------------------------------------------------------------------
 def bind_scores(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     """qkv -> q, k, v (saved) and P = softmax(mask(q k^T / sqrt(hd))) (saved)."""
@@ -318,9 +349,10 @@ def bind_scores(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[]
 def bind_mix(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[], None]:
     """y (B, T, d) = merge(P v); ``o`` (B, H, T, hd) is scratch."""
     (probs, v), (y, o) = ins, outs
+    pv = keys_before(probs, v, o)
 
     def run() -> None:
-        np.matmul(probs, v, out=o)
+        products(pv)
         merge_heads(o, y)
     return run
 
@@ -329,11 +361,11 @@ def bind_mix_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callable[[
     """From dy (B, T, d): dP = dO v^T and dv = P^T dO (dO: dy by heads, in scratch ``do``)."""
     (dy, probs, v), (dprobs, dv, do) = ins, outs
     b, h, t, hd = do.shape
-    vt, pt = v.swapaxes(-1, -2), probs.swapaxes(-1, -2)
+    vt, ptdo = v.swapaxes(-1, -2), queries_after(probs, do, dv)
 
     def run() -> None:
         np.copyto(do, dy.reshape(b, t, h, hd).transpose(0, 2, 1, 3))
-        np.matmul(pt, do, out=dv)
+        products(ptdo)
         np.matmul(do, vt, out=dprobs)
     return run
 
@@ -344,13 +376,14 @@ def bind_scores_bwd(outs: Any, ins: Any, p: dict[str, Any], env: Any) -> Callabl
     (dprobs, probs, q, k, dv), (dqkv, dq, dk, dprobs_again) = ins, outs
     assert dprobs_again.shape == dprobs.shape
     scale = 1.0 / math.sqrt(q.shape[-1])
-    d3, p3, st = _heads(dprobs), _heads(probs), dprobs.swapaxes(-1, -2)
+    d3, p3 = _heads(dprobs), _heads(probs)
     grad = pick(softmax_grad_rows, softmax_grad_par, d3.shape[0], dprobs.size)
+    dsk, dstq = keys_before(dprobs, k, dq), queries_after(dprobs, q, dk)
 
     def run() -> None:
         grad(d3, p3, scale)
-        np.matmul(dprobs, k, out=dq)
-        np.matmul(st, q, out=dk)
+        products(dsk)
+        products(dstq)
         merge_qkv(dq, dk, dv, dqkv)
     return run
 
