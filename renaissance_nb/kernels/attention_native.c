@@ -140,7 +140,7 @@ static void copy_rows(float *dst, i64 sd, const float *src, i64 ss, i64 rows, i6
 }
 
 /* ---- row passes: attention_kernels.py's numba loops, for one head --------------------------------- */
-/* Their arithmetic, statement for statement as attention_kernels.py writes it: exp is softmax_exp (native.h's
+/* Their arithmetic, the same operations in the same order as attention_kernels.py's: exp is softmax_exp (native.h's
  * neg_exp with NaN kept), not libm's, so the loops vectorise and give the same bits on every machine; sums
  * and maxima over a row run in LANES interleaved partials (element j in lane j % LANES, each lane in index
  * order from 0.0, a max from -inf) combined in one fixed tree, ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 +
@@ -157,7 +157,9 @@ static inline double softmax_exp(double a) {
 
 static inline double max2(double a, double b) { return b > a ? b : a; } /* a NaN b never wins */
 
-static inline double lane_tree(const double *s) { return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])); }
+static inline double lane_tree(const double *s) {
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
 
 /* lane_max: max over j < n of x[j] * scale (double) in LANES; NaN never counts, an empty row gives -inf */
 static double lane_max(const float *x, i64 n, double scale) {
@@ -184,7 +186,7 @@ static double lane_dot(const float *x, const float *y, i64 n) {
     return lane_tree(s);
 }
 
-/* lane_sum of floats, and of doubles (lanes carried in s, so a row can come in pieces of a multiple of LANES) */
+/* lane_sum: sum over j < n of (double)x[j] in LANES */
 static double lane_sum(const float *x, i64 n) {
     double s[LANES] = {0.0};
     i64 j = 0;
@@ -196,6 +198,8 @@ static double lane_sum(const float *x, i64 n) {
     return lane_tree(s);
 }
 
+/* lane_sum's lanes over doubles, carried in s: a row can come in pieces (each but the last a multiple of LANES
+ * long) and end in lane_tree(s) */
 static void lane_add(double *s, const double *x, i64 n) {
     i64 j = 0;
     for (; j + LANES <= n; j += LANES) {

@@ -13,8 +13,8 @@ Products are np.matmul into planned buffers (``out=``), those summing over keys 
 that skip the masked blocks (CAUSAL_BLOCK); the row-wise passes (softmax, its gradient,
 the online update) are numba loops in float64, with exp_math.neg_exp for exp and sums in a fixed order of 8
 lanes (see "the row passes' arithmetic" below); kernels/attention_native.c is their C twin, the same bytes.
-The same shapes give the same bytes on every run. The two forms round differently (the online softmax rescales as it goes): the
-tests compare each with a float64 reference.
+The same shapes give the same bytes on every run. The two forms round differently (the online softmax
+rescales as it goes): the tests compare each with a float64 reference.
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def block_view(buf: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return buf.reshape(-1)[:math.prod(shape)].reshape(shape)
 
 
-# ---- the row passes' arithmetic (attention_native.c writes the same statements) ---------------------------
+# ---- the row passes' arithmetic (attention_native.c: the same operations in the same order) ---------------
 # exp is softmax_exp (exp_math.neg_exp, NaN kept), not libm's: it vectorises and gives the same bits on every
 # machine. Sums and maxima over a row run in 8 interleaved lanes: element j goes to lane j % 8, each lane in
 # index order from 0.0 (a max from -inf), and the lanes combine in one fixed tree, ((l0 + l1) + (l2 + l3)) +
@@ -79,7 +79,7 @@ def softmax_exp(a):
 def padded(n, w):
     """n rounded up to 8 within a row's width w: where a row's exp loops may stop. The columns past n are
     computed and dropped (or overwritten with 0), so the vector loop ends without a scalar tail (up to 7
-    scalar exps, as slow as the vector loop's 64); they are in the row, and exp of any float is harmless."""
+    scalar exps, each about six of the vector loop's); they are in the row, and exp of any float is harmless."""
     return min((n + 7) // 8 * 8, w)
 
 
