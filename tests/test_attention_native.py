@@ -105,6 +105,18 @@ def test_materialized_forward(shape: tuple[int, int, int, int], threads: int) ->
 
 
 @needs_lib
+def test_rows_longer_than_the_c_softmax_piece() -> None:
+    """T = 520 > EXP_PIECE (512): the C softmax computes a long row's exps again for its last pass (the numba
+    twin keeps them), the same bytes."""
+    shape = (1, 1, 520, 2)
+    b, h, t, hd = shape
+
+    def scores() -> tuple[list, list]:
+        return [garbage(shape), garbage(shape), garbage(shape), garbage((b, h, t, t))], [_qkv(shape, 4)]
+    compare(ak.bind_scores, lambda o, i, n: an.bind_scores(*i, *o, n), scores, {}, 1, False)
+
+
+@needs_lib
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_materialized_backward(shape: tuple[int, int, int, int], threads: int) -> None:
