@@ -20,6 +20,7 @@ import pytest
 from renaissance_nb.kernels import attention_native as an
 from renaissance_nb.kernels import blas, native
 from renaissance_nb.kernels.cpu import BindEnv
+from renaissance_nb.kernels.native import SOURCE
 from renaissance_nb.runtime.bind import KERNELS
 from renaissance_nb.kernels.program import calls_of
 from renaissance_nb.ops import attention_kernels as ak
@@ -30,9 +31,11 @@ needs_lib = pytest.mark.skipif(native.lib() is None or an.numpy_blas() is None,
 NUMBA = {"an op only numba has"}
 """A plan with this op binds numba's kernels (chosen_for: it is not in NUMBA_FREE_OPS)."""
 ATTENTION_OPS = {"attn_scores", "attn_mix", "attn_mix_bwd", "attn_scores_bwd", "flash_attn_fwd", "flash_attn_bwd"}
-SHAPES = [(2, 4, 37, 8), (1, 1, 5, 3), (3, 1, 1, 4), (2, 2, 6, 1), (1, 4, 2, 2), (2, 4, 130, 16)]
+SHAPES = [(2, 4, 37, 8), (1, 1, 5, 3), (3, 1, 1, 4), (2, 2, 6, 1), (1, 4, 2, 2), (2, 4, 130, 16), (1, 2, 33, 4),
+          (1, 1, 33, 1)]
 """(B, H, T, hd): T = 37 against blocks of 4 and 16; T = 1; hd = 1; tiny; B*H*T*T past PASS_PAR_MIN (the
-numba reference binds its threaded twins)."""
+numba reference binds its threaded twins); T = 33, one past CAUSAL_BLOCK: a last product block of one query
+or key (NumPy's gemv, dot and plain-loop cases), with hd = 4 and 1."""
 Make = Callable[[], tuple[list[np.ndarray], list[np.ndarray]]]
 
 
@@ -99,6 +102,18 @@ def test_materialized_forward(shape: tuple[int, int, int, int], threads: int) ->
         _, _, v, probs = _heads(shape, t + 1)
         return [garbage((b, t, h * hd)), garbage(shape)], [probs, v]
     compare(ak.bind_mix, lambda o, i, n: an.bind_mix(*i, *o, n), mix, {}, threads, threaded)
+
+
+@needs_lib
+def test_rows_longer_than_the_c_softmax_piece() -> None:
+    """T = 520 > EXP_PIECE (512): the C softmax computes a long row's exps again for its last pass (the numba
+    twin keeps them), the same bytes."""
+    shape = (1, 1, 520, 2)
+    b, h, t, hd = shape
+
+    def scores() -> tuple[list, list]:
+        return [garbage(shape), garbage(shape), garbage(shape), garbage((b, h, t, t))], [_qkv(shape, 4)]
+    compare(ak.bind_scores, lambda o, i, n: an.bind_scores(*i, *o, n), scores, {}, 1, False)
 
 
 @needs_lib
@@ -210,3 +225,10 @@ def test_the_op_binds_c_once_the_plan_binds_c_for_attention(form: str, monkeypat
     for a, b in zip(outs + ins, c_outs + c_ins):
         same(a, b)
 
+
+
+def test_both_twins_cut_the_products_into_the_same_blocks() -> None:
+    """attention_native.c's CAUSAL_BLOCK is attention_kernels.CAUSAL_BLOCK (the shapes above with T past it
+    compare the bytes; this says which constant to change with the other)."""
+    text = SOURCE.with_name("attention_native.c").read_text()
+    assert f"#define CAUSAL_BLOCK {ak.CAUSAL_BLOCK}\n" in text

@@ -9,8 +9,9 @@
  *    cblas_sgemm, sgemv and sdot) the way NumPy's matmul inner loop calls it for each 2-D slice (mm():
  *    the same routine, transposition flags, shapes and leading dimensions, with NumPy's cases for a
  *    dimension of 1), so each slice's result is the same;
- *  - the row passes are the numba loops' statements in the same types and order (float64 sums in index
- *    order, glibc's exp and log, as numba's math.exp and math.log call; built with -ffp-contract=off);
+ *  - the row passes are the numba loops' statements in the same types and order (float64 sums in a fixed
+ *    order of 8 lanes, native.h's neg_exp as exp_math.neg_exp computes it, glibc's log as numba's math.log
+ *    calls it, once a row; built with -ffp-contract=off);
  *  - the head copies (split, merge) are byte copies, as np.copyto's.
  * Heads are independent, so each head's pipeline (copy, product, rows, product, copy) runs in turn on one
  * thread: the heads cut into RNB_CHUNKS blocks (fused.chunk, as the numba `par` twins cut them), the blocks
@@ -19,6 +20,9 @@
  * Tensors are C-contiguous float32: heads (B, H, T, hd), scores (B, H, T, T), features (B, T, d) with
  * d = H hd and qkv (B, T, 3d). Nothing here allocates.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math") /* lets GCC vectorise the selects and conversions; values unchanged */
+#endif
 #include "native.h"
 
 enum { ROW_MAJOR = 101, COL_MAJOR = 102, NO_TRANS = 111, TRANS = 112 };
@@ -107,28 +111,147 @@ static void mm(const blas_fns *f, i64 m, i64 n, i64 p, view a, view b, view c) {
     else mm_gemm(f, m, n, p, a, b, c);
 }
 
+/* attention_kernels.CAUSAL_BLOCK: the products that sum over keys (P v, P^T dO, dS k, dS^T q) run by blocks
+ * of this many queries (keys), each against only the keys (queries) on its side of the diagonal, as
+ * attention_kernels.keys_before and queries_after cut them: the fully masked blocks (zeros of P, dS) are
+ * never multiplied */
+#define CAUSAL_BLOCK 32
+
+/* c (T x w) = a x for a causal (T x T, rows t apart), x (T x w), by query blocks: c[b0:b1] = a[b0:b1, :b1] x[:b1]
+ * (keys_before) */
+static void keys_before(const blas_fns *f, const float *a, const float *x, float *c, i64 t, i64 w) {
+    for (i64 b0 = 0; b0 < t; b0 += CAUSAL_BLOCK) {
+        i64 b1 = min64(t, b0 + CAUSAL_BLOCK);
+        mm(f, b1 - b0, b1, w, V(a + b0 * t, t, 1), V(x, w, 1), V(c + b0 * w, w, 1));
+    }
+}
+
+/* c = a^T x, by key blocks: c[b0:b1] = a[b0:, b0:b1]^T x[b0:] (queries_after) */
+static void queries_after(const blas_fns *f, const float *a, const float *x, float *c, i64 t, i64 w) {
+    for (i64 b0 = 0; b0 < t; b0 += CAUSAL_BLOCK) {
+        i64 b1 = min64(t, b0 + CAUSAL_BLOCK);
+        mm(f, b1 - b0, t - b0, w, T_(V(a + b0 * t + b0, t, 1)), V(x + b0 * w, w, 1), V(c + b0 * w, w, 1));
+    }
+}
+
 /* rows x width floats from src (rows ss apart) to dst (rows sd apart): np.copyto between head layouts */
 static void copy_rows(float *dst, i64 sd, const float *src, i64 ss, i64 rows, i64 width) {
     for (i64 r = 0; r < rows; r++) memcpy(dst + r * sd, src + r * ss, (size_t)width * sizeof(float));
 }
 
 /* ---- row passes: attention_kernels.py's numba loops, for one head --------------------------------- */
-/* causal_softmax_rows: s (T, T) = softmax over keys <= the query of scale * s, later keys 0 */
+/* Their arithmetic, the same operations in the same order as attention_kernels.py's: exp is softmax_exp (native.h's
+ * neg_exp with NaN kept), not libm's, so the loops vectorise and give the same bits on every machine; sums
+ * and maxima over a row run in LANES interleaved partials (element j in lane j % LANES, each lane in index
+ * order from 0.0, a max from -inf) combined in one fixed tree, ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 +
+ * l7)): eight independent chains pipeline where one running sum waited about 4 cycles an element. The order
+ * is this one, never the compiler's (no simd reduction clauses, no fast-math). */
+#define LANES 8
+
+/* attention_kernels.softmax_exp: exp(a) for a softmax argument (<= 0, or a rounding above in
+ * recompute_probs), NaN kept (neg_exp takes it as -708), so a diverged score still makes its row NaN */
+static inline double softmax_exp(double a) {
+    double e = neg_exp(a);
+    return a == a ? e : a;
+}
+
+static inline double max2(double a, double b) { return b > a ? b : a; } /* a NaN b never wins */
+
+static inline double lane_tree(const double *s) {
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+/* lane_max: max over j < n of x[j] * scale (double) in LANES; NaN never counts, an empty row gives -inf */
+static double lane_max(const float *x, i64 n, double scale) {
+    double m[LANES];
+    for (int q = 0; q < LANES; q++) m[q] = -INFINITY;
+    i64 j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        #pragma omp simd
+        for (int q = 0; q < LANES; q++) m[q] = max2(m[q], (double)x[j + q] * scale);
+    }
+    for (int q = 0; j + q < n; q++) m[q] = max2(m[q], (double)x[j + q] * scale);
+    return max2(max2(max2(m[0], m[1]), max2(m[2], m[3])), max2(max2(m[4], m[5]), max2(m[6], m[7])));
+}
+
+/* lane_dot: sum over j < n of (double)x[j] * (double)y[j] in LANES */
+static double lane_dot(const float *x, const float *y, i64 n) {
+    double s[LANES] = {0.0};
+    i64 j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        #pragma omp simd
+        for (int q = 0; q < LANES; q++) s[q] += (double)x[j + q] * (double)y[j + q];
+    }
+    for (int q = 0; j + q < n; q++) s[q] += (double)x[j + q] * (double)y[j + q];
+    return lane_tree(s);
+}
+
+/* lane_sum: sum over j < n of (double)x[j] in LANES */
+static double lane_sum(const float *x, i64 n) {
+    double s[LANES] = {0.0};
+    i64 j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        #pragma omp simd
+        for (int q = 0; q < LANES; q++) s[q] += (double)x[j + q];
+    }
+    for (int q = 0; j + q < n; q++) s[q] += (double)x[j + q];
+    return lane_tree(s);
+}
+
+/* lane_sum's lanes over doubles, carried in s: a row can come in pieces (each but the last a multiple of LANES
+ * long) and end in lane_tree(s) */
+static void lane_add(double *s, const double *x, i64 n) {
+    i64 j = 0;
+    for (; j + LANES <= n; j += LANES) {
+        #pragma omp simd
+        for (int q = 0; q < LANES; q++) s[q] += x[j + q];
+    }
+    for (int q = 0; j + q < n; q++) s[q] += x[j + q];
+}
+
+/* Where a row's exp loops may stop: n rounded up to LANES within the row's width w. The columns past n are
+ * computed and then dropped (or overwritten with 0), so the vector loop ends without a scalar tail of up to
+ * LANES - 1 calls; they are in the row, and exp of any float is harmless (no traps, no errno). */
+static inline i64 padded(i64 n, i64 w) { return min64((n + LANES - 1) / LANES * LANES, w); }
+
+/* e[c] = softmax_exp(x[c] * scale - m) for c < n (double) */
+static void exps(double *e, const float *x, i64 n, double scale, double m) {
+    #pragma omp simd
+    for (i64 c = 0; c < n; c++) e[c] = softmax_exp((double)x[c] * scale - m);
+}
+
+/* x[c] = (float)softmax_exp(x[c] * scale - m) for c < n, later columns up to w 0 */
+static void exps_f32(float *x, i64 n, i64 w, double scale, double m) {
+    i64 p = padded(n, w);
+    #pragma omp simd
+    for (i64 c = 0; c < p; c++) x[c] = (float)softmax_exp((double)x[c] * scale - m);
+    for (i64 c = n; c < w; c++) x[c] = 0.0f;
+}
+
+/* causal_softmax_rows: s (T, T) = softmax over keys <= the query of scale * s, later keys 0. Each row: its max
+ * m, e = exp(scale s - m) in double, their lane sum, then e * (1 / sum) rounded once to float. The numba twin
+ * keeps a row of e; here a stack piece of EXP_PIECE holds them, and a longer row computes them again for the
+ * last pass (the same bits). */
+#define EXP_PIECE 512 /* a multiple of LANES */
 static void causal_softmax(float *s, i64 t, double scale) {
+    double e[EXP_PIECE];
     for (i64 i = 0; i < t; i++) {
         float *row = s + i * t;
-        double m = -INFINITY, tot = 0.0;
-        for (i64 j = 0; j <= i; j++) {
-            double z = (double)row[j] * scale;
-            if (z > m) m = z;
+        i64 n = i + 1;
+        double m = lane_max(row, n, scale), lanes[LANES] = {0.0};
+        for (i64 c0 = 0; c0 < n; c0 += EXP_PIECE) {
+            i64 w = min64(EXP_PIECE, n - c0);
+            exps(e, row + c0, padded(w, t - c0), scale, m);
+            lane_add(lanes, e, w);
         }
-        for (i64 j = 0; j <= i; j++) {
-            double e = exp((double)row[j] * scale - m);
-            row[j] = (float)e;
-            tot += e;
+        double inv = 1.0 / lane_tree(lanes);
+        for (i64 c0 = 0; c0 < n; c0 += EXP_PIECE) {
+            i64 w = padded(min64(EXP_PIECE, n - c0), t - c0);
+            if (n > EXP_PIECE) exps(e, row + c0, w, scale, m);
+            #pragma omp simd
+            for (i64 c = 0; c < w; c++) row[c0 + c] = (float)(e[c] * inv);
         }
-        for (i64 j = 0; j <= i; j++) row[j] = (float)((double)row[j] / tot);
-        for (i64 j = i + 1; j < t; j++) row[j] = 0.0f;
+        for (i64 j = n; j < t; j++) row[j] = 0.0f;
     }
 }
 
@@ -137,8 +260,8 @@ static void softmax_grad(float *dp, const float *p, i64 t, double scale) {
     for (i64 i = 0; i < t; i++) {
         float *d = dp + i * t;
         const float *pr = p + i * t;
-        double s = 0.0;
-        for (i64 j = 0; j < t; j++) s += (double)d[j] * (double)pr[j];
+        double s = lane_dot(d, pr, t);
+        #pragma omp simd
         for (i64 j = 0; j < t; j++) d[j] = (float)(scale * (double)pr[j] * ((double)d[j] - s));
     }
 }
@@ -148,29 +271,22 @@ typedef struct { /* a (query block, key block) of the flash form: rows i0.. (nq)
     double scale;
 } block;
 
-/* online_step_rows: s (nq, nk) raw scores -> exp(scale s - m_new) (masked keys 0); m, l, acc rescaled */
+/* online_step_rows: s (nq, nk) raw scores -> (float)exp(scale s - m_new) (masked keys 0); m, l, acc rescaled
+ * to m_new, l plus the lane sum of the float values */
 static void online_step(float *s, double *m, double *l, double *acc, const block *k) {
-    for (i64 r = 0; r < k->nq; r++) {
-        float *row = s + r * k->nk;
-        i64 last = min64(k->nk, k->i0 + r - k->j0 + 1);
-        double mo = m[r], mn = mo, tot = 0.0;
-        for (i64 c = 0; c < last; c++) {
-            double z = (double)row[c] * k->scale;
-            if (z > mn) mn = z;
-        }
-        double corr = mo > -INFINITY ? exp(mo - mn) : 0.0;
-        for (i64 c = 0; c < k->nk; c++) {
-            if (c < last) {
-                float e = (float)exp((double)row[c] * k->scale - mn);
-                row[c] = e;
-                tot += (double)e;
-            } else {
-                row[c] = 0.0f;
-            }
-        }
-        l[r] = l[r] * corr + tot;
+    i64 nq = k->nq, nk = k->nk, hd = k->hd, diag = k->i0 - k->j0; /* locals: stores could alias *k */
+    double scale = k->scale;
+    for (i64 r = 0; r < nq; r++) {
+        float *row = s + r * nk;
+        double *a = acc + r * hd;
+        i64 last = min64(nk, diag + r + 1);
+        double mo = m[r], mn = max2(mo, lane_max(row, last, scale));
+        double corr = mo > -INFINITY ? softmax_exp(mo - mn) : 0.0;
+        exps_f32(row, last, nk, scale, mn);
+        l[r] = l[r] * corr + lane_sum(row, last);
         m[r] = mn;
-        for (i64 j = 0; j < k->hd; j++) acc[r * k->hd + j] = acc[r * k->hd + j] * corr;
+        #pragma omp simd
+        for (i64 j = 0; j < hd; j++) a[j] = a[j] * corr;
     }
 }
 
@@ -186,31 +302,27 @@ static void finish(const double *acc, const double *m, const double *l, float *o
 /* recompute_probs_rows: s (nq, nk) raw scores -> P = exp(scale s - L) (masked keys 0); lse at the block */
 static void recompute_probs(float *s, const float *lse, const block *k) {
     for (i64 r = 0; r < k->nq; r++) {
-        float *row = s + r * k->nk;
         i64 last = min64(k->nk, k->i0 + r - k->j0 + 1);
-        double big = (double)lse[r];
-        for (i64 c = 0; c < k->nk; c++) row[c] = c < last ? (float)exp((double)row[c] * k->scale - big) : 0.0f;
+        exps_f32(s + r * k->nk, last, k->nk, k->scale, (double)lse[r]);
     }
 }
 
 /* block_softmax_grad_rows: dp = scale * P (dP - D); dsum at the block */
 static void block_softmax_grad(float *dp, const float *p, const float *dsum, const block *k) {
+    i64 nk = k->nk;
+    double scale = k->scale;
     for (i64 r = 0; r < k->nq; r++) {
         double d = (double)dsum[r];
-        for (i64 c = 0; c < k->nk; c++) {
-            i64 e = r * k->nk + c;
-            dp[e] = (float)(k->scale * (double)p[e] * ((double)dp[e] - d));
-        }
+        float *dr = dp + r * nk;
+        const float *pr = p + r * nk;
+        #pragma omp simd
+        for (i64 c = 0; c < nk; c++) dr[c] = (float)(scale * (double)pr[c] * ((double)dr[c] - d));
     }
 }
 
-/* row_dots_rows: out[i] = sum_k a[i, k] b[i, k] in double */
+/* row_dots_rows: out[i] = sum_k a[i, k] b[i, k] in double (in lanes) */
 static void row_dots(const float *a, const float *b, float *out, i64 t, i64 hd) {
-    for (i64 i = 0; i < t; i++) {
-        double s = 0.0;
-        for (i64 j = 0; j < hd; j++) s += (double)a[i * hd + j] * (double)b[i * hd + j];
-        out[i] = (float)s;
-    }
+    for (i64 i = 0; i < t; i++) out[i] = (float)lane_dot(a + i * hd, b + i * hd, hd);
 }
 
 static void add_f32(float *a, const float *b, i64 n) { for (i64 e = 0; e < n; e++) a[e] = a[e] + b[e]; }
@@ -282,7 +394,7 @@ void rnb_attn_scores(const i64 *fns, const float *qkv, float *q, float *k, float
 static void mix_head(const attn_job *j, i64 g) {
     i64 t = j->t, hd = j->hd, th = t * hd;
     float *o = j->o + g * th;
-    mm(&j->f, t, t, hd, V(j->probs + g * t * t, t, 1), V(j->v + g * th, hd, 1), V(o, hd, 1));
+    keys_before(&j->f, j->probs + g * t * t, j->v + g * th, o, t, hd);
     copy_rows(j->out + feature_at(j, g, j->h * hd, 0), j->h * hd, o, hd, t, hd);
 }
 
@@ -299,7 +411,7 @@ static void mix_bwd_head(const attn_job *j, i64 g) {
     const float *p = j->probs + g * t * t;
     float *dout = j->dout + g * th;
     copy_rows(dout, hd, j->dy + feature_at(j, g, j->h * hd, 0), j->h * hd, t, hd);
-    mm(&j->f, t, t, hd, T_(V(p, t, 1)), V(dout, hd, 1), V(j->dv + g * th, hd, 1));
+    queries_after(&j->f, p, dout, j->dv + g * th, t, hd);
     mm(&j->f, t, hd, t, V(dout, hd, 1), V(j->v + g * th, 1, hd), V(j->dprobs + g * t * t, t, 1));
 }
 
@@ -315,8 +427,8 @@ static void scores_bwd_head(const attn_job *j, i64 g) {
     i64 t = j->t, hd = j->hd, th = t * hd;
     float *dp = j->dprobs + g * t * t;
     softmax_grad(dp, j->probs + g * t * t, t, j->scale);
-    mm(&j->f, t, t, hd, V(dp, t, 1), V(j->k + g * th, hd, 1), V(j->dq + g * th, hd, 1));
-    mm(&j->f, t, t, hd, T_(V(dp, t, 1)), V(j->q + g * th, hd, 1), V(j->dk + g * th, hd, 1));
+    keys_before(&j->f, dp, j->k + g * th, j->dq + g * th, t, hd);
+    queries_after(&j->f, dp, j->q + g * th, j->dk + g * th, t, hd);
     merge_qkv_head(j, g);
 }
 
