@@ -32,10 +32,11 @@ void rnb_w43_weights(const float *w4, i64 cout, i64 cin, float *u, int flip) {
         }
 }
 
-/* winograd43._bt_rows: t (6 rows of n) = B^T d for the rows p[0..5] (n floats each, p[i] = p0 + i * rs) */
-static void bt_rows(const float *p0, i64 rs, float *restrict t, i64 n) {
-    const float *restrict q0 = p0, *restrict q1 = p0 + rs, *restrict q2 = p0 + 2 * rs;
-    const float *restrict q3 = p0 + 3 * rs, *restrict q4 = p0 + 4 * rs, *restrict q5 = p0 + 5 * rs;
+/* winograd43._bt_rows: t (6 rows of n) = B^T d for the rows q0..q5 (n floats each) */
+static void bt_rows(const float *restrict q0, const float *restrict q1, const float *restrict q2,
+                    const float *restrict q3, const float *restrict q4, const float *restrict q5, float *restrict t,
+                    i64 n) {
+    #pragma omp simd /* the rows never overlap (each is n long); unasked, gcc 12 leaves these loops scalar */
     for (i64 k = 0; k < n; k++) {
         float d0 = q0[k], d1 = q1[k], d2 = q2[k], d3 = q3[k], d4 = q4[k], d5 = q5[k];
         float a = d4 - 4.0f * d2, b = d3 - 4.0f * d1, e = d4 - d2, f = 2.0f * (d3 - d1);
@@ -50,12 +51,16 @@ static void bt_rows(const float *p0, i64 rs, float *restrict t, i64 n) {
 
 /* winograd43.in_tile6: v (36c) = B^T d B of the 6x6 patch whose rows start at p0, rs floats apart; tmp 36c */
 void rnb_w43_in_tile(const float *p0, i64 rs, float *v, i64 c, float *tmp) {
-    bt_rows(p0, rs, tmp, 6 * c);
-    for (i64 i = 0; i < 6; i++) bt_rows(tmp + i * 6 * c, c, v + i * 6 * c, c);
+    bt_rows(p0, p0 + rs, p0 + 2 * rs, p0 + 3 * rs, p0 + 4 * rs, p0 + 5 * rs, tmp, 6 * c);
+    for (i64 i = 0; i < 6; i++) {
+        const float *r = tmp + i * 6 * c;
+        bt_rows(r, r + c, r + 2 * c, r + 3 * c, r + 4 * c, r + 5 * c, v + i * 6 * c, c);
+    }
 }
 
 /* winograd43._at_rows: t (4 rows of n) = A^T x for the 6 rows of m (n floats each) */
 static void at_rows(const float *restrict m, float *restrict t, i64 n) {
+    #pragma omp simd
     for (i64 k = 0; k < n; k++) {
         float x0 = m[k], x1 = m[n + k], x2 = m[2 * n + k], x3 = m[3 * n + k], x4 = m[4 * n + k], x5 = m[5 * n + k];
         float s = x1 + x2, d = x1 - x2, p = x3 + x4, q = x3 - x4;
@@ -80,9 +85,10 @@ void rnb_w43_out_tile(const float *m, float *y3, i64 n, i64 oh, i64 ow, i64 co, 
                 memcpy(y3 + ((n * ho + oh + a) * wo + ow + b) * co, clip + (4 * a + b) * co, (size_t)co * sizeof(float));
 }
 
-/* winograd43._a_rows: t (6 rows of n) = A x for the rows r[0..3] (n floats each, r[i] = r0 + i * rs) */
-static void a_rows(const float *r0, i64 rs, float *restrict t, i64 n) {
-    const float *restrict q0 = r0, *restrict q1 = r0 + rs, *restrict q2 = r0 + 2 * rs, *restrict q3 = r0 + 3 * rs;
+/* winograd43._a_rows: t (6 rows of n) = A x for the rows q0..q3 (n floats each) */
+static void a_rows(const float *restrict q0, const float *restrict q1, const float *restrict q2,
+                   const float *restrict q3, float *restrict t, i64 n) {
+    #pragma omp simd
     for (i64 k = 0; k < n; k++) {
         float a = q0[k], b = q1[k], c = q2[k], d = q3[k];
         float s = a + c, e = b + d, s2 = a + 4.0f * c, e2 = 2.0f * b + 8.0f * d;
@@ -98,8 +104,11 @@ static void a_rows(const float *r0, i64 rs, float *restrict t, i64 n) {
 /* winograd43.dy_tile4: dm (36co) = A dY A^T of the 4x4 output-gradient tile whose rows start at r0, rs floats
  * apart (4co each); tmp 24co */
 void rnb_w43_dy_tile(const float *r0, i64 rs, float *dm, i64 co, float *tmp) {
-    a_rows(r0, rs, tmp, 4 * co);
-    for (i64 i = 0; i < 6; i++) a_rows(tmp + i * 4 * co, co, dm + i * 6 * co, co);
+    a_rows(r0, r0 + rs, r0 + 2 * rs, r0 + 3 * rs, tmp, 4 * co);
+    for (i64 i = 0; i < 6; i++) {
+        const float *r = tmp + i * 4 * co;
+        a_rows(r, r + co, r + 2 * co, r + 3 * co, dm + i * 6 * co, co);
+    }
 }
 
 /* winograd43._gt6: row r of G^T times (p0, ..., p5), in double */
