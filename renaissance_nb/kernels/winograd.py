@@ -55,8 +55,10 @@ at 16, 0.77x and 0.74x at 28x28 but 1.08x and 1.13x at 7x7, where a 4x4 grid of 
 (benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128)."""
 WASTE = 1.2
 """See min_channels: 7x7 (1.31) needs twice the channels, 13x13 (1.16) and even sizes do not."""
-F4_MIN_SIZE = 8
-"""Maps smaller than this (either side) stay F(2x2, 3x3) (tile)."""
+F4_MIN_SIZE = 7
+"""Maps smaller than this (either side) stay F(2x2, 3x3) (tile). From 7x7 up F(4x4, 3x3) took 0.65-0.85x
+of F(2x2, 3x3)'s time (benchmarks/results/winograd_cpu.txt), even at 7x7 and 14x14, where its 4x4 tiles
+compute 1.31 times the outputs; below 7 its tiles waste more than F(2x2, 3x3)'s (unmeasured)."""
 CHUNK_BYTES = 256 << 10
 """Target size of a thread's V and M for one chunk of tile rows (in L2)."""
 
@@ -452,13 +454,12 @@ def min_channels(h: int, w: int) -> int:
 
 
 def tile(h: int, w: int) -> int:
-    """The output tile, m of F(m x m, 3x3), for an h x w map: 4 where F(4x4, 3x3) measured faster
-    (F4_MIN_SIZE), else 2. RNB_WINOGRAD=2 or 4 asks for that one wherever Winograd applies."""
+    """The output tile, m of F(m x m, 3x3), for an h x w map: 4 from F4_MIN_SIZE up, else 2.
+    RNB_WINOGRAD=2 or 4 asks for that one wherever Winograd applies."""
     forced = os.environ.get("RNB_WINOGRAD", "1")
     if forced in ("2", "4"):
         return int(forced)
-    waste = ((h + 3) // 4) * ((w + 3) // 4) * 16 / (h * w)
-    return 4 if min(h, w) >= F4_MIN_SIZE and waste <= WASTE else 2
+    return 4 if min(h, w) >= F4_MIN_SIZE else 2
 
 
 def _need(rows: int, tw: int, c: int, co: int, m: int) -> int:
@@ -484,7 +485,7 @@ def plan(n: int, h: int, w: int, c: int, co: int, floats: int, weight_grad: bool
     return Chunks(threads, rows, per_thread, m) if rows > 0 else None
 
 
-def _chosen(n: int, h: int, w: int, c: int, co: int, floats: int, weight_grad: bool) -> Chunks | None:
+def chosen(n: int, h: int, w: int, c: int, co: int, floats: int, weight_grad: bool) -> Chunks | None:
     """plan() for tile()'s F(m x m, 3x3), F(2x2, 3x3) where F(4x4, 3x3)'s buffers do not fit."""
     m = tile(h, w)
     ch = plan(n, h, w, c, co, floats, weight_grad, m)
@@ -504,7 +505,7 @@ def bind(x: np.ndarray, w: np.ndarray, y: np.ndarray, scratch: np.ndarray, b: np
     ``flip``: the input gradient, dx = conv3x3(dy, w turned and transposed): pass dy as x and dx as y."""
     n, h, wd, c = x.shape
     co = y.shape[3]
-    ch = _chosen(n, h, wd, c, co, scratch.size, False)
+    ch = chosen(n, h, wd, c, co, scratch.size, False)
     if ch is None:
         return None
     assert w.shape == ((c, 3, 3, co) if flip else (co, 3, 3, c)), (w.shape, c, co, flip)
@@ -529,7 +530,7 @@ def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) 
     zero-argument kernel (None: the scratch is too small)."""
     n, h, wd, c = x.shape
     co = dy.shape[3]
-    ch = _chosen(n, h, wd, c, co, scratch.size, True)
+    ch = chosen(n, h, wd, c, co, scratch.size, True)
     if ch is None:
         return None
     assert dw.shape == (co, 3, 3, c), (dw.shape, c, co)
