@@ -1,5 +1,5 @@
 """3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) on the CPU: 16 multiplications for 4 outputs
-instead of 36.
+instead of 36; and by F(4x4, 3x3), 36 for 16 (its transforms: winograd43.py), from 7x7 maps up (tile).
 
 Why: in the README's ResNet three of the five convolutions are 3x3, stride 1, padding 1, and they were
 two thirds of the step, im2col + sgemm already at 84-89% of the sgemm's peak. Fewer
@@ -12,6 +12,9 @@ gradient: dx is the convolution of dy with the filters turned 180 degrees and Ci
 dU[xi] = sum over tiles of V[xi]^T (A dY A^T)[xi], one sgemm per xi with the tiles as K, and
 dW = G^T dU G.
 
+F(4x4, 3x3) is the same with 6x6 patches (stride 4), 36 planes and 4x4 outputs; every pass below
+takes the output tile m (2 or 4): p = (m + 2)^2 planes where this says 16.
+
 Layout: x and y are NHWC, as everywhere on the CPU. A thread walks its share of the batch's tile
 rows (image n, tile row ti) a chunk at a time; its buffer holds the chunk's V and M, one row per tile
 (the tile's 16 planes of Cin or Cout channels side by side, so the products read plane xi with a
@@ -23,12 +26,12 @@ column scratch (``cols`` forward, ``bwd_cols`` backward): U first, then one buff
 they do not fit, the convolution stays im2col (``plan``).
 
 Numbers: the transforms are exact in real arithmetic, and in float32 the result differs from im2col's
-by rounding (relative error ~3e-7 of the largest output, as im2col's own against a float64 sum). A
-machine and thread count give the same bytes every step. ``python benchmarks/winograd_cpu.py``
-times each layer shape both ways (benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128:
-0.47-0.77x of im2col's time forward and 0.50-0.74x backward from 16 channels up, except 7x7 at 16
-channels, 1.08x and 1.13x). ``RNB_WINOGRAD=0`` keeps every
-convolution on im2col.
+by rounding: F(2x2, 3x3) ~3e-7 of the largest output, as im2col's own against a float64 sum;
+F(4x4, 3x3) 0.3-5e-6 (tests/test_winograd43.py). A machine and thread count give the same bytes
+every step. ``python benchmarks/winograd_cpu.py`` times each layer shape three ways
+(benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128, from 16 channels up: F(4x4, 3x3)
+0.31-0.60x of im2col's time forward and 0.34-0.65x backward; F(2x2, 3x3) 0.46-0.66x and 0.52-0.77x).
+``RNB_WINOGRAD=0`` keeps every convolution on im2col; 2 or 4 runs that tile wherever Winograd applies.
 """
 from __future__ import annotations
 
