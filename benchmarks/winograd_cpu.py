@@ -1,11 +1,12 @@
-"""3x3 stride-1 convolutions by Winograd F(2x2, 3x3) against the im2col tiles they replaced, per layer.
+"""3x3 stride-1 convolutions by Winograd F(4x4, 3x3) and F(2x2, 3x3) against the im2col tiles they replaced, per layer.
 
     python benchmarks/winograd_cpu.py [--rounds 15] [--batch 128]
 
-For each layer shape (the README ResNet's, the conv net's, notebook 08's and a few more), both kernels are bound
+For each layer shape (the README ResNet's, the conv net's, notebook 08's and a few more), the three kernels are bound
 through the kernel table on the planned scratch (kernels/operands.conv_scratch_shape), the
 forward and the backward (weight and input gradients) timed alternately, round by round, in this
-one process; printed: medians in ms and the ratio Winograd / im2col. Both give the convolution to
+one process; printed: medians in ms and the ratios F(4x4, 3x3) / im2col and F(2x2, 3x3) / im2col (RNB_WINOGRAD=4, 2
+and 0 while they bind; kernels/winograd.tile picks F(4x4, 3x3) by these). All give the convolution to
 float32 rounding (tests/test_winograd.py); this measures only the time. Rows below
 kernels/winograd.MIN_CHANNELS are timed with the threshold lifted: the library runs them by im2col.
 """
@@ -27,7 +28,7 @@ from machine import machine_line  # noqa: E402  (benchmarks/machine.py)
 from renaissance_nb.kernels import blas  # noqa: E402
 from renaissance_nb.kernels import winograd as wino  # noqa: E402
 from renaissance_nb.kernels.cpu import KERNELS, BindEnv  # noqa: E402
-from renaissance_nb.compiler.layers import CONV_DW_PARTIALS  # noqa: E402
+from renaissance_nb.ops.conv import CONV_DW_PARTIALS  # noqa: E402
 from renaissance_nb.kernels.operands import conv_scratch_shape  # noqa: E402
 
 SHAPES = [(32, 32, 32, "README ResNet conv2/conv3"), (16, 64, 64, "README ResNet conv6"),
@@ -36,9 +37,14 @@ SHAPES = [(32, 32, 32, "README ResNet conv2/conv3"), (16, 64, 64, "README ResNet
           (32, 8, 8, "below MIN_CHANNELS, im2col runs")]
 
 
-def bound(n: int, h: int, c: int, co: int, winograd: bool) -> tuple:
-    """(forward, backward) kernels of one 3x3 stride-1 conv, Winograd's or im2col's."""
-    os.environ["RNB_WINOGRAD"] = "1" if winograd else "0"  # read when a kernel binds
+KINDS = ("4", "2", "0")
+"""RNB_WINOGRAD while binding: F(4x4, 3x3), F(2x2, 3x3), im2col."""
+
+
+def bound(n: int, h: int, c: int, co: int, kind: str) -> tuple:
+    """(forward, backward) kernels of one 3x3 stride-1 conv by F(4x4, 3x3), F(2x2, 3x3) or im2col (``kind``)."""
+    winograd = kind != "0"
+    os.environ["RNB_WINOGRAD"] = kind  # read when a kernel binds
     wino.MIN_CHANNELS = 1  # time the rows below the threshold too: the table shows why it is there
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, h, h, c), dtype=np.float32)
@@ -72,21 +78,21 @@ def main() -> int:
     print(f"{machine_line()}; numpy {np.__version__}; {blas.describe()}")
     print(f"3x3 stride-1 convolutions, batch {args.batch}, NHWC float32, medians of {args.rounds} alternating rounds "
           "(ms; backward = weight and input gradients)")
-    print(f"  {'H=W':>4} {'Cin':>4} {'Cout':>4}   {'fwd wino':>8} {'im2col':>7} {'ratio':>6}   "
-          f"{'bwd wino':>8} {'im2col':>7} {'ratio':>6}   layer")
+    print(f"  {'H=W':>4} {'Cin':>4} {'Cout':>4}   {'fwd F4':>7} {'F2':>7} {'im2col':>7} {'F4/i':>6} {'F2/i':>6}   "
+          f"{'bwd F4':>7} {'F2':>7} {'im2col':>7} {'F4/i':>6} {'F2/i':>6}   layer")
     for h, c, co, label in SHAPES:
-        kinds = {True: bound(args.batch, h, c, co, True), False: bound(args.batch, h, c, co, False)}
-        times: dict[tuple[bool, int], list[float]] = {(k, i): [] for k in kinds for i in (0, 1)}
+        kinds = {k: bound(args.batch, h, c, co, k) for k in KINDS}
+        times: dict[tuple[str, int], list[float]] = {(k, i): [] for k in kinds for i in (0, 1)}
         for k, pair in kinds.items():  # warm-up: compiles, fills caches
             pair[0](), pair[1]()
         for r in range(args.rounds):
-            for k in ((True, False) if r % 2 == 0 else (False, True)):
+            for k in (KINDS[r % 3:] + KINDS[:r % 3]):
                 for i in (0, 1):
                     times[(k, i)].append(timed(kinds[k][i]))
         med = {key: statistics.median(v) * 1e3 for key, v in times.items()}
-        print(f"  {h:>4} {c:>4} {co:>4}   {med[(True, 0)]:8.2f} {med[(False, 0)]:7.2f} "
-              f"{med[(True, 0)] / med[(False, 0)]:5.2f}x   {med[(True, 1)]:8.2f} {med[(False, 1)]:7.2f} "
-              f"{med[(True, 1)] / med[(False, 1)]:5.2f}x   {label}")
+        cells = ["   ".join(f"{med[('4', i)]:7.2f} {med[('2', i)]:7.2f} {med[('0', i)]:7.2f} "
+                            f"{med[('4', i)] / med[('0', i)]:5.2f}x {med[('2', i)] / med[('0', i)]:5.2f}x" for i in (0, 1))]
+        print(f"  {h:>4} {c:>4} {co:>4}   {cells[0]}   {label}")
     os.environ.pop("RNB_WINOGRAD", None)
     return 0
 

@@ -230,33 +230,40 @@ def test_convolutions(n: int, h: int, cin: int, cout: int, k: int, s: int, p: in
 @needs_lib
 @needs_threads
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_winograd_and_tiles_on_every_thread_count(threads: int) -> None:
-    """The Winograd and tiled passes with 1 to 3 buffers (threads of the numba kernel, iterations of
-    the OpenMP loop): each buffer's share is the same work, whichever thread runs it."""
+@pytest.mark.parametrize("m", [2, 4])
+def test_winograd_and_tiles_on_every_thread_count(threads: int, m: int) -> None:
+    """The Winograd passes, F(2x2, 3x3) and F(4x4, 3x3) (m), forward, input and weight gradients with 1
+    to 3 buffers (threads of the numba kernel, iterations of the OpenMP loop): each buffer's share is
+    the same work, whichever thread runs it. 9x11 maps: both tile sizes clip at the bottom and right."""
     rng = seeded(threads)
-    n, h, c, co = 5, 9, 16, 32
-    x, w, dy = awkward(rng, (n, h, h, c)), awkward(rng, (co, 3, 3, c)) / np.float32(12), awkward(rng, (n, h, h, co))
-    ch = winograd.plan(n, h, h, c, co, 1 << 22, weight_grad=True)
+    n, h, wd, c, co, p = 5, 9, 11, 16, 32, (m + 2) ** 2
+    x, w, dy = awkward(rng, (n, h, wd, c)), awkward(rng, (co, 3, 3, c)) / np.float32(12), awkward(rng, (n, h, wd, co))
+    ch = winograd.plan(n, h, wd, c, co, 1 << 22, weight_grad=True, m=m)
     per = ch.per_thread
     sg = blas.SGEMM
     out = []
     for use_c in (False, True):
-        y, dw = np.zeros_like(dy), np.zeros_like(w)
-        u, bufs = np.zeros((16, c, co), np.float32), np.full((threads, per), 5.0, np.float32)
-        at = winograd.part_at(ch.rows * ((h + 1) // 2), c, co)
+        y, dw, dx = np.zeros_like(dy), np.zeros_like(w), np.zeros_like(x)
+        u, uf, bufs = np.zeros((p, c, co), np.float32), np.zeros((p, co, c), np.float32), np.full((threads, per), 5.0, np.float32)
+        at = winograd.part_at(ch.rows * ((wd + m - 1) // m), c, co, m)
+        none = np.zeros(0, np.float32)
         with blas.own_cores():
             if use_c:
                 with native.chosen_for({"conv_fwd"}):
-                    conv_native.bind_winograd_fwd(sg.address, sg.int_bits == 64, w, False, u, x, y,
-                                                  np.zeros(0, np.float32), 0, bufs, ch.rows)()
-                    conv_native.bind_winograd_dw(sg.address, sg.int_bits == 64, x, dy, dw, bufs, ch.rows)()
+                    conv_native.bind_winograd_fwd(sg.address, sg.int_bits == 64, w, False, u, x, y, none, 0, bufs, ch.rows, m)()
+                    conv_native.bind_winograd_fwd(sg.address, sg.int_bits == 64, w, True, uf, dy, dx, none, 0, bufs, ch.rows, m)()
+                    conv_native.bind_winograd_dw(sg.address, sg.int_bits == 64, x, dy, dw, bufs, ch.rows, m)()
             else:
-                winograd.weights_(w, u, False)
-                winograd.fwd_(sg.address, sg.int_bits == 64, x.reshape(n, h, h * c), u, y.reshape(n, h, h * co),
-                              y.reshape(-1, co), np.zeros(0, np.float32), 0, bufs, c, co, ch.rows)
-                winograd.dw_(sg.address, sg.int_bits == 64, x.reshape(n, h, h * c), dy.reshape(n, h, h * co), dw, bufs,
-                             bufs[:1, at:at + 16 * c * co], bufs[1:, None, at:at + 16 * c * co], c, co, ch.rows)
-        out.append((y, dw, u))
+                transform = winograd.weights_ if m == 2 else winograd.weights43_
+                transform(w, u, False)
+                transform(w, uf, True)
+                winograd.fwd_(sg.address, sg.int_bits == 64, x.reshape(n, h, wd * c), u, y.reshape(n, h, wd * co),
+                              y.reshape(-1, co), none, 0, bufs, c, co, ch.rows, m)
+                winograd.fwd_(sg.address, sg.int_bits == 64, dy.reshape(n, h, wd * co), uf, dx.reshape(n, h, wd * c),
+                              dx.reshape(-1, c), none, 0, bufs, co, c, ch.rows, m)
+                winograd.dw_(sg.address, sg.int_bits == 64, x.reshape(n, h, wd * c), dy.reshape(n, h, wd * co), dw, bufs,
+                             bufs[:1, at:at + p * c * co], bufs[1:, None, at:at + p * c * co], c, co, ch.rows, m)
+        out.append((y, dx, dw, u, uf))
     for a, b in zip(*out):
         same(a, b)
     assert conv_tiled.max_threads(n) >= 1

@@ -24,9 +24,10 @@ the finite-difference tests rely on). Why channels-last on this CPU:
 * 1x1 / stride-1 / unpadded convolutions skip im2col: ``x.reshape(N*H*W, Cin)`` is
   already the column matrix (and ``dx`` comes straight out of the dcols GEMM).
 * 3x3, stride-1, padding-1 convolutions of at least 16 channels in and out (32 at some odd sizes:
-  winograd.min_channels) run by Winograd's F(2x2, 3x3) instead (winograd.py: 16 multiplications
-  for 4 outputs instead of 36), forward, weight and input gradient, in the same column scratch;
-  where it does not fit, they stay im2col.
+  winograd.min_channels) run by Winograd's F(4x4, 3x3) from 7x7 maps up, else F(2x2, 3x3) instead
+  (winograd.py: 36 multiplications for 16 outputs, or 16 for 4, instead of 9 each), forward, weight
+  and input gradient, in the same column scratch; where F(4x4, 3x3) does not fit, F(2x2, 3x3), and
+  where that does not, im2col.
 * One input channel (a grayscale first layer) makes a patch row k scalars, too short for
   the per-pixel loops: there im2col is k*k strided copies, one per tap (4x faster).
 * Batch norm, ReLU and pooling run over contiguous channel vectors (the inner loop

@@ -1,6 +1,6 @@
 """Binders of the conv nets' C kernels (conv_native.c, winograd_native.c): batch norm, pooling, global
 average pooling, im2col / col2im, ReLU, the image batch gather, dropout, and the convolutions by im2col
-tiles and by Winograd F(2x2, 3x3).
+tiles and by Winograd F(2x2, 3x3) or F(4x4, 3x3).
 
 Why: a plan runs on one thread pool (native.chosen_for), so while a conv net's conv, batch norm and
 pooling kernels were numba's, its whole step stayed on numba, compiled on a first run (5.5 s of it for
@@ -275,24 +275,25 @@ def bind_conv_bwd_tiles(fptr: int, wide: bool, x3, dy2, w2, dw2, parts, scratch,
 
 @binder
 def bind_winograd_fwd(fptr: int, wide: bool, w, flip: bool, u, x, y, b, act: int, bufs,  # type: ignore[no-untyped-def]
-                      rows: int) -> Kernel | None:
-    """winograd.weights_ then winograd.fwd_ (x, y NHWC; bufs (threads, per_thread))."""
+                      rows: int, m: int = 2) -> Kernel | None:
+    """winograd.weights_ (m = 2) or weights43_ (m = 4) then winograd.fwd_ (x, y NHWC; bufs (threads,
+    per_thread))."""
     L = active()
     if L is None or not (_c32(w, u, x, y, b, bufs) and x.ndim == y.ndim == 4 and bufs.ndim == 2):
         return None
     n, h, wd, c = x.shape
     args = (fptr, int(wide), address(w), int(flip), address(u), address(x), n, h, wd, c, address(y), y.shape[3], address(b), b.size,
-            act, address(bufs), bufs.shape[0], bufs.shape[1], rows)
+            act, address(bufs), bufs.shape[0], bufs.shape[1], rows, m)
     return call(L.rnb_winograd_fwd, args, (w, u, x, y, b, bufs))
 
 
 @binder
-def bind_winograd_dw(fptr: int, wide: bool, x, dy, dw, bufs, rows: int) -> Kernel | None:  # type: ignore[no-untyped-def]
+def bind_winograd_dw(fptr: int, wide: bool, x, dy, dw, bufs, rows: int, m: int = 2) -> Kernel | None:  # type: ignore[no-untyped-def]
     """winograd.dw_ (dU partials inside bufs, at part_at of each thread's buffer)."""
     L = active()
     if L is None or not (_c32(x, dy, dw, bufs) and x.ndim == dy.ndim == 4 and bufs.ndim == 2):
         return None
     n, h, wd, c = x.shape
     args = (fptr, int(wide), address(x), n, h, wd, c, address(dy), dy.shape[3], address(dw), address(bufs), bufs.shape[0],
-            bufs.shape[1], rows)
+            bufs.shape[1], rows, m)
     return call(L.rnb_winograd_dw, args, (x, dy, dw, bufs))

@@ -37,7 +37,7 @@ from .thunks import thunk_source
 
 SOURCE = Path(__file__).with_name("native.c")
 SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c")
-                                       for n in ("conv", "winograd", "pool", "gelu", "gpt", "attention")),
+                                       for n in ("conv", "winograd", "winograd43", "pool", "gelu", "gpt", "attention")),
                              SOURCE.with_name("lowp.c"), SOURCE.with_name("program.c"))
 """The C files compiled into the one library (each includes native.h); with them, the thunks that
 kernels/thunks.py generates from SIGNATURES (the native program's calls, program.c)."""

@@ -64,8 +64,8 @@ SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kerne
                                   I64, I64)),
     "rnb_conv_bwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, P, I64, P, P, P, P, P, I64, I64, I64, I64, I64,
                                   I64, I64)),
-    "rnb_winograd_fwd": (None, (P, INT, P, INT, P, P, I64, I64, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64)),
-    "rnb_winograd_dw": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64)),
+    "rnb_winograd_fwd": (None, (P, INT, P, INT, P, P, I64, I64, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64, I64)),
+    "rnb_winograd_dw": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64, I64)),
 })
 SIGNATURES.update({  # gelu_native.c: GELU's two forms (kernels/gelu_native.py binds them)
     "rnb_gelu": (None, (P, P, P, I64, INT, INT)),

@@ -1,5 +1,5 @@
 """3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) on the CPU: 16 multiplications for 4 outputs
-instead of 36.
+instead of 36; and by F(4x4, 3x3), 36 for 16 (its transforms: winograd43.py), from 7x7 maps up (tile).
 
 Why: in the README's ResNet three of the five convolutions are 3x3, stride 1, padding 1, and they were
 two thirds of the step, im2col + sgemm already at 84-89% of the sgemm's peak. Fewer
@@ -12,6 +12,9 @@ gradient: dx is the convolution of dy with the filters turned 180 degrees and Ci
 dU[xi] = sum over tiles of V[xi]^T (A dY A^T)[xi], one sgemm per xi with the tiles as K, and
 dW = G^T dU G.
 
+F(4x4, 3x3) is the same with 6x6 patches (stride 4), 36 planes and 4x4 outputs; every pass below
+takes the output tile m (2 or 4): p = (m + 2)^2 planes where this says 16.
+
 Layout: x and y are NHWC, as everywhere on the CPU. A thread walks its share of the batch's tile
 rows (image n, tile row ti) a chunk at a time; its buffer holds the chunk's V and M, one row per tile
 (the tile's 16 planes of Cin or Cout channels side by side, so the products read plane xi with a
@@ -23,12 +26,12 @@ column scratch (``cols`` forward, ``bwd_cols`` backward): U first, then one buff
 they do not fit, the convolution stays im2col (``plan``).
 
 Numbers: the transforms are exact in real arithmetic, and in float32 the result differs from im2col's
-by rounding (relative error ~3e-7 of the largest output, as im2col's own against a float64 sum). A
-machine and thread count give the same bytes every step. ``python benchmarks/winograd_cpu.py``
-times each layer shape both ways (benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128:
-0.47-0.77x of im2col's time forward and 0.50-0.74x backward from 16 channels up, except 7x7 at 16
-channels, 1.08x and 1.13x). ``RNB_WINOGRAD=0`` keeps every
-convolution on im2col.
+by rounding: F(2x2, 3x3) ~3e-7 of the largest output, as im2col's own against a float64 sum;
+F(4x4, 3x3) 0.3-5e-6 (tests/test_winograd43.py). A machine and thread count give the same bytes
+every step. ``python benchmarks/winograd_cpu.py`` times each layer shape three ways
+(benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128, from 16 channels up: F(4x4, 3x3)
+0.31-0.60x of im2col's time forward and 0.34-0.65x backward; F(2x2, 3x3) 0.46-0.66x and 0.52-0.77x).
+``RNB_WINOGRAD=0`` keeps every convolution on im2col; 2 or 4 runs that tile wherever Winograd applies.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from .blas import NO_TRANS, TRANS, sgemm_at
 from .conv_tiled import add_parts_
 from .fused import bias_act_, cut, jit, par
 from .operands import CONV_THREADS
+from .winograd43 import dw_from_total43, dy_tile4, in_tile6, out_tile4, weights43_
 
 PAD = 16
 """Floats each tile's row of V and M has beyond its 16 planes (see the module's doc)."""
@@ -54,6 +58,10 @@ at 16, 0.77x and 0.74x at 28x28 but 1.08x and 1.13x at 7x7, where a 4x4 grid of 
 (benchmarks/results/winograd_cpu.txt, the 2-core EPYC VM, batch 128)."""
 WASTE = 1.2
 """See min_channels: 7x7 (1.31) needs twice the channels, 13x13 (1.16) and even sizes do not."""
+F4_MIN_SIZE = 7
+"""Maps smaller than this (either side) stay F(2x2, 3x3) (tile). From 7x7 up F(4x4, 3x3) took 0.65-0.85x
+of F(2x2, 3x3)'s time (benchmarks/results/winograd_cpu.txt), even at 7x7 and 14x14, where its 4x4 tiles
+compute 1.31 times the outputs; below 7 its tiles waste more than F(2x2, 3x3)'s (unmeasured)."""
 CHUNK_BYTES = 256 << 10
 """Target size of a thread's V and M for one chunk of tile rows (in L2)."""
 
@@ -121,13 +129,14 @@ def _in_tile(p0, p1, p2, p3, v, c):
 
 @jit
 def _stage(x3, n, r0, c0, c, stage):
-    """stage (4, 4c) = the 4x4 patch of image n at rows r0.., pixels c0.. (zeros outside)."""
+    """stage (t, tc) = the t x t patch of image n at rows r0.., pixels c0.. (zeros outside)."""
     h = x3.shape[1]
     w = x3.shape[2] // c
-    for a in range(4):
+    t = stage.shape[0]
+    for a in range(t):
         row = stage[a]
         r = r0 + a
-        for b in range(4):
+        for b in range(t):
             col = c0 + b
             seg = row[b * c:(b + 1) * c]
             if r < 0 or r >= h or col < 0 or col >= w:
@@ -175,75 +184,89 @@ def _out_tile(m, y3, n, oh, ow, co, ho, wo, stage):
 
 
 @jit
-def _layout(buf, rows, tw, c, co):
-    """A thread's buffer for chunks of ``rows`` tile rows: V (tiles, 16c + PAD), M (tiles, 16co + PAD),
-    the staging area (16(c + co) floats) and the weight-gradient pass's dU partial (16 c co)."""
-    cap = rows * tw
-    vt, mt = 16 * c + PAD, 16 * co + PAD
+def _layout(buf, rows, tw, c, co, m):
+    """A thread's buffer for chunks of ``rows`` tile rows of F(m x m, 3x3) (p = (m + 2)^2 planes): V
+    (tiles, p c + PAD), M (tiles, p co + PAD), the staging area and the weight-gradient pass's dU
+    partial (p c co)."""
+    cap, p = rows * tw, (m + 2) * (m + 2)
+    vt, mt = p * c + PAD, p * co + PAD
     v = buf[:cap * vt].reshape(cap, vt)
-    m = buf[cap * vt:cap * (vt + mt)].reshape(cap, mt)
-    at = _part_at(cap, c, co)
-    return v, m, buf[cap * (vt + mt):at], buf[at:at + 16 * c * co]
+    mb = buf[cap * vt:cap * (vt + mt)].reshape(cap, mt)
+    at = _part_at(cap, c, co, m)
+    return v, mb, buf[cap * (vt + mt):at], buf[at:at + p * c * co]
 
 
-def part_at(cap: int, c: int, co: int) -> int:
-    """Where a thread's dU partial starts in its buffer (_layout) for chunks of ``cap`` tiles: V, M,
-    then the staging area. Plain Python for plan(); the kernels call its numba twin, _part_at (one
-    source: a numba dispatcher called at bind time cost 0.5 s of compile() in a fresh process)."""
-    return cap * (16 * (c + co) + 2 * PAD) + 16 * (c + co)
+def part_at(cap: int, c: int, co: int, m: int = 2) -> int:
+    """Where a thread's dU partial starts in its buffer (_layout) for chunks of ``cap`` tiles of
+    F(m x m, 3x3): V, M, then the staging area (F(2x2, 3x3): a 4x4 patch, a 2x2 tile; F(4x4, 3x3):
+    a 6x6 patch and B^T d, then A^T M or A dY and a 4x4 tile). Plain Python for plan(); the kernels
+    call its numba twin, _part_at (one source: a numba dispatcher called at bind time cost 0.5 s of
+    compile() in a fresh process)."""
+    p = (m + 2) * (m + 2)
+    return cap * (p * (c + co) + 2 * PAD) + (16 * (c + co) if m == 2 else 72 * c + 40 * co)
 
 
 _part_at = jit(part_at)
 
 
 @jit
-def _inputs(x3, v, stage, u0, u1, th, tw, c):
-    """V of the tiles of tile rows u0..u1 (unit = image * th + tile row), one row of v per tile;
-    returns how many tiles."""
-    h, w = x3.shape[1], x3.shape[2] // c
-    st = stage[:16 * c].reshape(4, 4 * c)
+def _inputs(x3, v, stage, u0, u1, th, tw, c, m):
+    """V of the tiles of tile rows u0..u1 (unit = image * th + tile row), one row of v per tile, for
+    F(m x m, 3x3); returns how many tiles."""
+    h, w, t = x3.shape[1], x3.shape[2] // c, m + 2
+    st, tmp = stage[:t * t * c].reshape(t, t * c), stage[t * t * c:2 * t * t * c]
     q = 0
     for un in range(u0, u1):
         n = un // th
-        r0 = 2 * (un % th) - 1
-        inner = r0 >= 0 and r0 + 4 <= h
+        r0 = m * (un % th) - 1
+        inner = r0 >= 0 and r0 + t <= h
         for tj in range(tw):
-            c0 = 2 * tj - 1
-            if inner and c0 >= 0 and c0 + 4 <= w:
-                _in_tile(x3[n, r0, c0 * c:(c0 + 4) * c], x3[n, r0 + 1, c0 * c:(c0 + 4) * c],
-                         x3[n, r0 + 2, c0 * c:(c0 + 4) * c], x3[n, r0 + 3, c0 * c:(c0 + 4) * c], v[q], c)
+            c0 = m * tj - 1
+            if inner and c0 >= 0 and c0 + t <= w:
+                a, b = c0 * c, (c0 + t) * c
+                if m == 2:
+                    _in_tile(x3[n, r0, a:b], x3[n, r0 + 1, a:b], x3[n, r0 + 2, a:b], x3[n, r0 + 3, a:b], v[q], c)
+                else:
+                    in_tile6(x3[n, r0, a:b], x3[n, r0 + 1, a:b], x3[n, r0 + 2, a:b], x3[n, r0 + 3, a:b],
+                             x3[n, r0 + 4, a:b], x3[n, r0 + 5, a:b], v[q], c, tmp)
             else:
                 _stage(x3, n, r0, c0, c, st)
-                _in_tile(st[0], st[1], st[2], st[3], v[q], c)
+                if m == 2:
+                    _in_tile(st[0], st[1], st[2], st[3], v[q], c)
+                else:
+                    in_tile6(st[0], st[1], st[2], st[3], st[4], st[5], v[q], c, tmp)
             q += 1
     return q
 
 
 @jit
-def _fwd_share(fptr, wide, x3, u, y3, y2, b, act, buf, c, co, rows, u0, u1):
-    """fwd_'s work for tile rows u0..u1, ``rows`` at a time, in one thread's buffer: 16 products
-    M[:, xi] = V[:, xi] U[xi] per chunk, rows of V and M a tile each (lda 16c + PAD)."""
+def _fwd_share(fptr, wide, x3, u, y3, y2, b, act, buf, c, co, rows, u0, u1, m):
+    """fwd_'s work for tile rows u0..u1, ``rows`` at a time, in one thread's buffer: (m + 2)^2 products
+    M[:, xi] = V[:, xi] U[xi] per chunk, rows of V and M a tile each (lda p c + PAD)."""
     ho, wo = x3.shape[1], y3.shape[2] // co
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
-    v, m, stage, _ = _layout(buf, rows, tw, c, co)
-    vt, mt = v.shape[1], m.shape[1]
+    th, tw = (ho + m - 1) // m, (wo + m - 1) // m
+    v, mb, stage, _ = _layout(buf, rows, tw, c, co, m)
+    vt, mt = v.shape[1], mb.shape[1]
     post = act != 0 or b.shape[0] > 0
     while u0 < u1:
         ue = min(u1, u0 + rows)
-        q = _inputs(x3, v, stage, u0, ue, th, tw, c)
-        for xi in range(16):
+        q = _inputs(x3, v, stage, u0, ue, th, tw, c, m)
+        for xi in range((m + 2) * (m + 2)):
             sgemm_at(fptr, wide, NO_TRANS, NO_TRANS, q, co, c, v.ctypes.data + 4 * xi * c, vt, u[xi].ctypes.data, co,
-                     m.ctypes.data + 4 * xi * co, mt, False)
+                     mb.ctypes.data + 4 * xi * co, mt, False)
         q = 0
         for un in range(u0, ue):
             n = un // th
-            oh = 2 * (un % th)
+            oh = m * (un % th)
             for tj in range(tw):
-                _out_tile(m[q], y3, n, oh, 2 * tj, co, ho, wo, stage)
+                if m == 2:
+                    _out_tile(mb[q], y3, n, oh, 2 * tj, co, ho, wo, stage)
+                else:
+                    out_tile4(mb[q], y3, n, oh, 4 * tj, co, ho, wo, stage)
                 q += 1
         if post:  # the chunk's output rows are one run of y2's rows
-            first = (u0 // th * ho + 2 * (u0 % th)) * wo
-            last = ((ue - 1) // th * ho + min(ho, 2 * ((ue - 1) % th) + 2)) * wo
+            first = (u0 // th * ho + m * (u0 % th)) * wo
+            last = ((ue - 1) // th * ho + min(ho, m * ((ue - 1) % th) + m)) * wo
             bias_act_(y2[first:last], b, act, 0.0)
         u0 = ue
 
@@ -279,9 +302,10 @@ def _dy_tile(r0, r1, dm, co):
 
 @jit
 def _stage_dy(dy3, n, oh, ow, co, ho, wo, stage):
-    """stage (2, 2co) = dy[n, oh:oh+2, ow:ow+2, :], zeros past the bottom/right edge."""
-    for a in range(2):
-        for b in range(2):
+    """stage (m, m co) = dy[n, oh:oh+m, ow:ow+m, :], zeros past the bottom/right edge."""
+    t = stage.shape[0]
+    for a in range(t):
+        for b in range(t):
             seg = stage[a, b * co:(b + 1) * co]
             if oh + a < ho and ow + b < wo:
                 src = dy3[n, oh + a, (ow + b) * co:(ow + b + 1) * co]
@@ -293,62 +317,82 @@ def _stage_dy(dy3, n, oh, ow, co, ho, wo, stage):
 
 
 @jit
-def _dw_share(fptr, wide, x3, dy3, buf, c, co, rows, u0, u1):
+def _dy_tiles(dy3, mb, stage, u0, ue, th, tw, co, m):
+    """A dY A^T of the output-gradient tiles of tile rows u0..ue, one row of mb per tile."""
+    ho, wo = dy3.shape[1], dy3.shape[2] // co
+    sd, tmp = stage[:m * m * co].reshape(m, m * co), stage[m * m * co:(m * m + 6 * m) * co]
+    q = 0
+    for un in range(u0, ue):
+        n = un // th
+        oh = m * (un % th)
+        for tj in range(tw):
+            ow = m * tj
+            a, b = ow * co, (ow + m) * co
+            if oh + m - 1 < ho and ow + m - 1 < wo:
+                if m == 2:
+                    _dy_tile(dy3[n, oh, a:b], dy3[n, oh + 1, a:b], mb[q], co)
+                else:
+                    dy_tile4(dy3[n, oh, a:b], dy3[n, oh + 1, a:b], dy3[n, oh + 2, a:b], dy3[n, oh + 3, a:b], mb[q],
+                             co, tmp)
+            else:
+                _stage_dy(dy3, n, oh, ow, co, ho, wo, sd)
+                if m == 2:
+                    _dy_tile(sd[0], sd[1], mb[q], co)
+                else:
+                    dy_tile4(sd[0], sd[1], sd[2], sd[3], mb[q], co, tmp)
+            q += 1
+    return q
+
+
+@jit
+def _dw_share(fptr, wide, x3, dy3, buf, c, co, rows, u0, u1, m):
     """dw_'s work for tile rows u0..u1: V^T (A dY A^T) added into this thread's dU partial (zero if
     it has no tiles)."""
     ho, wo = x3.shape[1], dy3.shape[2] // co
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
-    v, m, stage, part = _layout(buf, rows, tw, c, co)
-    vt, mt = v.shape[1], m.shape[1]
-    stage_dy = stage[:4 * co].reshape(2, 2 * co)
+    th, tw = (ho + m - 1) // m, (wo + m - 1) // m
+    v, mb, stage, part = _layout(buf, rows, tw, c, co, m)
+    vt, mt = v.shape[1], mb.shape[1]
     if u0 >= u1:
         part[:] = 0.0
     first = True
     while u0 < u1:
         ue = min(u1, u0 + rows)
-        _inputs(x3, v, stage, u0, ue, th, tw, c)  # the stage is free again before the dy tiles use it
-        q = 0
-        for un in range(u0, ue):
-            n = un // th
-            oh = 2 * (un % th)
-            for tj in range(tw):
-                ow = 2 * tj
-                if oh + 1 < ho and ow + 1 < wo:
-                    _dy_tile(dy3[n, oh, ow * co:(ow + 2) * co], dy3[n, oh + 1, ow * co:(ow + 2) * co], m[q], co)
-                else:
-                    _stage_dy(dy3, n, oh, ow, co, ho, wo, stage_dy)
-                    _dy_tile(stage_dy[0], stage_dy[1], m[q], co)
-                q += 1
-        for xi in range(16):
+        _inputs(x3, v, stage, u0, ue, th, tw, c, m)  # the stage is free again before the dy tiles use it
+        q = _dy_tiles(dy3, mb, stage, u0, ue, th, tw, co, m)
+        for xi in range((m + 2) * (m + 2)):
             sgemm_at(fptr, wide, TRANS, NO_TRANS, c, co, q, v.ctypes.data + 4 * xi * c, vt,
-                     m.ctypes.data + 4 * xi * co, mt, part[xi * c * co:].ctypes.data, co, not first)
+                     mb.ctypes.data + 4 * xi * co, mt, part[xi * c * co:].ctypes.data, co, not first)
         first = False
         u0 = ue
 
 
 @par
-def fwd_(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, rows):
-    """y = act(conv3x3(x) + b), stride 1, padding 1, by F(2x2, 3x3): each thread walks its share of the
-    batch's tile rows (unit = image * th + tile row) ``rows`` at a time in bufs[t]; u is weights_'s."""
-    units = x3.shape[0] * ((x3.shape[1] + 1) // 2)
+def fwd_(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, rows, m):
+    """y = act(conv3x3(x) + b), stride 1, padding 1, by F(m x m, 3x3): each thread walks its share of
+    the batch's tile rows (unit = image * th + tile row) ``rows`` at a time in bufs[t]; u is
+    weights_'s (m = 2) or weights43_'s (m = 4)."""
+    units = x3.shape[0] * ((x3.shape[1] + m - 1) // m)
     threads = bufs.shape[0]
     for t in numba.prange(threads):
         _fwd_share(fptr, wide, x3, u, y3, y2, b, act, bufs[t], c, co, rows, cut(units, threads, t),
-                   cut(units, threads, t + 1))
+                   cut(units, threads, t + 1), m)
 
 
 @par
-def dw_(fptr, wide, x3, dy3, dw4, bufs, first, others, c, co, rows):
-    """dw = the weight gradient of conv3x3 (stride 1, padding 1) through F(2x2, 3x3): each thread adds
-    V[xi]^T (A dY A^T)[xi] over its share of the tiles into its own dU partial (16, c, co) in bufs[t]
-    (``first``: thread 0's as (1, 16 c co), ``others``: the rest as (threads - 1, 1, 16 c co)); the
+def dw_(fptr, wide, x3, dy3, dw4, bufs, first, others, c, co, rows, m):
+    """dw = the weight gradient of conv3x3 (stride 1, padding 1) through F(m x m, 3x3): each thread adds
+    V[xi]^T (A dY A^T)[xi] over its share of the tiles into its own dU partial (p, c, co) in bufs[t]
+    (``first``: thread 0's as (1, p c co), ``others``: the rest as (threads - 1, 1, p c co)); the
     partials are summed in thread order, as conv_tiled's dW partials, and dw = G^T dU G."""
-    units = x3.shape[0] * ((x3.shape[1] + 1) // 2)
+    units = x3.shape[0] * ((x3.shape[1] + m - 1) // m)
     threads = bufs.shape[0]
     for t in numba.prange(threads):
-        _dw_share(fptr, wide, x3, dy3, bufs[t], c, co, rows, cut(units, threads, t), cut(units, threads, t + 1))
+        _dw_share(fptr, wide, x3, dy3, bufs[t], c, co, rows, cut(units, threads, t), cut(units, threads, t + 1), m)
     add_parts_(others, first)
-    _dw_from_total(first[0], dw4, c, co)
+    if m == 2:
+        _dw_from_total(first[0], dw4, c, co)
+    else:
+        dw_from_total43(first[0], dw4, c, co)
 
 
 @jit
@@ -385,6 +429,7 @@ class Chunks(NamedTuple):
     threads: int
     rows: int
     per_thread: int
+    m: int = 2
 
 
 def enabled() -> bool:
@@ -393,7 +438,7 @@ def enabled() -> bool:
 
 
 def applies(k: int, s: int, pad: int, cin: int, cout: int, *arrays: np.ndarray) -> bool:
-    """Whether a convolution runs by F(2x2, 3x3) here: 3x3, stride 1, padding 1, products on the library's
+    """Whether a convolution runs by Winograd here: 3x3, stride 1, padding 1, products on the library's
     threads, every operand C-contiguous float32 (the first an NHWC map of the layer's size), and
     channels enough (min_channels)."""
     if not (enabled() and blas.THREADED and (k, s, pad) == (3, 1, 1) and arrays and arrays[0].ndim == 4):
@@ -411,28 +456,43 @@ def min_channels(h: int, w: int) -> int:
     return MIN_CHANNELS if 4 * tiles <= WASTE * h * w else 2 * MIN_CHANNELS
 
 
-def _need(rows: int, tw: int, c: int, co: int) -> int:
+def tile(h: int, w: int) -> int:
+    """The output tile, m of F(m x m, 3x3), for an h x w map: 4 from F4_MIN_SIZE up, else 2.
+    RNB_WINOGRAD=2 or 4 asks for that one wherever Winograd applies."""
+    forced = os.environ.get("RNB_WINOGRAD", "1")
+    if forced in ("2", "4"):
+        return int(forced)
+    return 4 if min(h, w) >= F4_MIN_SIZE else 2
+
+
+def _need(rows: int, tw: int, c: int, co: int, m: int) -> int:
     """Floats one thread's buffer needs for chunks of ``rows`` tile rows (_layout, without dU)."""
-    return part_at(rows * tw, c, co)
+    return part_at(rows * tw, c, co, m)
 
 
-def dw_need(rows: int, tw: int, c: int, co: int) -> int:
+def dw_need(rows: int, tw: int, c: int, co: int, m: int = 2) -> int:
     """Floats one thread's buffer needs in the weight-gradient pass: the forward's and its dU partial."""
-    return _need(rows, tw, c, co) + 16 * c * co
+    return _need(rows, tw, c, co, m) + (m + 2) ** 2 * c * co
 
 
-def plan(n: int, h: int, w: int, c: int, co: int, floats: int, weight_grad: bool = False) -> Chunks | None:
-    """Threads and chunk size for n images of h x w, c -> co channels, out of a scratch of ``floats``
-    float32 (U takes the first 16*c*co, except in the weight-gradient pass); None where not one tile
-    row per thread fits."""
-    th, tw = (h + 1) // 2, (w + 1) // 2
+def plan(n: int, h: int, w: int, c: int, co: int, floats: int, weight_grad: bool = False, m: int = 2) -> Chunks | None:
+    """Threads and chunk size for n images of h x w, c -> co channels, by F(m x m, 3x3), out of a scratch
+    of ``floats`` float32 (U takes the first (m + 2)^2 c co, except in the weight-gradient pass); None
+    where not one tile row per thread fits."""
+    th, tw, p = (h + m - 1) // m, (w + m - 1) // m, (m + 2) ** 2
     threads = max(1, min(numba.get_num_threads(), CONV_THREADS, n * th))
-    need = dw_need if weight_grad else _need
-    per_thread = (floats - (0 if weight_grad else 16 * c * co)) // threads
-    rows = min(max(1, CHUNK_BYTES // (4 * 16 * tw * (c + co))), n * th)
-    while rows > 0 and need(rows, tw, c, co) > per_thread:
+    per_thread = (floats - (0 if weight_grad else p * c * co)) // threads
+    rows = min(max(1, CHUNK_BYTES // (4 * p * tw * (c + co))), n * th)
+    while rows > 0 and (dw_need if weight_grad else _need)(rows, tw, c, co, m) > per_thread:
         rows -= 1
-    return Chunks(threads, rows, per_thread) if rows > 0 else None
+    return Chunks(threads, rows, per_thread, m) if rows > 0 else None
+
+
+def chosen(n: int, h: int, w: int, c: int, co: int, floats: int, weight_grad: bool) -> Chunks | None:
+    """plan() for tile()'s F(m x m, 3x3), F(2x2, 3x3) where F(4x4, 3x3)'s buffers do not fit."""
+    m = tile(h, w)
+    ch = plan(n, h, w, c, co, floats, weight_grad, m)
+    return plan(n, h, w, c, co, floats, weight_grad, 2) if ch is None and m == 4 else ch
 
 
 def _split(scratch: np.ndarray, head: int, ch: Chunks) -> tuple[np.ndarray, np.ndarray]:
@@ -448,22 +508,23 @@ def bind(x: np.ndarray, w: np.ndarray, y: np.ndarray, scratch: np.ndarray, b: np
     ``flip``: the input gradient, dx = conv3x3(dy, w turned and transposed): pass dy as x and dx as y."""
     n, h, wd, c = x.shape
     co = y.shape[3]
-    ch = plan(n, h, wd, c, co, scratch.size)
+    ch = chosen(n, h, wd, c, co, scratch.size, False)
     if ch is None:
         return None
     assert w.shape == ((c, 3, 3, co) if flip else (co, 3, 3, c)), (w.shape, c, co, flip)
-    head, bufs = _split(scratch, 16 * c * co, ch)
-    u = head.reshape(16, c, co)
+    m, p = ch.m, (ch.m + 2) ** 2
+    head, bufs = _split(scratch, p * c * co, ch)
+    u = head.reshape(p, c, co)
     x3, y3, y2 = x.reshape(n, h, wd * c), y.reshape(n, h, wd * co), y.reshape(n * h * wd, co)
     sg = blas.SGEMM
-    fptr, wide, f, transform = sg.address, sg.int_bits == 64, fwd_, weights_
-    bound = conv_native.bind_winograd_fwd(fptr, wide, w, flip, u, x, y, b, act, bufs, ch.rows)
+    fptr, wide, f, transform = sg.address, sg.int_bits == 64, fwd_, (weights_ if m == 2 else weights43_)
+    bound = conv_native.bind_winograd_fwd(fptr, wide, w, flip, u, x, y, b, act, bufs, ch.rows, m)
     if bound is not None:  # the same passes in C, on the pool's threads (a plan bound to C)
         return blas.on_own_cores(bound)
 
     def run() -> None:
         transform(w, u, flip)
-        f(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, ch.rows)
+        f(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, ch.rows, m)
     return blas.on_own_cores(run)
 
 
@@ -472,18 +533,19 @@ def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) 
     zero-argument kernel (None: the scratch is too small)."""
     n, h, wd, c = x.shape
     co = dy.shape[3]
-    ch = plan(n, h, wd, c, co, scratch.size, weight_grad=True)
+    ch = chosen(n, h, wd, c, co, scratch.size, True)
     if ch is None:
         return None
     assert dw.shape == (co, 3, 3, c), (dw.shape, c, co)
+    m = ch.m
     bufs = _split(scratch, 0, ch)[1]
-    at, size = part_at(ch.rows * ((wd + 1) // 2), c, co), 16 * c * co
+    at, size = part_at(ch.rows * ((wd + m - 1) // m), c, co, m), (m + 2) ** 2 * c * co
     first, others = bufs[:1, at:at + size], bufs[1:, None, at:at + size]  # the threads' dU partials
     x3, dy3 = x.reshape(n, h, wd * c), dy.reshape(n, h, wd * co)
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, dw_
-    bound = conv_native.bind_winograd_dw(fptr, wide, x, dy, dw, bufs, ch.rows)
-    return blas.on_own_cores(bound or (lambda: f(fptr, wide, x3, dy3, dw, bufs, first, others, c, co, ch.rows)))
+    bound = conv_native.bind_winograd_dw(fptr, wide, x, dy, dw, bufs, ch.rows, m)
+    return blas.on_own_cores(bound or (lambda: f(fptr, wide, x3, dy3, dw, bufs, first, others, c, co, ch.rows, m)))
 
 
 def tagged(kernel: Callable[[], None], passes: tuple[str, ...]) -> Callable[[], None]:

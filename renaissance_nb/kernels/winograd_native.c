@@ -1,4 +1,5 @@
-/* The convolutions' threaded passes that call sgemm, in C: Winograd F(2x2, 3x3) forward (and input gradient)
+/* The convolutions' threaded passes that call sgemm, in C: Winograd F(2x2, 3x3) and F(4x4, 3x3) (its
+ * transforms: winograd43_native.c) forward (and input gradient)
  * and weight gradient (winograd.fwd_, dw_), and the im2col convolutions by tiles of images (conv_tiled.
  * conv_fwd_tiles_, conv_bwd_tiles_). The twins of those numba kernels (kernels/conv_native.py binds them,
  * tests/test_conv_native.py compares their bytes): the same sgemm calls (the BLAS's address, the same
@@ -9,6 +10,13 @@
 #include "native.h"
 
 #define PAD 16 /* winograd.PAD */
+
+/* winograd43_native.c: F(4x4, 3x3)'s transforms */
+void rnb_w43_weights(const float *w4, i64 cout, i64 cin, float *u, int flip);
+void rnb_w43_in_tile(const float *p0, i64 rs, float *v, i64 c, float *tmp);
+void rnb_w43_out_tile(const float *m, float *y3, i64 n, i64 oh, i64 ow, i64 co, i64 ho, i64 wo, float *stage);
+void rnb_w43_dy_tile(const float *r0, i64 rs, float *dm, i64 co, float *tmp);
+void rnb_w43_dw_total(const float *d, float *dw4, i64 c, i64 co);
 
 void rnb_bias_act(float *y, i64 n, i64 m, i64 ldy, const float *b, i64 nb, i64 act, double slope, int threads);
 void rnb_im2col_images(const float *x3, i64 h, i64 w, i64 c, float *cols, i64 k, i64 s, i64 p, i64 ho, i64 wo,
@@ -150,17 +158,18 @@ static void in_tile(const float *p0, const float *p1, const float *p2, const flo
     in_row(p1, p3, -1.0f, v + 12 * c, c);
 }
 
-typedef struct { /* a Winograd pass's geometry: input h x w of c channels, output ho x wo of co */
+typedef struct { /* a Winograd pass's geometry: input h x w of c channels, output ho x wo of co, m x m tiles */
     const float *x3;
-    i64 h, w, c, co, ho, wo, th, tw;
+    i64 h, w, c, co, ho, wo, th, tw, m;
 } wgeom;
 
-/* winograd._stage: stage (4, 4c) = the 4x4 patch of image n at rows r0.., pixels c0.. (zeros outside) */
+/* winograd._stage: stage (t, tc) = the t x t patch (t = m + 2) of image n at rows r0.., pixels c0.. (zeros
+ * outside) */
 static void stage_patch(const wgeom *g, i64 n, i64 r0, i64 c0, float *stage) {
-    i64 c = g->c;
-    for (i64 a = 0; a < 4; a++)
-        for (i64 b = 0; b < 4; b++) {
-            float *seg = stage + a * 4 * c + b * c;
+    i64 c = g->c, t = g->m + 2;
+    for (i64 a = 0; a < t; a++)
+        for (i64 b = 0; b < t; b++) {
+            float *seg = stage + a * t * c + b * c;
             i64 r = r0 + a, col = c0 + b;
             if (r < 0 || r >= g->h || col < 0 || col >= g->w) memset(seg, 0, (size_t)c * sizeof(float));
             else memcpy(seg, g->x3 + ((n * g->h + r) * g->w + col) * c, (size_t)c * sizeof(float));
@@ -169,19 +178,19 @@ static void stage_patch(const wgeom *g, i64 n, i64 r0, i64 c0, float *stage) {
 
 /* winograd._inputs: V of the tiles of tile rows u0..u1, one row of v (stride vt) per tile; returns how many */
 static i64 inputs(const wgeom *g, float *v, i64 vt, float *stage, i64 u0, i64 u1) {
-    i64 q = 0, c = g->c, rw = g->w * c;
+    i64 q = 0, c = g->c, rw = g->w * c, m = g->m, t = m + 2;
+    float *tmp = stage + t * t * c;
     for (i64 un = u0; un < u1; un++) {
-        i64 n = un / g->th, r0 = 2 * (un % g->th) - 1;
-        int inner = r0 >= 0 && r0 + 4 <= g->h;
+        i64 n = un / g->th, r0 = m * (un % g->th) - 1;
+        int inner = r0 >= 0 && r0 + t <= g->h;
         for (i64 tj = 0; tj < g->tw; tj++, q++) {
-            i64 c0 = 2 * tj - 1;
-            if (inner && c0 >= 0 && c0 + 4 <= g->w) {
-                const float *p0 = g->x3 + (n * g->h + r0) * rw + c0 * c;
-                in_tile(p0, p0 + rw, p0 + 2 * rw, p0 + 3 * rw, v + q * vt, c);
-            } else {
-                stage_patch(g, n, r0, c0, stage);
-                in_tile(stage, stage + 4 * c, stage + 8 * c, stage + 12 * c, v + q * vt, c);
-            }
+            i64 c0 = m * tj - 1;
+            int staged = !(inner && c0 >= 0 && c0 + t <= g->w);
+            const float *p0 = staged ? stage : g->x3 + (n * g->h + r0) * rw + c0 * c;
+            i64 rs = staged ? t * c : rw;
+            if (staged) stage_patch(g, n, r0, c0, stage);
+            if (m == 2) in_tile(p0, p0 + rs, p0 + 2 * rs, p0 + 3 * rs, v + q * vt, c);
+            else rnb_w43_in_tile(p0, rs, v + q * vt, c, tmp);
         }
     }
     return q;
@@ -216,26 +225,33 @@ static void out_tile(const float *m, float *y3, i64 n, i64 oh, i64 ow, i64 co, i
                 memcpy(y3 + ((n * ho + oh + a) * wo + ow + b) * co, stage + (2 * a + b) * co, (size_t)co * sizeof(float));
 }
 
-static i64 part_at(i64 cap, i64 c, i64 co) { return cap * (16 * (c + co) + 2 * PAD) + 16 * (c + co); }
+/* winograd.part_at: where a thread's dU partial starts in its buffer */
+static i64 part_at(i64 cap, i64 c, i64 co, i64 m) {
+    i64 p = (m + 2) * (m + 2);
+    return cap * (p * (c + co) + 2 * PAD) + (m == 2 ? 16 * (c + co) : 72 * c + 40 * co);
+}
 
 /* winograd._fwd_share: tile rows u0..u1, `rows` at a time, in one thread's buffer */
 static void fwd_share(void *f, int wide, const wgeom *g, const float *u, float *y3, const float *b, i64 nb, i64 act,
                       float *buf, i64 rows, i64 u0, i64 u1) {
-    i64 c = g->c, co = g->co, cap = rows * g->tw, vt = 16 * c + PAD, mt = 16 * co + PAD;
+    i64 c = g->c, co = g->co, cap = rows * g->tw, tm = g->m, p = (tm + 2) * (tm + 2), vt = p * c + PAD, mt = p * co + PAD;
     float *v = buf, *m = buf + cap * vt, *stage = buf + cap * (vt + mt);
     while (u0 < u1) {
         i64 ue = min64(u1, u0 + rows);
         i64 q = inputs(g, v, vt, stage, u0, ue);
-        for (i64 xi = 0; xi < 16; xi++)
+        for (i64 xi = 0; xi < p; xi++)
             sgemm_at(f, wide, NO_TRANS, NO_TRANS, q, co, c, v + xi * c, vt, u + xi * c * co, co, m + xi * co, mt, 0);
         q = 0;
         for (i64 un = u0; un < ue; un++) {
-            i64 n = un / g->th, oh = 2 * (un % g->th);
-            for (i64 tj = 0; tj < g->tw; tj++, q++) out_tile(m + q * mt, y3, n, oh, 2 * tj, co, g->ho, g->wo, stage);
+            i64 n = un / g->th, oh = tm * (un % g->th);
+            for (i64 tj = 0; tj < g->tw; tj++, q++) {
+                if (tm == 2) out_tile(m + q * mt, y3, n, oh, 2 * tj, co, g->ho, g->wo, stage);
+                else rnb_w43_out_tile(m + q * mt, y3, n, oh, 4 * tj, co, g->ho, g->wo, stage);
+            }
         }
         if (act != 0 || nb > 0) { /* the chunk's output rows are one run of y's rows */
-            i64 first = (u0 / g->th * g->ho + 2 * (u0 % g->th)) * g->wo;
-            i64 last = ((ue - 1) / g->th * g->ho + min64(g->ho, 2 * ((ue - 1) % g->th) + 2)) * g->wo;
+            i64 first = (u0 / g->th * g->ho + tm * (u0 % g->th)) * g->wo;
+            i64 last = ((ue - 1) / g->th * g->ho + min64(g->ho, tm * ((ue - 1) % g->th) + tm)) * g->wo;
             rnb_bias_act(y3 + first * co, last - first, co, co, b, nb, act, 0.0, 1);
         }
         u0 = ue;
@@ -261,10 +277,11 @@ static void fwd_block(void *v, i64 t) {
  * buffers of per_thread floats; u (16, c, co) is written from w4 first (flip: the input gradient) */
 void rnb_winograd_fwd(void *f, int wide, const float *w4, int flip, float *u, const float *x3, i64 n, i64 h, i64 w,
                       i64 c, float *y3, i64 co, const float *b, i64 nb, i64 act, float *bufs, i64 threads,
-                      i64 per_thread, i64 rows) {
-    if (flip) rnb_winograd_weights(w4, c, co, u, 1);
-    else rnb_winograd_weights(w4, co, c, u, 0);
-    wgeom g = {x3, h, w, c, co, h, w, (h + 1) / 2, (w + 1) / 2};
+                      i64 per_thread, i64 rows, i64 m) {
+    void (*weights)(const float *, i64, i64, float *, int) = m == 2 ? rnb_winograd_weights : rnb_w43_weights;
+    if (flip) weights(w4, c, co, u, 1);
+    else weights(w4, co, c, u, 0);
+    wgeom g = {x3, h, w, c, co, h, w, (h + m - 1) / m, (w + m - 1) / m, m};
     wpass a = {.f = f, .wide = wide, .g = &g, .u = u, .b = b, .y3 = y3, .bufs = bufs, .nb = nb, .act = act,
                .rows = rows, .units = n * g.th, .threads = threads, .per_thread = per_thread};
     rnb_parallel((int)threads, threads, fwd_block, &a);
@@ -298,32 +315,44 @@ static void dy_tile(const float *restrict r0, const float *restrict r1, float *r
     }
 }
 
-/* winograd._dw_share: V^T (A dY A^T) over tile rows u0..u1 added into this thread's dU partial */
-static void dw_share(void *f, int wide, const wgeom *g, const float *dy3, float *buf, i64 rows, i64 u0, i64 u1) {
-    i64 c = g->c, co = g->co, cap = rows * g->tw, vt = 16 * c + PAD, mt = 16 * co + PAD;
-    float *v = buf, *m = buf + cap * vt, *stage = buf + cap * (vt + mt), *part = buf + part_at(cap, c, co);
-    if (u0 >= u1) memset(part, 0, (size_t)(16 * c * co) * sizeof(float));
-    int first = 1;
-    while (u0 < u1) {
-        i64 ue = min64(u1, u0 + rows), q = 0;
-        inputs(g, v, vt, stage, u0, ue);
-        for (i64 un = u0; un < ue; un++) {
-            i64 n = un / g->th, oh = 2 * (un % g->th);
-            for (i64 tj = 0; tj < g->tw; tj++, q++) {
-                i64 ow = 2 * tj;
-                const float *row = dy3 + ((n * g->ho + oh) * g->wo + ow) * co;
-                if (oh + 1 < g->ho && ow + 1 < g->wo) { dy_tile(row, row + g->wo * co, m + q * mt, co); continue; }
-                for (i64 a = 0; a < 2; a++) /* winograd._stage_dy */
-                    for (i64 b = 0; b < 2; b++) {
-                        float *seg = stage + a * 2 * co + b * co;
+/* winograd._dy_tiles: A dY A^T of the output-gradient tiles of tile rows u0..ue, one row of dm (stride mt) each */
+static i64 dy_tiles(const wgeom *g, const float *dy3, float *dm, i64 mt, float *stage, i64 u0, i64 ue) {
+    i64 co = g->co, m = g->m, q = 0;
+    float *tmp = stage + m * m * co;
+    for (i64 un = u0; un < ue; un++) {
+        i64 n = un / g->th, oh = m * (un % g->th);
+        for (i64 tj = 0; tj < g->tw; tj++, q++) {
+            i64 ow = m * tj, rs = g->wo * co;
+            const float *row = dy3 + ((n * g->ho + oh) * g->wo + ow) * co;
+            if (!(oh + m - 1 < g->ho && ow + m - 1 < g->wo)) {
+                for (i64 a = 0; a < m; a++) /* winograd._stage_dy */
+                    for (i64 b = 0; b < m; b++) {
+                        float *seg = stage + a * m * co + b * co;
                         if (oh + a < g->ho && ow + b < g->wo)
                             memcpy(seg, dy3 + ((n * g->ho + oh + a) * g->wo + ow + b) * co, (size_t)co * sizeof(float));
                         else memset(seg, 0, (size_t)co * sizeof(float));
                     }
-                dy_tile(stage, stage + 2 * co, m + q * mt, co);
+                row = stage;
+                rs = m * co;
             }
+            if (m == 2) dy_tile(row, row + rs, dm + q * mt, co);
+            else rnb_w43_dy_tile(row, rs, dm + q * mt, co, tmp);
         }
-        for (i64 xi = 0; xi < 16; xi++)
+    }
+    return q;
+}
+
+/* winograd._dw_share: V^T (A dY A^T) over tile rows u0..u1 added into this thread's dU partial */
+static void dw_share(void *f, int wide, const wgeom *g, const float *dy3, float *buf, i64 rows, i64 u0, i64 u1) {
+    i64 c = g->c, co = g->co, cap = rows * g->tw, p = (g->m + 2) * (g->m + 2), vt = p * c + PAD, mt = p * co + PAD;
+    float *v = buf, *m = buf + cap * vt, *stage = buf + cap * (vt + mt), *part = buf + part_at(cap, c, co, g->m);
+    if (u0 >= u1) memset(part, 0, (size_t)(p * c * co) * sizeof(float));
+    int first = 1;
+    while (u0 < u1) {
+        i64 ue = min64(u1, u0 + rows);
+        inputs(g, v, vt, stage, u0, ue); /* the stage is free again before the dy tiles use it */
+        i64 q = dy_tiles(g, dy3, m, mt, stage, u0, ue);
+        for (i64 xi = 0; xi < p; xi++)
             sgemm_at(f, wide, TRANS, NO_TRANS, c, co, q, v + xi * c, vt, m + xi * co, mt, part + xi * c * co, co, !first);
         first = 0;
         u0 = ue;
@@ -345,9 +374,9 @@ static void dw_block(void *v, i64 t) {
 
 /* winograd.dw_: dw4 (co, 3, 3, c) = G^T dU G, dU the threads' partials (at part_at in each buffer) summed in order */
 void rnb_winograd_dw(void *f, int wide, const float *x3, i64 n, i64 h, i64 w, i64 c, const float *dy3, i64 co,
-                     float *dw4, float *bufs, i64 threads, i64 per_thread, i64 rows) {
-    wgeom g = {x3, h, w, c, co, h, w, (h + 1) / 2, (w + 1) / 2};
-    i64 at = part_at(rows * g.tw, c, co), size = 16 * c * co;
+                     float *dw4, float *bufs, i64 threads, i64 per_thread, i64 rows, i64 m) {
+    wgeom g = {x3, h, w, c, co, h, w, (h + m - 1) / m, (w + m - 1) / m, m};
+    i64 at = part_at(rows * g.tw, c, co, m), size = (m + 2) * (m + 2) * c * co;
     wpass a = {.f = f, .wide = wide, .g = &g, .dy3 = dy3, .bufs = bufs, .rows = rows, .units = n * g.th,
                .threads = threads, .per_thread = per_thread};
     rnb_parallel((int)threads, threads, dw_block, &a);
@@ -356,6 +385,10 @@ void rnb_winograd_dw(void *f, int wide, const float *x3, i64 n, i64 h, i64 w, i6
         float acc = d[j];
         for (i64 t = 1; t < threads; t++) acc += bufs[t * per_thread + at + j];
         d[j] = acc;
+    }
+    if (m == 4) {
+        rnb_w43_dw_total(d, dw4, c, co);
+        return;
     }
     for (i64 ci = 0; ci < c; ci++)
         for (i64 o = 0; o < co; o++) {
