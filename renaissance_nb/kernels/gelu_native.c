@@ -38,6 +38,7 @@ static inline double normal_cdf(double z, double *density) {
     double x = fabs(z) * INV_SQRT2;
     double t = 1.0 / (1.0 + ERFC_T_SCALE * (x < ERFC_X_MAX ? x : ERFC_X_MAX));
     double q = ERFC_Q[ERFC_DEGREE];
+    #pragma GCC unroll 16 /* unrolled at -O2 too: the pass's loop then vectorises */
     for (int i = ERFC_DEGREE - 1; i >= 0; i--) q = q * t + ERFC_Q[i];
     double e = neg_exp(-(x * x));
     double half_erfc = 0.5 * ((t * q) * e);
