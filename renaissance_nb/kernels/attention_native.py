@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
 from typing import Any
 
 import numpy as np
@@ -31,19 +30,15 @@ F32 = np.dtype(np.float32)
 
 
 @functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def numpy_blas() -> np.ndarray | None:
-    """[cblas_sgemm, cblas_sgemv, cblas_sdot, 1 if 64-bit integers] of NumPy's OpenBLAS (int64 addresses, the
-    array the C kernels read), or None where threadpoolctl finds no OpenBLAS with the three."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
+    """[cblas_sgemm, cblas_sgemv, cblas_sdot, 1 if 64-bit integers] of NumPy's OpenBLAS (blas.numpy_openblas: the
+    library the products pin too), as int64 addresses (the array the C kernels read); None where there is no
+    OpenBLAS with the three."""
+    path = blas.numpy_openblas()
+    if path is None:
         return None
-    np.ones((2, 2), np.float32) @ np.ones((2, 2), np.float32)  # NumPy's BLAS loaded
-    libs = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
-    own = [i for i in libs if os.path.basename(os.path.dirname(i["filepath"])).startswith("numpy")]  # numpy.libs/
-    if not libs:
-        return None
-    lib = ctypes.CDLL((own or libs)[0]["filepath"])  # a wheel's own, else the first loaded (as blas.py takes it)
+    lib = ctypes.CDLL(path)
     for prefix in ("scipy_", ""):
         for suffix in ("64_", ""):
             names = [f"{prefix}cblas_{f}{suffix}" for f in ("sgemm", "sgemv", "sdot")]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import glob
 import os
 import sys
@@ -73,16 +74,15 @@ class _OpenBLAS:
             self.why_not = "numba has one thread (NUMBA_NUM_THREADS)"
             return
         try:
-            from threadpoolctl import threadpool_info
+            import threadpoolctl  # noqa: F401 - whether it is installed (numpy_openblas asks it)
         except ImportError:
             self.why_not = "threadpoolctl is not installed"
             return
-        np.ones((2, 2), np.float32) @ np.ones((2, 2), np.float32)  # make sure NumPy's BLAS is loaded
-        libs = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
-        if not libs:
+        path = numpy_openblas()
+        if path is None:
             self.why_not = "NumPy's BLAS is not OpenBLAS"
             return
-        lib = ctypes.CDLL(libs[0]["filepath"])
+        lib = ctypes.CDLL(path)
         for prefix in ("scipy_", ""):
             for suffix in ("64_", ""):
                 if hasattr(lib, f"{prefix}cblas_sgemm{suffix}"):
@@ -98,7 +98,22 @@ class _OpenBLAS:
                     self.int_bits = 64 if suffix == "64_" else 32
                     self.get_threads, self.set_threads = get_n, set_n
                     return
-        self.why_not = f"no cblas_sgemm symbol in {libs[0]['filepath']}"
+        self.why_not = f"no cblas_sgemm symbol in {path}"
+
+
+@functools.lru_cache(maxsize=1)
+def numpy_openblas() -> str | None:
+    """The file of the OpenBLAS NumPy's matmul calls: a wheel's own (under numpy.libs/), else the first OpenBLAS
+    loaded; None without threadpoolctl or an OpenBLAS. One answer for every caller (the products' sgemm here,
+    the attention kernels' sgemm/sgemv/sdot in attention_native.py), so all pin and call the same library."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    np.ones((2, 2), np.float32) @ np.ones((2, 2), np.float32)  # make sure NumPy's BLAS is loaded
+    libs = [i["filepath"] for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    own = [f for f in libs if os.path.basename(os.path.dirname(f)).startswith("numpy")]
+    return (own or libs or [None])[0]
 
 
 class Sgemm(NamedTuple):
