@@ -146,7 +146,7 @@ def test_a_residual_block_trained_by_winograd_matches_im2col(tmp_path) -> None:
 
 def test_the_compile_notes_name_the_winograd_layers(monkeypatch) -> None:
     """conv1 (3 channels in) and the stride-2 conv4/conv5 stay im2col; the 3x3 stride-1 convs of 16 and 32
-    channels are listed, forward and backward bound by F(2x2, 3x3)."""
+    channels are listed, forward and backward bound by F(4x4, 3x3) on the 8x8 maps and F(2x2, 3x3) on 4x4."""
     import renaissance_nb as rnb
     from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap, seq
     x = np.random.default_rng(0).standard_normal((64, 3, 8, 8), dtype=np.float32)
@@ -159,9 +159,10 @@ def test_the_compile_notes_name_the_winograd_layers(monkeypatch) -> None:
         return t
     t = compiled()
     note = next(n for n in t.runner.notes if n.startswith("convolutions by Winograd"))
-    assert "(3x3, stride 1): conv2, conv3, conv6;" in note
+    assert "(3x3, stride 1): conv2, conv3 by F(4x4, 3x3); conv6 by F(2x2, 3x3);" in note, note  # 8x8 maps, then 4x4
     every = ("forward", "weight gradient", "input gradient")
     assert t.executor.winograd_layers() == {"conv2": every, "conv3": every, "conv6": every}
+    assert t.executor.winograd_tiles() == {"conv2": (4,), "conv3": (4,), "conv6": (2,)}
     monkeypatch.setenv("RNB_WINOGRAD", "0")
     t = compiled()
     assert not any("Winograd" in n for n in t.runner.notes) and t.executor.winograd_layers() == {}

@@ -152,7 +152,7 @@ def conv_fwd(outs, ins, p, env):
     cols, tile = conv_columns("conv_fwd", "cols", outs[1], n, ho * wo, k * k * cin)
     fast = winograd.bind(x, w, y, cols, b, act) if winograd.applies(k, s, pad, cin, cout, x, w, y, b, cols) else None
     if fast is not None:
-        return winograd.tagged(fast, ("forward",))
+        return winograd.tagged(fast, ("forward",), fast)
     if conv_tiled.applies(x, w, cols, k, s, pad) and y.flags.c_contiguous and b.flags.c_contiguous:
         return conv_tiled.bind_fwd(x, w, y, cols, b, act, k, s, pad, ho, wo)
     steps = []
@@ -189,7 +189,7 @@ def conv_bwd(outs, ins, p, env):
     if conv_tiled.applies(x, w, cols, k, s, pad) and all(a is None or a.flags.c_contiguous for a in (dy2, o.dx, dcols)):
         grads, passes = _tiled_grads(o, ins[0], x, w, scratch, env)
         run_tiled = program.chain(pre, *grads)
-        return winograd.tagged(run_tiled, passes) if passes else run_tiled
+        return winograd.tagged(run_tiled, passes, *(g for g in grads if hasattr(g, "tile"))) if passes else run_tiled
     return program.chain(pre, *_conv_grads(o, x, remakes_columns(o, cin), scratch, env))
 
 

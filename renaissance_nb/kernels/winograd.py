@@ -520,12 +520,12 @@ def bind(x: np.ndarray, w: np.ndarray, y: np.ndarray, scratch: np.ndarray, b: np
     fptr, wide, f, transform = sg.address, sg.int_bits == 64, fwd_, (weights_ if m == 2 else weights43_)
     bound = conv_native.bind_winograd_fwd(fptr, wide, w, flip, u, x, y, b, act, bufs, ch.rows, m)
     if bound is not None:  # the same passes in C, on the pool's threads (a plan bound to C)
-        return blas.on_own_cores(bound)
+        return _with_tile(blas.on_own_cores(bound), m)
 
     def run() -> None:
         transform(w, u, flip)
         f(fptr, wide, x3, u, y3, y2, b, act, bufs, c, co, ch.rows, m)
-    return blas.on_own_cores(run)
+    return _with_tile(blas.on_own_cores(run), m)
 
 
 def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) -> Callable[[], None] | None:
@@ -545,13 +545,26 @@ def bind_dw(x: np.ndarray, dy: np.ndarray, dw: np.ndarray, scratch: np.ndarray) 
     sg = blas.SGEMM
     fptr, wide, f = sg.address, sg.int_bits == 64, dw_
     bound = conv_native.bind_winograd_dw(fptr, wide, x, dy, dw, bufs, ch.rows, m)
-    return blas.on_own_cores(bound or (lambda: f(fptr, wide, x3, dy3, dw, bufs, first, others, c, co, ch.rows, m)))
+    return _with_tile(blas.on_own_cores(bound or (lambda: f(fptr, wide, x3, dy3, dw, bufs, first, others, c, co,
+                                                             ch.rows, m))), m)
 
 
-def tagged(kernel: Callable[[], None], passes: tuple[str, ...]) -> Callable[[], None]:
+def _with_tile(kernel: Callable[[], None], m: int) -> Callable[[], None]:
+    """``kernel`` with ``tile`` = m, the F(m x m, 3x3) it runs by (tagged collects it)."""
+    kernel.tile = m  # type: ignore[attr-defined]
+    return kernel
+
+
+def tile_name(m: int) -> str:
+    return f"F({m}x{m}, 3x3)"
+
+
+def tagged(kernel: Callable[[], None], passes: tuple[str, ...], *bound: Callable[[], None]) -> Callable[[], None]:
     """``kernel`` marked as running ``passes`` of its conv ("forward", "weight gradient", "input
-    gradient") by F(2x2, 3x3): its ``winograd`` attribute, which layers_using reads."""
+    gradient") by Winograd, with the tiles of the Winograd kernels ``bound`` it calls: its ``winograd``
+    and ``winograd_tiles`` attributes, which layers_using and tiles_of read."""
     kernel.winograd = passes  # type: ignore[attr-defined]
+    kernel.winograd_tiles = tuple(sorted({k.tile for k in bound}))  # type: ignore[attr-defined]
     return kernel
 
 
@@ -565,15 +578,28 @@ def layers_using(nodes_and_kernels: Iterable[tuple[Any, Callable[[], None]]]) ->
     return out
 
 
+def tiles_of(nodes_and_kernels: Iterable[tuple[Any, Callable[[], None]]]) -> dict[str, tuple[int, ...]]:
+    """layer -> the tiles m of the F(m x m, 3x3) its Winograd passes run by, over (node, kernel) pairs."""
+    out: dict[str, set[int]] = {}
+    for n, k in nodes_and_kernels:
+        if getattr(k, "winograd", ()):
+            out.setdefault(n.layer, set()).update(getattr(k, "winograd_tiles", ()))
+    return {layer: tuple(sorted(ms)) for layer, ms in out.items()}
+
+
 def describe(nodes_and_kernels: Iterable[tuple[Any, Callable[[], None]]]) -> str:
-    """The compile note's list: "conv2, conv3" where every pass a layer has runs by F(2x2, 3x3), else
-    the passes that do: "conv6 (forward, input gradient)"; "" where none."""
+    """The compile note's list, by tile: "conv2, conv3 by F(4x4, 3x3); conv6 by F(2x2, 3x3)", a layer named alone
+    where every pass it has runs by Winograd, else with the passes that do: "conv6 (forward, input gradient)";
+    "" where none."""
     pairs = list(nodes_and_kernels)
     every: dict[str, set[str]] = {}
     for n, _ in pairs:
         every.setdefault(n.layer, set()).update(_passes_of(n))
-    return ", ".join(name if set(p) >= every[name] else f"{name} ({', '.join(p)})"
-                     for name, p in layers_using(pairs).items())
+    tiles, groups = tiles_of(pairs), {}  # type: ignore[var-annotated]
+    for name, p in layers_using(pairs).items():
+        label = name if set(p) >= every[name] else f"{name} ({', '.join(p)})"
+        groups.setdefault(" and ".join(tile_name(m) for m in tiles[name]), []).append(label)
+    return "; ".join(f"{', '.join(labels)} by {tile}" for tile, labels in groups.items())
 
 
 def _passes_of(node: Any) -> tuple[str, ...]:

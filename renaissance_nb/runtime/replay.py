@@ -206,10 +206,16 @@ class Executor(StepPrograms):
                 self.outside_arena += [(name, b) for b in benv.outside_arena if id(b) not in listed]
 
     def winograd_layers(self) -> dict[str, tuple[str, ...]]:
-        """The conv layers with passes that run by Winograd F(2x2, 3x3) (kernels/winograd.py), in order:
+        """The conv layers with passes that run by Winograd (kernels/winograd.py), in order:
         layer -> those passes ("forward", "weight gradient", "input gradient")."""
         from ..kernels.winograd import layers_using
         return layers_using((n, k) for g in self.bound for n, k in zip(g.nodes, g.kernels))
+
+    def winograd_tiles(self) -> dict[str, tuple[int, ...]]:
+        """The same layers -> the tiles m of the F(m x m, 3x3) they run by (kernels/winograd.py: 4 on maps from
+        7x7 where its buffers fit, else 2)."""
+        from ..kernels.winograd import tiles_of
+        return tiles_of((n, k) for g in self.bound for n, k in zip(g.nodes, g.kernels))
 
     def winograd_note(self) -> str:
         """winograd_layers as the compile note lists them ("" where none): kernels/winograd.describe."""

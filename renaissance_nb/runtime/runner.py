@@ -106,7 +106,7 @@ class Runner:
             self.notes.append(f"mixed precision kernels: {lowp.path()}.")
         wino = self.executor.winograd_note()
         if wino:
-            self.notes.append(f"convolutions by Winograd F(2x2, 3x3) (3x3, stride 1): {wino}; every "
+            self.notes.append(f"convolutions by Winograd (3x3, stride 1): {wino}; every "
                               "other pass by im2col and GEMM. Both use the layer's cols scratch; RNB_WINOGRAD=0 "
                               "keeps im2col.")
         return self.executor, "cpu"
