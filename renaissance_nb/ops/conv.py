@@ -2,7 +2,7 @@
 
 Feature maps are channels-last (N, H, W, C) in the arena (kernels/conv.py says why); the weight is
 stored (out, k, k, in) and leaves as PyTorch's (out, in, k, k) through the state dict. The CPU runs
-it by im2col tiles or, for 3x3 stride-1 ones, Winograd F(2x2, 3x3) in the same scratch.
+it by im2col tiles or, for 3x3 stride-1 ones, Winograd F(4x4, 3x3) or F(2x2, 3x3) in the same scratch.
 
 A grouped conv (``groups`` > 1: depthwise when groups == in == out) is another op with kernels of its
 own (ops/grouped_conv.py): the builder is this one, and ``plans_into`` sends such a layer to that op
