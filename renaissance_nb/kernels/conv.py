@@ -196,8 +196,8 @@ def conv_bwd(outs, ins, p, env):
 def _tiled_grads(o: ConvBwd, dy: np.ndarray, x: np.ndarray, w: np.ndarray, scratch: dict[str, np.ndarray],
                  env: BindEnv) -> tuple[list[Kernel], tuple[str, ...]]:
     """A conv backward's dW and dx passes on the CPU's threads, and which of them run by Winograd
-    (F(4x4, 3x3) or F(2x2, 3x3)): dx by Winograd where it applies and fits, else dx and dW together by im2col tiles;
-    with dx by Winograd (or no dx), dW by Winograd where its partials fit too, else by tiles. The
+    (F(4x4, 3x3) or F(2x2, 3x3)): dx by Winograd where it applies and fits, else dx and dW together by
+    im2col tiles; with dx by Winograd (or no dx), dW by Winograd where its partials fit too, else by tiles. The
     passes run one after the other, each in the whole backward scratch."""
     n, h, wd, cin, cout, ho, wo = o.geometry
     k, s, pad, cols, dcols = o.k, o.s, o.pad, o.cols, o.dcols
