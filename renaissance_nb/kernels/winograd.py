@@ -46,7 +46,7 @@ from .blas import NO_TRANS, TRANS, sgemm_at
 from .conv_tiled import add_parts_
 from .fused import bias_act_, cut, jit, par
 from .operands import CONV_THREADS
-from .winograd43 import dw_from_total43, dy_tile4, in_tile6, out_tile4, weights43_
+from .winograd43 import copy_clipped, dw_from_total43, dy_tile4, in_tile6, out_tile4, weights43_
 
 PAD = 16
 """Floats each tile's row of V and M has beyond its 16 planes (see the module's doc)."""
@@ -174,13 +174,7 @@ def _out_tile(m, y3, n, oh, ow, co, ho, wo, stage):
         return
     _out_row(m, 0, 1, 2, one, stage[0:2 * co], co)
     _out_row(m, 1, 2, 3, -one, stage[2 * co:4 * co], co)
-    for a in range(2):
-        for b in range(2):
-            if oh + a < ho and ow + b < wo:
-                dst = y3[n, oh + a, (ow + b) * co:(ow + b + 1) * co]
-                src = stage[(2 * a + b) * co:(2 * a + b + 1) * co]
-                for k in range(co):
-                    dst[k] = src[k]
+    copy_clipped(stage, y3, n, oh, ow, ho, wo, co, 2)
 
 
 @jit

@@ -123,13 +123,19 @@ def out_tile4(m, y3, n, oh, ow, co, ho, wo, stage):
     for i in range(4):
         dst = y3[n, oh + i, ow * co:(ow + 4) * co] if full else clip[i * 4 * co:(i + 1) * 4 * co]
         _at_rows(tmp[i * 6 * co:(i + 1) * 6 * co], dst, co)
-    if full:
-        return
-    for a in range(4):
-        for b in range(4):
+    if not full:
+        copy_clipped(clip, y3, n, oh, ow, ho, wo, co, 4)
+
+
+@jit
+def copy_clipped(tile, y3, n, oh, ow, ho, wo, co, m):
+    """The part inside the ho x wo map of an m x m output tile at (oh, ow) (``tile``: its m rows of m pixels of co
+    channels) into y3: a tile at the bottom or right edge (both Winograd tiles' last step)."""
+    for a in range(m):
+        for b in range(m):
             if oh + a < ho and ow + b < wo:
                 dst = y3[n, oh + a, (ow + b) * co:(ow + b + 1) * co]
-                src = clip[(4 * a + b) * co:(4 * a + b + 1) * co]
+                src = tile[(m * a + b) * co:(m * a + b + 1) * co]
                 for k in range(co):
                     dst[k] = src[k]
 

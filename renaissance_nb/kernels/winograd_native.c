@@ -126,9 +126,7 @@ void rnb_winograd_weights(const float *w4, i64 cout, i64 cin, float *u, int flip
     for (i64 co = 0; co < cout; co++)
         for (i64 ci = 0; ci < cin; ci++) {
             double g[3][3];
-            for (int a = 0; a < 3; a++)
-                for (int b = 0; b < 3; b++)
-                    g[a][b] = flip ? w4[((co * 3 + 2 - a) * 3 + 2 - b) * cin + ci] : w4[((co * 3 + a) * 3 + b) * cin + ci];
+            winograd_filter(w4, co, ci, cin, flip, g);
             i64 at = flip ? co * cin + ci : ci * cout + co;
             g_row(u, 0, plane, at, g[0][0], g[0][1], g[0][2]);
             g_row(u, 4, plane, at, (g[0][0] + g[1][0] + g[2][0]) * 0.5, (g[0][1] + g[1][1] + g[2][1]) * 0.5,
