@@ -26,11 +26,46 @@ typedef struct {
 /* ln_fwd_rows_: rows lo..hi of y = (x - mean) / sqrt(var + eps) * w + b; mean and 1/std saved (float32).
  * The struct's fields are read into locals once: a store through y could otherwise be the struct's, and the
  * compiler would reload them every element (and not vectorise the last loop) */
+#define LN_GROUP 8 /* rows whose float64 sums run side by side: eight independent chains, each in its row's order */
+
+/* ln_fwd_rows_ for rows r0.. r0 + LN_GROUP: each row's sums over k in index order, as one row alone gives them,
+ * the LN_GROUP chains interleaved (one dependent add after another was the pass's whole cost) */
+static void ln_fwd_group(const ln_pass *a, i64 r0) {
+    i64 d = a->d;
+    const float *x = a->x + r0 * d;
+    double s[LN_GROUP] = {0}, v[LN_GROUP] = {0}, m[LN_GROUP], inv[LN_GROUP];
+    for (i64 k = 0; k < d; k++) {
+        #pragma GCC unroll 8
+        for (int j = 0; j < LN_GROUP; j++) s[j] += (double)x[j * d + k];
+    }
+    for (int j = 0; j < LN_GROUP; j++) m[j] = s[j] / (double)d;
+    for (i64 k = 0; k < d; k++) {
+        #pragma GCC unroll 8
+        for (int j = 0; j < LN_GROUP; j++) {
+            double z = (double)x[j * d + k] - m[j];
+            v[j] += z * z;
+        }
+    }
+    for (int j = 0; j < LN_GROUP; j++) {
+        inv[j] = 1.0 / sqrt(v[j] / (double)d + a->eps);
+        a->mean[r0 + j] = (float)m[j];
+        a->rstd[r0 + j] = (float)inv[j];
+    }
+    const float *w = a->w, *b = a->b;
+    for (int j = 0; j < LN_GROUP; j++) {
+        const float *xr = x + j * d;
+        float *yr = a->y + (r0 + j) * d;
+        double mj = m[j], ij = inv[j];
+        for (i64 k = 0; k < d; k++) yr[k] = (float)(((double)xr[k] - mj) * ij * (double)w[k] + (double)b[k]);
+    }
+}
+
 static void ln_fwd_rows(const ln_pass *a, i64 lo, i64 hi) {
     i64 d = a->d;
     const float *x = a->x, *w = a->w, *b = a->b;
     float *y = a->y, *mean = a->mean, *rstd = a->rstd;
     double eps = a->eps;
+    for (; lo + LN_GROUP <= hi; lo += LN_GROUP) ln_fwd_group(a, lo);
     for (i64 r = lo; r < hi; r++) {
         const float *xr = x + r * d;
         float *yr = y + r * d;
@@ -63,6 +98,47 @@ void rnb_ln_fwd(const float *x, i64 rows, i64 d, const float *w, const float *b,
     rnb_parallel(threads, RNB_CHUNKS, ln_fwd_block, &a);
 }
 
+/* ln_bwd_rows_ for rows r0.. r0 + LN_GROUP: their dx (dx NULL: none) and their terms added into the block's
+ * partials pw, pb, at every k the rows in order (as one row at a time adds them); each row's two sums in its own
+ * index order, the chains interleaved as in ln_fwd_group */
+static void ln_bwd_group(const ln_pass *a, i64 r0, double *pw, double *pb) {
+    i64 d = a->d;
+    const float *x = a->x + r0 * d, *dy = a->dy + r0 * d, *w = a->w;
+    double m[LN_GROUP], inv[LN_GROUP], sg[LN_GROUP] = {0}, sgx[LN_GROUP] = {0};
+    for (int j = 0; j < LN_GROUP; j++) {
+        m[j] = (double)a->mean_in[r0 + j];
+        inv[j] = (double)a->rstd_in[r0 + j];
+    }
+    for (i64 k = 0; k < d; k++) {
+        double wk = (double)w[k];
+        #pragma GCC unroll 8
+        for (int j = 0; j < LN_GROUP; j++) {
+            double gy = (double)dy[j * d + k], xh = ((double)x[j * d + k] - m[j]) * inv[j], g = gy * wk;
+            sg[j] += g;
+            sgx[j] += g * xh;
+        }
+    }
+    for (int j = 0; j < LN_GROUP; j++) { /* rows in order into each k's partials, as one row at a time adds them */
+        const float *xr = x + j * d, *gr = dy + j * d;
+        double mj = m[j], ij = inv[j];
+        for (i64 k = 0; k < d; k++) {
+            double gy = (double)gr[k];
+            pw[k] += gy * (((double)xr[k] - mj) * ij);
+            pb[k] += gy;
+        }
+    }
+    if (a->dx == NULL) return;
+    for (int j = 0; j < LN_GROUP; j++) {
+        double mj = m[j], ij = inv[j], a1 = sg[j] / (double)d, a2 = sgx[j] / (double)d;
+        const float *xr = x + j * d, *gr = dy + j * d;
+        float *o = a->dx + (r0 + j) * d;
+        for (i64 k = 0; k < d; k++) {
+            double xh = ((double)xr[k] - mj) * ij;
+            o[k] = (float)(ij * ((double)gr[k] * (double)w[k] - a1 - xh * a2));
+        }
+    }
+}
+
 /* ln_bwd_rows_ of block c: dx for its rows (dx NULL: none), and the block's float64 partial sums of dweight
  * (part[0, c]) and dbias (part[1, c]), part (2, chunks, d); the fields in locals, as in ln_fwd_rows */
 static void ln_bwd_block(void *p, i64 c) {
@@ -73,6 +149,7 @@ static void ln_bwd_block(void *p, i64 c) {
     float *dx = a->dx;
     double *pw = a->part + c * d, *pb = a->part + (a->chunks + c) * d;
     for (i64 k = 0; k < d; k++) { pw[k] = 0.0; pb[k] = 0.0; }
+    for (; lo + LN_GROUP <= hi; lo += LN_GROUP) ln_bwd_group(a, lo, pw, pb);
     for (i64 r = lo; r < hi; r++) {
         const float *xr = x + r * d, *gr = dy + r * d;
         double m = (double)mean[r], inv = (double)rstd[r];
