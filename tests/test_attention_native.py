@@ -87,6 +87,15 @@ def _heads(shape: tuple[int, ...], seed: int) -> tuple[np.ndarray, np.ndarray, n
     return q, k, v, probs
 
 
+def _scores_case(shape: tuple[int, int, int, int], seed: int) -> Callable[[], tuple[list, list]]:
+    """attn_scores' arrays, made anew per call: garbage outputs (q, k, v, probs) and a qkv input."""
+    b, h, t, _ = shape
+
+    def scores() -> tuple[list, list]:
+        return [garbage(shape), garbage(shape), garbage(shape), garbage((b, h, t, t))], [_qkv(shape, seed)]
+    return scores
+
+
 @needs_lib
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -94,9 +103,7 @@ def test_materialized_forward(shape: tuple[int, int, int, int], threads: int) ->
     b, h, t, hd = shape
     threaded = threads > 1
 
-    def scores() -> tuple[list, list]:
-        return [garbage(shape), garbage(shape), garbage(shape), garbage((b, h, t, t))], [_qkv(shape, t)]
-    compare(ak.bind_scores, lambda o, i, n: an.bind_scores(*i, *o, n), scores, {}, threads, threaded)
+    compare(ak.bind_scores, lambda o, i, n: an.bind_scores(*i, *o, n), _scores_case(shape, t), {}, threads, threaded)
 
     def mix() -> tuple[list, list]:
         _, _, v, probs = _heads(shape, t + 1)
@@ -109,11 +116,7 @@ def test_rows_longer_than_the_c_softmax_piece() -> None:
     """T = 520 > EXP_PIECE (512): the C softmax computes a long row's exps again for its last pass (the numba
     twin keeps them), the same bytes."""
     shape = (1, 1, 520, 2)
-    b, h, t, hd = shape
-
-    def scores() -> tuple[list, list]:
-        return [garbage(shape), garbage(shape), garbage(shape), garbage((b, h, t, t))], [_qkv(shape, 4)]
-    compare(ak.bind_scores, lambda o, i, n: an.bind_scores(*i, *o, n), scores, {}, 1, False)
+    compare(ak.bind_scores, lambda o, i, n: an.bind_scores(*i, *o, n), _scores_case(shape, 4), {}, 1, False)
 
 
 @needs_lib
