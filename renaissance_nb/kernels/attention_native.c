@@ -20,9 +20,6 @@
  * Tensors are C-contiguous float32: heads (B, H, T, hd), scores (B, H, T, T), features (B, T, d) with
  * d = H hd and qkv (B, T, 3d). Nothing here allocates.
  */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math") /* lets GCC vectorise the selects and conversions; values unchanged */
-#endif
 #include "native.h"
 
 enum { ROW_MAJOR = 101, COL_MAJOR = 102, NO_TRANS = 111, TRANS = 112 };

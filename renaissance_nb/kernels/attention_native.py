@@ -30,7 +30,6 @@ F32 = np.dtype(np.float32)
 
 
 @functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=1)
 def numpy_blas() -> np.ndarray | None:
     """[cblas_sgemm, cblas_sgemv, cblas_sdot, 1 if 64-bit integers] of NumPy's OpenBLAS (blas.numpy_openblas: the
     library the products pin too), as int64 addresses (the array the C kernels read); None where there is no

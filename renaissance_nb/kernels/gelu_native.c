@@ -13,9 +13,6 @@
  * fitted: a least-squares fit on 400 Chebyshev points of t in [1/(1 + 0.3 * 10.5), 1] against mpmath's erfc;
  * tests/test_gelu_native.py checks the result against libm's erfc.
  */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math") /* lets GCC vectorise the selects and conversions; values unchanged */
-#endif
 #include "native.h"
 
 /* gelu_math.ERFC_Q reads this table (one source for both twins) */
