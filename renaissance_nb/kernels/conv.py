@@ -152,7 +152,7 @@ def conv_fwd(outs, ins, p, env):
     cols, tile = conv_columns("conv_fwd", "cols", outs[1], n, ho * wo, k * k * cin)
     fast = winograd.bind(x, w, y, cols, b, act) if winograd.applies(k, s, pad, cin, cout, x, w, y, b, cols) else None
     if fast is not None:
-        return winograd.tagged(fast, ("forward",), fast)
+        return winograd.tagged(fast, ("forward",))
     if conv_tiled.applies(x, w, cols, k, s, pad) and y.flags.c_contiguous and b.flags.c_contiguous:
         return conv_tiled.bind_fwd(x, w, y, cols, b, act, k, s, pad, ho, wo)
     steps = []

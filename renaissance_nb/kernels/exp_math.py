@@ -27,6 +27,7 @@ def _double_of_bits(typingctx, bits):  # type: ignore[no-untyped-def]
 def neg_exp(a):
     """exp(a) for a <= 0 (below -708, or NaN, as -708): native.h's neg_exp."""
     a = a if a > -708.0 else -708.0
+    a = a if a < 709.0 else 709.0  # a discarded padding lane of the softmax may be positive (native.h)
     k = np.floor(a * 1.4426950408889634 + 0.5)
     r = (a - k * 0.6931471803691238) - k * 1.9082149292705877e-10
     p = 1.0 / 479001600.0

@@ -43,6 +43,15 @@ static inline void winograd_filter(const float *w4, i64 co, i64 ci, i64 cin, int
             g[a][b] = flip ? w4[((co * 3 + 2 - a) * 3 + 2 - b) * cin + ci] : w4[((co * 3 + a) * 3 + b) * cin + ci];
 }
 
+/* winograd43.copy_clipped: the part inside the ho x wo map of an m x m output tile at (oh, ow) of image n
+ * (``tile``: its m rows of m pixels of co channels) into y3 (n, ho, wo, co): both Winograd tiles' border step */
+static inline void copy_clipped(const float *tile, float *y3, i64 n, i64 oh, i64 ow, i64 ho, i64 wo, i64 co, i64 m) {
+    for (i64 a = 0; a < m; a++)
+        for (i64 b = 0; b < m; b++)
+            if (oh + a < ho && ow + b < wo)
+                memcpy(y3 + ((n * ho + oh + a) * wo + ow + b) * co, tile + (m * a + b) * co, (size_t)co * sizeof(float));
+}
+
 /* one thread after a fork (native.c says why) */
 extern volatile int rnb_forked; /* set in a forked child (native.c) */
 static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
@@ -69,6 +78,7 @@ static inline void philox_block(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t 
  * gelu_native.c; the attention softmax, attention_native.c) */
 static inline double neg_exp(double a) {
     a = a > -708.0 ? a : -708.0;
+    a = a < 709.0 ? a : 709.0; /* a discarded padding lane may be positive: 2^k stays in range (no UB) */
     double k = floor(a * 1.4426950408889634 + 0.5);
     double r = (a - k * 0.6931471803691238) - k * 1.9082149292705877e-10;
     double p = 1.0 / 479001600.0;

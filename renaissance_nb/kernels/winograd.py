@@ -555,10 +555,10 @@ def tile_name(m: int) -> str:
 
 def tagged(kernel: Callable[[], None], passes: tuple[str, ...], *bound: Callable[[], None]) -> Callable[[], None]:
     """``kernel`` marked as running ``passes`` of its conv ("forward", "weight gradient", "input
-    gradient") by Winograd, with the tiles of the Winograd kernels ``bound`` it calls: its ``winograd``
+    gradient") by Winograd, with the tiles of the Winograd kernels ``bound`` it calls (none: it is one): its ``winograd``
     and ``winograd_tiles`` attributes, which layers_using and tiles_of read."""
     kernel.winograd = passes  # type: ignore[attr-defined]
-    kernel.winograd_tiles = tuple(sorted({k.tile for k in bound}))  # type: ignore[attr-defined]
+    kernel.winograd_tiles = tuple(sorted({k.tile for k in bound or (kernel,)}))  # type: ignore[attr-defined]
     return kernel
 
 

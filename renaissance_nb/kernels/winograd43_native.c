@@ -76,11 +76,7 @@ void rnb_w43_out_tile(const float *m, float *y3, i64 n, i64 oh, i64 ow, i64 co, 
     int full = oh + 3 < ho && ow + 3 < wo;
     for (i64 i = 0; i < 4; i++)
         at_rows(tmp + i * 6 * co, full ? y3 + ((n * ho + oh + i) * wo + ow) * co : clip + i * 4 * co, co);
-    if (full) return;
-    for (i64 a = 0; a < 4; a++)
-        for (i64 b = 0; b < 4; b++)
-            if (oh + a < ho && ow + b < wo)
-                memcpy(y3 + ((n * ho + oh + a) * wo + ow + b) * co, clip + (4 * a + b) * co, (size_t)co * sizeof(float));
+    if (!full) copy_clipped(clip, y3, n, oh, ow, ho, wo, co, 4);
 }
 
 /* winograd43._a_rows: t (6 rows of n) = A x for the rows q0..q3 (n floats each) */

@@ -217,10 +217,7 @@ static void out_tile(const float *m, float *y3, i64 n, i64 oh, i64 ow, i64 co, i
     }
     out_row(m, 0, 1, 2, 1.0f, stage, co);
     out_row(m, 1, 2, 3, -1.0f, stage + 2 * co, co);
-    for (i64 a = 0; a < 2; a++)
-        for (i64 b = 0; b < 2; b++)
-            if (oh + a < ho && ow + b < wo)
-                memcpy(y3 + ((n * ho + oh + a) * wo + ow + b) * co, stage + (2 * a + b) * co, (size_t)co * sizeof(float));
+    copy_clipped(stage, y3, n, oh, ow, ho, wo, co, 2);
 }
 
 /* winograd.part_at: where a thread's dU partial starts in its buffer */
