@@ -204,10 +204,11 @@ def test_maxpool_2x2_backward_is_the_general_loop(h, w):
     maxpool2_fwd_(x, y, am)
     dy = rng.standard_normal(y.shape).astype(np.float32)
     dy[0, 0, 0, :3] = -0.0
-    ref, got = np.full(x.shape, 5.0, np.float32), np.full(x.shape, np.nan, np.float32)
-    maxpool_bwd_(dy, am, ref.reshape(3, h * w, 19))
-    maxpool2_bwd_(dy, am, got)
-    assert np.array_equal(ref.view(np.int32), got.view(np.int32))
+    for relu in (False, True):  # x has negative maxima, zeros and NaN: the ReLU mask's every case
+        ref, got = np.full(x.shape, 5.0, np.float32), np.full(x.shape, np.nan, np.float32)
+        maxpool_bwd_(dy, am, ref.reshape(3, h * w, 19), y, relu)
+        maxpool2_bwd_(dy, am, got, y, relu)
+        assert np.array_equal(ref.view(np.int32), got.view(np.int32))
 
 
 def test_gap_gradients():

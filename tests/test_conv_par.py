@@ -49,13 +49,14 @@ def test_max_pooling_by_image_blocks_is_the_serial_bytes(n, h, w, c) -> None:
         conv_par.maxpool_fwd_par_(x, ys[1], ams[1], k, s, p, two)
         assert np.array_equal(ys[0], ys[1], equal_nan=True) and np.array_equal(ams[0], ams[1])
         dy = rng.standard_normal(ys[0].shape).astype(np.float32)
-        dxs = [np.full((n, h, w, c), 3.0, np.float32) for _ in range(2)]
-        if two:
-            conv.maxpool2_bwd_(dy, ams[0], dxs[0])
-        else:
-            conv.maxpool_bwd_(dy, ams[0], dxs[0].reshape(n, h * w, c))
-        conv_par.maxpool_bwd_par_(dy, ams[0], dxs[1], two)
-        assert np.array_equal(dxs[0], dxs[1])
+        for relu in (False, True):  # with relu, the masked gradient of a fused ReLU before the pool
+            dxs = [np.full((n, h, w, c), 3.0, np.float32) for _ in range(2)]
+            if two:
+                conv.maxpool2_bwd_(dy, ams[0], dxs[0], ys[0], relu)
+            else:
+                conv.maxpool_bwd_(dy, ams[0], dxs[0].reshape(n, h * w, c), ys[0], relu)
+            conv_par.maxpool_bwd_par_(dy, ams[0], dxs[1], two, ys[0], relu)
+            assert np.array_equal(dxs[0], dxs[1])
 
 
 @pytest.mark.parametrize("m,c,act", [(5, 3, 0), (777, 16, 1), (4096, 64, 1)])

@@ -741,9 +741,10 @@ def test_image_gathers_are_the_cpu_kernels_bit_for_bit(module) -> None:  # type:
     f("rnb_maxpool_fwd")((2,), (16,), (x, y_g, a_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo))))
     assert np.array_equal(y_c, y_g, equal_nan=True) and np.array_equal(a_c, a_g)
     dy = rng.standard_normal(y_c.shape).astype(np.float32)
-    cpu_conv.maxpool_bwd_(dy, a_c, dx_c.reshape(n, h * w, c))
-    f("rnb_maxpool_bwd")((2,), (16,), (dy, a_g, dx_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo))))
-    assert np.array_equal(dx_c, dx_g)
+    for relu in (0, 1):  # with relu, windows whose max is not above 0 pass no gradient
+        cpu_conv.maxpool_bwd_(dy, a_c, dx_c.reshape(n, h * w, c), y_c, bool(relu))
+        f("rnb_maxpool_bwd")((2,), (16,), (dy, a_g, y_g, dx_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo, relu))))
+        assert np.array_equal(dx_c, dx_g)
     xf = np.nan_to_num(x)
     cpu_conv.avgpool_fwd_(xf, y_c, k, s, p, np.float32(k * k))
     f("rnb_avgpool_fwd")((2,), (16,), (xf, y_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo)), np.float32(k * k)))

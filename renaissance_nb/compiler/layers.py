@@ -23,7 +23,7 @@ from ..blueprint_nodes import Add2, BluePrint, Layer, Named, Repeat, Seq
 from ..errors import ShapeError
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
-from ..ops import conv_bn
+from ..ops import conv_bn, pool
 from .autocast import feature_regions, output_dtype
 from .recompute import SUFFIX as RECOMPUTE
 from .recompute import twins as recompute_twins
@@ -111,6 +111,10 @@ class ArchPlan:
         lines += [f"  {l.describe()}" for l in self.layers]
         if self.fused:
             lines.append("  fused: " + ", ".join(self.fused))
+        pooled = pool.relu_pool_pairs(self)
+        if pooled:
+            pairs = ", ".join(f"{a} -> {b}" for a, b in pooled.items())
+            lines.append(f"  relu gradient in the pool's backward: {pairs}")
         if self.folded:
             lines.append("  folded at inference: " + ", ".join(f"{c}+{b}" for c, b in self.folded))
         return "\n".join(lines)

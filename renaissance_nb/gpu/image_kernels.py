@@ -18,7 +18,8 @@ import numpy as np
 from ..errors import PlanError
 from ..kernels.base import registrar
 from ..kernels.operands import (bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_columns,
-                                conv_geometry, pool_geometry, relu_code, remakes_columns, rows, split_scratch)
+                                conv_geometry, pool_geometry, pool_grad_operands, relu_code, remakes_columns, rows,
+                                split_scratch)
 from ..kernels.transfer import transfer_image as cpu_transfer_image
 from .base import GpuBindEnv, Launch, launch_grid, launch_single, sequence
 
@@ -192,9 +193,10 @@ def maxpool_fwd(outs, ins, p, env):
 
 @gpu_kernel("maxpool_bwd")
 def maxpool_bwd(outs, ins, p, env):
-    (dy, am), (dx,) = ins, outs
+    dy, am, py = pool_grad_operands("maxpool_bwd", ins, p)
+    (dx,) = outs
     geo, _ = _pool_args("maxpool_bwd", dx, dy, p)
-    return launch_grid(env, "rnb_maxpool_bwd", dx.size, dy, am, dx, *geo)
+    return launch_grid(env, "rnb_maxpool_bwd", dx.size, dy, am, py, dx, *geo, *_i32(int(bool(p.get("relu", False)))))
 
 
 @gpu_kernel("avgpool_fwd")

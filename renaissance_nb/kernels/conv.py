@@ -62,7 +62,8 @@ from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train
                          maxpool_fwd_)
 from .conv_loops import bn_grad_sums_, bn_shifted_sums_  # noqa: F401 - tests reach every loop through conv
 from .operands import (ConvBwd, bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_columns,
-                       conv_geometry, pool_geometry, relu_code, remakes_columns, rows, split_scratch)
+                       conv_geometry, pool_geometry, pool_grad_operands, relu_code, remakes_columns, rows,
+                       split_scratch)
 from .passes import act_grad_colsum_pass, bias_act_pass, bias_partials
 
 CONV_KERNELS: dict[str, Factory] = {}
@@ -356,23 +357,25 @@ def maxpool_fwd(outs, ins, p, env):
 
 @kernel("maxpool_bwd")
 def maxpool_bwd(outs, ins, p, env):
-    dy, am = ins
+    """dx from dy and the argmax; with relu=True (a third input, the forward's output y) also the
+    gradient of the ReLU fused into the layer before the pool (ops/pool.py relu_through_pool)."""
+    dy, am, py, relu = *pool_grad_operands("maxpool_bwd", ins, p), bool(p.get("relu", False))
     (dx,) = outs
     n, h, w, c = dx.shape
     k = p.get("k")
-    two_by_two = (k, p.get("s", k), p.get("p", 0)) == (2, 2, 0) and all(a.flags.c_contiguous for a in (dy, am, dx))
-    bound = conv_native.bind_maxpool_bwd(dy, am, dx, two_by_two, pass_threads(THREADED))
+    two_by_two = (k, p.get("s", k), p.get("p", 0)) == (2, 2, 0) and all(a.flags.c_contiguous for a in (dy, am, dx, py))
+    bound = conv_native.bind_maxpool_bwd(dy, am, dx, two_by_two, pass_threads(THREADED), py if relu else None)
     if bound is not None:
         return bound
     if THREADED:
         fp = conv_par.maxpool_bwd_par_
-        return lambda: fp(dy, am, dx, two_by_two)
+        return lambda: fp(dy, am, dx, two_by_two, py, relu)
     if two_by_two:
         f2 = maxpool2_bwd_
-        return lambda: f2(dy, am, dx)
+        return lambda: f2(dy, am, dx, py, relu)
     dx3 = dx.reshape(n, h * w, c)
     f = maxpool_bwd_
-    return lambda: f(dy, am, dx3)
+    return lambda: f(dy, am, dx3, py, relu)
 
 
 @kernel("avgpool_fwd")

@@ -365,8 +365,10 @@ def maxpool2_fwd_(x, y, am):
 
 
 @jit
-def maxpool_bwd_(dy, am, dx3):
-    """dx = 0, then dx[n, am, q] += dy[n, oh, ow, q] (dx3 is dx viewed as (N, H*W, C))."""
+def maxpool_bwd_(dy, am, dx3, py, relu):
+    """dx = 0, then dx[n, am, q] += dy[n, oh, ow, q] (dx3 is dx viewed as (N, H*W, C)). With ``relu``, the
+    gradient of a fused ReLU before the pool too: a window whose max py (the forward's output) is not above
+    0 passes 0.0 (see ops/pool.py relu_through_pool)."""
     n_, hw, c = dx3.shape
     ho, wo = dy.shape[1], dy.shape[2]
     for n in range(n_):
@@ -378,19 +380,21 @@ def maxpool_bwd_(dy, am, dx3):
             for ow in range(wo):
                 gr = dy[n, oh, ow]
                 ar = am[n, oh, ow]
+                pr = py[n, oh, ow]
                 for q in range(c):
-                    dx3[n, ar[q], q] += gr[q]
+                    dx3[n, ar[q], q] += gr[q] if not relu or pr[q] > 0 else 0.0
 
 
 @jit
-def maxpool2_bwd_(dy, am, dx):
+def maxpool2_bwd_(dy, am, dx, py, relu):
     """maxpool_bwd_ for 2x2 windows, stride 2, no padding. Such windows do not overlap, so each
     input gets at most one output's gradient and dx is written in one pass (no zeroing pass, no
-    scatter): 0.0 + g where the argmax points, 0 elsewhere, the general loop's bits (-0.0 and
-    odd sizes included)."""
+    scatter): 0.0 + g where the argmax points (and, with ``relu``, py > 0), 0 elsewhere, the general
+    loop's bits (-0.0 and odd sizes included)."""
     n_, h, w, c = dx.shape
     ho, wo = dy.shape[1], dy.shape[2]
     dx3, dy3, a3 = pool2_rows_(dx, dy, am)
+    p3 = py.reshape(n_, ho, wo * c)
     for n in range(n_):
         for ih in range(h):
             dr = dx3[n, ih]
@@ -401,6 +405,7 @@ def maxpool2_bwd_(dy, am, dx):
                 continue
             gr = dy3[n, oh]
             ar = a3[n, oh]
+            pr = p3[n, oh]
             for iw in range(w):
                 ow = iw // 2
                 base = iw * c
@@ -411,7 +416,8 @@ def maxpool2_bwd_(dy, am, dx):
                 idx = ih * w + iw
                 ob = ow * c
                 for q in range(c):
-                    dr[base + q] = (gr[ob + q] + 0.0) if ar[ob + q] == idx else 0.0
+                    keep = ar[ob + q] == idx and (not relu or pr[ob + q] > 0)
+                    dr[base + q] = (gr[ob + q] + 0.0) if keep else 0.0
 
 
 @jit

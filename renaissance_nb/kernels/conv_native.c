@@ -314,8 +314,10 @@ void rnb_maxpool_fwd(const float *x, i64 n, i64 h, i64 w, i64 c, float *y, int32
     rnb_parallel(threads, ip.parts, maxpool_fwd_block, &ip);
 }
 
-static void maxpool2_bwd_images(const float *restrict dy, const int32_t *restrict am, float *restrict dx, i64 n0, i64 n1, i64 h, i64 w, i64 c,
-                                i64 ho, i64 wo) {
+/* py (the forward's output) not NULL: the gradient of a fused ReLU before the pool too, 0.0 where the window's
+ * max is not above 0 (ops/pool.py relu_through_pool) */
+static void maxpool2_bwd_images(const float *restrict dy, const int32_t *restrict am, const float *restrict py,
+                                float *restrict dx, i64 n0, i64 n1, i64 h, i64 w, i64 c, i64 ho, i64 wo) {
     for (i64 n = n0; n < n1; n++)
         for (i64 ih = 0; ih < h; ih++) {
             float *dr = dx + (n * h + ih) * w * c;
@@ -323,23 +325,29 @@ static void maxpool2_bwd_images(const float *restrict dy, const int32_t *restric
             if (oh >= ho) { for (i64 q = 0; q < w * c; q++) dr[q] = 0.0f; continue; }
             const float *gr = dy + (n * ho + oh) * wo * c;
             const int32_t *ar = am + (n * ho + oh) * wo * c;
+            const float *pr = py ? py + (n * ho + oh) * wo * c : NULL;
             for (i64 iw = 0; iw < w; iw++) {
                 i64 ow = iw / 2, base = iw * c;
                 if (ow >= wo) { for (i64 q = 0; q < c; q++) dr[base + q] = 0.0f; continue; }
                 i64 idx = ih * w + iw, ob = ow * c;
-                for (i64 q = 0; q < c; q++) dr[base + q] = ar[ob + q] == idx ? (float)((double)gr[ob + q] + 0.0) : 0.0f;
+                if (pr)
+                    for (i64 q = 0; q < c; q++)
+                        dr[base + q] = ar[ob + q] == idx && pr[ob + q] > 0 ? (float)((double)gr[ob + q] + 0.0) : 0.0f;
+                else
+                    for (i64 q = 0; q < c; q++) dr[base + q] = ar[ob + q] == idx ? (float)((double)gr[ob + q] + 0.0) : 0.0f;
             }
         }
 }
 
-static void maxpool_bwd_images(const float *dy, const int32_t *am, float *dx, i64 n0, i64 n1, i64 hw, i64 c, i64 howo) {
+static void maxpool_bwd_images(const float *dy, const int32_t *am, const float *py, float *dx, i64 n0, i64 n1, i64 hw,
+                               i64 c, i64 howo) {
     for (i64 n = n0; n < n1; n++) {
         float *d = dx + n * hw * c;
         for (i64 q = 0; q < hw * c; q++) d[q] = 0.0f;
         for (i64 o = 0; o < howo; o++) {
-            const float *gr = dy + (n * howo + o) * c;
+            const float *gr = dy + (n * howo + o) * c, *pr = py ? py + (n * howo + o) * c : NULL;
             const int32_t *ar = am + (n * howo + o) * c;
-            for (i64 q = 0; q < c; q++) d[(i64)ar[q] * c + q] += gr[q];
+            for (i64 q = 0; q < c; q++) d[(i64)ar[q] * c + q] += !pr || pr[q] > 0 ? gr[q] : 0.0f;
         }
     }
 }
@@ -347,15 +355,16 @@ static void maxpool_bwd_images(const float *dy, const int32_t *am, float *dx, i6
 static void maxpool_bwd_block(void *v, i64 t) {
     const image_pass *a = v;
     IMAGES(a, t, n0, n1);
-    if (a->flag) maxpool2_bwd_images(a->cx, a->am, a->x, n0, n1, a->h, a->w, a->c, a->ho, a->wo);
-    else maxpool_bwd_images(a->cx, a->am, a->x, n0, n1, a->h * a->w, a->c, a->ho * a->wo);
+    if (a->flag) maxpool2_bwd_images(a->cx, a->am, a->y, a->x, n0, n1, a->h, a->w, a->c, a->ho, a->wo);
+    else maxpool_bwd_images(a->cx, a->am, a->y, a->x, n0, n1, a->h * a->w, a->c, a->ho * a->wo);
 }
 
-/* maxpool_bwd_par_: dx (N, H, W, C) from dy and the argmax, by blocks of images */
-void rnb_maxpool_bwd(const float *dy, const int32_t *am, float *dx, i64 n, i64 h, i64 w, i64 c, i64 ho, i64 wo,
-                     int two_by_two, int threads) {
-    image_pass ip = {.cx = dy, .am = (int32_t *)am, .x = dx, .n = n, .h = h, .w = w, .c = c, .ho = ho, .wo = wo,
-                     .parts = IMAGE_BLOCKS(n), .flag = two_by_two};
+/* maxpool_bwd_par_: dx (N, H, W, C) from dy and the argmax, by blocks of images; py NULL, or the forward's
+ * output for the ReLU's gradient too (relu in maxpool_bwd_par_) */
+void rnb_maxpool_bwd(const float *dy, const int32_t *am, const float *py, float *dx, i64 n, i64 h, i64 w, i64 c,
+                     i64 ho, i64 wo, int two_by_two, int threads) {
+    image_pass ip = {.cx = dy, .am = (int32_t *)am, .y = (float *)py, .x = dx, .n = n, .h = h, .w = w, .c = c,
+                     .ho = ho, .wo = wo, .parts = IMAGE_BLOCKS(n), .flag = two_by_two};
     rnb_parallel(threads, ip.parts, maxpool_bwd_block, &ip);
 }
 

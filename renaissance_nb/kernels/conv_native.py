@@ -103,15 +103,17 @@ def bind_maxpool_fwd(x, y, am, k: int, s: int, p: int, two_by_two: bool, threads
 
 
 @binder
-def bind_maxpool_bwd(dy, am, dx, two_by_two: bool, threads: int) -> Kernel | None:
-    """conv_par.maxpool_bwd_par_ (argmax int32)."""
+def bind_maxpool_bwd(dy, am, dx, two_by_two: bool, threads: int, py=None) -> Kernel | None:  # type: ignore[no-untyped-def]
+    """conv_par.maxpool_bwd_par_ (argmax int32); ``py`` (the forward's output) for relu=True."""
     L = active()
     if L is None or not (_c32(dy, dx) and am.dtype == I32 and am.flags.c_contiguous and am.shape == dy.shape
-                         and dx.ndim == 4 and dy.shape[::3] == dx.shape[::3]):
+                         and dx.ndim == 4 and dy.shape[::3] == dx.shape[::3]
+                         and (py is None or (_c32(py) and py.shape == dy.shape))):
         return None
     n, h, w, c = dx.shape
-    args = (address(dy), address(am), address(dx), n, h, w, c, dy.shape[1], dy.shape[2], int(two_by_two), threads)
-    return call(L.rnb_maxpool_bwd, args, (dy, am, dx))
+    args = (address(dy), address(am), 0 if py is None else address(py), address(dx), n, h, w, c, dy.shape[1],
+            dy.shape[2], int(two_by_two), threads)
+    return call(L.rnb_maxpool_bwd, args, (dy, am, dx) + (() if py is None else (py,)))
 
 
 @binder

@@ -59,16 +59,16 @@ def maxpool_fwd_par_(x, y, am, k, s, p, two_by_two):
 
 
 @par
-def maxpool_bwd_par_(dy, am, dx, two_by_two):
+def maxpool_bwd_par_(dy, am, dx, two_by_two, py, relu):
     """maxpool_bwd_ (maxpool2_bwd_ when two_by_two) by blocks of images; dx is (N, H, W, C)."""
     n, h, w, c = dx.shape
     parts = min(n, PAR_CHUNKS)
     for t in numba.prange(parts):
         n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
         if two_by_two:
-            maxpool2_bwd_(dy[n0:n1], am[n0:n1], dx[n0:n1])
+            maxpool2_bwd_(dy[n0:n1], am[n0:n1], dx[n0:n1], py[n0:n1], relu)
         else:
-            maxpool_bwd_(dy[n0:n1], am[n0:n1], dx[n0:n1].reshape(n1 - n0, h * w, c))
+            maxpool_bwd_(dy[n0:n1], am[n0:n1], dx[n0:n1].reshape(n1 - n0, h * w, c), py[n0:n1], relu)
 
 
 @jit

@@ -242,6 +242,19 @@ def pool_geometry(op: str, x: Any, y: Any, p: dict) -> tuple[int, int, int]:
     return k, s, pad
 
 
+def pool_grad_operands(op: str, ins: Sequence[Any], p: dict) -> tuple[Any, Any, Any]:
+    """(dy, argmax, py) of a maxpool_bwd node (shared by the CPU and GPU tables): py is the forward's
+    output, its third input, with relu=True (ops/pool.py relu_through_pool), else dy itself, unread."""
+    relu = bool(p.get("relu", False))
+    if len(ins) != (3 if relu else 2):
+        raise PlanError(f"{op}: takes (dy, argmax) inputs, and the forward's output y as a third with relu=True; "
+                        f"got {len(ins)} inputs with relu={relu}.")
+    dy, am = ins[0], ins[1]
+    py = ins[2] if relu else dy
+    check_shape(op, "y", py.shape, dy.shape)
+    return dy, am, py
+
+
 class ConvBwd(NamedTuple):
     """The operands of a conv_bwd node, checked and reshaped (shared by the CPU and GPU tables)."""
 
@@ -347,12 +360,17 @@ def bn_fwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
 
 def bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
     """(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act) of a bn_bwd node, checked, feature maps
-    as (rows, C); y2 is x2 without a fused ReLU (shared by the CPU and GPU tables)."""
-    dy, x, y, gamma, mean, invstd = ins
+    as (rows, C); y2 is x2 without a fused ReLU, whose y the node may then leave out of its inputs (shared
+    by the CPU and GPU tables)."""
+    act = relu_code("bn_bwd", p)
+    if len(ins) == 5 and not act:  # no fused ReLU to differentiate: y is not read (ops/pool.py relu_through_pool)
+        dy, x, gamma, mean, invstd = ins
+        y = x
+    else:
+        dy, x, y, gamma, mean, invstd = ins
     dx, dgamma, dbeta = split_scratch(outs, p)[0]
     check_shape("bn_bwd", "dx", dx.shape, x.shape)
     check_shape("bn_bwd", "dy", dy.shape, x.shape)
-    act = relu_code("bn_bwd", p)
     x2 = rows(x)
     return rows(dy), x2, (rows(y) if act else x2), gamma, mean, invstd, rows(dx), dgamma, dbeta, act
 

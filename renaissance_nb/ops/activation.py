@@ -65,6 +65,12 @@ TORCH_NAMES = {"ReLU": "relu", "SiLU": "silu", "Tanh": "tanh", "Sigmoid": "sigmo
                "LeakyReLU": "leaky_relu"}
 
 
+def gradient_is_sign_mask(act: str) -> bool:
+    """Whether the activation's gradient is dy where y > 0 and 0 elsewhere, y >= 0 (ReLU): a max pool reading y
+    can then apply it from its own output, the window's max (ops/pool.py relu_pool_pairs)."""
+    return act == "relu"
+
+
 def act_onnx(g: Any, act: str, slope: float, x: str, out: str) -> str:
     """ONNX nodes of activation ``act`` (opset 17: GELU as its erf form, SiLU as x * sigmoid(x))."""
     if act in ONE_ONNX_OP:

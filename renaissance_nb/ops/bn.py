@@ -14,6 +14,7 @@ from ..errors import BluePrintError, bad_argument
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
 from .common import with_act_slot
+from .pool import relu_through_pool
 from .registry import Op, Refused, register
 
 BN_SCRATCH = (("stat_sums", (PAR_CHUNKS + 1, 2), "float64"), ("affine", (2,), "float32"),
@@ -45,6 +46,7 @@ class BatchNorm(Op):
     fuses = ("relu",)
     batch_statistics = True
     first_layer_dx = True
+    relu_grad_movable = True
 
     def arch(self, layer: Layer) -> tuple[str, tuple[tuple[str, Any], ...]]:
         return "bn", with_act_slot(layer.params)
@@ -91,9 +93,12 @@ class BatchNorm(Op):
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
         ids, n = e.ids, layer.name
-        e.emit(g, gid, "bn_bwd", [dy, xs[0], y, ids[f"{n}.weight"], ids[f"{n}.mean"], ids[f"{n}.invstd"]],
+        pool = relu_through_pool(e, layer)  # that pool's backward applies the ReLU's gradient: y is not read
+        act = {"act": "none", "relu_grad": pool} if pool else {"act": layer.p["act"]}
+        stats = [ids[f"{n}.{r}"] for r in ("weight", "mean", "invstd")]
+        e.emit(g, gid, "bn_bwd", [dy, xs[0]] + ([] if pool else [y]) + stats,
                [dxs[0], ids[f"{n}.weight@grad"], ids[f"{n}.bias@grad"]] + [ids[f"{n}.{r}"] for r in BN_BWD_SCRATCH],
-               n, act=layer.p["act"], scratch=BN_BWD_SCRATCH)
+               n, **act, scratch=BN_BWD_SCRATCH)
 
     def inference_fold(self, e: Any, g: Any, layer: Any, ema: bool) -> None:
         ids, n = e.ids, layer.name

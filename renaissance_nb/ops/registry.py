@@ -59,6 +59,9 @@ class Op:
     """Its weights are no matrices weight decay should reach under ``decay="matrices"`` (embeddings)."""
     first_layer_dx: bool = False
     """Its backward writes the input's gradient even as the first layer (``input@grad``)."""
+    relu_grad_movable: bool = False
+    """With a fused ReLU, its backward can leave the ReLU's gradient to a max pool that alone reads its output
+    (ops/pool.py relu_through_pool): the node then reads dy already masked, and not y."""
     hands_dy_through: bool = False
     """Its backward gives every input dy itself (a sum): the compiler may make its output's gradient the slot
     of an input only it reads, and its backward then copies dy to the other inputs only (compiler/layers.py)."""

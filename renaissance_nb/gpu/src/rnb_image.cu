@@ -253,8 +253,10 @@ extern "C" __global__ void rnb_maxpool_fwd(const float* x, float* y, int* am, in
 }
 
 // Its gradient as a gather: dx gets dy of every window whose argmax it is, in the CPU scatter's order.
-extern "C" __global__ void rnb_maxpool_bwd(const float* dy, const int* am, float* dx, int n, int h, int w, int c, int k,
-                                           int s, int p, int ho, int wo) {
+// relu != 0: py is the forward's output, and a window whose max is not above 0 passes no gradient (the
+// gradient of a ReLU fused into the layer before the pool: ops/pool.py relu_through_pool).
+extern "C" __global__ void rnb_maxpool_bwd(const float* dy, const int* am, const float* py, float* dx, int n, int h,
+                                           int w, int c, int k, int s, int p, int ho, int wo, int relu) {
     RNB_GRID_STRIDE(e, (rnb_i64)n * h * w * c) {
         rnb_i64 b;
         int ih, iw, q;
@@ -267,7 +269,7 @@ extern "C" __global__ void rnb_maxpool_bwd(const float* dy, const int* am, float
         for (int oh = oh0; oh <= oh1; ++oh)
             for (int ow = ow0; ow <= ow1; ++ow) {
                 rnb_i64 o = ((b * ho + oh) * wo + ow) * c + q;
-                if (am[o] == me) acc += dy[o];
+                if (am[o] == me && (!relu || py[o] > 0.0f)) acc += dy[o];
             }
         dx[e] = acc;
     }
