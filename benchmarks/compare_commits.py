@@ -1,11 +1,12 @@
 """Before/after: a model's step time at two commits of this repository, interleaved.
 
     python benchmarks/compare_commits.py BEFORE [AFTER] [--rounds 7] [--batch 128] [--samples 20000]
-                                         [--model mlp|resnet] [--precision fp32|bf16|fp16]
+                                         [--model mlp|resnet|convnet] [--precision fp32|bf16|fp16]
 
 ``--model mlp`` (the default) is the seed MLP on (N, 784) inputs; ``resnet`` a small ResNet (cbr, two
 basic blocks, one downsampling, gap, fc) on (N, 3, 32, 32) inputs, which the conv, batch-norm and
-Winograd paths run.
+Winograd paths run; ``convnet`` benchmarks/convnet_mnist.py's conv net (three cbr stages, two max pools) on
+(N, 1, 28, 28) inputs.
 
 BEFORE and AFTER are git revisions (AFTER defaults to the working tree). Each is checked out
 into a temporary worktree (the working tree is used as it is); every round runs one fresh
@@ -42,6 +43,10 @@ if model == "resnet":
     from renaissance_nb import RESNET_3_3, RESNET_3_3_DS, block, cbr, gap
     net = seq(cbr(32, 3, 1, 1), block(32, RESNET_3_3), block(64, RESNET_3_3_DS), block(64, RESNET_3_3), gap(), fc(10))
     x = rng.standard_normal((n, 3, 32, 32)).astype(np.float32)
+elif model == "convnet":
+    from renaissance_nb import cbr, gap, maxpool
+    net = seq(cbr(32, 3, 1, 1), maxpool(2), cbr(64, 3, 1, 1), maxpool(2), cbr(128, 3, 1, 1), gap(), fc(10))
+    x = rng.standard_normal((n, 1, 28, 28)).astype(np.float32)
 else:
     net = seq(fc(1024), relu(), fc(512), relu(), fc(256), relu(), fc(10))
     x = rng.standard_normal((n, 784)).astype(np.float32)
@@ -82,7 +87,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--model", choices=("mlp", "resnet"), default="mlp")
+    ap.add_argument("--model", choices=("mlp", "resnet", "convnet"), default="mlp")
     ap.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

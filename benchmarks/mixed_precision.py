@@ -2,6 +2,7 @@
 net, the README's ResNet), the seed MLP's accuracy after the same epochs, and the step time.
 
     python benchmarks/mixed_precision.py [--epochs 5] [--seeds 5] [--out FILE]
+    python benchmarks/mixed_precision.py --memory-only   # the arena table alone (plans only, seconds)
 
 Memory is the plan's (task.memory_inspector.what_if(precision=...)): no training needed, the same on
 every machine. Accuracy: the seed MLP (784-1024-512-256-10, AdamW, batch 128) on the embedded MNIST
@@ -83,7 +84,11 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--memory-only", action="store_true")
     args = ap.parse_args()
+    if args.memory_only:
+        print("\n".join(memory_table()))
+        return 0
     lines = [f"# mixed precision: {machine_line()}", "", "## The planned arena (task.memory_inspector.what_if)", ""]
     lines += memory_table()
     acc: dict[str, list[float]] = {p: [] for p in PRECISIONS}

@@ -23,13 +23,15 @@ NETS = {
 }
 
 
-def task(net: rnb.BluePrint, paired: bool, monkeypatch: pytest.MonkeyPatch) -> rnb.DeepLearningTask:
-    """The net compiled with the pairs (or none: every layer masks its own dy), trained 3 epochs."""
+def task(net: rnb.BluePrint, paired: bool, monkeypatch: pytest.MonkeyPatch, precision: str = "fp32"
+         ) -> rnb.DeepLearningTask:
+    """The net compiled with the pairs (or none: every layer masks its own dy), to train 3 epochs."""
     with monkeypatch.context() as m:
         if not paired:
             m.setattr(pool, "relu_pool_pairs", lambda arch: {})
         t = (rnb.DeepLearningTask("pairs").model(net).data(train=(X, Y), batch_size=32)
-             .loss(rnb.CrossEntropyLoss()).optimizer(rnb.AdamW(lr=1e-2)).total_epochs(3).seed(3))
+             .loss(rnb.CrossEntropyLoss()).optimizer(rnb.AdamW(lr=1e-2)).total_epochs(3).seed(3)
+             .precision(precision))
         t.compile()
     return t
 
@@ -39,9 +41,10 @@ def nodes(t: rnb.DeepLearningTask, op: str) -> list:
     return [n for gid in train.ids() for n in train.nodes(gid) if n.op == op]
 
 
-@pytest.mark.parametrize("name", list(NETS))
-def test_the_pool_applying_the_relu_gradient_gives_the_same_bytes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    paired, alone = task(NETS[name], True, monkeypatch), task(NETS[name], False, monkeypatch)
+@pytest.mark.parametrize("name,precision", [(n, "fp32") for n in NETS] + [(next(iter(NETS)), "bf16")])
+def test_the_pool_applying_the_relu_gradient_gives_the_same_bytes(name: str, precision: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    paired, alone = task(NETS[name], True, monkeypatch, precision), task(NETS[name], False, monkeypatch, precision)
     assert all(n.p.get("relu") for n in nodes(paired, "maxpool_bwd")), "every pool here follows a fused relu"
     ra, rb = paired.run(progress=False), alone.run(progress=False)
     assert [e.train_loss for e in ra.history] == [e.train_loss for e in rb.history]
