@@ -157,8 +157,9 @@ def test_maxpool_2x2_fast_path_is_the_general_loop(h, w):
     ho, wo = (h - 2) // 2 + 1, (w - 2) // 2 + 1
     y1, y2 = np.zeros((3, ho, wo, 19), np.float32), np.zeros((3, ho, wo, 19), np.float32)
     a1, a2 = np.zeros(y1.shape, np.int32), np.ones(y1.shape, np.int32)
-    maxpool_fwd_(x, y1, a1, 2, 2, 0)
-    maxpool2_fwd_(x, y2, a2)
+    none = np.zeros((2, 19), np.float32)  # no batch norm's affine (bn_relu False)
+    maxpool_fwd_(x, y1, a1, 2, 2, 0, none, False)
+    maxpool2_fwd_(x, y2, a2, none, False)
     assert np.array_equal(y1, y2, equal_nan=True) and np.array_equal(a1, a2)
     assert np.isnan(y2).any() and np.isneginf(y2).any()
 
@@ -201,7 +202,7 @@ def test_maxpool_2x2_backward_is_the_general_loop(h, w):
     x[0, 0, 0, :4] = np.nan
     ho, wo = (h - 2) // 2 + 1, (w - 2) // 2 + 1
     y, am = np.zeros((3, ho, wo, 19), np.float32), np.zeros((3, ho, wo, 19), np.int32)
-    maxpool2_fwd_(x, y, am)
+    maxpool2_fwd_(x, y, am, np.zeros((2, 19), np.float32), False)
     dy = rng.standard_normal(y.shape).astype(np.float32)
     dy[0, 0, 0, :3] = -0.0
     for relu in (False, True):  # x has negative maxima, zeros and NaN: the ReLU mask's every case

@@ -42,12 +42,14 @@ def test_max_pooling_by_image_blocks_is_the_serial_bytes(n, h, w, c) -> None:
         ys = [np.zeros((n, ho, wo, c), np.float32) for _ in range(2)]
         ams = [np.zeros((n, ho, wo, c), np.int32) for _ in range(2)]
         two = (k, s, p) == (2, 2, 0)
-        if two:
-            conv.maxpool2_fwd_(x, ys[0], ams[0])
-        else:
-            conv.maxpool_fwd_(x, ys[0], ams[0], k, s, p)
-        conv_par.maxpool_fwd_par_(x, ys[1], ams[1], k, s, p, two)
-        assert np.array_equal(ys[0], ys[1], equal_nan=True) and np.array_equal(ams[0], ams[1])
+        aff = np.stack([np.linspace(-1, 2, c), np.linspace(0.5, -0.5, c)]).astype(np.float32)
+        for bn_relu in (True, False):  # last: the plain pool, whose output the backward below reads
+            if two:
+                conv.maxpool2_fwd_(x, ys[0], ams[0], aff, bn_relu)
+            else:
+                conv.maxpool_fwd_(x, ys[0], ams[0], k, s, p, aff, bn_relu)
+            conv_par.maxpool_fwd_par_(x, ys[1], ams[1], k, s, p, two, aff, bn_relu)
+            assert np.array_equal(ys[0], ys[1], equal_nan=True) and np.array_equal(ams[0], ams[1])
         dy = rng.standard_normal(ys[0].shape).astype(np.float32)
         for relu in (False, True):  # with relu, the masked gradient of a fused ReLU before the pool
             dxs = [np.full((n, h, w, c), 3.0, np.float32) for _ in range(2)]

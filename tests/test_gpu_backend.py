@@ -737,9 +737,11 @@ def test_image_gathers_are_the_cpu_kernels_bit_for_bit(module) -> None:  # type:
     assert np.array_equal(dx_c, dx_g)
     y_c, y_g = (np.zeros((n, ho, wo, c), np.float32) for _ in range(2))
     a_c, a_g = (np.zeros((n, ho, wo, c), np.int32) for _ in range(2))
-    cpu_conv.maxpool_fwd_(x, y_c, a_c, k, s, p)
-    f("rnb_maxpool_fwd")((2,), (16,), (x, y_g, a_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo))))
-    assert np.array_equal(y_c, y_g, equal_nan=True) and np.array_equal(a_c, a_g)
+    aff = np.stack([np.linspace(-1, 2, c), np.linspace(0.5, -0.5, c)]).astype(np.float32)
+    for bn_relu in (1, 0):  # with bn_relu, of a batch norm's relu output made from its input x and affine
+        cpu_conv.maxpool_fwd_(x, y_c, a_c, k, s, p, aff, bool(bn_relu))
+        f("rnb_maxpool_fwd")((2,), (16,), (x, aff, y_g, a_g, *map(np.int32, (n, h, w, c, k, s, p, ho, wo, bn_relu))))
+        assert np.array_equal(y_c, y_g, equal_nan=True) and np.array_equal(a_c, a_g)
     dy = rng.standard_normal(y_c.shape).astype(np.float32)
     for relu in (0, 1):  # with relu, windows whose max is not above 0 pass no gradient
         cpu_conv.maxpool_bwd_(dy, a_c, dx_c.reshape(n, h * w, c), y_c, bool(relu))

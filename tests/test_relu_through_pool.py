@@ -89,7 +89,7 @@ def _pool_case(h: int, w: int, k: int, s: int, p: int) -> tuple[np.ndarray, ...]
     x[1, :2, :2, :] = 0.0  # whole windows of zeros: their max is 0, not above it
     ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
     y, am = np.empty((3, ho, wo, 19), np.float32), np.empty((3, ho, wo, 19), np.int32)
-    k_conv.maxpool_fwd_(x, y, am, k, s, p)
+    k_conv.maxpool_fwd_(x, y, am, k, s, p, np.zeros((2, 19), np.float32), False)
     dy = rng.standard_normal(y.shape).astype(np.float32)
     dy[2, 0, 0, 0] = -0.0
     return x, y, am, dy
@@ -116,3 +116,56 @@ def test_the_masked_pool_gradient_is_the_mask_after_the_pool_and_c_is_numba(h: i
         pytest.skip("no C compiler: the numba loops run")
     native()
     assert c_out.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("h,w,k,s,p", [(6, 8, 2, 2, 0), (7, 5, 2, 2, 0), (7, 6, 3, 2, 1)])
+def test_the_pool_of_a_batch_norm_input_and_affine_is_the_pool_of_its_output(h: int, w: int, k: int, s: int,
+                                                                             p: int) -> None:
+    """maxpool_fwd with bn_relu pools relu(x * a + b) made on the fly: the values and first-max indices of
+    the pool of the batch norm's written output (channel_affine_), in numba and in C, NaN and ties included."""
+    from renaissance_nb.kernels import conv as k_conv
+    from renaissance_nb.kernels import conv_native
+    from renaissance_nb.kernels.conv_loops import channel_affine_
+    rng = np.random.default_rng(h * 7 + w)
+    x = rng.integers(-3, 4, (3, h, w, 19)).astype(np.float32) * np.float32(0.37)  # ties after the affine
+    x[0, 0, 0, :3] = np.nan
+    aff = np.stack([rng.standard_normal(19), rng.standard_normal(19)]).astype(np.float32)
+    aff[0, 4] = 0.0  # a channel the affine makes constant
+    bn_y = np.empty_like(x)
+    channel_affine_(x.reshape(-1, 19), bn_y.reshape(-1, 19), aff[0], aff[1], 1)  # what bn_fwd writes
+    ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    want_y, want_a = np.empty((3, ho, wo, 19), np.float32), np.empty((3, ho, wo, 19), np.int32)
+    none = np.zeros((2, 19), np.float32)
+    k_conv.maxpool_fwd_(bn_y, want_y, want_a, k, s, p, none, False)
+    got_y, got_a = np.full_like(want_y, 9.0), np.full_like(want_a, -1)
+    if (k, s, p) == (2, 2, 0):
+        k_conv.maxpool2_fwd_(x, got_y, got_a, aff, True)
+    else:
+        k_conv.maxpool_fwd_(x, got_y, got_a, k, s, p, aff, True)
+    assert got_y.tobytes() == want_y.tobytes() and np.array_equal(got_a, want_a)
+    c_y, c_a = np.full_like(want_y, 9.0), np.full_like(want_a, -1)
+    native = conv_native.bind_maxpool_fwd(x, c_y, c_a, k, s, p, (k, s, p) == (2, 2, 0), 2, aff)
+    if native is None:
+        pytest.skip("no C compiler: the numba loops run")
+    native()
+    assert c_y.tobytes() == want_y.tobytes() and np.array_equal(c_a, want_a)
+
+
+def test_the_batch_norm_before_a_pool_writes_no_output_in_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bn_fwd (y_by) has no y; the pool reads the batch norm's input and affine; nothing in the training graph
+    touches the batch norm's output, which the inference graph still writes and reads. Not under bf16."""
+    t = task(NETS["conv, bn + relu, 2x2 pool"], True, monkeypatch)
+    plan = t.plans["train_base"]
+    for i, name in ((1, "bn1"), (2, "bn2")):
+        y = plan[f"{name}.out"].id
+        train = t.graphs.train
+        touching = [n for gid in train.ids() for n in train.nodes(gid) if y in (*n.inputs, *n.outputs)]
+        assert touching == [], touching
+        fwd = next(n for n in nodes(t, "bn_fwd") if n.layer == name)
+        assert fwd.p["y_by"] == f"maxpool{i}" and len(fwd.outputs) == 4 + 2  # mean, invstd, running x2, scratch
+        pool_fwd = next(n for n in nodes(t, "maxpool_fwd") if n.layer == f"maxpool{i}")
+        assert pool_fwd.inputs == (plan[f"conv{i}.out"].id, plan[f"{name}.affine"].id)
+        inference = t.graphs.inference
+        assert any(y in n.outputs for gid in inference.ids() for n in inference.nodes(gid))
+    bf16 = task(NETS["conv, bn + relu, 2x2 pool"], True, monkeypatch, "bf16")
+    assert all("y_by" not in n.p for n in nodes(bf16, "bn_fwd"))

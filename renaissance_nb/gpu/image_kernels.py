@@ -18,8 +18,8 @@ import numpy as np
 from ..errors import PlanError
 from ..kernels.base import registrar
 from ..kernels.operands import (bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_columns,
-                                conv_geometry, pool_geometry, pool_grad_operands, relu_code, remakes_columns, rows,
-                                split_scratch)
+                                conv_geometry, pool_geometry, pool_grad_operands, pool_operands, relu_code,
+                                remakes_columns, rows, split_scratch)
 from ..kernels.transfer import transfer_image as cpu_transfer_image
 from .base import GpuBindEnv, Launch, launch_grid, launch_single, sequence
 
@@ -135,12 +135,16 @@ def bn_fwd(outs, ins, p, env):
     x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act = bn_fwd_operands(outs, ins, p)
     m, c = x2.shape
     sl = _slices(m)
-    part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (2, c), np.float32)
-    return sequence(
-        launch_grid(env, "rnb_bn_stats_part", sl * c, x2, np.int64(m), *_i32(c, sl), part),
-        launch_grid(env, "rnb_bn_stats_final", c, part, x2, gamma, beta, np.int64(m), *_i32(c, sl),
-                    np.float64(momentum), np.float64(eps), mean, invstd, rmean, rvar, aff),
-        launch_grid(env, "rnb_channel_affine", m * c, x2, y2, aff[0], aff[1], np.int64(m), *_i32(c, act)))
+    planned = split_scratch(outs, p)[1].get("affine")  # the plan's, which a max pool may read (no y: bn_fwd_operands)
+    aff = planned if planned is not None else _scratch(env, (2, c), np.float32)
+    part = _scratch(env, (sl, 2, c), np.float64)
+    stats = (launch_grid(env, "rnb_bn_stats_part", sl * c, x2, np.int64(m), *_i32(c, sl), part),
+             launch_grid(env, "rnb_bn_stats_final", c, part, x2, gamma, beta, np.int64(m), *_i32(c, sl),
+                         np.float64(momentum), np.float64(eps), mean, invstd, rmean, rvar, aff))
+    if y2 is None:
+        return sequence(*stats)
+    return sequence(*stats, launch_grid(env, "rnb_channel_affine", m * c, x2, y2, aff[0], aff[1], np.int64(m),
+                                        *_i32(c, act)))
 
 
 @gpu_kernel("bn_bwd")
@@ -185,10 +189,12 @@ def _pool_args(op: str, image: Any, pooled: Any, p: dict) -> tuple[tuple[np.int3
 
 @gpu_kernel("maxpool_fwd")
 def maxpool_fwd(outs, ins, p, env):
-    (x,), (y, am) = ins, outs
+    x, aff = pool_operands("maxpool_fwd", ins, p)
+    y, am = outs
     geo, _ = _pool_args("maxpool_fwd", x, y, p)
     check_shape("maxpool_fwd", "argmax", am.shape, y.shape)
-    return launch_grid(env, "rnb_maxpool_fwd", y.size, x, y, am, *geo)
+    return launch_grid(env, "rnb_maxpool_fwd", y.size, x, x if aff is None else aff, y, am, *geo,
+                       *_i32(aff is not None))
 
 
 @gpu_kernel("maxpool_bwd")

@@ -57,13 +57,14 @@ from ..errors import PlanError
 from . import conv_native, conv_par, conv_tiled, fused, program, winograd
 from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
 from .blas import THREADED, gemm, pass_threads
-from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train_bwd_, bn_train_fwd_, col2im_,
+from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train_bwd_, bn_train_fwd_, bn_train_stats_,
+                         col2im_,
                          gap_bwd_, gap_fwd_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
                          maxpool_fwd_)
 from .conv_loops import bn_grad_sums_, bn_shifted_sums_  # noqa: F401 - tests reach every loop through conv
 from .operands import (ConvBwd, bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_columns,
-                       conv_geometry, pool_geometry, pool_grad_operands, relu_code, remakes_columns, rows,
-                       split_scratch)
+                       conv_geometry, pool_geometry, pool_grad_operands, pool_operands, relu_code, remakes_columns,
+                       rows, split_scratch)
 from .passes import act_grad_colsum_pass, bias_act_pass, bias_partials
 
 CONV_KERNELS: dict[str, Factory] = {}
@@ -290,6 +291,12 @@ def bn_fwd(outs, ins, p, env):
                                     parts if THREADED else parts[:1], pass_threads(THREADED))
     if bound is not None:
         return bound
+    if y2 is None:  # y_by: the statistics and the affine only
+        if THREADED:
+            sp = conv_par.bn_train_stats_par_
+            return lambda: sp(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff, parts)
+        st = bn_train_stats_
+        return lambda: st(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff)
     if THREADED:
         fp = conv_par.bn_train_fwd_par_
         return lambda: fp(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff, parts)
@@ -337,22 +344,26 @@ def bn_inf(outs, ins, p, env):
 # ---- pooling -----------------------------------------------------------------------------------
 @kernel("maxpool_fwd")
 def maxpool_fwd(outs, ins, p, env):
-    (x,) = ins
+    """y = the window's max and its argmax; with bn_relu, of a batch norm's relu output made from its input and
+    affine (operands.pool_operands), which the batch norm then does not write."""
+    x, aff = pool_operands("maxpool_fwd", ins, p)
     y, am = outs
     k, s, pad = pool_geometry("maxpool_fwd", x, y, p)
     check_shape("maxpool_fwd", "argmax", am.shape, y.shape)
     two_by_two = (k, s, pad) == (2, 2, 0) and all(a.flags.c_contiguous for a in (x, y, am))
-    bound = conv_native.bind_maxpool_fwd(x, y, am, k, s, pad, two_by_two, pass_threads(THREADED))
+    bound = conv_native.bind_maxpool_fwd(x, y, am, k, s, pad, two_by_two, pass_threads(THREADED), aff)
     if bound is not None:
         return bound
+    bn_relu = aff is not None
+    aa = aff if bn_relu else np.zeros((2, x.shape[-1]), x.dtype)  # unread: numba types both branches
     if THREADED:
         fp = conv_par.maxpool_fwd_par_
-        return lambda: fp(x, y, am, k, s, pad, two_by_two)
+        return lambda: fp(x, y, am, k, s, pad, two_by_two, aa, bn_relu)
     if two_by_two:
         f2 = maxpool2_fwd_
-        return lambda: f2(x, y, am)
+        return lambda: f2(x, y, am, aa, bn_relu)
     f = maxpool_fwd_
-    return lambda: f(x, y, am, k, s, pad)
+    return lambda: f(x, y, am, k, s, pad, aa, bn_relu)
 
 
 @kernel("maxpool_bwd")

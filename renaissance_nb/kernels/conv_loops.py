@@ -96,9 +96,16 @@ def bn_train_fwd_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps,
     float64 (eight-row blocks at a time, bn_shifted_sums_), so the one-pass variance does not
     cancel catastrophically.
     """
+    bn_train_stats_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff)
+    affine_act_(x2, y2, aff, act)
+
+
+@jit
+def bn_train_stats_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff):
+    """bn_train_fwd_ without y: the statistics, running statistics and the affine aff, which the max pool
+    after it applies (maxpool_fwd_'s bn_relu)."""
     bn_shifted_sums_(x2, x2[0], acc[0], acc[1], 0, x2.shape[0])
     bn_train_fwd_finish_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff)
-    affine_act_(x2, y2, aff, act)
 
 
 @jit
@@ -289,8 +296,18 @@ def window_(o, s, p, k, n):
 
 
 @jit
-def maxpool_fwd_(x, y, am, k, s, p):
-    """y = max over the window (-inf padding); am = ih*W + iw of the first max (NaN wins, as PyTorch)."""
+def bn_relu_(v, a, b):
+    """channel_affine_'s value with act=relu: what a batch norm with a fused ReLU writes for its input v (the max
+    pools of bn_relu=True read the batch norm's input and affine instead of its output). np.float32(0.0) keeps
+    a float32 value float32 (a 0.0 literal would widen it, and the loops that use it, to float64)."""
+    z = v * a + b
+    return z if z > 0 else np.float32(0.0)
+
+
+@jit
+def maxpool_fwd_(x, y, am, k, s, p, aff, bn_relu):
+    """y = max over the window (-inf padding); am = ih*W + iw of the first max (NaN wins, as PyTorch). With
+    ``bn_relu`` the window's values are bn_relu_(x, aff[0], aff[1]): x is a batch norm's input."""
     n_, h, w, c = x.shape
     ho, wo = y.shape[1], y.shape[2]
     for n in range(n_):
@@ -309,7 +326,7 @@ def maxpool_fwd_(x, y, am, k, s, p):
                         xr = x[n, ih, iw]
                         idx = ih * w + iw
                         for q in range(c):
-                            v = xr[q]
+                            v = bn_relu_(xr[q], aff[0, q], aff[1, q]) if bn_relu else xr[q]
                             b = yr[q]
                             take = (v > b) | (v != v)
                             yr[q] = v if take else b
@@ -326,11 +343,11 @@ def pool2_rows_(big, small, am):
 
 
 @jit
-def maxpool2_fwd_(x, y, am):
+def maxpool2_fwd_(x, y, am, aff, bn_relu):
     """maxpool_fwd_ for the common 2x2 window, stride 2, no padding: views are made once per
     output row (not per window), each window's four inputs are read once, and the running max
     and argmax stay in registers, so the channel loop vectorises (2x the general loop); the
-    same values and first-max indices, NaN included."""
+    same values and first-max indices, NaN included; ``bn_relu`` as in maxpool_fwd_."""
     n_, h, w, c = x.shape
     ho, wo = y.shape[1], y.shape[2]
     x3, y3, a3 = pool2_rows_(x, y, am)
@@ -346,17 +363,18 @@ def maxpool2_fwd_(x, y, am):
                 ob = ow * c
                 i00 = i0 + 2 * ow
                 for q in range(c):
-                    b = ra[base + q]
+                    a0, a1 = aff[0, q], aff[1, q]
+                    b = bn_relu_(ra[base + q], a0, a1) if bn_relu else ra[base + q]
                     i = i00
-                    v = ra[base + c + q]
+                    v = bn_relu_(ra[base + c + q], a0, a1) if bn_relu else ra[base + c + q]
                     take = (v > b) | (v != v)
                     b = v if take else b
                     i = i00 + 1 if take else i
-                    v = rb[base + q]
+                    v = bn_relu_(rb[base + q], a0, a1) if bn_relu else rb[base + q]
                     take = (v > b) | (v != v)
                     b = v if take else b
                     i = i00 + w if take else i
-                    v = rb[base + c + q]
+                    v = bn_relu_(rb[base + c + q], a0, a1) if bn_relu else rb[base + c + q]
                     take = (v > b) | (v != v)
                     b = v if take else b
                     i = i00 + w + 1 if take else i

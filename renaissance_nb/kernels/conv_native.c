@@ -120,7 +120,7 @@ void rnb_bn_fwd(const float *x, i64 m, i64 c, i64 ldx, const float *gamma, const
     rnb_parallel(threads, chunks, bn_sums_block, &r);
     fold_parts(parts, chunks, c, acc);
     bn_fwd_finish(x, m, c, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff);
-    rnb_parallel(threads, chunks, affine_block, &r);
+    if (y) rnb_parallel(threads, chunks, affine_block, &r); /* NULL: the max pool after it applies aff */
 }
 
 /* conv_loops.bn_grad_sums_: dy *= (y > 0) with a fused relu, in place; s1 = sum dy, s2 = sum dy (x - mean) */
@@ -233,7 +233,7 @@ void rnb_channel_affine(const float *x, i64 m, i64 c, i64 ldx, const float *a, c
 
 typedef struct { /* a pass over blocks of images: pooling, gap, im2col / col2im */
     float *x, *y, *cols;
-    const float *cx;
+    const float *cx, *aa;
     int32_t *am;
     const i64 *spans;
     i64 n, h, w, c, ho, wo, k, s, p, parts, ldy, flag;
@@ -248,32 +248,46 @@ static inline void window(i64 o, i64 s, i64 p, i64 k, i64 n, i64 *lo, i64 *hi) {
     *hi = min64(start + k, n);
 }
 
-static void maxpool2_fwd_images(const float *restrict x, float *restrict y, int32_t *restrict am, i64 n0, i64 n1, i64 h, i64 w, i64 c, i64 ho,
-                                i64 wo) {
+/* a batch norm's y from its input (channel_affine with relu): the max pools of bn_relu=True read x and aff */
+static inline float bn_relu(float x, float a, float b) { float z = x * a + b; return z > 0 ? z : 0.0f; }
+#define PLAIN(v, q) (v)
+#define BN_RELU(v, q) bn_relu((v), A[q], B[q])
+/* one output row of 2x2 windows; LD makes an input value (the value itself, or bn_relu of it) */
+#define POOL2_ROW(LD)                                                                                              \
+    for (i64 ow = 0; ow < wo; ow++) {                                                                              \
+        i64 base = 2 * ow * c, ob = ow * c, i00 = i0 + 2 * ow;                                                     \
+        for (i64 q = 0; q < c; q++) {                                                                              \
+            float b = LD(ra[base + q], q), v;                                                                      \
+            i64 i = i00;                                                                                           \
+            int take;                                                                                              \
+            v = LD(ra[base + c + q], q); take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + 1 : i;      \
+            v = LD(rb[base + q], q); take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + w : i;          \
+            v = LD(rb[base + c + q], q); take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + w + 1 : i;  \
+            yr[ob + q] = b;                                                                                        \
+            ar[ob + q] = (int32_t)i;                                                                               \
+        }                                                                                                          \
+    }
+
+/* aa NULL, or (2, C) scale and shift: the window's values are bn_relu(x, aa[0], aa[1]) */
+static void maxpool2_fwd_images(const float *restrict x, const float *restrict aa, float *restrict y,
+                                int32_t *restrict am, i64 n0, i64 n1, i64 h, i64 w, i64 c, i64 ho, i64 wo) {
+    const float *A = aa, *B = aa ? aa + c : NULL;
     for (i64 n = n0; n < n1; n++)
         for (i64 oh = 0; oh < ho; oh++) {
             const float *ra = x + ((n * h + 2 * oh) * w) * c, *rb = ra + w * c;
             float *yr = y + ((n * ho + oh) * wo) * c;
             int32_t *ar = am + ((n * ho + oh) * wo) * c;
             i64 i0 = 2 * oh * w;
-            for (i64 ow = 0; ow < wo; ow++) {
-                i64 base = 2 * ow * c, ob = ow * c, i00 = i0 + 2 * ow;
-                for (i64 q = 0; q < c; q++) {
-                    float b = ra[base + q], v;
-                    i64 i = i00;
-                    int take;
-                    v = ra[base + c + q]; take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + 1 : i;
-                    v = rb[base + q]; take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + w : i;
-                    v = rb[base + c + q]; take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + w + 1 : i;
-                    yr[ob + q] = b;
-                    ar[ob + q] = (int32_t)i;
-                }
+            if (aa) {
+                POOL2_ROW(BN_RELU)
+            } else {
+                POOL2_ROW(PLAIN)
             }
         }
 }
 
-static void maxpool_fwd_images(const float *x, float *y, int32_t *am, i64 n0, i64 n1, i64 h, i64 w, i64 c, i64 ho,
-                               i64 wo, i64 k, i64 s, i64 p) {
+static void maxpool_fwd_images(const float *x, const float *aa, float *y, int32_t *am, i64 n0, i64 n1, i64 h, i64 w,
+                               i64 c, i64 ho, i64 wo, i64 k, i64 s, i64 p) {
     for (i64 n = n0; n < n1; n++)
         for (i64 oh = 0; oh < ho; oh++) {
             i64 hs, he, ws, we;
@@ -289,7 +303,7 @@ static void maxpool_fwd_images(const float *x, float *y, int32_t *am, i64 n0, i6
                         const float *xr = x + ((n * h + ih) * w + iw) * c;
                         int32_t idx = (int32_t)(ih * w + iw);
                         for (i64 q = 0; q < c; q++) {
-                            float v = xr[q], b = yr[q];
+                            float v = aa ? bn_relu(xr[q], aa[q], aa[c + q]) : xr[q], b = yr[q];
                             int take = (v > b) | (v != v);
                             yr[q] = take ? v : b;
                             ar[q] = take ? idx : ar[q];
@@ -302,15 +316,16 @@ static void maxpool_fwd_images(const float *x, float *y, int32_t *am, i64 n0, i6
 static void maxpool_fwd_block(void *v, i64 t) {
     const image_pass *a = v;
     IMAGES(a, t, n0, n1);
-    if (a->flag) maxpool2_fwd_images(a->cx, a->y, a->am, n0, n1, a->h, a->w, a->c, a->ho, a->wo);
-    else maxpool_fwd_images(a->cx, a->y, a->am, n0, n1, a->h, a->w, a->c, a->ho, a->wo, a->k, a->s, a->p);
+    if (a->flag) maxpool2_fwd_images(a->cx, a->aa, a->y, a->am, n0, n1, a->h, a->w, a->c, a->ho, a->wo);
+    else maxpool_fwd_images(a->cx, a->aa, a->y, a->am, n0, n1, a->h, a->w, a->c, a->ho, a->wo, a->k, a->s, a->p);
 }
 
-/* maxpool_fwd_par_: by blocks of min(n, RNB_CHUNKS) images; two_by_two picks maxpool2_fwd_ */
-void rnb_maxpool_fwd(const float *x, i64 n, i64 h, i64 w, i64 c, float *y, int32_t *am, i64 ho, i64 wo, i64 k, i64 s,
-                     i64 p, int two_by_two, int threads) {
-    image_pass ip = {.cx = x, .y = y, .am = am, .n = n, .h = h, .w = w, .c = c, .ho = ho, .wo = wo, .k = k, .s = s,
-                     .p = p, .parts = IMAGE_BLOCKS(n), .flag = two_by_two};
+/* maxpool_fwd_par_: by blocks of min(n, RNB_CHUNKS) images; two_by_two picks maxpool2_fwd_; aa NULL, or a batch
+ * norm's (2, C) affine for the pool of its relu output made from its input x (bn_relu in maxpool_fwd_par_) */
+void rnb_maxpool_fwd(const float *x, const float *aa, i64 n, i64 h, i64 w, i64 c, float *y, int32_t *am, i64 ho,
+                     i64 wo, i64 k, i64 s, i64 p, int two_by_two, int threads) {
+    image_pass ip = {.cx = x, .aa = aa, .y = y, .am = am, .n = n, .h = h, .w = w, .c = c, .ho = ho, .wo = wo, .k = k,
+                     .s = s, .p = p, .parts = IMAGE_BLOCKS(n), .flag = two_by_two};
     rnb_parallel(threads, ip.parts, maxpool_fwd_block, &ip);
 }
 

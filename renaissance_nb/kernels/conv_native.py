@@ -29,18 +29,19 @@ def _c32(*arrays: np.ndarray) -> bool:
 def bind_bn_fwd(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act, acc, aff, parts,  # type: ignore[no-untyped-def]
                 threads: int) -> Kernel | None:
     """conv_par.bn_train_fwd_par_ (parts (PAR_CHUNKS, 2, C)) or, with one block of parts, bn_train_fwd_."""
-    L, ldx, ldy = active(), row_stride(x2), row_stride(y2)
+    L, ldx, ldy = active(), row_stride(x2), (0 if y2 is None else row_stride(y2))  # y2 None: no affine pass
     c = x2.shape[1] if x2.ndim == 2 else -1
-    ok = (L is not None and ldx is not None and ldy is not None and x2.dtype == y2.dtype == F32
+    ok = (L is not None and ldx is not None and ldy is not None and x2.dtype == F32 and (y2 is None or y2.dtype == F32)
           and all_flat(gamma, beta, mean, invstd, rmean, rvar) and _c32(gamma, beta, mean, invstd, rmean, rvar, aff)
           and acc.dtype == parts.dtype == np.float64 and acc.flags.c_contiguous and parts.flags.c_contiguous
           and acc.shape == (2, c) and aff.shape == (2, c) and parts.ndim == 3 and parts.shape[1:] == (2, c)
-          and gamma.size == c and y2.shape == x2.shape and act in (0, 1))
+          and gamma.size == c and (y2 is None or y2.shape == x2.shape) and act in (0, 1))
     if not ok:
         return None
     m = x2.shape[0]
-    args = (address(x2), m, c, ldx, address(gamma), address(beta), address(y2), ldy, address(mean), address(invstd), address(rmean),
-            address(rvar), float(momentum), float(eps), act, address(acc), address(aff), address(parts), parts.shape[0], threads)
+    args = (address(x2), m, c, ldx, address(gamma), address(beta), 0 if y2 is None else address(y2), ldy, address(mean),
+            address(invstd), address(rmean), address(rvar), float(momentum), float(eps), act, address(acc), address(aff),
+            address(parts), parts.shape[0], threads)
     return call(L.rnb_bn_fwd, args, (x2, gamma, beta, y2, mean, invstd, rmean, rvar, acc, aff, parts))
 
 
@@ -91,15 +92,17 @@ def bind_channel_affine(x2, a, b, y2, act, threads: int) -> Kernel | None:  # ty
 
 
 @binder
-def bind_maxpool_fwd(x, y, am, k: int, s: int, p: int, two_by_two: bool, threads: int) -> Kernel | None:
-    """conv_par.maxpool_fwd_par_ (argmax int32)."""
+def bind_maxpool_fwd(x, y, am, k: int, s: int, p: int, two_by_two: bool, threads: int,  # type: ignore[no-untyped-def]
+                     aff=None) -> Kernel | None:
+    """conv_par.maxpool_fwd_par_ (argmax int32); ``aff`` a batch norm's (2, C) affine for bn_relu."""
     L = active()
     if L is None or not (_c32(x, y) and am.dtype == I32 and am.flags.c_contiguous and am.shape == y.shape
-                         and x.ndim == 4 and y.shape[::3] == x.shape[::3]):
+                         and x.ndim == 4 and y.shape[::3] == x.shape[::3] and (aff is None or _c32(aff))):
         return None
     n, h, w, c = x.shape
-    args = (address(x), n, h, w, c, address(y), address(am), y.shape[1], y.shape[2], k, s, p, int(two_by_two), threads)
-    return call(L.rnb_maxpool_fwd, args, (x, y, am))
+    args = (address(x), 0 if aff is None else address(aff), n, h, w, c, address(y), address(am), y.shape[1], y.shape[2],
+            k, s, p, int(two_by_two), threads)
+    return call(L.rnb_maxpool_fwd, args, (x, y, am) + (() if aff is None else (aff,)))
 
 
 @binder

@@ -46,16 +46,16 @@ def im2col_taps_par_(x3, cols_t, spans, k, s, p, ho, wo):
 
 
 @par
-def maxpool_fwd_par_(x, y, am, k, s, p, two_by_two):
+def maxpool_fwd_par_(x, y, am, k, s, p, two_by_two, aff, bn_relu):
     """maxpool_fwd_ (maxpool2_fwd_ when two_by_two) by blocks of images."""
     n = x.shape[0]
     parts = min(n, PAR_CHUNKS)
     for t in numba.prange(parts):
         n0, n1 = _cut(n, parts, t), _cut(n, parts, t + 1)
         if two_by_two:
-            maxpool2_fwd_(x[n0:n1], y[n0:n1], am[n0:n1])
+            maxpool2_fwd_(x[n0:n1], y[n0:n1], am[n0:n1], aff, bn_relu)
         else:
-            maxpool_fwd_(x[n0:n1], y[n0:n1], am[n0:n1], k, s, p)
+            maxpool_fwd_(x[n0:n1], y[n0:n1], am[n0:n1], k, s, p, aff, bn_relu)
 
 
 @par
@@ -90,15 +90,23 @@ def bn_train_fwd_par_(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, 
     """bn_train_fwd_ on numba's threads: the sums in PAR_CHUNKS row blocks (each shifted by the
     first row, as the serial sums), added in block order, then the affine pass in row blocks."""
     m = x2.shape[0]
+    chunks = parts.shape[0]
+    bn_train_stats_par_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff, parts)
+    for t in numba.prange(chunks):
+        r0, r1 = _cut(m, chunks, t), _cut(m, chunks, t + 1)
+        affine_act_(x2[r0:r1], y2[r0:r1], aff, act)
+
+
+@par
+def bn_train_stats_par_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff, parts):
+    """bn_train_fwd_par_ without y (conv_loops.bn_train_stats_)."""
+    m = x2.shape[0]
     x0 = x2[0]
     chunks = parts.shape[0]
     for t in numba.prange(chunks):
         bn_shifted_sums_(x2, x0, parts[t, 0], parts[t, 1], _cut8(m, chunks, t), _cut8(m, chunks, t + 1))
     _fold_parts(parts, acc)
     bn_train_fwd_finish_(x2, gamma, beta, mean, invstd, rmean, rvar, momentum, eps, acc, aff)
-    for t in numba.prange(chunks):
-        r0, r1 = _cut(m, chunks, t), _cut(m, chunks, t + 1)
-        affine_act_(x2[r0:r1], y2[r0:r1], aff, act)
 
 
 @par

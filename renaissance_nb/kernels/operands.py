@@ -242,6 +242,21 @@ def pool_geometry(op: str, x: Any, y: Any, p: dict) -> tuple[int, int, int]:
     return k, s, pad
 
 
+def pool_operands(op: str, ins: Sequence[Any], p: dict) -> tuple[Any, Any]:
+    """(x, aff or None) of a maxpool_fwd node (shared by the CPU and GPU tables): with bn_relu (the batch norm
+    whose output it pools, ops/pool.py relu_pool_pairs) x is that batch norm's input and aff its (2, C) affine,
+    the second input, and the window's values are relu(x * aff[0] + aff[1]), the output it did not write."""
+    bn_relu = bool(p.get("bn_relu"))
+    if len(ins) != (2 if bn_relu else 1):
+        raise PlanError(f"{op}: takes its input x, and with bn_relu a batch norm's (2, C) affine as a second; got "
+                        f"{len(ins)} inputs with bn_relu={p.get('bn_relu')!r}.")
+    if not bn_relu:
+        return ins[0], None
+    x, aff = ins
+    check_shape(op, "affine", aff.shape, (2, x.shape[-1]))
+    return x, aff
+
+
 def pool_grad_operands(op: str, ins: Sequence[Any], p: dict) -> tuple[Any, Any, Any]:
     """(dy, argmax, py) of a maxpool_bwd node (shared by the CPU and GPU tables): py is the forward's
     output, its third input, with relu=True (ops/pool.py relu_through_pool), else dy itself, unread."""
@@ -343,15 +358,20 @@ def conv_columns(op: str, name: str, cols: Any, n: int, per: int, kk: int) -> tu
 
 def bn_fwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
     """(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, act) of a bn_fwd node, checked,
-    x and y as (rows, C) (shared by the CPU and GPU tables)."""
+    x and y as (rows, C), y None where the node has none (y_by: a max pool applies the affine; shared by the
+    CPU and GPU tables)."""
     x, gamma, beta = ins
-    y, mean, invstd, rmean, rvar = split_scratch(outs, p)[0]
-    check_shape("bn_fwd", "y", y.shape, x.shape)
+    if p.get("y_by"):  # the max pool after it makes y's values from x and the affine (pool_operands): no y
+        y = None
+        mean, invstd, rmean, rvar = split_scratch(outs, p)[0]
+    else:
+        y, mean, invstd, rmean, rvar = split_scratch(outs, p)[0]
+        check_shape("bn_fwd", "y", y.shape, x.shape)
     c = x.shape[-1]
     for name, a in (("gamma", gamma), ("beta", beta), ("mean", mean), ("invstd", invstd),
                     ("running_mean", rmean), ("running_var", rvar)):
         check_shape("bn_fwd", name, a.shape, (c,))
-    x2, y2 = rows(x), rows(y)
+    x2, y2 = rows(x), (None if y is None else rows(y))
     if x2.shape[0] < 2:
         raise PlanError(f"bn_fwd: training batch norm needs more than one value per channel, got input {x.shape}.")
     momentum, eps = float(p.get("momentum", 0.1)), float(p.get("eps", 1e-5))

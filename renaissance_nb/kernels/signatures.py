@@ -47,7 +47,7 @@ SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kerne
     "rnb_bn_bwd": (None, (P, I64, I64, I64, P, I64, P, I64, P, P, P, P, I64, P, P, I64, P, P, P, I64, INT)),
     "rnb_bn_fold": (None, (P, P, P, P, I64, F64, P, P)),
     "rnb_channel_affine": (None, (P, I64, I64, I64, P, P, P, I64, I64, INT)),
-    "rnb_maxpool_fwd": (None, (P, I64, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT, INT)),
+    "rnb_maxpool_fwd": (None, (P, P, I64, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT, INT)),
     "rnb_maxpool_bwd": (None, (P, P, P, P, I64, I64, I64, I64, I64, I64, INT, INT)),
     "rnb_avgpool": (None, (P, I64, I64, I64, I64, P, I64, I64, I64, I64, I64, F32, INT, INT)),
     "rnb_gap": (None, (P, I64, I64, I64, P, I64, F32, INT, INT)),

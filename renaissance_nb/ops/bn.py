@@ -82,13 +82,23 @@ class BatchNorm(Op):
                 ema: bool) -> None:
         ids, p, n, x = e.ids, layer.p, layer.name, xs[0]
         if training:
+            pool = relu_through_pool(e, layer) if self.pooled_from(e, layer) else None  # y made by the pool
             e.emit(g, gid, "bn_fwd", [x, ids[f"{n}.weight"], ids[f"{n}.bias"]],
-                   [y, ids[f"{n}.mean"], ids[f"{n}.invstd"], ids[f"{n}.running_mean"], ids[f"{n}.running_var"]]
+                   ([] if pool else [y]) + [ids[f"{n}.{r}"] for r in ("mean", "invstd", "running_mean", "running_var")]
                    + [ids[f"{n}.{r}"] for r in BN_FWD_SCRATCH],
-                   n, momentum=p["momentum"], eps=p["eps"], act=p["act"], scratch=BN_FWD_SCRATCH)
+                   n, momentum=p["momentum"], eps=p["eps"], act=p["act"], scratch=BN_FWD_SCRATCH,
+                   **({"y_by": pool} if pool else {}))
         else:
             sfx = "@ema" if ema else ""
             e.emit(g, gid, "bn_inf", [x, ids[f"{n}.eq_scale{sfx}"], ids[f"{n}.eq_bias{sfx}"]], [y], n, act=p["act"])
+
+    def pooled_from(self, e: Any, layer: Any) -> tuple[int, int] | None:
+        """Its input and its affine (scratch ``affine``, written by bn_fwd) where a max pool alone reads its relu
+        output; not for a batch norm of the data itself (the data's buffer changes with the step), nor under mixed
+        precision (its output may be rounded to 16 bits before the pool: the emitter's ``lowp``)."""
+        if e.lowp or layer.inputs[0] == "input" or relu_through_pool(e, layer) is None:
+            return None
+        return e.ids[layer.inputs[0]], e.ids[f"{layer.name}.affine"]
 
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:

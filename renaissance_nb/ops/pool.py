@@ -113,6 +113,12 @@ class MaxPool(_Pool):
 
     def forward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, training: bool,
                 ema: bool) -> None:
+        prod = next((p for p in e.arch.layers if p.output == layer.inputs[0]), None)
+        src = op_of(prod.kind).pooled_from(e, prod) if training and prod is not None else None
+        if src is not None:  # the producer's relu output made here from its input and affine: it writes none
+            e.emit(g, gid, "maxpool_fwd", list(src), [y, e.ids[f"{layer.name}.argmax"]], layer.name,
+                   **self.window(layer), bn_relu=prod.name)
+            return
         e.emit(g, gid, "maxpool_fwd", [xs[0]], [y, e.ids[f"{layer.name}.argmax"]], layer.name, **self.window(layer))
 
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,

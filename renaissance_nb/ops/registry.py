@@ -117,6 +117,12 @@ class Op:
                          "runs decoder-only language models (embedding, pos_embedding, layernorm, attention, fc, "
                          "activations, dropout, residual adds).")
 
+    def pooled_from(self, e: Any, layer: "ArchLayer") -> tuple[int, int] | None:
+        """In training, (its input, a per-channel (2, C) affine) from which the max pool that alone reads its relu
+        output makes that output's values itself, relu(x * aff[0] + aff[1]), so the layer never writes it
+        (ops/pool.py relu_pool_pairs); None: the layer writes its output (every op but batch norm)."""
+        return None
+
     def inference_fold(self, e: Any, g: Any, layer: "ArchLayer", ema: bool) -> None:
         """Nodes of UPDATE_BN_INF_PARAMS (inference parameters derived from training ones)."""
 

@@ -228,8 +228,10 @@ extern "C" __global__ void rnb_bn_fold(const float* gamma, const float* beta, co
 }
 
 // Max pooling: the window's max (-inf padding; NaN wins) and the first index ih*W + iw that holds it.
-extern "C" __global__ void rnb_maxpool_fwd(const float* x, float* y, int* am, int n, int h, int w, int c, int k, int s,
-                                           int p, int ho, int wo) {
+// bn_relu != 0: x is a batch norm's input and aa its (2, C) affine; the window's values are rnb_channel_affine's
+// with act = 1, the batch norm's output, which is then never written (ops/pool.py relu_pool_pairs).
+extern "C" __global__ void rnb_maxpool_fwd(const float* x, const float* aa, float* y, int* am, int n, int h, int w,
+                                           int c, int k, int s, int p, int ho, int wo, int bn_relu) {
     RNB_GRID_STRIDE(e, (rnb_i64)n * ho * wo * c) {
         rnb_i64 b;
         int oh, ow, q;
@@ -242,6 +244,10 @@ extern "C" __global__ void rnb_maxpool_fwd(const float* x, float* y, int* am, in
         for (int ih = hs; ih < he; ++ih)
             for (int iw = ws; iw < we; ++iw) {
                 float v = x[((b * h + ih) * w + iw) * c + q];
+                if (bn_relu) {
+                    float z = v * aa[q] + aa[c + q];
+                    v = (z > 0.0f) ? z : 0.0f;
+                }
                 if (v > best || v != v) {
                     best = v;
                     arg = ih * w + iw;
