@@ -249,45 +249,61 @@ static inline void window(i64 o, i64 s, i64 p, i64 k, i64 n, i64 *lo, i64 *hi) {
 }
 
 /* a batch norm's y from its input (channel_affine with relu): the max pools of bn_relu=True read x and aff */
-static inline float bn_relu(float x, float a, float b) { float z = x * a + b; return z > 0 ? z : 0.0f; }
-#define PLAIN(v, q) (v)
-#define BN_RELU(v, q) bn_relu((v), A[q], B[q])
-/* one output row of 2x2 windows; LD makes an input value (the value itself, or bn_relu of it) */
-#define POOL2_ROW(LD)                                                                                              \
-    for (i64 ow = 0; ow < wo; ow++) {                                                                              \
-        i64 base = 2 * ow * c, ob = ow * c, i00 = i0 + 2 * ow;                                                     \
-        for (i64 q = 0; q < c; q++) {                                                                              \
-            float b = LD(ra[base + q], q), v;                                                                      \
-            i64 i = i00;                                                                                           \
-            int take;                                                                                              \
-            v = LD(ra[base + c + q], q); take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + 1 : i;      \
-            v = LD(rb[base + q], q); take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + w : i;          \
-            v = LD(rb[base + c + q], q); take = (v > b) | (v != v); b = take ? v : b; i = take ? i00 + w + 1 : i;  \
-            yr[ob + q] = b;                                                                                        \
-            ar[ob + q] = (int32_t)i;                                                                               \
-        }                                                                                                          \
+static inline float bn_relu(float x, float a, float b) {
+    float z = x * a + b;
+    return z > 0 ? z : 0.0f;
+}
+
+/* the next value of a 2x2 window: the first max (NaN wins) and its index */
+#define TAKE(v, at) do { int take_ = (v > b) | (v != v); b = take_ ? v : b; i = take_ ? (at) : i; } while (0)
+/* TAKE where no value is NaN (bn_relu's never are): GCC 12 does not vectorise the NaN test after bn_relu's select */
+#define TAKE_NUM(v, at) do { int take_ = v > b; b = take_ ? v : b; i = take_ ? (at) : i; } while (0)
+
+/* one output row of 2x2 windows from input rows ra and rb; A, B NULL, or a batch norm's scale and shift, the
+ * values then bn_relu(x, A, B) (its output, which it did not write) */
+static void maxpool2_row(const float *restrict ra, const float *restrict rb, const float *restrict A,
+                         const float *restrict B, float *restrict yr, int32_t *restrict ar, i64 wo, i64 c, i64 i0,
+                         i64 w) {
+    for (i64 ow = 0; ow < wo; ow++) {
+        i64 base = 2 * ow * c, ob = ow * c, i00 = i0 + 2 * ow;
+        const float *p0 = ra + base, *p1 = ra + base + c, *p2 = rb + base, *p3 = rb + base + c;
+        if (A)
+            for (i64 q = 0; q < c; q++) {
+                float a = A[q], s = B[q], b = bn_relu(p0[q], a, s), v;
+                i64 i = i00;
+                v = bn_relu(p1[q], a, s); TAKE_NUM(v, i00 + 1);
+                v = bn_relu(p2[q], a, s); TAKE_NUM(v, i00 + w);
+                v = bn_relu(p3[q], a, s); TAKE_NUM(v, i00 + w + 1);
+                yr[ob + q] = b;
+                ar[ob + q] = (int32_t)i;
+            }
+        else
+            for (i64 q = 0; q < c; q++) {
+                float b = p0[q], v;
+                i64 i = i00;
+                v = p1[q]; TAKE(v, i00 + 1);
+                v = p2[q]; TAKE(v, i00 + w);
+                v = p3[q]; TAKE(v, i00 + w + 1);
+                yr[ob + q] = b;
+                ar[ob + q] = (int32_t)i;
+            }
     }
+}
 
 /* aa NULL, or (2, C) scale and shift: the window's values are bn_relu(x, aa[0], aa[1]) */
 static void maxpool2_fwd_images(const float *restrict x, const float *restrict aa, float *restrict y,
                                 int32_t *restrict am, i64 n0, i64 n1, i64 h, i64 w, i64 c, i64 ho, i64 wo) {
-    const float *A = aa, *B = aa ? aa + c : NULL;
     for (i64 n = n0; n < n1; n++)
         for (i64 oh = 0; oh < ho; oh++) {
-            const float *ra = x + ((n * h + 2 * oh) * w) * c, *rb = ra + w * c;
-            float *yr = y + ((n * ho + oh) * wo) * c;
-            int32_t *ar = am + ((n * ho + oh) * wo) * c;
-            i64 i0 = 2 * oh * w;
-            if (aa) {
-                POOL2_ROW(BN_RELU)
-            } else {
-                POOL2_ROW(PLAIN)
-            }
+            const float *ra = x + ((n * h + 2 * oh) * w) * c;
+            maxpool2_row(ra, ra + w * c, aa, aa ? aa + c : NULL, y + ((n * ho + oh) * wo) * c,
+                         am + ((n * ho + oh) * wo) * c, wo, c, 2 * oh * w, w);
         }
 }
 
-static void maxpool_fwd_images(const float *x, const float *aa, float *y, int32_t *am, i64 n0, i64 n1, i64 h, i64 w,
-                               i64 c, i64 ho, i64 wo, i64 k, i64 s, i64 p) {
+static void maxpool_fwd_images(const float *restrict x, const float *restrict aa, float *restrict y,
+                               int32_t *restrict am, i64 n0, i64 n1, i64 h, i64 w, i64 c, i64 ho, i64 wo, i64 k, i64 s,
+                               i64 p) {
     for (i64 n = n0; n < n1; n++)
         for (i64 oh = 0; oh < ho; oh++) {
             i64 hs, he, ws, we;
@@ -302,12 +318,20 @@ static void maxpool_fwd_images(const float *x, const float *aa, float *y, int32_
                     for (i64 iw = ws; iw < we; iw++) {
                         const float *xr = x + ((n * h + ih) * w + iw) * c;
                         int32_t idx = (int32_t)(ih * w + iw);
-                        for (i64 q = 0; q < c; q++) {
-                            float v = aa ? bn_relu(xr[q], aa[q], aa[c + q]) : xr[q], b = yr[q];
-                            int take = (v > b) | (v != v);
-                            yr[q] = take ? v : b;
-                            ar[q] = take ? idx : ar[q];
-                        }
+                        if (aa) /* no NaN among bn_relu's values: v > b decides (TAKE_NUM) */
+                            for (i64 q = 0; q < c; q++) {
+                                float v = bn_relu(xr[q], aa[q], aa[c + q]), b = yr[q];
+                                int take = v > b;
+                                yr[q] = take ? v : b;
+                                ar[q] = take ? idx : ar[q];
+                            }
+                        else
+                            for (i64 q = 0; q < c; q++) {
+                                float v = xr[q], b = yr[q];
+                                int take = (v > b) | (v != v);
+                                yr[q] = take ? v : b;
+                                ar[q] = take ? idx : ar[q];
+                            }
                     }
             }
         }
