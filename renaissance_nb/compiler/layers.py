@@ -17,6 +17,7 @@ channels-last (N, H, W, C): see kernels/conv.py for why.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from ..blueprint_nodes import Add2, BluePrint, Layer, Named, Repeat, Seq
@@ -98,6 +99,12 @@ class ArchPlan:
     def output(self) -> str:
         return self.layers[-1].output
 
+    @cached_property
+    def relu_pools(self) -> dict[str, str]:
+        """{layer: max pool} whose ReLU the pool's backward differentiates (ops/pool.py relu_pool_pairs), once
+        per plan: emission asks for every conv, batch norm and pool."""
+        return pool.relu_pool_pairs(self)
+
     def consumers(self) -> dict[str, int]:
         """How many layers read each tensor."""
         c: dict[str, int] = {}
@@ -111,7 +118,7 @@ class ArchPlan:
         lines += [f"  {l.describe()}" for l in self.layers]
         if self.fused:
             lines.append("  fused: " + ", ".join(self.fused))
-        pooled = pool.relu_pool_pairs(self)
+        pooled = self.relu_pools
         if pooled:
             pairs = ", ".join(f"{a} -> {b}" for a, b in pooled.items())
             lines.append(f"  relu gradient in the pool's backward: {pairs}")

@@ -400,7 +400,7 @@ def maxpool_bwd_(dy, am, dx3, py, relu):
                 ar = am[n, oh, ow]
                 pr = py[n, oh, ow]
                 for q in range(c):
-                    dx3[n, ar[q], q] += gr[q] if not relu or pr[q] > 0 else 0.0
+                    dx3[n, ar[q], q] += gr[q] if not relu or pr[q] > 0 else np.float32(0.0)  # float32 stays
 
 
 @jit

@@ -383,7 +383,10 @@ def bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
     as (rows, C); y2 is x2 without a fused ReLU, whose y the node may then leave out of its inputs (shared
     by the CPU and GPU tables)."""
     act = relu_code("bn_bwd", p)
-    if len(ins) == 5 and not act:  # no fused ReLU to differentiate: y is not read (ops/pool.py relu_through_pool)
+    if len(ins) not in ((6,) if act else (5, 6)):
+        raise PlanError(f"bn_bwd: takes (dy, x, y, gamma, mean, invstd), or without a fused ReLU (act='none') "
+                        f"(dy, x, gamma, mean, invstd); got {len(ins)} inputs with act={p.get('act', 'none')!r}.")
+    if len(ins) == 5:  # no fused ReLU to differentiate: y is not read (ops/pool.py relu_pool_pairs)
         dy, x, gamma, mean, invstd = ins
         y = x
     else:

@@ -95,8 +95,9 @@ def relu_pool_pairs(arch: Any) -> dict[str, str]:
 
 
 def relu_through_pool(e: Any, layer: Any) -> str | None:
-    """The max pool whose backward applies ``layer``'s fused ReLU gradient (relu_pool_pairs), or None."""
-    return relu_pool_pairs(e.arch).get(layer.name)
+    """The max pool whose backward applies ``layer``'s fused ReLU gradient (relu_pool_pairs, as the ArchPlan
+    keeps them: ``relu_pools``), or None."""
+    return e.arch.relu_pools.get(layer.name)
 
 
 @register
@@ -125,7 +126,7 @@ class MaxPool(_Pool):
                  dxs: list[int | None]) -> None:
         if dxs[0] is None:
             return
-        relu = layer.name in relu_pool_pairs(e.arch).values()  # with its input's ReLU gradient: reads y too
+        relu = layer.name in e.arch.relu_pools.values()  # with its input's ReLU gradient: reads y too
         e.emit(g, gid, "maxpool_bwd", [dy, e.ids[f"{layer.name}.argmax"]] + ([y] if relu else []), [dxs[0]],
                layer.name, **self.window(layer), **({"relu": True} if relu else {}))
 
