@@ -290,17 +290,19 @@ def test_relu_mul_add_copy_and_dropout(size: int) -> None:
 
 
 @needs_lib
-@pytest.mark.parametrize("crop_pad,flip,resize", [(0, False, False), (2, True, False), (3, True, True)])
-def test_image_gather(crop_pad: int, flip: bool, resize: bool) -> None:
-    """transfer_image: gather, resize, crop and flip into NHWC, the cursor advanced, statuses as numba's."""
+@pytest.mark.parametrize("crop_pad,flip,resize,cn", [(0, False, False, 3), (2, True, False, 3), (3, True, True, 3),
+                                                      (2, False, False, 1), (0, False, False, 1), (2, True, False, 1)])
+def test_image_gather(crop_pad: int, flip: bool, resize: bool, cn: int) -> None:
+    """transfer_image: gather, resize, crop and flip into NHWC, the cursor advanced, statuses as numba's; one
+    channel without a flip has a row-copy path of its own."""
     rng = seeded(crop_pad)
-    xs, ys = awkward(rng, (30, 3, 8, 8)), rng.integers(0, 10, 30).astype(np.int64)
+    xs, ys = awkward(rng, (30, cn, 8, 8)), rng.integers(0, 10, 30).astype(np.int64)
     perm = rng.permutation(30).astype(np.int64)
     hw = (11, 11) if resize else (8, 8)
     env = BindEnv(7, {"train": (xs, ys)}, {"train": perm})
     got = []
     for ops in (NUMBA, {"transfer_image"}):
-        x_out, y_out = np.zeros((7, *hw, 3), np.float32), np.zeros(7, np.int32)
+        x_out, y_out = np.zeros((7, *hw, cn), np.float32), np.zeros(7, np.int32)
         cursor, aug = np.array([3], np.int64), np.array([11], np.int64)
         with native.chosen_for(ops):
             k = KERNELS["transfer_image"]([x_out, y_out], [cursor, aug], dict(source="train", crop_pad=crop_pad,

@@ -628,6 +628,11 @@ static void gather_one(const float *src, float *out, i64 h, i64 w, i64 cn, i64 h
         i64 sy = y + dy;
         float *orow = out + y * w * cn;
         if (sy < 0 || sy >= h) { for (i64 q = 0; q < w * cn; q++) orow[q] = fill; continue; }
+        if (cn == 1 && !mirror && !rt) { /* one channel, no flip: the row is one shifted copy (a grayscale batch) */
+            const float *srow = src + sy * ws;
+            for (i64 x = 0; x < w; x++) { i64 sx = x + dx; orow[x] = sx >= 0 && sx < w ? srow[sx] : fill; }
+            continue;
+        }
         for (i64 x = 0; x < w; x++) {
             i64 sx = (mirror ? w - 1 - x : x) + dx;
             float *o = orow + x * cn;
