@@ -130,7 +130,8 @@ class TaskBase(Phased):
         live in the step: with liveness reuse (the default) its bytes are shared with tensors whose
         lifetimes do not overlap, so after a step a dead temporary reads as whichever of them wrote
         last (the lifetimes view marks the tensors that share bytes). Build with
-        ``options(liveness=False)`` to inspect every temporary after a step."""
+        ``options(liveness=False)`` to inspect every temporary after a step (it also keeps the outputs a
+        max pool would otherwise make itself: a batch norm's before a pool, ops/pool.py)."""
         self._require("read", Phase.COMPILED, hint="Tensors hold values only once the arena exists (compile()).")
         assert self._tensors is not None  # compile() made it
         return self._tensors.read(tensor)

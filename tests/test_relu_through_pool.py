@@ -176,6 +176,31 @@ def test_the_batch_norm_before_a_pool_writes_no_output_in_training(monkeypatch: 
     assert all("y_by" not in n.p for n in nodes(bf16, "bn_fwd"))
 
 
+def test_liveness_off_keeps_the_batch_norm_output_to_read() -> None:
+    """options(liveness=False) promises every temporary readable after a step: the pool does not make the
+    batch norm's output then (its backward still applies the relu's gradient)."""
+    t = (rnb.DeepLearningTask("kept").model(NETS["conv, bn + relu, 2x2 pool"]).data(train=(X, Y), batch_size=32)
+         .optimizer(rnb.AdamW(lr=1e-2)).total_epochs(1).seed(3).options(liveness=False))
+    t.compile()
+    assert all("y_by" not in n.p for n in nodes(t, "bn_fwd")) and all(n.p.get("relu") for n in nodes(t, "maxpool_bwd"))
+    t.run(progress=False)
+    y = t.read("bn2.out")
+    assert (y > 0).mean() > 0.2 and (y >= 0).all()  # a relu output, written
+
+
+def test_a_hand_built_bn_fwd_without_y_is_checked() -> None:
+    """bn_fwd(y_by=...) needs act='relu', four outputs and the 'affine' scratch the pool reads: a PlanError."""
+    from renaissance_nb.errors import PlanError
+    from renaissance_nb.kernels.base import BindEnv
+    from renaissance_nb.kernels.cpu import KERNELS
+    x, c = np.ones((8, 3), np.float32), np.ones(3, np.float32)
+    outs = [c.copy() for _ in range(4)]
+    with pytest.raises(PlanError, match="y_by='maxpool1'.*act='relu'"):
+        KERNELS["bn_fwd"](outs, [x, c, c], {"y_by": "maxpool1", "act": "none"}, BindEnv())
+    with pytest.raises(PlanError, match="got 5 outputs"):
+        KERNELS["bn_fwd"]([x.copy()] + outs, [x, c, c], {"y_by": "maxpool1", "act": "relu"}, BindEnv())
+
+
 def test_a_grouped_conv_keeps_its_own_relu_mask(monkeypatch: pytest.MonkeyPatch) -> None:
     """Grouped convolutions have kernels of their own (ops/grouped_conv.py), which mask dy themselves."""
     net = seq(conv(6, 3, 1, 1), relu(), conv(6, 3, 1, 1, groups=3), relu(), maxpool(2), gap(), fc(4))

@@ -36,21 +36,24 @@ class StepOptions:
     ranks: int = 1  # data-parallel ranks: above 1, the gradients are all-reduced (_start_bucket, DEEP_COMM)
     allreduce: str = "buckets"  # per layer as backward writes it ('buckets') or the whole G range at once ('slab')
     recompute: bool = False  # each block's forward again before its backward, into twins (compiler/recompute.py)
-    lowp: bool = False  # mixed precision: a feature map may be 16-bit, so a max pool pools the rounded values
+    elide_outputs: bool = True  # an op may make another's output values itself (ops/registry.py pooled_from); off
+    # under mixed precision (the output would be rounded to 16 bits in between) and with liveness=False (every
+    # temporary kept, to read after a step)
 
 
 class _Emitter:
     """Emits each layer's node patterns; tensor names resolve to ids, "input" to the data buffer."""
 
-    def __init__(self, arch: ArchPlan, ids: dict[str, int], recomputing: bool = False, lowp: bool = False) -> None:
+    def __init__(self, arch: ArchPlan, ids: dict[str, int], recomputing: bool = False,
+                 elide_outputs: bool = True) -> None:
         self.arch = arch
         self.ids = ids
         self.consumers = arch.consumers()
         self.recomputing = recomputing
         """A block's second forward (compiler/recompute.py): dropout reuses its mask instead of drawing."""
-        self.lowp = lowp
-        """Mixed precision: a layer's output may be rounded to 16 bits, so no op makes another's output values
-        itself (ops/registry.py pooled_from: a max pool would pool them unrounded)."""
+        self.elide_outputs = elide_outputs
+        """Whether an op may make another's output values itself, so that output is never written in training
+        (ops/registry.py pooled_from; StepOptions.elide_outputs says when not)."""
 
     def dropout(self, g: ComputationGraph, gid: GraphId, x: int, y: int, mask: int, layer: str, p: float) -> None:
         """Inverted dropout of x into y: a fresh Philox mask, or the one already drawn when recomputing."""
@@ -178,7 +181,7 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
                         g_range: tuple[str, str]) -> ComputationGraph:
     """The training graph: transfer, first-layer fwd/bwd (A and B), deep fwd+bwd, metrics, optimizer."""
     g = ComputationGraph("train")
-    e = _Emitter(arch, ids, lowp=opts.lowp)
+    e = _Emitter(arch, ids, elide_outputs=opts.elide_outputs)
     first, deep = arch.layers[0], arch.layers[1:]
     for ab in ("A", "B"):
         data = ids[f"I_{ab}.data"]
@@ -194,7 +197,7 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
     seen: dict[str, int] = {}
     buckets = opts.ranks > 1 and opts.allreduce == "buckets"
     blocks = recomputed_layers(arch) if opts.recompute else {}
-    again = _Emitter(arch, twin_ids(ids), recomputing=True, lowp=opts.lowp) if blocks else e
+    again = _Emitter(arch, twin_ids(ids), recomputing=True, elide_outputs=opts.elide_outputs) if blocks else e
     for layer in reversed(deep):
         if layer.block in blocks and layer is blocks[layer.block][-1]:  # its block's backward starts: forward again
             for twin in blocks[layer.block]:

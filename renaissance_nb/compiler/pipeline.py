@@ -285,8 +285,8 @@ def step_options(config: TaskConfig) -> StepOptions:
 def _graphs(config: TaskConfig, arch: ArchPlan, table: Any) -> Graphs:
     """Stage 3's graphs over ``table``'s ids (fp16: a NaN check that skips, as GradScaler's step does)."""
     opts = step_options(config)
-    if config.precision != "fp32":
-        opts = replace(opts, lowp=True)
+    if config.precision != "fp32" or not config.liveness:  # 16-bit outputs; every temporary kept to read
+        opts = replace(opts, elide_outputs=False)
     if config.precision == "fp16":
         opts = replace(opts, nan_policy="skip")
     if dict(opts.optimizer).get("decay") == "matrices":

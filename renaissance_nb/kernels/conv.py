@@ -58,9 +58,8 @@ from . import conv_native, conv_par, conv_tiled, fused, program, winograd
 from .base import EMPTY_F32, BindEnv, Factory, Kernel, registrar
 from .blas import THREADED, gemm, pass_threads
 from .conv_loops import (avgpool_bwd_, avgpool_fwd_, bn_fold_, bn_inf_, bn_train_bwd_, bn_train_fwd_, bn_train_stats_,
-                         col2im_,
-                         gap_bwd_, gap_fwd_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_, maxpool_bwd_,
-                         maxpool_fwd_)
+                         col2im_, gap_bwd_, gap_fwd_, im2col_, im2col_taps_, maxpool2_bwd_, maxpool2_fwd_,
+                         maxpool_bwd_, maxpool_fwd_)
 from .conv_loops import bn_grad_sums_, bn_shifted_sums_  # noqa: F401 - tests reach every loop through conv
 from .operands import (ConvBwd, bn_bwd_operands, bn_fwd_operands, check_shape, conv_bwd_operands, conv_columns,
                        conv_geometry, pool_geometry, pool_grad_operands, pool_operands, relu_code, remakes_columns,

@@ -362,8 +362,14 @@ def bn_fwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
     CPU and GPU tables)."""
     x, gamma, beta = ins
     if p.get("y_by"):  # the max pool after it makes y's values from x and the affine (pool_operands): no y
+        main = split_scratch(outs, p)[0]
+        if len(main) != 4 or relu_code("bn_fwd", p) != 1 or "affine" not in tuple(p.get("scratch", ())):
+            raise PlanError(f"bn_fwd: y_by={p['y_by']!r} (a max pool makes its relu output) takes act='relu', the "
+                            f"outputs (mean, invstd, running_mean, running_var) and the 'affine' scratch the pool "
+                            f"reads; got {len(main)} outputs, act={p.get('act', 'none')!r}, scratch "
+                            f"{tuple(p.get('scratch', ()))}.")
         y = None
-        mean, invstd, rmean, rvar = split_scratch(outs, p)[0]
+        mean, invstd, rmean, rvar = main
     else:
         y, mean, invstd, rmean, rvar = split_scratch(outs, p)[0]
         check_shape("bn_fwd", "y", y.shape, x.shape)

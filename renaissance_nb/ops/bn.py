@@ -94,9 +94,10 @@ class BatchNorm(Op):
 
     def pooled_from(self, e: Any, layer: Any) -> tuple[int, int] | None:
         """Its input and its affine (scratch ``affine``, written by bn_fwd) where a max pool alone reads its relu
-        output; not for a batch norm of the data itself (the data's buffer changes with the step), nor under mixed
-        precision (its output may be rounded to 16 bits before the pool: the emitter's ``lowp``)."""
-        if e.lowp or layer.inputs[0] == "input" or relu_through_pool(e, layer) is None:
+        output; not for a batch norm of the data itself (the data's buffer changes with the step), nor where the
+        emitter keeps every output (``elide_outputs`` off: mixed precision, which rounds the output to 16 bits
+        before the pool, and liveness=False, which keeps every temporary to read)."""
+        if not e.elide_outputs or layer.inputs[0] == "input" or relu_through_pool(e, layer) is None:
             return None
         return e.ids[layer.inputs[0]], e.ids[f"{layer.name}.affine"]
 
