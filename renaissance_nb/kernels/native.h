@@ -43,6 +43,19 @@ static inline void winograd_filter(const float *w4, i64 co, i64 ci, i64 cin, int
             g[a][b] = flip ? w4[((co * 3 + 2 - a) * 3 + 2 - b) * cin + ci] : w4[((co * 3 + a) * 3 + b) * cin + ci];
 }
 
+/* both Winograd filter transforms' walk: fn(u, plane, at, g) for every (co, ci) filter g, at its place ``at``
+ * in each (Cin, Cout) plane of u (or (Cout, Cin) with flip: the input gradient's filters, turned 180 degrees) */
+typedef void (*filter_transform)(float *u, i64 plane, i64 at, double g[3][3]);
+static inline void each_filter(const float *w4, i64 cout, i64 cin, int flip, float *u, filter_transform fn) {
+    i64 plane = cout * cin;
+    for (i64 co = 0; co < cout; co++)
+        for (i64 ci = 0; ci < cin; ci++) {
+            double g[3][3];
+            winograd_filter(w4, co, ci, cin, flip, g);
+            fn(u, plane, flip ? co * cin + ci : ci * cout + co, g);
+        }
+}
+
 /* winograd43.copy_clipped: the part inside the ho x wo map of an m x m output tile at (oh, ow) of image n
  * (``tile``: its m rows of m pixels of co channels) into y3 (n, ho, wo, co): both Winograd tiles' border step */
 static inline void copy_clipped(const float *tile, float *y3, i64 n, i64 oh, i64 ow, i64 ho, i64 wo, i64 co, i64 m) {

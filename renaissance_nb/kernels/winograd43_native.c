@@ -15,19 +15,16 @@ static inline double gg(double a0, double a1, double a2, int k) {
 }
 
 /* winograd43.weights43_: u (36, U1, U2) = G g G^T from w4 (cout, 3, 3, cin); flip: the input gradient's */
+static void w43_filter(float *u, i64 plane, i64 at, double g[3][3]) {
+    for (int k = 0; k < 6; k++) {
+        double a0 = gg(g[0][0], g[1][0], g[2][0], k), a1 = gg(g[0][1], g[1][1], g[2][1], k);
+        double a2 = gg(g[0][2], g[1][2], g[2][2], k);
+        for (int s = 0; s < 6; s++) u[(6 * k + s) * plane + at] = (float)gg(a0, a1, a2, s);
+    }
+}
+
 void rnb_w43_weights(const float *w4, i64 cout, i64 cin, float *u, int flip) {
-    i64 plane = cout * cin;
-    for (i64 co = 0; co < cout; co++)
-        for (i64 ci = 0; ci < cin; ci++) {
-            double g[3][3];
-            winograd_filter(w4, co, ci, cin, flip, g);
-            i64 at = flip ? co * cin + ci : ci * cout + co;
-            for (int k = 0; k < 6; k++) {
-                double a0 = gg(g[0][0], g[1][0], g[2][0], k), a1 = gg(g[0][1], g[1][1], g[2][1], k);
-                double a2 = gg(g[0][2], g[1][2], g[2][2], k);
-                for (int s = 0; s < 6; s++) u[(6 * k + s) * plane + at] = (float)gg(a0, a1, a2, s);
-            }
-        }
+    each_filter(w4, cout, cin, flip, u, w43_filter);
 }
 
 /* winograd43._bt_rows: t (6 rows of n) = B^T d for the rows q0..q5 (n floats each) */

@@ -121,20 +121,17 @@ static void g_row(float *u, i64 r, i64 plane, i64 at, double a0, double a1, doub
 }
 
 /* winograd.weights_: u (16, U1, U2) from w4 (cout, 3, 3, cin); flip: the input gradient's filters */
+static void w22_filter(float *u, i64 plane, i64 at, double g[3][3]) {
+    g_row(u, 0, plane, at, g[0][0], g[0][1], g[0][2]);
+    g_row(u, 4, plane, at, (g[0][0] + g[1][0] + g[2][0]) * 0.5, (g[0][1] + g[1][1] + g[2][1]) * 0.5,
+          (g[0][2] + g[1][2] + g[2][2]) * 0.5);
+    g_row(u, 8, plane, at, (g[0][0] - g[1][0] + g[2][0]) * 0.5, (g[0][1] - g[1][1] + g[2][1]) * 0.5,
+          (g[0][2] - g[1][2] + g[2][2]) * 0.5);
+    g_row(u, 12, plane, at, g[2][0], g[2][1], g[2][2]);
+}
+
 void rnb_winograd_weights(const float *w4, i64 cout, i64 cin, float *u, int flip) {
-    i64 plane = cout * cin;
-    for (i64 co = 0; co < cout; co++)
-        for (i64 ci = 0; ci < cin; ci++) {
-            double g[3][3];
-            winograd_filter(w4, co, ci, cin, flip, g);
-            i64 at = flip ? co * cin + ci : ci * cout + co;
-            g_row(u, 0, plane, at, g[0][0], g[0][1], g[0][2]);
-            g_row(u, 4, plane, at, (g[0][0] + g[1][0] + g[2][0]) * 0.5, (g[0][1] + g[1][1] + g[2][1]) * 0.5,
-                  (g[0][2] + g[1][2] + g[2][2]) * 0.5);
-            g_row(u, 8, plane, at, (g[0][0] - g[1][0] + g[2][0]) * 0.5, (g[0][1] - g[1][1] + g[2][1]) * 0.5,
-                  (g[0][2] - g[1][2] + g[2][2]) * 0.5);
-            g_row(u, 12, plane, at, g[2][0], g[2][1], g[2][2]);
-        }
+    each_filter(w4, cout, cin, flip, u, w22_filter);
 }
 
 /* winograd._in_row and _in_tile: v (16c) = B^T d B of the 4x4 patch with rows p0..p3 (4c each) */
