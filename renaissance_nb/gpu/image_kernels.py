@@ -202,7 +202,8 @@ def maxpool_bwd(outs, ins, p, env):
     dy, am, py = pool_grad_operands("maxpool_bwd", ins, p)
     (dx,) = outs
     geo, _ = _pool_args("maxpool_bwd", dx, dy, p)
-    return launch_grid(env, "rnb_maxpool_bwd", dx.size, dy, am, py, dx, *geo, *_i32(int(bool(p.get("relu", False)))))
+    relu = int(bool(p.get("relu", False)))  # py is dy itself, unread, without
+    return launch_grid(env, "rnb_maxpool_bwd", dx.size, dy, am, py, dx, *geo, *_i32(relu))
 
 
 @gpu_kernel("avgpool_fwd")

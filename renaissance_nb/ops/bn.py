@@ -14,7 +14,7 @@ from ..errors import BluePrintError, bad_argument
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
 from .common import with_act_slot
-from .pool import relu_through_pool
+from .pool import backward_act, relu_through_pool
 from .registry import Op, Refused, register
 
 BN_SCRATCH = (("stat_sums", (PAR_CHUNKS + 1, 2), "float64"), ("affine", (2,), "float32"),
@@ -104,10 +104,9 @@ class BatchNorm(Op):
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
         ids, n = e.ids, layer.name
-        pool = relu_through_pool(e, layer)  # that pool's backward applies the ReLU's gradient: y is not read
-        act = {"act": "none", "relu_grad": pool} if pool else {"act": layer.p["act"]}
+        reads_y, act = backward_act(e, layer)
         stats = [ids[f"{n}.{r}"] for r in ("weight", "mean", "invstd")]
-        e.emit(g, gid, "bn_bwd", [dy, xs[0]] + ([] if pool else [y]) + stats,
+        e.emit(g, gid, "bn_bwd", [dy, xs[0]] + ([y] if reads_y else []) + stats,
                [dxs[0], ids[f"{n}.weight@grad"], ids[f"{n}.bias@grad"]] + [ids[f"{n}.{r}"] for r in BN_BWD_SCRATCH],
                n, **act, scratch=BN_BWD_SCRATCH)
 

@@ -20,7 +20,7 @@ from ..kernels.operands import CONV_THREADS, conv_scratch_shape, conv_tiles
 from ..memory.region import Region
 from .common import bias_partials, square, window_out, with_act_slot
 from .grouped_conv import GROUPED_CONV, signature as grouped_signature
-from .pool import relu_through_pool
+from .pool import backward_act
 from .registry import Op, Refused, op_of, register
 
 CONV_DW_PARTIALS = CONV_THREADS - 1
@@ -115,9 +115,8 @@ class Convolution(Op):
         if dx is not None:
             outs += [dx, own if own is not None else ids[f"{n}.dcols"]]
         scratch = e.scratch(n, ("bias_partials", "dw_partials"))
-        pool = relu_through_pool(e, layer)  # that pool's backward applies the ReLU's gradient: y is not read
-        act = {"act": "none", "relu_grad": pool} if pool else {"act": p["act"]}
-        e.emit(g, gid, "conv_bwd", [dy, xs[0], ids[f"{n}.weight"], cols] + ([] if pool else [y]),
+        reads_y, act = backward_act(e, layer)
+        e.emit(g, gid, "conv_bwd", [dy, xs[0], ids[f"{n}.weight"], cols] + ([y] if reads_y else []),
                outs + [ids[f"{n}.{r}"] for r in scratch], n, k=p["k"], s=p["s"], p=p["p"], bias=p["bias"], **act,
                need_dx=dx is not None, scratch=scratch)
 

@@ -100,6 +100,13 @@ def relu_through_pool(e: Any, layer: Any) -> str | None:
     return e.arch.relu_pools.get(layer.name)
 
 
+def backward_act(e: Any, layer: Any) -> tuple[bool, dict[str, Any]]:
+    """(whether the backward reads y, its act parameters) for a conv or batch norm: none of y, act='none' and
+    relu_grad=<pool> where a max pool applies its ReLU's gradient (relu_through_pool)."""
+    pool = relu_through_pool(e, layer)
+    return (False, {"act": "none", "relu_grad": pool}) if pool else (True, {"act": layer.p["act"]})
+
+
 @register
 class MaxPool(_Pool):
     kind = "maxpool"
