@@ -235,8 +235,24 @@ def test_winograd_and_tiles_on_every_thread_count(threads: int, m: int) -> None:
     """The Winograd passes, F(2x2, 3x3) and F(4x4, 3x3) (m), forward, input and weight gradients with 1
     to 3 buffers (threads of the numba kernel, iterations of the OpenMP loop): each buffer's share is
     the same work, whichever thread runs it. 9x11 maps: both tile sizes clip at the bottom and right."""
-    rng = seeded(threads)
-    n, h, wd, c, co, p = 5, 9, 11, 16, 32, (m + 2) ** 2
+    _winograd_twins(threads, m, 5, 9, 11, 16, 32)
+
+
+@needs_lib
+@needs_threads
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("c, co", [(70, 67), (131, 9), (5, 129)])
+def test_winograd_filter_transforms_past_one_block_of_lanes(m: int, c: int, co: int) -> None:
+    """The C filter transforms and weight-gradient end run 64 filters side by side and cut the channels
+    into blocks for the threads (winograd43_native.c): channel counts past one block, and not a multiple
+    of it, give numba's bytes too."""
+    _winograd_twins(2, m, 2, 7, 7, c, co)
+
+
+def _winograd_twins(threads: int, m: int, n: int, h: int, wd: int, c: int, co: int) -> None:
+    """Winograd's forward, input and weight gradients by C and by numba, on the same buffers: the same bytes."""
+    rng = seeded(threads + c)
+    p = (m + 2) ** 2
     x, w, dy = awkward(rng, (n, h, wd, c)), awkward(rng, (co, 3, 3, c)) / np.float32(12), awkward(rng, (n, h, wd, co))
     ch = winograd.plan(n, h, wd, c, co, 1 << 22, weight_grad=True, m=m)
     per = ch.per_thread

@@ -14,17 +14,55 @@ static inline double gg(double a0, double a1, double a2, int k) {
     return a2;
 }
 
-/* winograd43.weights43_: u (36, U1, U2) = G g G^T from w4 (cout, 3, 3, cin); flip: the input gradient's */
-static void w43_filter(float *u, i64 plane, i64 at, double g[3][3]) {
-    for (int k = 0; k < 6; k++) {
-        double a0 = gg(g[0][0], g[1][0], g[2][0], k), a1 = gg(g[0][1], g[1][1], g[2][1], k);
-        double a2 = gg(g[0][2], g[1][2], g[2][2], k);
-        for (int s = 0; s < 6; s++) u[(6 * k + s) * plane + at] = (float)gg(a0, a1, a2, s);
+/* One row k of G g, then that row times G^T, for nb filters side by side (the same arithmetic per filter
+ * as weights43_, vectorised across them): tap j = 3a + b of lane l at g[j][l]; plane 6k + s of lane l at
+ * u[(6k + s) * plane + l]. A macro, so k is a constant inside the loop and gg's branches fold. */
+#define W43_ROW(K)                                                                                             \
+    _Pragma("omp simd") for (i64 l = 0; l < nb; l++) {                                                      \
+        double a0 = gg(g[0][l], g[3][l], g[6][l], K), a1 = gg(g[1][l], g[4][l], g[7][l], K);                 \
+        double a2 = gg(g[2][l], g[5][l], g[8][l], K);                                                         \
+        float *o = u + 6 * (K) * plane + l;                                                                   \
+        o[0] = (float)gg(a0, a1, a2, 0), o[plane] = (float)gg(a0, a1, a2, 1);                                 \
+        o[2 * plane] = (float)gg(a0, a1, a2, 2), o[3 * plane] = (float)gg(a0, a1, a2, 3);                     \
+        o[4 * plane] = (float)gg(a0, a1, a2, 4), o[5 * plane] = (float)gg(a0, a1, a2, 5);                     \
+    }
+
+static void w43_filters(const float *const g[9], i64 nb, float *u, i64 plane) {
+    W43_ROW(0) W43_ROW(1) W43_ROW(2) W43_ROW(3) W43_ROW(4) W43_ROW(5)
+}
+
+#define LANES 64 /* filters side by side where their taps are gathered (w43_block) */
+
+typedef struct { const float *w4; i64 cout, cin; float *u; int flip; } w43_job;
+
+/* block b of weights43_: with flip, filters co of the block, lanes over ci (their taps and their u row are
+ * runs in w4 and u); else filters ci of the block, lanes over co, taps gathered LANES at a time */
+static void w43_block(void *v, i64 b) {
+    const w43_job *a = v;
+    i64 cout = a->cout, cin = a->cin, plane = cout * cin, outer = a->flip ? cout : cin;
+    float taps[9][LANES];
+    const float *g[9];
+    for (i64 o = cut(outer, RNB_CHUNKS, b); o < cut(outer, RNB_CHUNKS, b + 1); o++) {
+        if (a->flip) {
+            for (int j = 0; j < 9; j++) g[j] = a->w4 + ((o * 3 + 2 - j / 3) * 3 + 2 - j % 3) * cin;
+            w43_filters(g, cin, a->u + o * cin, plane);
+            continue;
+        }
+        for (i64 c0 = 0; c0 < cout; c0 += LANES) {
+            i64 nb = min64(LANES, cout - c0);
+            for (i64 l = 0; l < nb; l++)
+                for (int j = 0; j < 9; j++) taps[j][l] = a->w4[((c0 + l) * 9 + j) * cin + o];
+            for (int j = 0; j < 9; j++) g[j] = taps[j];
+            w43_filters(g, nb, a->u + o * cout + c0, plane);
+        }
     }
 }
 
-void rnb_w43_weights(const float *w4, i64 cout, i64 cin, float *u, int flip) {
-    each_filter(w4, cout, cin, flip, u, w43_filter);
+/* winograd43.weights43_: u (36, U1, U2) = G g G^T from w4 (cout, 3, 3, cin); flip: the input gradient's.
+ * Each filter's arithmetic as there, so the same bytes; RNB_CHUNKS blocks on the pool's threads. */
+void rnb_w43_weights(const float *w4, i64 cout, i64 cin, float *u, int flip, int threads) {
+    w43_job a = {w4, cout, cin, u, flip};
+    rnb_parallel(threads, RNB_CHUNKS, w43_block, &a);
 }
 
 /* winograd43._bt_rows: t (6 rows of n) = B^T d for the rows q0..q5 (n floats each) */
@@ -109,18 +147,33 @@ static inline double gt6(double p0, double a, double b, double c, double d, doub
     return ((c + d) - (a + b)) / 6.0 + p5;
 }
 
-/* winograd43.dw_from_total43: dw4 (co, 3, 3, c) = G^T D G for D = d[:, ci, co] (36 planes of c co) */
-void rnb_w43_dw_total(const float *d, float *dw4, i64 c, i64 co) {
+/* Row r of G^T D G for nb lanes side by side (lane l: D's plane xi at e[xi * pl + l]), as dw_from_total43
+ * computes it per (ci, co); out[3r + s][l]. A macro, so r is a constant inside the loop. */
+#define W43_DW_ROW(R)                                                                                          \
+    _Pragma("omp simd") for (i64 l = 0; l < nb; l++) {                                                      \
+        const float *q = e + l;                                                                               \
+        double t0 = gt6(q[0], q[6 * pl], q[12 * pl], q[18 * pl], q[24 * pl], q[30 * pl], R);                  \
+        double t1 = gt6(q[pl], q[7 * pl], q[13 * pl], q[19 * pl], q[25 * pl], q[31 * pl], R);                 \
+        double t2 = gt6(q[2 * pl], q[8 * pl], q[14 * pl], q[20 * pl], q[26 * pl], q[32 * pl], R);             \
+        double t3 = gt6(q[3 * pl], q[9 * pl], q[15 * pl], q[21 * pl], q[27 * pl], q[33 * pl], R);             \
+        double t4 = gt6(q[4 * pl], q[10 * pl], q[16 * pl], q[22 * pl], q[28 * pl], q[34 * pl], R);            \
+        double t5 = gt6(q[5 * pl], q[11 * pl], q[17 * pl], q[23 * pl], q[29 * pl], q[35 * pl], R);            \
+        out[3 * (R)][l] = (float)gt6(t0, t1, t2, t3, t4, t5, 0);                                              \
+        out[3 * (R) + 1][l] = (float)gt6(t0, t1, t2, t3, t4, t5, 1);                                          \
+        out[3 * (R) + 2][l] = (float)gt6(t0, t1, t2, t3, t4, t5, 2);                                          \
+    }
+
+/* winograd43.dw_from_total43 for filters ci0..ci1: dw4 (co, 3, 3, c) = G^T D G for D = d[:, ci, co] (36
+ * planes of c co), LANES output channels at a time, then scattered into dw4 */
+void rnb_w43_dw_total(const float *d, float *dw4, i64 c, i64 co, i64 ci0, i64 ci1) {
     i64 pl = c * co;
-    for (i64 ci = 0; ci < c; ci++)
-        for (i64 o = 0; o < co; o++) {
-            const float *e = d + ci * co + o;
-            for (int r = 0; r < 3; r++) {
-                double t[6];
-                for (int s = 0; s < 6; s++)
-                    t[s] = gt6(e[s * pl], e[(6 + s) * pl], e[(12 + s) * pl], e[(18 + s) * pl], e[(24 + s) * pl],
-                               e[(30 + s) * pl], r);
-                for (int s = 0; s < 3; s++) dw4[((o * 3 + r) * 3 + s) * c + ci] = (float)gt6(t[0], t[1], t[2], t[3], t[4], t[5], s);
-            }
+    float out[9][LANES];
+    for (i64 ci = ci0; ci < ci1; ci++)
+        for (i64 o0 = 0; o0 < co; o0 += LANES) {
+            i64 nb = min64(LANES, co - o0);
+            const float *e = d + ci * co + o0;
+            W43_DW_ROW(0) W43_DW_ROW(1) W43_DW_ROW(2)
+            for (i64 l = 0; l < nb; l++)
+                for (int k = 0; k < 9; k++) dw4[((o0 + l) * 9 + k) * c + ci] = out[k][l];
         }
 }

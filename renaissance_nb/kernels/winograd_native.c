@@ -12,11 +12,11 @@
 #define PAD 16 /* winograd.PAD */
 
 /* winograd43_native.c: F(4x4, 3x3)'s transforms */
-void rnb_w43_weights(const float *w4, i64 cout, i64 cin, float *u, int flip);
+void rnb_w43_weights(const float *w4, i64 cout, i64 cin, float *u, int flip, int threads);
 void rnb_w43_in_tile(const float *p0, i64 rs, float *v, i64 c, float *tmp);
 void rnb_w43_out_tile(const float *m, float *y3, i64 n, i64 oh, i64 ow, i64 co, i64 ho, i64 wo, float *stage);
 void rnb_w43_dy_tile(const float *r0, i64 rs, float *dm, i64 co, float *tmp);
-void rnb_w43_dw_total(const float *d, float *dw4, i64 c, i64 co);
+void rnb_w43_dw_total(const float *d, float *dw4, i64 c, i64 co, i64 ci0, i64 ci1);
 
 void rnb_bias_act(float *y, i64 n, i64 m, i64 ldy, const float *b, i64 nb, i64 act, double slope, int threads);
 void rnb_im2col_images(const float *x3, i64 h, i64 w, i64 c, float *cols, i64 k, i64 s, i64 p, i64 ho, i64 wo,
@@ -270,9 +270,9 @@ static void fwd_block(void *v, i64 t) {
 void rnb_winograd_fwd(void *f, int wide, const float *w4, int flip, float *u, const float *x3, i64 n, i64 h, i64 w,
                       i64 c, float *y3, i64 co, const float *b, i64 nb, i64 act, float *bufs, i64 threads,
                       i64 per_thread, i64 rows, i64 m) {
-    void (*weights)(const float *, i64, i64, float *, int) = m == 2 ? rnb_winograd_weights : rnb_w43_weights;
-    if (flip) weights(w4, c, co, u, 1);
-    else weights(w4, co, c, u, 0);
+    i64 wout = flip ? c : co, win = flip ? co : c; /* w4 is (wout, 3, 3, win) */
+    if (m == 2) rnb_winograd_weights(w4, wout, win, u, flip);
+    else rnb_w43_weights(w4, wout, win, u, flip, (int)threads);
     wgeom g = {x3, h, w, c, co, h, w, (h + m - 1) / m, (w + m - 1) / m, m};
     wpass a = {.f = f, .wide = wide, .g = &g, .u = u, .b = b, .y3 = y3, .bufs = bufs, .nb = nb, .act = act,
                .rows = rows, .units = n * g.th, .threads = threads, .per_thread = per_thread};
@@ -364,25 +364,9 @@ static void dw_block(void *v, i64 t) {
              cut(a->units, a->threads, t + 1));
 }
 
-/* winograd.dw_: dw4 (co, 3, 3, c) = G^T dU G, dU the threads' partials (at part_at in each buffer) summed in order */
-void rnb_winograd_dw(void *f, int wide, const float *x3, i64 n, i64 h, i64 w, i64 c, const float *dy3, i64 co,
-                     float *dw4, float *bufs, i64 threads, i64 per_thread, i64 rows, i64 m) {
-    wgeom g = {x3, h, w, c, co, h, w, (h + m - 1) / m, (w + m - 1) / m, m};
-    i64 at = part_at(rows * g.tw, c, co, m), size = (m + 2) * (m + 2) * c * co;
-    wpass a = {.f = f, .wide = wide, .g = &g, .dy3 = dy3, .bufs = bufs, .rows = rows, .units = n * g.th,
-               .threads = threads, .per_thread = per_thread};
-    rnb_parallel((int)threads, threads, dw_block, &a);
-    float *d = bufs + at;
-    for (i64 j = 0; j < size; j++) { /* add_parts_(others, first) */
-        float acc = d[j];
-        for (i64 t = 1; t < threads; t++) acc += bufs[t * per_thread + at + j];
-        d[j] = acc;
-    }
-    if (m == 4) {
-        rnb_w43_dw_total(d, dw4, c, co);
-        return;
-    }
-    for (i64 ci = 0; ci < c; ci++)
+/* winograd._dw_from_total for filters ci0..ci1: dw4 (co, 3, 3, c) = G^T D G, D the summed dU */
+static void w22_dw_total(const float *d, float *dw4, i64 c, i64 co, i64 ci0, i64 ci1) {
+    for (i64 ci = ci0; ci < ci1; ci++)
         for (i64 o = 0; o < co; o++) {
             i64 j = ci * co + o;
             for (int r = 0; r < 3; r++) {
@@ -393,4 +377,33 @@ void rnb_winograd_dw(void *f, int wide, const float *x3, i64 n, i64 h, i64 w, i6
                 for (int s = 0; s < 3; s++) dw4[((o * 3 + r) * 3 + s) * c + ci] = (float)gt(t0, t1, t2, t3, s);
             }
         }
+}
+
+typedef struct { float *bufs, *dw4; i64 threads, per_thread, at, c, co, m; } dw_total_job;
+
+/* block b of dw_'s end: for its input channels, the threads' dU partials added in thread order into the
+ * first (add_parts_), then dW = G^T dU G; each weight's arithmetic is fixed, whichever thread runs it */
+static void dw_total_block(void *v, i64 b) {
+    const dw_total_job *a = v;
+    i64 c = a->c, co = a->co, p = (a->m + 2) * (a->m + 2), ci0 = cut(c, RNB_CHUNKS, b), ci1 = cut(c, RNB_CHUNKS, b + 1);
+    float *d = a->bufs + a->at;
+    for (i64 xi = 0; xi < p; xi++)
+        for (i64 j = (xi * c + ci0) * co; j < (xi * c + ci1) * co; j++) {
+            float acc = d[j];
+            for (i64 t = 1; t < a->threads; t++) acc += a->bufs[t * a->per_thread + a->at + j];
+            d[j] = acc;
+        }
+    if (a->m == 4) rnb_w43_dw_total(d, a->dw4, c, co, ci0, ci1);
+    else w22_dw_total(d, a->dw4, c, co, ci0, ci1);
+}
+
+/* winograd.dw_: dw4 (co, 3, 3, c) = G^T dU G, dU the threads' partials (at part_at in each buffer) summed in order */
+void rnb_winograd_dw(void *f, int wide, const float *x3, i64 n, i64 h, i64 w, i64 c, const float *dy3, i64 co,
+                     float *dw4, float *bufs, i64 threads, i64 per_thread, i64 rows, i64 m) {
+    wgeom g = {x3, h, w, c, co, h, w, (h + m - 1) / m, (w + m - 1) / m, m};
+    wpass a = {.f = f, .wide = wide, .g = &g, .dy3 = dy3, .bufs = bufs, .rows = rows, .units = n * g.th,
+               .threads = threads, .per_thread = per_thread};
+    rnb_parallel((int)threads, threads, dw_block, &a);
+    dw_total_job t = {bufs, dw4, threads, per_thread, part_at(rows * g.tw, c, co, m), c, co, m};
+    rnb_parallel((int)threads, RNB_CHUNKS, dw_total_block, &t);
 }
