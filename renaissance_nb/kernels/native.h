@@ -43,19 +43,6 @@ static inline void winograd_filter(const float *w4, i64 co, i64 ci, i64 cin, int
             g[a][b] = flip ? w4[((co * 3 + 2 - a) * 3 + 2 - b) * cin + ci] : w4[((co * 3 + a) * 3 + b) * cin + ci];
 }
 
-/* both Winograd filter transforms' walk: fn(u, plane, at, g) for every (co, ci) filter g, at its place ``at``
- * in each (Cin, Cout) plane of u (or (Cout, Cin) with flip: the input gradient's filters, turned 180 degrees) */
-typedef void (*filter_transform)(float *u, i64 plane, i64 at, double g[3][3]);
-static inline void each_filter(const float *w4, i64 cout, i64 cin, int flip, float *u, filter_transform fn) {
-    i64 plane = cout * cin;
-    for (i64 co = 0; co < cout; co++)
-        for (i64 ci = 0; ci < cin; ci++) {
-            double g[3][3];
-            winograd_filter(w4, co, ci, cin, flip, g);
-            fn(u, plane, flip ? co * cin + ci : ci * cout + co, g);
-        }
-}
-
 /* winograd43.copy_clipped: the part inside the ho x wo map of an m x m output tile at (oh, ow) of image n
  * (``tile``: its m rows of m pixels of co channels) into y3 (n, ho, wo, co): both Winograd tiles' border step */
 static inline void copy_clipped(const float *tile, float *y3, i64 n, i64 oh, i64 ow, i64 ho, i64 wo, i64 co, i64 m) {
@@ -73,6 +60,42 @@ static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* nati
  * them), each block by whichever thread claims it first: a block's work must not depend on its thread */
 typedef void (*rnb_block_fn)(void *ctx, i64 block);
 void rnb_parallel(int threads, i64 blocks, rnb_block_fn fn, void *ctx);
+
+/* both Winograd filter transforms' walk: fn(g, nb, u, plane) for nb filters side by side (lanes), tap
+ * j = 3a + b of lane l at g[j][l], lane l's transform at u[xi * plane + l] in each (Cin, Cout) plane of u
+ * (or (Cout, Cin) with flip: the input gradient's filters, turned 180 degrees). With flip the lanes run
+ * over ci, whose taps and places are runs in w4 and u; else over co, their taps gathered FILTER_LANES at a
+ * time. The filters are cut into RNB_CHUNKS blocks on the pool: a filter's arithmetic never depends on
+ * its lane or block, so the bytes are the one-at-a-time walk's. */
+#define FILTER_LANES 64
+typedef void (*filter_lanes)(const float *const g[9], i64 nb, float *u, i64 plane);
+typedef struct { const float *w4; i64 cout, cin; float *u; int flip; filter_lanes fn; } filter_walk;
+
+static inline void filters_block(void *v, i64 b) {
+    const filter_walk *a = v;
+    i64 cout = a->cout, cin = a->cin, plane = cout * cin, outer = a->flip ? cout : cin;
+    float taps[9][FILTER_LANES];
+    const float *g[9];
+    for (i64 o = cut(outer, RNB_CHUNKS, b); o < cut(outer, RNB_CHUNKS, b + 1); o++) {
+        if (a->flip) {
+            for (int j = 0; j < 9; j++) g[j] = a->w4 + ((o * 3 + 2 - j / 3) * 3 + 2 - j % 3) * cin;
+            a->fn(g, cin, a->u + o * cin, plane);
+            continue;
+        }
+        for (i64 c0 = 0; c0 < cout; c0 += FILTER_LANES) {
+            i64 nb = min64(FILTER_LANES, cout - c0);
+            for (i64 l = 0; l < nb; l++)
+                for (int j = 0; j < 9; j++) taps[j][l] = a->w4[((c0 + l) * 9 + j) * cin + o];
+            for (int j = 0; j < 9; j++) g[j] = taps[j];
+            a->fn(g, nb, a->u + o * cout + c0, plane);
+        }
+    }
+}
+
+static inline void each_filter(const float *w4, i64 cout, i64 cin, int flip, float *u, filter_lanes fn, int threads) {
+    filter_walk a = {w4, cout, cin, u, flip, fn};
+    rnb_parallel(threads, RNB_CHUNKS, filters_block, &a);
+}
 
 /* philox.philox_block: Philox4x32-10 of the counter (c0..c3) under the key (k0, k1), words < 2**32 */
 static inline void philox_block(uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3, uint64_t k0, uint64_t k1, uint64_t out[4]) {

@@ -31,38 +31,9 @@ static void w43_filters(const float *const g[9], i64 nb, float *u, i64 plane) {
     W43_ROW(0) W43_ROW(1) W43_ROW(2) W43_ROW(3) W43_ROW(4) W43_ROW(5)
 }
 
-#define LANES 64 /* filters side by side where their taps are gathered (w43_block) */
-
-typedef struct { const float *w4; i64 cout, cin; float *u; int flip; } w43_job;
-
-/* block b of weights43_: with flip, filters co of the block, lanes over ci (their taps and their u row are
- * runs in w4 and u); else filters ci of the block, lanes over co, taps gathered LANES at a time */
-static void w43_block(void *v, i64 b) {
-    const w43_job *a = v;
-    i64 cout = a->cout, cin = a->cin, plane = cout * cin, outer = a->flip ? cout : cin;
-    float taps[9][LANES];
-    const float *g[9];
-    for (i64 o = cut(outer, RNB_CHUNKS, b); o < cut(outer, RNB_CHUNKS, b + 1); o++) {
-        if (a->flip) {
-            for (int j = 0; j < 9; j++) g[j] = a->w4 + ((o * 3 + 2 - j / 3) * 3 + 2 - j % 3) * cin;
-            w43_filters(g, cin, a->u + o * cin, plane);
-            continue;
-        }
-        for (i64 c0 = 0; c0 < cout; c0 += LANES) {
-            i64 nb = min64(LANES, cout - c0);
-            for (i64 l = 0; l < nb; l++)
-                for (int j = 0; j < 9; j++) taps[j][l] = a->w4[((c0 + l) * 9 + j) * cin + o];
-            for (int j = 0; j < 9; j++) g[j] = taps[j];
-            w43_filters(g, nb, a->u + o * cout + c0, plane);
-        }
-    }
-}
-
-/* winograd43.weights43_: u (36, U1, U2) = G g G^T from w4 (cout, 3, 3, cin); flip: the input gradient's.
- * Each filter's arithmetic as there, so the same bytes; RNB_CHUNKS blocks on the pool's threads. */
+/* winograd43.weights43_: u (36, U1, U2) = G g G^T from w4 (cout, 3, 3, cin); flip: the input gradient's */
 void rnb_w43_weights(const float *w4, i64 cout, i64 cin, float *u, int flip, int threads) {
-    w43_job a = {w4, cout, cin, u, flip};
-    rnb_parallel(threads, RNB_CHUNKS, w43_block, &a);
+    each_filter(w4, cout, cin, flip, u, w43_filters, threads);
 }
 
 /* winograd43._bt_rows: t (6 rows of n) = B^T d for the rows q0..q5 (n floats each) */
@@ -164,13 +135,13 @@ static inline double gt6(double p0, double a, double b, double c, double d, doub
     }
 
 /* winograd43.dw_from_total43 for filters ci0..ci1: dw4 (co, 3, 3, c) = G^T D G for D = d[:, ci, co] (36
- * planes of c co), LANES output channels at a time, then scattered into dw4 */
+ * planes of c co), FILTER_LANES output channels at a time, then scattered into dw4 */
 void rnb_w43_dw_total(const float *d, float *dw4, i64 c, i64 co, i64 ci0, i64 ci1) {
     i64 pl = c * co;
-    float out[9][LANES];
+    float out[9][FILTER_LANES];
     for (i64 ci = ci0; ci < ci1; ci++)
-        for (i64 o0 = 0; o0 < co; o0 += LANES) {
-            i64 nb = min64(LANES, co - o0);
+        for (i64 o0 = 0; o0 < co; o0 += FILTER_LANES) {
+            i64 nb = min64(FILTER_LANES, co - o0);
             const float *e = d + ci * co + o0;
             W43_DW_ROW(0) W43_DW_ROW(1) W43_DW_ROW(2)
             for (i64 l = 0; l < nb; l++)

@@ -112,29 +112,33 @@ void rnb_conv_bwd_tiles(void *f, int wide, const float *x3, i64 n, i64 h, i64 w,
 }
 
 /* ---- Winograd F(2x2, 3x3) (winograd.py) ------------------------------------------------------- */
-/* winograd._g_row: row r / 4 of (G g) G^T into u[r..r+3][i][j], in double, rounded once */
-static void g_row(float *u, i64 r, i64 plane, i64 at, double a0, double a1, double a2) {
-    u[r * plane + at] = (float)a0;
-    u[(r + 1) * plane + at] = (float)((a0 + a1 + a2) * 0.5);
-    u[(r + 2) * plane + at] = (float)((a0 - a1 + a2) * 0.5);
-    u[(r + 3) * plane + at] = (float)a2;
+/* winograd.weights_: u (16, U1, U2) = G g G^T from w4 (cout, 3, 3, cin) for nb filters side by side (each_filter),
+ * in double, rounded once: rows 0 and 12 of G g are g's rows 0 and 2, rows 4 and 8 (g0 + g1 + g2) / 2 and
+ * (g0 - g1 + g2) / 2; each row (a0, a1, a2) then gives a0, (a0 + a1 + a2) / 2, (a0 - a1 + a2) / 2, a2 */
+#define W22_ROW(R, A0, A1, A2)                                                                                 \
+    {                                                                                                          \
+        double a0 = (A0), a1 = (A1), a2 = (A2);                                                                \
+        float *o = u + (R) * plane + l;                                                                        \
+        o[0] = (float)a0, o[plane] = (float)((a0 + a1 + a2) * 0.5);                                            \
+        o[2 * plane] = (float)((a0 - a1 + a2) * 0.5), o[3 * plane] = (float)a2;                                \
+    }
+
+static void w22_filters(const float *const g[9], i64 nb, float *u, i64 plane) {
+    #pragma omp simd
+    for (i64 l = 0; l < nb; l++) {
+        double g00 = g[0][l], g01 = g[1][l], g02 = g[2][l], g10 = g[3][l], g11 = g[4][l], g12 = g[5][l];
+        double g20 = g[6][l], g21 = g[7][l], g22 = g[8][l];
+        W22_ROW(0, g00, g01, g02)
+        W22_ROW(4, (g00 + g10 + g20) * 0.5, (g01 + g11 + g21) * 0.5, (g02 + g12 + g22) * 0.5)
+        W22_ROW(8, (g00 - g10 + g20) * 0.5, (g01 - g11 + g21) * 0.5, (g02 - g12 + g22) * 0.5)
+        W22_ROW(12, g20, g21, g22)
+    }
 }
 
-/* winograd.weights_: u (16, U1, U2) from w4 (cout, 3, 3, cin); flip: the input gradient's filters */
-static void w22_filter(float *u, i64 plane, i64 at, double g[3][3]) {
-    g_row(u, 0, plane, at, g[0][0], g[0][1], g[0][2]);
-    g_row(u, 4, plane, at, (g[0][0] + g[1][0] + g[2][0]) * 0.5, (g[0][1] + g[1][1] + g[2][1]) * 0.5,
-          (g[0][2] + g[1][2] + g[2][2]) * 0.5);
-    g_row(u, 8, plane, at, (g[0][0] - g[1][0] + g[2][0]) * 0.5, (g[0][1] - g[1][1] + g[2][1]) * 0.5,
-          (g[0][2] - g[1][2] + g[2][2]) * 0.5);
-    g_row(u, 12, plane, at, g[2][0], g[2][1], g[2][2]);
+void rnb_winograd_weights(const float *w4, i64 cout, i64 cin, float *u, int flip, int threads) {
+    each_filter(w4, cout, cin, flip, u, w22_filters, threads);
 }
 
-void rnb_winograd_weights(const float *w4, i64 cout, i64 cin, float *u, int flip) {
-    each_filter(w4, cout, cin, flip, u, w22_filter);
-}
-
-/* winograd._in_row and _in_tile: v (16c) = B^T d B of the 4x4 patch with rows p0..p3 (4c each) */
 static void in_row(const float *restrict pa, const float *restrict pb, float sign, float *restrict v, i64 c) {
     for (i64 k = 0; k < c; k++) {
         float e0 = pa[k] + sign * pb[k], e1 = pa[c + k] + sign * pb[c + k];
@@ -271,8 +275,7 @@ void rnb_winograd_fwd(void *f, int wide, const float *w4, int flip, float *u, co
                       i64 c, float *y3, i64 co, const float *b, i64 nb, i64 act, float *bufs, i64 threads,
                       i64 per_thread, i64 rows, i64 m) {
     i64 wout = flip ? c : co, win = flip ? co : c; /* w4 is (wout, 3, 3, win) */
-    if (m == 2) rnb_winograd_weights(w4, wout, win, u, flip);
-    else rnb_w43_weights(w4, wout, win, u, flip, (int)threads);
+    (m == 2 ? rnb_winograd_weights : rnb_w43_weights)(w4, wout, win, u, flip, (int)threads);
     wgeom g = {x3, h, w, c, co, h, w, (h + m - 1) / m, (w + m - 1) / m, m};
     wpass a = {.f = f, .wide = wide, .g = &g, .u = u, .b = b, .y3 = y3, .bufs = bufs, .nb = nb, .act = act,
                .rows = rows, .units = n * g.th, .threads = threads, .per_thread = per_thread};
