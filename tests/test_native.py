@@ -415,3 +415,12 @@ def test_numba_threaded_adds_only_in_plans_on_numbas_threads() -> None:
         assert not cpu._threaded_elementwise(a, a, a) if use_c else True
     with native.chosen_for({"add", "hardswish_fwd"}):
         assert cpu._threaded_elementwise(a, a, a) == blas.THREADED
+
+
+def test_the_library_builds_wherever_a_compiler_is_found() -> None:
+    """A source that stops compiling must fail the suite: the C tests skip where native.lib() is None (no
+    compiler), so a broken build would otherwise turn every one of them into a skip and run numba instead."""
+    import os
+    if os.environ.get("RNB_NATIVE") == "0" or native.compiler() is None:
+        pytest.skip("no C compiler here (or RNB_NATIVE=0): numba's kernels run")
+    assert native.lib() is not None, native.status().why_not

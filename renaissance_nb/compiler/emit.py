@@ -92,7 +92,7 @@ class _Emitter:
         """Gradients of one layer. ``seen`` counts gradient contributions per tensor so a
         tensor read by several layers gets one slot per reader, summed before its producer."""
         ids, op = self.ids, op_of(layer.kind)
-        dy = ids[f"{layer.output}@grad"]
+        dy = ids.get(f"{layer.output}@grad")  # None where a max pool's gradient stands in (ops/pool.py grad_from_pool)
         for j in range(1, self.consumers.get(layer.output, 0)):
             g.append(gid, node("add", [dy, ids[f"{layer.output}@grad#{j}"]], [dy], layer.name))
 
@@ -101,7 +101,7 @@ class _Emitter:
                 return ids.get("input@grad") if op.first_layer_dx else None
             j = seen.get(name, 0)
             seen[name] = j + 1
-            return ids[f"{name}@grad" if j == 0 else f"{name}@grad#{j}"]
+            return ids.get(f"{name}@grad" if j == 0 else f"{name}@grad#{j}")
 
         xs = [self.tid(t, data) for t in layer.inputs]
         op.backward(self, g, gid, layer, xs, ids[layer.output], dy, [slot(t) for t in layer.inputs])

@@ -323,7 +323,7 @@ class _LayerTensors:
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,
                  opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False,
                  class_weights: bool = False, tokens: bool = False, recompute: bool = False,
-                 lowp: str | None = None, scaling: bool = False) -> TensorTable:
+                 lowp: str | None = None, scaling: bool = False, elide: bool = False) -> TensorTable:
     """Every tensor of a task for one variant, in a fixed order.
 
     ``opt_state`` lists the optimizer families needed besides W and G ("M", "V");
@@ -334,7 +334,8 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     ``recompute``: each block's feature maps get a twin the recomputed forward writes (compiler/recompute.py).
     ``lowp``: mixed precision's storage dtype ("bfloat16", "float16"): layer outputs take their op's
     autocast policy (compiler/autocast.py adds the weights' copies and the casts); ``scaling``: fp16's
-    loss scale and its growth counter.
+    loss scale and its growth counter. ``elide``: StepOptions.elide_outputs, under which a batch norm before a
+    max pool makes the pool's input gradient itself and has no dy tensor (ops/pool.py grad_from_pool).
     """
     t = TensorTable()
     f32, i32 = "float32", "int32"
@@ -363,7 +364,7 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         shared = _sum_gradient_slot(layer, consumers, t, dt)
         if shared is not None:  # add's dy is that input's gradient: one buffer, no copy
             t.ids[f"{layer.output}@grad"] = shared
-        else:
+        elif pool.grad_from_pool(arch, elide, layer) is None:  # else its backward reads a max pool's gradient
             t.add(f"{layer.output}@grad", (batch, *y), dt, slot)
         for j in range(1, consumers.get(layer.output, 0)):
             t.add(f"{layer.output}@grad#{j}", (batch, *y), dt, slot)

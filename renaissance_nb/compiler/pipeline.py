@@ -188,7 +188,7 @@ def plan_stage(config: TaskConfig) -> Planned:
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
                                class_weights=config.loss.weight_ is not None, tokens=s.train.is_tokens,
                                recompute=config.recompute, lowp=PRECISIONS[config.precision],
-                               scaling=config.precision == "fp16")
+                               scaling=config.precision == "fp16", elide=_elides_outputs(config))
     _check_batch_norm_values(config, arch, shapes)
     if config.precision != "fp32":  # the weights' copies and the casts' buffers, found on the graphs
         extend_tables(shapes, _graphs(config, arch, shapes.tables["train_base"]), str(PRECISIONS[config.precision]),
@@ -282,10 +282,16 @@ def step_options(config: TaskConfig) -> StepOptions:
                        allreduce=config.allreduce, recompute=config.recompute)
 
 
+def _elides_outputs(config: TaskConfig) -> bool:
+    """StepOptions.elide_outputs: off under mixed precision (16-bit outputs, rounded before a pool reads them)
+    and with liveness=False (every temporary kept to read)."""
+    return config.precision == "fp32" and config.liveness
+
+
 def _graphs(config: TaskConfig, arch: ArchPlan, table: Any) -> Graphs:
     """Stage 3's graphs over ``table``'s ids (fp16: a NaN check that skips, as GradScaler's step does)."""
     opts = step_options(config)
-    if config.precision != "fp32" or not config.liveness:  # 16-bit outputs; every temporary kept to read
+    if not _elides_outputs(config):
         opts = replace(opts, elide_outputs=False)
     if config.precision == "fp16":
         opts = replace(opts, nan_policy="skip")

@@ -91,14 +91,15 @@ class AllShapes:
 def derive_all_shapes(arch: ArchPlan, specs: dict[str, VariantSpec], num_classes: int,
                       opt_state: tuple[str, ...], total_steps: int, ema: bool = False,
                       clip: bool = False, class_weights: bool = False, tokens: bool = False,
-                      recompute: bool = False, lowp: str | None = None, scaling: bool = False) -> AllShapes:
+                      recompute: bool = False, lowp: str | None = None, scaling: bool = False,
+                      elide: bool = False) -> AllShapes:
     """Stage 1: every variant's tensors (same names, order and regions; shapes differ).
 
     Parameters must have one shape in every variant: a model whose weights depend
     on the input size (fc right after flatten) cannot change resolution.
     """
     tables = {v: tensor_table(arch, s.batch, s.sample_shape, num_classes, opt_state, total_steps, ema, clip,
-                              class_weights, tokens, recompute, lowp, scaling) for v, s in specs.items()}
+                              class_weights, tokens, recompute, lowp, scaling, elide) for v, s in specs.items()}
     ref = tables["train_base"]
     for v, table in tables.items():
         if not specs[v].used:

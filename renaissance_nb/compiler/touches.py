@@ -82,7 +82,10 @@ def ids_in(plan: Any, spans: list[Span]) -> set[int]:
 
 
 def in_place_inputs(node: Any) -> list[int]:
-    """The ids among ``node``'s inputs that its kernels also write (IN_PLACE_INPUTS)."""
+    """The ids among ``node``'s inputs that its kernels also write (IN_PLACE_INPUTS); none for a bn_bwd whose dy
+    comes from a max pool (dy_pool: its first input is the pool's gradient, which it only reads)."""
+    if "dy_pool" in dict(node.params):
+        return []
     return [tid for k, tid in enumerate(node.inputs) if k in IN_PLACE_INPUTS.get(node.op, ())]
 
 

@@ -149,11 +149,19 @@ def bn_fwd(outs, ins, p, env):
 
 @gpu_kernel("bn_bwd")
 def bn_bwd(outs, ins, p, env):
-    dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act = bn_bwd_operands(outs, ins, p)
+    """The gradient sums (float64 per slice), dgamma, dbeta, dx; with dy_pool (operands.PooledGrad) dy is first
+    written into dx by the pool's backward (relu=True) and the passes read and overwrite it in place."""
+    dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, pooled = bn_bwd_operands(outs, ins, p)
     m, c = x2.shape
     sl = _slices(m)
     part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (3, c), np.float64)
+    first = []
+    if pooled is not None:
+        first = [maxpool_bwd([outs[0]], [pooled.dy, pooled.argmax, pooled.y],
+                             {"k": pooled.k, "s": pooled.k, "p": 0, "relu": True}, env)]
+        dy2 = y2 = dx2
     return sequence(
+        *first,
         launch_grid(env, "rnb_bn_grad_part", sl * c, dy2, x2, y2, mean, np.int64(m), *_i32(c, sl, act), part),
         launch_grid(env, "rnb_bn_grad_final", c, part, gamma, invstd, np.int64(m), *_i32(c, sl), dgamma, dbeta, aff),
         launch_grid(env, "rnb_bn_dx", m * c, dy2, x2, mean, aff, dx2, np.int64(m), np.int32(c)))

@@ -305,13 +305,26 @@ def bn_fwd(outs, ins, p, env):
 
 @kernel("bn_bwd")
 def bn_bwd(outs, ins, p, env):
-    dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act = bn_bwd_operands(outs, ins, p)
+    """The gradient sums (float64), dgamma, dbeta, then dx; with dy_pool, dy made from a max pool's gradient,
+    argmax and output (operands.PooledGrad): in C value by value as the passes read it, on numba as
+    maxpool_bwd writes it, into dx, which the passes then read and overwrite in place (the same values)."""
+    dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, pooled = bn_bwd_operands(outs, ins, p)
     acc, parts = _bn_sums(split_scratch(outs, p)[1], "grad_sums", x2.shape[1], env)
     aff = _bn_coef(split_scratch(outs, p)[1], "grad_coef", (3, x2.shape[1]), np.dtype(np.float64), env)
     bound = conv_native.bind_bn_bwd(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff,
-                                    parts if THREADED else parts[:1], pass_threads(THREADED))
+                                    parts if THREADED else parts[:1], pass_threads(THREADED), pooled)
     if bound is not None:
         return bound
+    if pooled is not None:
+        dx = outs[0]
+        to_dx = maxpool_bwd([dx], [pooled.dy, pooled.argmax, pooled.y],
+                            {"k": pooled.k, "s": pooled.k, "p": 0, "relu": True}, env)
+        return program.chain(to_dx, _bn_bwd_numba(dx2, x2, dx2, gamma, mean, invstd, dx2, dgamma, dbeta, 0, acc, aff, parts))
+    return _bn_bwd_numba(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts)
+
+
+def _bn_bwd_numba(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts):  # type: ignore[no-untyped-def]
+    """bn_bwd's numba kernel: on the library's threads (conv_par) or one."""
     if THREADED:
         fp = conv_par.bn_train_bwd_par_
         return lambda: fp(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts)

@@ -98,7 +98,49 @@ typedef struct { /* a pass over row blocks of (rows, C) views: batch norm and th
     i64 m, c, ldx, ldy, ldo, ldd, act, chunks;
     double *parts;
     const double *daff;
+    const float *pdy, *ppy; /* bn_bwd with dy_pool: dy made from a max pool's gradient, argmax and output */
+    const int32_t *pam;
+    i64 h, w, k;
 } rows_pass;
+
+/* rows i..e of dy where it comes from a k x k, stride-k max pool's gradient pdy, argmax pam and output ppy
+ * (N, H / k, W / k, C), made into buf (rows ld apart): the gradient where the window's argmax is this pixel and its
+ * max is above 0, else 0.0, as maxpool_bwd (relu) writes it (ops/pool.py grad_from_pool). The pixel is found
+ * once and then stepped: a division per row cost more than the row (C = 32 at 28x28: 4 ms a pass) */
+static void pooled_dy_rows(const rows_pass *r, i64 i, i64 e, float *restrict buf, i64 ld) {
+    i64 c = r->c, w = r->w, h = r->h, k = r->k, ho = h / k, wo = w / k;
+    i64 iw = i % w, ih = (i / w) % h, n = i / (w * h);
+    for (i64 q = i; q < e; q++) {
+        float *restrict out = buf + (q - i) * ld;
+        i64 oh = k == 2 ? ih >> 1 : ih / k, ow = k == 2 ? iw >> 1 : iw / k;
+        if (oh < ho && ow < wo) {
+            i64 o = ((n * ho + oh) * wo + ow) * c;
+            int32_t me = (int32_t)(ih * w + iw);
+            const float *restrict g = r->pdy + o, *restrict py = r->ppy + o;
+            const int32_t *restrict am = r->pam + o;
+            for (i64 j = 0; j < c; j++) /* g + 0.0f: -0.0 as +0.0, as maxpool_bwd's (double)g + 0.0 rounded back */
+                out[j] = (am[j] == me) & (py[j] > 0) ? g[j] + 0.0f : 0.0f;
+        } else {
+            for (i64 j = 0; j < c; j++) out[j] = 0.0f;
+        }
+        if (++iw == w) {
+            iw = 0;
+            if (++ih == h) { ih = 0; n++; }
+        }
+    }
+}
+
+/* rows i..e of dy: where it comes from a pool, made first into the same rows of dx (r->out), which the dx pass
+ * then reads as dy and overwrites (value by value, as in place) */
+static const float *dy_rows(const rows_pass *r, i64 i, i64 e, i64 *ld) {
+    if (!r->pdy) {
+        *ld = r->ldd;
+        return r->dy + i * r->ldd;
+    }
+    pooled_dy_rows(r, i, e, r->out + i * r->ldo, r->ldo);
+    *ld = r->ldo;
+    return r->out + i * r->ldo;
+}
 
 static void bn_sums_block(void *p, i64 t) {
     const rows_pass *r = p;
@@ -123,22 +165,24 @@ void rnb_bn_fwd(const float *x, i64 m, i64 c, i64 ldx, const float *gamma, const
     if (y) rnb_parallel(threads, chunks, affine_block, &r); /* NULL: the max pool after it applies aff */
 }
 
-/* conv_loops.bn_grad_sums_: dy *= (y > 0) with a fused relu, in place; s1 = sum dy, s2 = sum dy (x - mean) */
-static void bn_grad_sums(float *restrict dy, i64 ldd, const float *restrict x, i64 ldx, const float *restrict y, i64 ldy,
-                         const float *restrict mean, i64 c, i64 act, double *restrict a1, double *restrict a2, i64 r0,
-                         i64 r1) {
+/* conv_loops.bn_grad_sums_: dy *= (y > 0) with a fused relu, in place; s1 = sum dy, s2 = sum dy (x - mean); with a
+ * pool's dy (r->pdy) each block of eight rows is made first, into dx's rows (dy_rows) */
+static void bn_grad_sums(const rows_pass *r, double *restrict a1, double *restrict a2, i64 r0, i64 r1) {
+    const float *restrict x = r->x, *restrict y = r->y, *restrict mean = r->mean;
+    i64 c = r->c, ldx = r->ldx, ldy = r->ldy, act = r->act, ldd;
     for (i64 j = 0; j < c; j++) { a1[j] = 0.0; a2[j] = 0.0; }
     for (i64 i = r0; i < r1;) {
         i64 e = min64(r1, i + 8);
         if (act == 1)
-            for (i64 r = i; r < e; r++) {
-                float *restrict dr = dy + r * ldd;
-                const float *restrict yr = y + r * ldy;
+            for (i64 q = i; q < e; q++) {
+                float *restrict dr = r->dy + q * r->ldd;
+                const float *restrict yr = y + q * ldy;
                 for (i64 j = 0; j < c; j++) dr[j] = yr[j] > 0 ? dr[j] : 0.0f; /* a select: it vectorises */
             }
+        const float *dy = dy_rows(r, i, e, &ldd);
         if (e - i == 8) {
             const float *restrict g[8], *restrict q[8];
-            for (int k = 0; k < 8; k++) { g[k] = dy + (i + k) * ldd; q[k] = x + (i + k) * ldx; }
+            for (int k = 0; k < 8; k++) { g[k] = dy + k * ldd; q[k] = x + (i + k) * ldx; }
             for (i64 j = 0; j < c; j++) {
                 float mu = mean[j];
                 a1[j] += (double)(((g[0][j] + g[1][j]) + (g[2][j] + g[3][j])) + ((g[4][j] + g[5][j]) + (g[6][j] + g[7][j])));
@@ -148,11 +192,11 @@ static void bn_grad_sums(float *restrict dy, i64 ldd, const float *restrict x, i
                                      + (g[6][j] * (q[6][j] - mu) + g[7][j] * (q[7][j] - mu))));
             }
         } else {
-            for (i64 r = i; r < e; r++) {
-                const float *g = dy + r * ldd, *q = x + r * ldx;
+            for (i64 q = i; q < e; q++) {
+                const float *g = dy + (q - i) * ldd, *xr = x + q * ldx;
                 for (i64 j = 0; j < c; j++) {
                     a1[j] += (double)g[j];
-                    a2[j] += (double)(g[j] * (q[j] - mean[j]));
+                    a2[j] += (double)(g[j] * (xr[j] - mean[j]));
                 }
             }
         }
@@ -175,9 +219,10 @@ static void bn_bwd_finish(i64 m, i64 c, const float *gamma, const float *invstd,
     }
 }
 
-/* conv_loops.bn_dx_: dx = aff[0] dy + aff[1] (x - mean) + aff[2] */
-static void bn_dx(const float *restrict dy, i64 ldd, const float *restrict x, i64 ldx, const float *restrict mean,
-                  float *restrict dx, i64 ldo, i64 c, const double *restrict aff, i64 r0, i64 r1) {
+/* conv_loops.bn_dx_: dx = aff[0] dy + aff[1] (x - mean) + aff[2]; dy may be dx itself (each value read, then
+ * written: no restrict on them) */
+static void bn_dx(const float *dy, i64 ldd, const float *x, i64 ldx, const float *mean, float *dx, i64 ldo, i64 c,
+                  const double *aff, i64 r0, i64 r1) {
     const double *a = aff, *b = aff + c, *k = aff + 2 * c;
     for (i64 i = r0; i < r1; i++) {
         const float *dr = dy + i * ldd, *xr = x + i * ldx;
@@ -189,8 +234,8 @@ static void bn_dx(const float *restrict dy, i64 ldd, const float *restrict x, i6
 /* conv_par.bn_train_bwd_par_ (chunks = RNB_CHUNKS) or conv_loops.bn_train_bwd_ (chunks = 1) */
 static void grad_sums_block(void *p, i64 t) {
     const rows_pass *r = p;
-    bn_grad_sums(r->dy, r->ldd, r->x, r->ldx, r->y, r->ldy, r->mean, r->c, r->act, r->parts + t * 2 * r->c,
-                 r->parts + (t * 2 + 1) * r->c, cut8(r->m, r->chunks, t), cut8(r->m, r->chunks, t + 1));
+    bn_grad_sums(r, r->parts + t * 2 * r->c, r->parts + (t * 2 + 1) * r->c, cut8(r->m, r->chunks, t),
+                 cut8(r->m, r->chunks, t + 1));
 }
 
 static void dx_block(void *p, i64 t) {
@@ -201,12 +246,18 @@ static void dx_block(void *p, i64 t) {
 
 void rnb_bn_bwd(float *dy, i64 m, i64 c, i64 ldd, const float *x, i64 ldx, const float *y, i64 ldy,
                 const float *gamma, const float *mean, const float *invstd, float *dx, i64 ldo, float *dgamma,
-                float *dbeta, i64 act, double *acc, double *aff, double *parts, i64 chunks, int threads) {
+                float *dbeta, i64 act, double *acc, double *aff, double *parts, i64 chunks, int threads,
+                const float *pdy, const int32_t *pam, const float *ppy, i64 h, i64 w, i64 k) {
     rows_pass r = {.x = x, .y = y, .mean = mean, .out = dx, .dy = dy, .m = m, .c = c, .ldx = ldx, .ldy = ldy,
-                   .ldo = ldo, .ldd = ldd, .act = act, .chunks = chunks, .parts = parts, .daff = aff};
+                   .ldo = ldo, .ldd = ldd, .act = act, .chunks = chunks, .parts = parts, .daff = aff,
+                   .pdy = pdy, .pam = pam, .ppy = ppy, .h = h, .w = w, .k = k};
     rnb_parallel(threads, chunks, grad_sums_block, &r);
     fold_parts(parts, chunks, c, acc);
     bn_bwd_finish(m, c, gamma, invstd, dgamma, dbeta, acc, aff);
+    if (pdy) { /* the sums pass made dy in dx's rows: the dx pass reads it there */
+        r.dy = dx;
+        r.ldd = ldo;
+    }
     rnb_parallel(threads, chunks, dx_block, &r);
 }
 

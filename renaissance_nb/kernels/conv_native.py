@@ -47,24 +47,31 @@ def bind_bn_fwd(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, a
 
 @binder
 def bind_bn_bwd(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts,  # type: ignore[no-untyped-def]
-                threads: int) -> Kernel | None:
-    """conv_par.bn_train_bwd_par_ (parts (PAR_CHUNKS, 2, C)) or, with one block of parts, bn_train_bwd_."""
+                threads: int, pooled=None) -> Kernel | None:
+    """conv_par.bn_train_bwd_par_ (parts (PAR_CHUNKS, 2, C)) or, with one block of parts, bn_train_bwd_; with
+    ``pooled`` (operands.PooledGrad, dy2 None) their twins that make dy from the pool (bn_train_bwd_pooled_)."""
     L = active()
-    lds = [row_stride(a) for a in (dy2, x2, y2, dx2)]
+    src = dy2 if pooled is None else x2
+    lds = [row_stride(a) for a in (src, x2, y2, dx2)]
     c = x2.shape[1] if x2.ndim == 2 else -1
-    ok = (L is not None and None not in lds and dy2.dtype == x2.dtype == y2.dtype == dx2.dtype == F32
-          and dy2.shape == x2.shape == y2.shape == dx2.shape and all_flat(gamma, mean, invstd, dgamma, dbeta)
+    ok = (L is not None and None not in lds and src.dtype == x2.dtype == y2.dtype == dx2.dtype == F32
+          and src.shape == x2.shape == y2.shape == dx2.shape and all_flat(gamma, mean, invstd, dgamma, dbeta)
           and _c32(gamma, mean, invstd, dgamma, dbeta) and gamma.size == c
           and acc.dtype == aff.dtype == parts.dtype == np.float64 and acc.shape == (2, c) and aff.shape == (3, c)
           and all(a.flags.c_contiguous for a in (acc, aff, parts)) and parts.ndim == 3 and parts.shape[1:] == (2, c)
           and act in (0, 1))
+    if pooled is not None:
+        ok = ok and act == 0 and _c32(pooled.dy, pooled.y) and pooled.argmax.dtype == I32 and pooled.argmax.flags.c_contiguous
     if not ok:
         return None
     ldd, ldx, ldy, ldo = lds
-    args = (address(dy2), x2.shape[0], c, ldd, address(x2), ldx, address(y2), ldy, address(gamma), address(mean), address(invstd),
-            address(dx2), ldo, address(dgamma), address(dbeta), act, address(acc), address(aff), address(parts), parts.shape[0],
-            threads)
-    return call(L.rnb_bn_bwd, args, (dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, acc, aff, parts))
+    h, w, k = (0, 0, 0) if pooled is None else (pooled.h, pooled.w, pooled.k)
+    args = (address(dy2) if pooled is None else 0, x2.shape[0], c, ldd, address(x2), ldx, address(y2), ldy,
+            address(gamma), address(mean), address(invstd), address(dx2), ldo, address(dgamma), address(dbeta), act,
+            address(acc), address(aff), address(parts), parts.shape[0], threads,
+            *((0, 0, 0) if pooled is None else (address(pooled.dy), address(pooled.argmax), address(pooled.y))), h, w, k)
+    keep = (x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, acc, aff, parts)
+    return call(L.rnb_bn_bwd, args, keep + ((dy2,) if pooled is None else (pooled.dy, pooled.argmax, pooled.y)))
 
 
 @binder

@@ -384,11 +384,28 @@ def bn_fwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
     return x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, relu_code("bn_fwd", p)
 
 
+class PooledGrad(NamedTuple):
+    """Where a bn_bwd node with ``dy_pool`` = k takes dy from (ops/pool.py grad_from_pool): a max pool's
+    gradient, argmax and output (N, H // k, W // k, C), k x k windows at stride k without padding. dy at
+    (n, h, w, c) is the pool's gradient where the window's argmax is h * W + w and its max is above 0,
+    else 0.0 (maxpool_bwd with relu=True)."""
+
+    dy: Any
+    argmax: Any
+    y: Any
+    k: int
+    h: int  # the batch norm's map, H x W
+    w: int
+
+
 def bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
-    """(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act) of a bn_bwd node, checked, feature maps
-    as (rows, C); y2 is x2 without a fused ReLU, whose y the node may then leave out of its inputs (shared
-    by the CPU and GPU tables)."""
+    """(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, pooled) of a bn_bwd node, checked, feature
+    maps as (rows, C); y2 is x2 without a fused ReLU, whose y the node may then leave out of its inputs;
+    with ``dy_pool`` dy2 is None and ``pooled`` (PooledGrad) says where dy comes from, else pooled is None
+    (shared by the CPU and GPU tables)."""
     act = relu_code("bn_bwd", p)
+    if p.get("dy_pool"):
+        return _pooled_bn_bwd_operands(outs, ins, p, act)
     if len(ins) not in ((6,) if act else (5, 6)):
         raise PlanError(f"bn_bwd: takes (dy, x, y, gamma, mean, invstd), or without a fused ReLU (act='none') "
                         f"(dy, x, gamma, mean, invstd); got {len(ins)} inputs with act={p.get('act', 'none')!r}.")
@@ -401,7 +418,27 @@ def bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[A
     check_shape("bn_bwd", "dx", dx.shape, x.shape)
     check_shape("bn_bwd", "dy", dy.shape, x.shape)
     x2 = rows(x)
-    return rows(dy), x2, (rows(y) if act else x2), gamma, mean, invstd, rows(dx), dgamma, dbeta, act
+    return rows(dy), x2, (rows(y) if act else x2), gamma, mean, invstd, rows(dx), dgamma, dbeta, act, None
+
+
+def _pooled_bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict, act: int) -> tuple[Any, ...]:
+    """bn_bwd_operands of a node with ``dy_pool`` = k: inputs (pool dy, pool argmax, pool y, x, gamma, mean,
+    invstd), act='none' (the pool's max applies the ReLU's gradient)."""
+    k = p["dy_pool"]
+    if act or len(ins) != 7 or not isinstance(k, int) or k < 1:
+        raise PlanError(f"bn_bwd: with dy_pool=k (a k x k max pool's windows, stride k) takes (pool dy, pool argmax, "
+                        f"pool y, x, gamma, mean, invstd) and act='none'; got {len(ins)} inputs, dy_pool={k!r}, "
+                        f"act={p.get('act', 'none')!r}.")
+    pdy, am, py, x, gamma, mean, invstd = ins
+    dx, dgamma, dbeta = split_scratch(outs, p)[0]
+    check_shape("bn_bwd", "dx", dx.shape, x.shape)
+    if x.ndim != 4:
+        raise PlanError(f"bn_bwd: dy_pool needs an (N, H, W, C) input; got shape {tuple(x.shape)}.")
+    n, h, w, c = x.shape
+    for name, a in (("pool dy", pdy), ("pool argmax", am), ("pool y", py)):
+        check_shape("bn_bwd", name, a.shape, (n, h // k, w // k, c))
+    x2 = rows(x)
+    return None, x2, x2, gamma, mean, invstd, rows(dx), dgamma, dbeta, act, PooledGrad(pdy, am, py, k, h, w)
 
 
 def fc_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:

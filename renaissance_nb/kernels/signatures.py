@@ -44,7 +44,8 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
 U64 = ctypes.c_uint64
 SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kernels (kernels/conv_native.py binds them)
     "rnb_bn_fwd": (None, (P, I64, I64, I64, P, P, P, I64, P, P, P, P, F64, F64, I64, P, P, P, I64, INT)),
-    "rnb_bn_bwd": (None, (P, I64, I64, I64, P, I64, P, I64, P, P, P, P, I64, P, P, I64, P, P, P, I64, INT)),
+    "rnb_bn_bwd": (None, (P, I64, I64, I64, P, I64, P, I64, P, P, P, P, I64, P, P, I64, P, P, P, I64, INT, P, P, P, I64, I64,
+                               I64)),
     "rnb_bn_fold": (None, (P, P, P, P, I64, F64, P, P)),
     "rnb_channel_affine": (None, (P, I64, I64, I64, P, P, P, I64, I64, INT)),
     "rnb_maxpool_fwd": (None, (P, P, I64, I64, I64, I64, P, P, I64, I64, I64, I64, I64, INT, INT)),

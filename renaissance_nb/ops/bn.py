@@ -14,7 +14,8 @@ from ..errors import BluePrintError, bad_argument
 from ..kernels.operands import PAR_CHUNKS
 from ..memory.region import Region
 from .common import with_act_slot
-from .pool import backward_act, relu_through_pool
+from . import pool as pool_ops
+from .pool import backward_act, pool_grad_inputs, relu_through_pool
 from .registry import Op, Refused, register
 
 BN_SCRATCH = (("stat_sums", (PAR_CHUNKS + 1, 2), "float64"), ("affine", (2,), "float32"),
@@ -47,6 +48,7 @@ class BatchNorm(Op):
     batch_statistics = True
     first_layer_dx = True
     relu_grad_movable = True
+    grad_from_pool = True
 
     def arch(self, layer: Layer) -> tuple[str, tuple[tuple[str, Any], ...]]:
         return "bn", with_act_slot(layer.params)
@@ -106,9 +108,13 @@ class BatchNorm(Op):
         ids, n = e.ids, layer.name
         reads_y, act = backward_act(e, layer)
         stats = [ids[f"{n}.{r}"] for r in ("weight", "mean", "invstd")]
-        e.emit(g, gid, "bn_bwd", [dy, xs[0]] + ([y] if reads_y else []) + stats,
-               [dxs[0], ids[f"{n}.weight@grad"], ids[f"{n}.bias@grad"]] + [ids[f"{n}.{r}"] for r in BN_BWD_SCRATCH],
-               n, **act, scratch=BN_BWD_SCRATCH)
+        outs = [dxs[0], ids[f"{n}.weight@grad"], ids[f"{n}.bias@grad"]] + [ids[f"{n}.{r}"] for r in BN_BWD_SCRATCH]
+        pool = pool_ops.grad_from_pool(e.arch, e.elide_outputs, layer)
+        if pool is not None:  # dy made from the pool's gradient, argmax and output: no maxpool_bwd, no dy
+            e.emit(g, gid, "bn_bwd", pool_grad_inputs(e, pool) + [xs[0]] + stats, outs, n, **act,
+                   dy_pool=pool.p["k"], scratch=BN_BWD_SCRATCH)
+            return
+        e.emit(g, gid, "bn_bwd", [dy, xs[0]] + ([y] if reads_y else []) + stats, outs, n, **act, scratch=BN_BWD_SCRATCH)
 
     def inference_fold(self, e: Any, g: Any, layer: Any, ema: bool) -> None:
         ids, n = e.ids, layer.name

@@ -100,6 +100,28 @@ def relu_through_pool(e: Any, layer: Any) -> str | None:
     return e.arch.relu_pools.get(layer.name)
 
 
+def grad_from_pool(arch: Any, elide: bool, layer: Any) -> Any | None:
+    """The max pool (its layer) whose input gradient ``layer``'s backward makes itself, value by value as it
+    reads it, or None. A layer with that capability (Op.grad_from_pool: batch norm) whose relu output the pool
+    makes in training (Op.pooled_from, so ``elide``: StepOptions.elide_outputs), from windows that do not
+    overlap (k == s, no padding): each value of the pool's input gradient is then the pool's gradient where
+    the window's argmax points and its max is above 0, else 0.0, which is all maxpool_bwd would write. So
+    maxpool_bwd is not a node and the layer's dy is not a tensor (compiler/layers.py leaves it out); the
+    batch norm's two passes read the pool's gradient, argmax and output (a quarter the size at 2x2) instead
+    of dy: the same values, so the same bytes (tests/test_bn_grad_from_pool.py)."""
+    name = arch.relu_pools.get(layer.name)
+    if not (elide and name and op_of(layer.kind).grad_from_pool and layer.inputs[0] != "input"):
+        return None
+    pool = next(l for l in arch.layers if l.name == name)
+    return pool if pool.p["k"] == pool.p["s"] and pool.p["p"] == 0 else None
+
+
+def pool_grad_inputs(e: Any, pool: Any) -> list[int]:
+    """A max pool's (dy, argmax, y): what its backward reads with relu=True, and a batch norm that makes the
+    pool's input gradient itself (grad_from_pool)."""
+    return [e.ids[f"{pool.output}@grad"], e.ids[f"{pool.name}.argmax"], e.ids[pool.output]]
+
+
 def backward_act(e: Any, layer: Any) -> tuple[bool, dict[str, Any]]:
     """(whether the backward reads y, its act parameters) for a conv or batch norm: none of y, act='none' and
     relu_grad=<pool> where a max pool applies its ReLU's gradient (relu_through_pool)."""
@@ -131,11 +153,12 @@ class MaxPool(_Pool):
 
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
-        if dxs[0] is None:
+        if dxs[0] is None:  # also where the layer before makes this gradient itself (grad_from_pool): no tensor
             return
         relu = layer.name in e.arch.relu_pools.values()  # with its input's ReLU gradient: reads y too
-        e.emit(g, gid, "maxpool_bwd", [dy, e.ids[f"{layer.name}.argmax"]] + ([y] if relu else []), [dxs[0]],
-               layer.name, **self.window(layer), **({"relu": True} if relu else {}))
+        ins = pool_grad_inputs(e, layer) if relu else [dy, e.ids[f"{layer.name}.argmax"]]
+        e.emit(g, gid, "maxpool_bwd", ins, [dxs[0]], layer.name, **self.window(layer),
+               **({"relu": True} if relu else {}))
 
     def from_torch(self, m: Any) -> dict[str, Any]:
         if square(m.dilation, "dilation") != 1 or m.return_indices:

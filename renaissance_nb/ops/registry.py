@@ -62,6 +62,10 @@ class Op:
     relu_grad_movable: bool = False
     """With a fused ReLU, its backward can leave the ReLU's gradient to a max pool that alone reads its output
     (ops/pool.py relu_through_pool): the node then reads dy already masked, and not y."""
+    grad_from_pool: bool = False
+    """Where a max pool makes its relu output (pooled_from) from windows that do not overlap, its backward can
+    make the pool's input gradient itself from the pool's gradient, argmax and output (ops/pool.py
+    grad_from_pool): no maxpool_bwd node, and its own dy is never made (no tensor)."""
     hands_dy_through: bool = False
     """Its backward gives every input dy itself (a sum): the compiler may make its output's gradient the slot
     of an input only it reads, and its backward then copies dy to the other inputs only (compiler/layers.py)."""
