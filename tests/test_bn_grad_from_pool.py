@@ -73,6 +73,9 @@ def test_no_dy_tensor_and_a_smaller_arena(monkeypatch: pytest.MonkeyPatch) -> No
         want = [plan[t].id for t in (f"maxpool{i}.out@grad", f"maxpool{i}.argmax", f"maxpool{i}.out", f"conv{i}.out")]
         assert list(node.inputs[:4]) == want and node.p["dy_pool"] == 2 and in_place_inputs(node) == []
     assert fused.memory_inspector.arena_bytes < apart.memory_inspector.arena_bytes
+    note = [n for n in fused.compiled.notes if n.startswith("batch norms making")]
+    assert len(note) == 1 and "bn1 <- maxpool1, bn2 <- maxpool2;" in note[0]
+    assert not [n for n in apart.compiled.notes if n.startswith("batch norms making")]
 
 
 def test_overlapping_windows_mixed_precision_and_liveness_off_keep_the_pool_backward(

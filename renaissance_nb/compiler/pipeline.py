@@ -365,6 +365,11 @@ def _plan_notes(config: TaskConfig, memory: MemoryPlan, graphs: Graphs) -> list[
         notes.append(f"padded rows: {rows} floats per row, and alike in their gradient, moment and EMA "
                      "copies (rows a multiple of 4 KiB apart alias in the cache and slow the matrix "
                      "products); options(pad_rows=False) stores them contiguous.")
+    pooled = [(n.layer, n.p["relu_grad"]) for _, n in graphs.train if n.op == "bn_bwd" and n.p.get("dy_pool")]
+    if pooled:
+        pairs = ", ".join(f"{b} <- {m}" for b, m in dict.fromkeys(pooled[::-1]))  # in layer order
+        notes.append(f"batch norms making their max pool's input gradient (ops/pool.py grad_from_pool): {pairs}; no "
+                     "maxpool_bwd node and no dy tensor for them (the pool also makes their relu output in training).")
     if config.liveness:
         notes.append("liveness reuse: F/T tensors whose lifetimes never meet share bytes: arena "
                      f"{bytes_versus(memory.total_bytes, memory.bytes_without_reuse, 'without reuse')}.")
