@@ -27,7 +27,7 @@ def task(net: rnb.BluePrint, fused: bool, monkeypatch: pytest.MonkeyPatch, epoch
     """The net compiled with the batch norms making their pools' gradient (or the pools' backward writing it)."""
     with monkeypatch.context() as m:
         if not fused:  # the tensor table and the batch norm's backward ask it
-            m.setattr(pool, "grad_from_pool", lambda arch, elide, layer: None)
+            m.setattr(pool, "grad_from_pool", lambda arch, elide, layer, recompute=False: None)
         t = (rnb.DeepLearningTask("pooled-dy").model(net).data(train=(X, Y), val=(X[:16], Y[:16]), batch_size=16)
              .loss(rnb.CrossEntropyLoss()).optimizer(rnb.AdamW(lr=1e-2)).total_epochs(epochs).seed(4).ema(0.9))
         t.compile()
@@ -134,3 +134,21 @@ def test_the_numba_kernels_give_the_same_bytes_too() -> None:
     out = subprocess.run([sys.executable, "-c", _NUMBA_RUN], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count(" same") == len(NETS), out.stdout
+
+
+def test_recompute_keeps_the_pool_backward_where_the_pool_is_recomputed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """options(recompute=True): a pool inside a recomputed block has its tensors' twins read by its backward,
+    which a batch norm outside the block would not see, so that pair keeps maxpool_bwd; a pool outside every
+    block stays fused. The bytes are the unfused run's either way."""
+    from renaissance_nb.blueprint_nodes import Named
+    inside = seq(conv(6, 3, 1, 1, bias=False), bn(), relu(),
+                 Named("pb", seq(maxpool(2), conv(8, 3, 1, 1), relu(), conv(8, 3, 1, 1))), relu(), gap(), fc(4))
+    outside = seq(conv(6, 3, 1, 1, bias=False), bn(), relu(), maxpool(2),
+                  Named("tail", seq(conv(8, 3, 1, 1), relu(), conv(8, 3, 1, 1))), relu(), gap(), fc(4))
+    for net, fused_pairs in ((inside, 0), (outside, 1)):
+        with monkeypatch.context() as m:
+            m.setattr(rnb.DeepLearningTask, "compile", lambda self, _c=rnb.DeepLearningTask.compile:
+                      _c(self.options(recompute=True)))
+            a, b = task(net, True, m, 2), task(net, False, m, 2)
+        assert sum(bool(n.p.get("dy_pool")) for n in nodes(a, "bn_bwd")) == fused_pairs
+        same_training(a, b)

@@ -13,7 +13,7 @@ from typing import Any
 from .recompute import recomputed_layers, twin_ids
 from .graph import ComputationGraph, node
 from .ids import GraphId
-from ..ops import conv_bn
+from ..ops import conv_bn, pool
 from ..ops.registry import op_of
 from .layers import ArchLayer, ArchPlan
 
@@ -45,7 +45,7 @@ class _Emitter:
     """Emits each layer's node patterns; tensor names resolve to ids, "input" to the data buffer."""
 
     def __init__(self, arch: ArchPlan, ids: dict[str, int], recomputing: bool = False,
-                 elide_outputs: bool = True) -> None:
+                 elide_outputs: bool = True, recompute: bool = False) -> None:
         self.arch = arch
         self.ids = ids
         self.consumers = arch.consumers()
@@ -54,6 +54,18 @@ class _Emitter:
         self.elide_outputs = elide_outputs
         """Whether an op may make another's output values itself, so that output is never written in training
         (ops/registry.py pooled_from; StepOptions.elide_outputs says when not)."""
+        self.recompute = recompute
+        """options(recompute=True): the blocks' forwards run again before their backward (compiler/recompute.py)."""
+        self._by_pool = {layer.output for layer in arch.layers
+                         if pool.grad_from_pool(arch, elide_outputs, layer, recompute) is not None}
+        """Outputs with no gradient tensor: their layer's backward makes it from a max pool's (ops/pool.py)."""
+
+    def grad_id(self, tensor: str, j: int = 0) -> int | None:
+        """The id of ``tensor``'s j-th gradient slot; None for one a max pool's gradient stands in for
+        (grad_from_pool: the tensor table has none). Any other missing slot is a KeyError, as a bug should be."""
+        if tensor in self._by_pool:
+            return None
+        return self.ids[f"{tensor}@grad" if j == 0 else f"{tensor}@grad#{j}"]
 
     def dropout(self, g: ComputationGraph, gid: GraphId, x: int, y: int, mask: int, layer: str, p: float) -> None:
         """Inverted dropout of x into y: a fresh Philox mask, or the one already drawn when recomputing."""
@@ -92,7 +104,7 @@ class _Emitter:
         """Gradients of one layer. ``seen`` counts gradient contributions per tensor so a
         tensor read by several layers gets one slot per reader, summed before its producer."""
         ids, op = self.ids, op_of(layer.kind)
-        dy = ids.get(f"{layer.output}@grad")  # None where a max pool's gradient stands in (ops/pool.py grad_from_pool)
+        dy = self.grad_id(layer.output)
         for j in range(1, self.consumers.get(layer.output, 0)):
             g.append(gid, node("add", [dy, ids[f"{layer.output}@grad#{j}"]], [dy], layer.name))
 
@@ -101,7 +113,7 @@ class _Emitter:
                 return ids.get("input@grad") if op.first_layer_dx else None
             j = seen.get(name, 0)
             seen[name] = j + 1
-            return ids.get(f"{name}@grad" if j == 0 else f"{name}@grad#{j}")
+            return self.grad_id(name, j)
 
         xs = [self.tid(t, data) for t in layer.inputs]
         op.backward(self, g, gid, layer, xs, ids[layer.output], dy, [slot(t) for t in layer.inputs])
@@ -181,7 +193,7 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
                         g_range: tuple[str, str]) -> ComputationGraph:
     """The training graph: transfer, first-layer fwd/bwd (A and B), deep fwd+bwd, metrics, optimizer."""
     g = ComputationGraph("train")
-    e = _Emitter(arch, ids, elide_outputs=opts.elide_outputs)
+    e = _Emitter(arch, ids, elide_outputs=opts.elide_outputs, recompute=opts.recompute)
     first, deep = arch.layers[0], arch.layers[1:]
     for ab in ("A", "B"):
         data = ids[f"I_{ab}.data"]
@@ -197,7 +209,8 @@ def emit_training_graph(arch: ArchPlan, ids: dict[str, int], opts: StepOptions,
     seen: dict[str, int] = {}
     buckets = opts.ranks > 1 and opts.allreduce == "buckets"
     blocks = recomputed_layers(arch) if opts.recompute else {}
-    again = _Emitter(arch, twin_ids(ids), recomputing=True, elide_outputs=opts.elide_outputs) if blocks else e
+    again = (_Emitter(arch, twin_ids(ids), recomputing=True, elide_outputs=opts.elide_outputs, recompute=True)
+             if blocks else e)
     for layer in reversed(deep):
         if layer.block in blocks and layer is blocks[layer.block][-1]:  # its block's backward starts: forward again
             for twin in blocks[layer.block]:

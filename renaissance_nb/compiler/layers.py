@@ -364,7 +364,7 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
         shared = _sum_gradient_slot(layer, consumers, t, dt)
         if shared is not None:  # add's dy is that input's gradient: one buffer, no copy
             t.ids[f"{layer.output}@grad"] = shared
-        elif pool.grad_from_pool(arch, elide, layer) is None:  # else its backward reads a max pool's gradient
+        elif pool.grad_from_pool(arch, elide, layer, recompute) is None:  # else its backward reads a max pool's
             t.add(f"{layer.output}@grad", (batch, *y), dt, slot)
         for j in range(1, consumers.get(layer.output, 0)):
             t.add(f"{layer.output}@grad#{j}", (batch, *y), dt, slot)

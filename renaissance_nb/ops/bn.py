@@ -109,7 +109,7 @@ class BatchNorm(Op):
         reads_y, act = backward_act(e, layer)
         stats = [ids[f"{n}.{r}"] for r in ("weight", "mean", "invstd")]
         outs = [dxs[0], ids[f"{n}.weight@grad"], ids[f"{n}.bias@grad"]] + [ids[f"{n}.{r}"] for r in BN_BWD_SCRATCH]
-        pool = pool_ops.grad_from_pool(e.arch, e.elide_outputs, layer)
+        pool = pool_ops.grad_from_pool(e.arch, e.elide_outputs, layer, e.recompute)
         if pool is not None:  # dy made from the pool's gradient, argmax and output: no maxpool_bwd, no dy
             e.emit(g, gid, "bn_bwd", pool_grad_inputs(e, pool) + [xs[0]] + stats, outs, n, **act,
                    dy_pool=pool.p["k"], scratch=BN_BWD_SCRATCH)

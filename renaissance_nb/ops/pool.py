@@ -100,7 +100,7 @@ def relu_through_pool(e: Any, layer: Any) -> str | None:
     return e.arch.relu_pools.get(layer.name)
 
 
-def grad_from_pool(arch: Any, elide: bool, layer: Any) -> Any | None:
+def grad_from_pool(arch: Any, elide: bool, layer: Any, recompute: bool = False) -> Any | None:
     """The max pool (its layer) whose input gradient ``layer``'s backward makes itself, value by value as it
     reads it, or None. A layer with that capability (Op.grad_from_pool: batch norm) whose relu output the pool
     makes in training (Op.pooled_from, so ``elide``: StepOptions.elide_outputs), from windows that do not
@@ -108,11 +108,15 @@ def grad_from_pool(arch: Any, elide: bool, layer: Any) -> Any | None:
     the window's argmax points and its max is above 0, else 0.0, which is all maxpool_bwd would write. So
     maxpool_bwd is not a node and the layer's dy is not a tensor (compiler/layers.py leaves it out); the
     batch norm's two passes read the pool's gradient, argmax and output (a quarter the size at 2x2) instead
-    of dy: the same values, so the same bytes (tests/test_bn_grad_from_pool.py)."""
+    of dy: the same values, so the same bytes (tests/test_bn_grad_from_pool.py). Not under ``recompute`` where
+    the pool is in a block: its backward reads the block's recomputed twins, which the batch norm outside
+    would not."""
     name = arch.relu_pools.get(layer.name)
     if not (elide and name and op_of(layer.kind).grad_from_pool and layer.inputs[0] != "input"):
         return None
     pool = next(l for l in arch.layers if l.name == name)
+    if recompute and pool.block:
+        return None
     return pool if pool.p["k"] == pool.p["s"] and pool.p["p"] == 0 else None
 
 
