@@ -157,8 +157,7 @@ def bn_bwd(outs, ins, p, env):
     part, aff = _scratch(env, (sl, 2, c), np.float64), _scratch(env, (3, c), np.float64)
     first = []
     if pooled is not None:
-        first = [maxpool_bwd([outs[0]], [pooled.dy, pooled.argmax, pooled.y],
-                             {"k": pooled.k, "s": pooled.k, "p": 0, "relu": True}, env)]
+        first = [maxpool_bwd([outs[0]], *pooled.pool_backward(), env)]
         dy2 = y2 = dx2
     return sequence(
         *first,

@@ -317,8 +317,7 @@ def bn_bwd(outs, ins, p, env):
         return bound
     if pooled is not None:
         dx = outs[0]
-        to_dx = maxpool_bwd([dx], [pooled.dy, pooled.argmax, pooled.y],
-                            {"k": pooled.k, "s": pooled.k, "p": 0, "relu": True}, env)
+        to_dx = maxpool_bwd([dx], *pooled.pool_backward(), env)
         return program.chain(to_dx, _bn_bwd_numba(dx2, x2, dx2, gamma, mean, invstd, dx2, dgamma, dbeta, 0, acc, aff, parts))
     return _bn_bwd_numba(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts)
 

@@ -49,7 +49,8 @@ def bind_bn_fwd(x2, gamma, beta, y2, mean, invstd, rmean, rvar, momentum, eps, a
 def bind_bn_bwd(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, acc, aff, parts,  # type: ignore[no-untyped-def]
                 threads: int, pooled=None) -> Kernel | None:
     """conv_par.bn_train_bwd_par_ (parts (PAR_CHUNKS, 2, C)) or, with one block of parts, bn_train_bwd_; with
-    ``pooled`` (operands.PooledGrad, dy2 None) their twins that make dy from the pool (bn_train_bwd_pooled_)."""
+    ``pooled`` (operands.PooledGrad, dy2 None) dy is made from the pool's gradient, argmax and output into dx's
+    rows as the sums pass goes (numba's twin: maxpool_bwd into dx, then those kernels with dy = dx)."""
     L = active()
     src = dy2 if pooled is None else x2
     lds = [row_stride(a) for a in (src, x2, y2, dx2)]

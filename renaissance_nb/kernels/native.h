@@ -35,14 +35,6 @@ static inline i64 batch_status(const i64 *perm, i64 nperm, i64 start, i64 n, i64
     return 0;
 }
 
-/* the 3x3 filter of output channel co and input channel ci of w4 (cout, 3, 3, cin), in double; with flip turned
- * 180 degrees (the input gradient's): both Winograd filter transforms start here */
-static inline void winograd_filter(const float *w4, i64 co, i64 ci, i64 cin, int flip, double g[3][3]) {
-    for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 3; b++)
-            g[a][b] = flip ? w4[((co * 3 + 2 - a) * 3 + 2 - b) * cin + ci] : w4[((co * 3 + a) * 3 + b) * cin + ci];
-}
-
 /* winograd43.copy_clipped: the part inside the ho x wo map of an m x m output tile at (oh, ow) of image n
  * (``tile``: its m rows of m pixels of co channels) into y3 (n, ho, wo, co): both Winograd tiles' border step */
 static inline void copy_clipped(const float *tile, float *y3, i64 n, i64 oh, i64 ow, i64 ho, i64 wo, i64 co, i64 m) {

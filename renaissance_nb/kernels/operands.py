@@ -397,6 +397,10 @@ class PooledGrad(NamedTuple):
     h: int  # the batch norm's map, H x W
     w: int
 
+    def pool_backward(self) -> tuple[list[Any], dict[str, Any]]:
+        """(inputs, params) of the maxpool_bwd node that would write this dy: the numba and GPU bn_bwd run it into dx."""
+        return [self.dy, self.argmax, self.y], {"k": self.k, "s": self.k, "p": 0, "relu": True}
+
 
 def bn_bwd_operands(outs: Sequence[Any], ins: Sequence[Any], p: dict) -> tuple[Any, ...]:
     """(dy2, x2, y2, gamma, mean, invstd, dx2, dgamma, dbeta, act, pooled) of a bn_bwd node, checked, feature

@@ -139,6 +139,7 @@ void rnb_winograd_weights(const float *w4, i64 cout, i64 cin, float *u, int flip
     each_filter(w4, cout, cin, flip, u, w22_filters, threads);
 }
 
+/* winograd._in_row and _in_tile: v (16c) = B^T d B of the 4x4 patch with rows p0..p3 (4c each) */
 static void in_row(const float *restrict pa, const float *restrict pb, float sign, float *restrict v, i64 c) {
     for (i64 k = 0; k < c; k++) {
         float e0 = pa[k] + sign * pb[k], e1 = pa[c + k] + sign * pb[c + k];
