@@ -19,6 +19,7 @@ import numpy as np
 from ..config import PRECISIONS, TaskConfig
 from ..data.arrays import looks_channels_last
 from ..errors import ConfigError, bad_argument
+from ..memory.dtensor import register_dtype
 from ..memory.liveness import Lifetimes
 from ..memory.plan import MemoryPlan
 from ..text import bytes_versus, human_bytes, plural
@@ -184,6 +185,7 @@ def plan_stage(config: TaskConfig) -> Planned:
         (h0, w0), (h1, w1), _ = config.train_resolution
         first, low = (sample[0], h0, w0), (sample[0], h1, w1)
     specs = variant_specs(local_sizes(config), config.val_batches, sample, lowres_shape=low, train_shape=first)
+    register_dtype(PRECISIONS[config.precision])  # the stages size bfloat16 tensors by NumPy's itemsize
     shapes = derive_all_shapes(arch, specs, s.train.num_classes, config.optimizer.state, config.total_steps,
                                ema=config.ema is not None, clip=config.clip_grad_norm is not None,
                                class_weights=config.loss.weight_ is not None, tokens=s.train.is_tokens,

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import ml_dtypes
 import numpy as np
 
 from ..errors import ConfigError, bad_argument
@@ -48,13 +47,12 @@ PATHS = {"auto": 0, "dpbf16": 1, "sgemm": 2, "loops": 3}
 """The GEMM's paths (lowp.c's PATH_*): vdpbf16ps tiles, widen + OpenBLAS sgemm bands, plain C loops."""
 PATH_NAMES = {v: k for k, v in PATHS.items()}
 Kernel = Callable[[], Any]
-BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def bits(a: np.ndarray) -> np.ndarray:
     """An arena's bfloat16 view (ml_dtypes, memory/dtensor.py) as this module's bf16 storage: uint16, the
     same bytes; other dtypes as they are."""
-    return a.view(np.uint16) if a.dtype == BF16 else a
+    return a.view(np.uint16) if a.dtype.name == "bfloat16" else a
 
 
 def format_of(dtype: Any) -> str:

@@ -15,12 +15,12 @@ import numpy as np
 from ..checks import as_int
 from ..errors import PlanError, bad_argument
 from ..text import bytes_versus, human_bytes, plural
-from .dtensor import ALIGNMENT, DTensor, align_up
+from .dtensor import ALIGNMENT, DTensor, align_up, register_dtype
 from .liveness import Lifetimes, check_lifetimes, live_overlaps, pack
 from .region import FAMILIES, Region
 
 SUPPORTED_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8")
-"""bfloat16 is ml_dtypes' NumPy dtype (imported by memory/dtensor.py, which registers the name)."""
+"""bfloat16 is ml_dtypes' NumPy dtype (imported on first use by memory/dtensor.py's register_dtype)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ def _check_shape(shape: object, where: str = "alloc") -> tuple[int, ...]:
 
 
 def _check_dtype(dtype: object) -> str:
+    register_dtype(dtype)
     try:  # None is refused: np.dtype(None) would quietly mean float64
         name = None if dtype is None else np.dtype(dtype).name  # type: ignore[arg-type, call-overload]
     except TypeError:
