@@ -20,7 +20,7 @@ import pytest
 from renaissance_nb.kernels import attention_native as an
 from renaissance_nb.kernels import blas, native
 from renaissance_nb.kernels.cpu import BindEnv
-from renaissance_nb.kernels.native import SOURCE
+from renaissance_nb.kernels.native_build import HERE
 from renaissance_nb.runtime.bind import KERNELS
 from renaissance_nb.kernels.program import calls_of
 from renaissance_nb.ops import attention_kernels as ak
@@ -233,5 +233,5 @@ def test_the_op_binds_c_once_the_plan_binds_c_for_attention(form: str, monkeypat
 def test_both_twins_cut_the_products_into_the_same_blocks() -> None:
     """attention_native.c's CAUSAL_BLOCK is attention_kernels.CAUSAL_BLOCK (the shapes above with T past it
     compare the bytes; this says which constant to change with the other)."""
-    text = SOURCE.with_name("attention_native.c").read_text()
+    text = (HERE / "attention_native.c").read_text()
     assert f"#define CAUSAL_BLOCK {ak.CAUSAL_BLOCK}\n" in text

@@ -27,7 +27,7 @@ from test_mnist import fake_mnist, idx_bytes
 
 from renaissance_nb import datasets
 from renaissance_nb.data.cifar import CIFAR10_ARCHIVE
-from renaissance_nb.kernels.native import cache_dir
+from renaissance_nb.kernels.native_build import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

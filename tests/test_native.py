@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from renaissance_nb.kernels import blas, fused, native, philox
+from renaissance_nb.kernels import blas, fused, native, native_build, philox
 from renaissance_nb.kernels.operands import PAR_CHUNKS
 
 needs_lib = pytest.mark.skipif(native.lib() is None, reason=f"no C kernels: {native.status().why_not}")
@@ -250,7 +250,7 @@ def test_build_reports_and_disables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RNB_NATIVE", "0")
     assert native.build().lib is None and "RNB_NATIVE=0" in native.build().describe()
     monkeypatch.setenv("RNB_NATIVE", "1")
-    monkeypatch.setattr(native, "compiler", lambda: None)
+    monkeypatch.setattr(native_build, "compiler", lambda: None)
     assert "no C compiler" in native.build().why_not
 
 

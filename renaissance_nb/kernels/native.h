@@ -1,4 +1,4 @@
-/* What every C source of the CPU kernels shares (native.py compiles them into one library):
+/* What every C source of the CPU kernels shares (native_build.py compiles them into the library's parts):
  * the chunking of a range into RNB_CHUNKS blocks and the fork-safe thread count. */
 #ifndef RNB_NATIVE_H
 #define RNB_NATIVE_H
@@ -44,14 +44,23 @@ static inline void copy_clipped(const float *tile, float *y3, i64 n, i64 oh, i64
                 memcpy(y3 + ((n * ho + oh + a) * wo + ow + b) * co, tile + (m * a + b) * co, (size_t)co * sizeof(float));
 }
 
-/* one thread after a fork (native.c says why) */
-extern volatile int rnb_forked; /* set in a forked child (native.c) */
-static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
-
 /* pool_native.c: fn(ctx, b) for every block b < blocks, on up to `threads` threads (the caller's among
  * them), each block by whichever thread claims it first: a block's work must not depend on its thread */
 typedef void (*rnb_block_fn)(void *ctx, i64 block);
+#ifdef RNB_PART
+/* a part of the library built apart from the core (native_build.py, PARTS): it runs on the core's pool and
+ * reads its fork flag through these, which part.c's rnb_part_link sets when the part is loaded */
+extern void (*rnb_parallel_in_core)(int threads, i64 blocks, rnb_block_fn fn, void *ctx);
+extern volatile int *rnb_forked_in_core;
+#define rnb_parallel(...) rnb_parallel_in_core(__VA_ARGS__)
+#define rnb_forked (*rnb_forked_in_core)
+#else
 void rnb_parallel(int threads, i64 blocks, rnb_block_fn fn, void *ctx);
+extern volatile int rnb_forked; /* set in a forked child (native.c) */
+#endif
+
+/* one thread after a fork (native.c says why) */
+static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
 
 /* both Winograd filter transforms' walk: fn(g, nb, u, plane) for nb filters side by side (lanes), tap
  * j = 3a + b of lane l at g[j][l], lane l's transform at u[xi * plane + l] in each (Cin, Cout) plane of u

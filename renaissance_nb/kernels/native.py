@@ -1,229 +1,25 @@
-"""The fused CPU passes as C (native.c), compiled once per machine by the system C compiler.
+"""The fused CPU passes as C: the library of this process, and the binders that hand its kernels over.
 
-Why: numba compiles each of the MLP step's kernels on a first run, 10 to 14 s of CPU after an install
-(benchmarks/cold_start.py), while PyTorch's whole first job takes about 5 s. ``cc`` builds native.c
-in about a second, once per machine and source: the library is cached under RNB_CACHE_DIR
-(default ~/.cache/renaissance_nb) named by a hash of the source, the flags, the compiler and the CPU,
-so a later process only loads it. PyTorch's inductor does the same for its CPU kernels.
-
-The C functions give their numba twins' bytes (tests/test_native.py), so which one a kernel binds
-never changes a result (the clip norm's float64 sum included: both write its order out). The numba
-path stays whole: where there is no C compiler, with ``RNB_NATIVE=0``, for an operand layout the C
-loops do not take (``bind_*`` return None), or in a plan with numba kernels of its own (chosen_for:
-one thread pool per plan), the caller binds the numba kernel as before. The build starts in a
-background thread when this module is imported (the task plans meanwhile); the first bind waits.
+kernels/native_build.py compiles the C sources once per machine with the system C compiler and caches them;
+the build of its core part starts in a background thread when this module is imported (the task plans
+meanwhile), and the first bind waits for it. The C functions give their numba twins' bytes
+(tests/test_native.py), so which one a kernel binds never changes a result (the clip norm's float64 sum
+included: both write its order out). The numba path stays whole: where there is no C compiler, with
+``RNB_NATIVE=0``, for an operand layout the C loops do not take (``bind_*`` return None), or in a plan with
+numba kernels of its own (chosen_for: one thread pool per plan), the caller binds the numba kernel as before.
 """
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
-import time
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .operands import PAR_CHUNKS
-from .signatures import SIGNATURES
-from .thunks import thunk_source
-
-SOURCE = Path(__file__).with_name("native.c")
-SOURCES: tuple[Path, ...] = (SOURCE, *(SOURCE.with_name(f"{n}_native.c")
-                                       for n in ("conv", "winograd", "winograd43", "pool", "gelu", "gpt", "attention")),
-                             SOURCE.with_name("lowp.c"), SOURCE.with_name("program.c"))
-"""The C files compiled into the one library (each includes native.h); with them, the thunks that
-kernels/thunks.py generates from SIGNATURES (the native program's calls, program.c)."""
-HEADER = SOURCE.with_name("native.h")
-ABI = 7
-"""native.c's rnb_abi(): a cached library from another version of the source is never called."""
-FLAGS = ("-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-march=native", "-fPIC", "-fopenmp-simd", "-pthread",
-         "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-fno-strict-aliasing")
-"""-O2 with -O3's vectoriser and its cost model (-ftree-vectorize: GCC before 12 does not vectorise at -O2): the
-loops vectorise as at -O3 and the sources compile in about 0.65x the time (a cold first run waits for them); the
-values are the same at any level (no fast-math). -fno-trapping-math lets the vectoriser turn the selects and
-conversions of GELU, exp and the softmax into vector code (no value changes: it drops only the FP exception flags).
--ffp-contract=off: no fused multiply-adds (numba without fastmath has none); -march=native is safe
-because the library is built on the machine that runs it (the CPU is part of its name); -fopenmp-simd:
-the ``omp simd`` reductions keep their vector order, with no OpenMP runtime (every pass runs on
-pool_native.c's threads)."""
-LINK_FLAGS = ("-shared", "-pthread")
-"""The objects linked into the one library (_compile)."""
+from .native_build import FLAGS, TEMP_PREFIX, Build, build, compiler  # noqa: F401 - the tests and the CLI read them here
+from .signatures import SIGNATURES  # noqa: F401 - program.py and the tests read the entries here
 
 Kernel = Callable[[], Any]
-
-
-@dataclass
-class Build:
-    """What happened to the C kernels in this process: the library, or why there is none."""
-    lib: Any = None
-    path: Path | None = None
-    seconds: float = 0.0
-    compiled: bool = False
-    why_not: str = ""
-
-    def describe(self) -> str:
-        """One line for the compile notes and the CLI."""
-        if self.lib is None:
-            return f"fused passes in numba ({self.why_not})"
-        how = f"compiled by {compiler_name()} in {self.seconds:.1f} s" if self.compiled else "loaded from the cache"
-        return f"fused passes in C ({how}: {self.path})"
-
-
-def cache_dir() -> Path:
-    """Where built libraries live: RNB_CACHE_DIR, else XDG_CACHE_HOME/renaissance_nb, else ~/.cache/renaissance_nb."""
-    if os.environ.get("RNB_CACHE_DIR"):
-        return Path(os.environ["RNB_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "renaissance_nb"
-
-
-def compiler() -> str | None:
-    """The C compiler: $CC, else cc, gcc or clang on the PATH."""
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
-    return None
-
-
-def compiler_name() -> str:
-    cc = compiler()
-    return os.path.basename(cc) if cc else "no compiler"
-
-
-def _cpu_id() -> str:
-    """The CPU model and feature flags (-march=native code runs only where they match)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags", "Features", "CPU part"))]
-    return "\n".join(sorted(set(keep)))
-
-
-def library_path(cc: str) -> Path:
-    """The cached library for this source, flags, compiler and CPU."""
-    try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        version = cc
-    sources = [p.read_text() for p in (*SOURCES, HEADER)] + [thunk_source(SIGNATURES)]
-    key = "\0".join([*sources, " ".join(FLAGS), " ".join(LINK_FLAGS), version, _cpu_id(), platform.machine()])
-    return cache_dir() / f"rnb_native-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
-
-
-TEMP_PREFIX = "rnb_building-"
-"""Names of libraries being built; one older than an hour was left by a process that ended mid-build."""
-
-
-def _clear_stale(folder: Path) -> None:
-    for old in folder.glob(TEMP_PREFIX + "*"):
-        try:
-            if time.time() - old.stat().st_mtime > 3600:
-                shutil.rmtree(old) if old.is_dir() else old.unlink()
-        except OSError:
-            pass
-
-
-def _compile(cc: str, target: Path) -> None:
-    """cc native.c ... -> target, atomically: a process that finds the file finds it whole. Readable by all
-    (a shared RNB_CACHE_DIR serves every user, as numba's cache does). The sources compile side by side, one
-    cc per core, then link: a conv net's first run waits for the slowest file, not for all of them."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _clear_stale(target.parent)
-    work = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=target.parent))
-    try:
-        thunks = work / "thunks.c"
-        thunks.write_text(thunk_source(SIGNATURES))
-        objects = _compile_objects(cc, [*SOURCES, thunks], work)
-        tmp = work / "lib.so"
-        out = subprocess.run([cc, *LINK_FLAGS, *map(str, objects), "-o", str(tmp), "-lm"],
-                             capture_output=True, text=True, errors="replace", timeout=300)
-        if out.returncode:
-            raise OSError(f"{cc} failed to link: {(out.stderr or out.stdout).strip()[:400]}")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o755 & ~umask)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _first_done(running: list[tuple[int, subprocess.Popen]], timeout: float = 300.0) -> int:
-    """The index in ``running`` of a compiler that has exited (waiting up to ``timeout``; then the oldest), so a
-    free core takes the next source at once rather than after the oldest one."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for k, (_, proc) in enumerate(running):
-            if proc.poll() is not None:
-                return k
-        time.sleep(0.005)
-    return 0
-
-
-def _compile_objects(cc: str, sources: list[Path], work: Path) -> list[Path]:
-    """Each source to an object file in ``work``, at most one cc per core at a time, the largest first."""
-    objects = [work / f"{i}.o" for i in range(len(sources))]
-    queue = sorted(range(len(sources)), key=lambda i: -sources[i].stat().st_size)
-    running: list[tuple[int, subprocess.Popen]] = []
-    failed: list[str] = []
-    try:
-        while queue or running:
-            while queue and len(running) < max(1, os.cpu_count() or 1):
-                i = queue.pop(0)
-                cmd = [cc, *FLAGS, "-c", str(sources[i]), "-o", str(objects[i])]
-                with open(work / f"{i}.log", "wb") as log:  # a file, not a pipe: a long error cannot block cc
-                    running.append((i, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
-            i, proc = running.pop(_first_done(running))
-            proc.wait(timeout=300)
-            if proc.returncode:
-                text = (work / f"{i}.log").read_text(errors="replace")
-                failed.append(f"{sources[i].name}: {text.strip()[:400]}")
-    finally:  # a hung or failed start: no compiler left running
-        for _, proc in running:
-            proc.kill()
-            proc.wait()
-    if failed:
-        raise OSError(f"{cc} failed: {'; '.join(failed)}")
-    return objects
-
-
-def _load(path: Path) -> Any:
-    lib = ctypes.CDLL(str(path))
-    for name, (res, args) in SIGNATURES.items():
-        f = getattr(lib, name)
-        f.restype, f.argtypes = res, list(args)
-    if lib.rnb_abi() != ABI:
-        raise OSError(f"{path} has ABI {lib.rnb_abi()}, expected {ABI}")
-    if lib.rnb_chunks() != PAR_CHUNKS:  # the C passes' blocks must be the numba twins' (native.h RNB_CHUNKS)
-        raise OSError(f"{path} cuts ranges into {lib.rnb_chunks()} blocks, operands.PAR_CHUNKS is {PAR_CHUNKS}")
-    return lib
-
-
-def build() -> Build:
-    """Load the cached library, or compile it first; a Build without lib says why."""
-    if os.environ.get("RNB_NATIVE", "1") == "0":
-        return Build(why_not="RNB_NATIVE=0")
-    cc = compiler()
-    if cc is None:
-        return Build(why_not="no C compiler on the PATH: install gcc for a fast first run")
-    t0 = time.perf_counter()
-    try:
-        path = library_path(cc)
-        compiled = not path.exists()
-        if compiled:
-            _compile(cc, path)
-        lib = _load(path)
-    except Exception as e:  # noqa: BLE001 - a failed, hung or odd build or load: the numba kernels serve
-        return Build(why_not=f"the C kernels could not be built: {type(e).__name__}: {e}")
-    return Build(lib=lib, path=path, seconds=time.perf_counter() - t0, compiled=compiled)
 
 
 _result: list[Build] = []

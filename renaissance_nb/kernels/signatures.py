@@ -1,6 +1,7 @@
 """The C library's entries and their ctypes signatures: native.py declares them on the loaded library,
 kernels/thunks.py generates the native program's thunk of each (program.c), program.py reads an op's
-argument kinds here. One table per C source, the order of the arguments as the C function takes them."""
+argument kinds here. One table per C source, the order of the arguments as the C function takes them; CORE
+holds the core part's entries (the library's first part, kernels/native_build.py PARTS), GPT_LOWP the other's."""
 from __future__ import annotations
 
 import ctypes
@@ -8,7 +9,8 @@ from ctypes import c_double, c_float, c_int, c_int64, c_void_p
 from typing import Any
 
 P, I64, F64, F32, INT = c_void_p, c_int64, c_double, c_float, c_int
-SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
+Signature = tuple[Any, tuple[Any, ...]]
+CORE: dict[str, Signature] = {
     "rnb_abi": (INT, ()),
     "rnb_chunks": (INT, ()),
     "rnb_bias_act": (None, (P, I64, I64, I64, P, I64, I64, F64, INT)),
@@ -28,13 +30,6 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_gemm_bands": (None, (P, INT, P, I64, INT)),
     "rnb_philox_keys": (None, (P, I64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
                                 ctypes.c_uint64)),
-    "rnb_lowp_built": (INT, ()),
-    "rnb_lowp_convert": (INT, (INT, INT, P, I64, I64, I64, P, I64, INT, INT)),
-    "rnb_lowp_unscale": (INT, (P, INT, I64, P, P, P, INT, INT)),
-    "rnb_lowp_gemm_path": (INT, (INT, INT, INT)),
-    "rnb_lowp_gemm_scratch": (I64, (INT, I64, I64, I64, INT)),
-    "rnb_lowp_gemm": (INT, (INT, INT, INT, I64, I64, I64, P, I64, P, I64, INT, P, I64, INT, P, INT, P, I64, INT, INT,
-                            INT)),
     "rnb_run_steps": (I64, (P, I64, I64, I64, P, INT)),
     "rnb_copy_bytes": (None, (P, P, I64)),
     "rnb_zero_bytes": (None, (P, I64)),
@@ -42,7 +37,7 @@ SIGNATURES: dict[str, tuple[Any, tuple[Any, ...]]] = {
     "rnb_clip_norm": (None, (P, I64, P, F32, INT)),
 }
 U64 = ctypes.c_uint64
-SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kernels (kernels/conv_native.py binds them)
+CORE.update({  # conv_native.c and winograd_native.c: the conv nets' kernels (kernels/conv_native.py binds them)
     "rnb_bn_fwd": (None, (P, I64, I64, I64, P, P, P, I64, P, P, P, P, F64, F64, I64, P, P, P, I64, INT)),
     "rnb_bn_bwd": (None, (P, I64, I64, I64, P, I64, P, I64, P, P, P, P, I64, P, P, I64, P, P, P, I64, INT, P, P, P, I64, I64,
                                I64)),
@@ -68,10 +63,19 @@ SIGNATURES.update({  # conv_native.c and winograd_native.c: the conv nets' kerne
     "rnb_winograd_fwd": (None, (P, INT, P, INT, P, P, I64, I64, I64, I64, P, I64, P, I64, I64, P, I64, I64, I64, I64)),
     "rnb_winograd_dw": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64, I64)),
 })
-SIGNATURES.update({  # gelu_native.c: GELU's two forms (kernels/gelu_native.py binds them)
+GPT_LOWP: dict[str, Signature] = {  # lowp.c: mixed precision's conversions and GEMMs (kernels/lowp.py binds them)
+    "rnb_lowp_built": (INT, ()),
+    "rnb_lowp_convert": (INT, (INT, INT, P, I64, I64, I64, P, I64, INT, INT)),
+    "rnb_lowp_unscale": (INT, (P, INT, I64, P, P, P, INT, INT)),
+    "rnb_lowp_gemm_path": (INT, (INT, INT, INT)),
+    "rnb_lowp_gemm_scratch": (I64, (INT, I64, I64, I64, INT)),
+    "rnb_lowp_gemm": (INT, (INT, INT, INT, I64, I64, I64, P, I64, P, I64, INT, P, I64, INT, P, INT, P, I64, INT, INT,
+                            INT)),
+}
+GPT_LOWP.update({  # gelu_native.c: GELU's two forms (kernels/gelu_native.py binds them)
     "rnb_gelu": (None, (P, P, P, I64, INT, INT)),
 })
-SIGNATURES.update({  # gpt_native.c: the GPT's layer norm and embeddings (kernels/gpt_native.py binds them)
+GPT_LOWP.update({  # gpt_native.c: the GPT's layer norm and embeddings (kernels/gpt_native.py binds them)
     "rnb_ln_fwd": (None, (P, I64, I64, P, P, P, P, P, F64, INT)),
     "rnb_ln_bwd": (None, (P, P, I64, I64, P, P, P, P, P, I64, P, P, INT)),
     "rnb_embed_fwd": (None, (P, I64, P, I64, P, INT)),
@@ -84,7 +88,7 @@ SIGNATURES.update({  # gpt_native.c: the GPT's layer norm and embeddings (kernel
     "rnb_attn_decode": (None, (P, P, P, P, P, P, I64, I64, I64, F64)),
 })
 _HEADS = (I64, I64, I64, I64)  # b, h, t, hd
-SIGNATURES.update({  # attention_native.c: causal self-attention (kernels/attention_native.py binds them)
+GPT_LOWP.update({  # attention_native.c: causal self-attention (kernels/attention_native.py binds them)
     "rnb_attn_scores": (None, (P, P, P, P, P, P, *_HEADS, F64, INT)),
     "rnb_attn_mix": (None, (P, P, P, P, P, *_HEADS, INT)),
     "rnb_attn_mix_bwd": (None, (P, P, P, P, P, P, P, *_HEADS, INT)),
@@ -92,3 +96,5 @@ SIGNATURES.update({  # attention_native.c: causal self-attention (kernels/attent
     "rnb_flash_fwd": (None, (P, P, P, P, P, P, P, P, P, P, P, P, P, *_HEADS, I64, F64, INT)),
     "rnb_flash_bwd": (None, (P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, P, *_HEADS, I64, F64, INT)),
 })
+SIGNATURES: dict[str, Signature] = {**CORE, **GPT_LOWP}
+"""Every entry of the library, whichever part defines it."""

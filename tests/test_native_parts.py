@@ -1,0 +1,121 @@
+"""The C library's parts (kernels/native_build.py): the core is built at import, the GPT's and mixed
+precision's kernels on first use, on the core's thread pool; and a float32 job never imports ml_dtypes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from renaissance_nb.kernels import gelu_native, native, native_build
+
+needs_lib = pytest.mark.skipif(native.lib() is None, reason="no C library here (no compiler, or RNB_NATIVE=0)")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_part_builds_wherever_a_compiler_is_found() -> None:
+    """As test_native's check for the core: a part's source that stops compiling fails the suite."""
+    if os.environ.get("RNB_NATIVE") == "0" or native.compiler() is None:
+        pytest.skip("no C compiler here (or RNB_NATIVE=0): numba's kernels run")
+    lib = native.lib()
+    assert lib is not None, native.status().why_not
+    for part in native_build.PARTS[1:]:
+        assert lib.part(part) is not None
+        assert lib.parts[part.name].lib is not None and lib.parts[part.name].path.name.startswith("rnb_native_")
+    assert {p.name for part in native_build.PARTS for p in part.sources} == {
+        p.name for p in native_build.HERE.glob("*.c")}, "every C source is in exactly one part"
+    assert len(native_build.SOURCES) == len(set(native_build.SOURCES))
+
+
+_JOBS = """
+import hashlib, json, os, sys
+import numpy as np
+import renaissance_nb as rnb
+rng = np.random.default_rng(0)
+x, y = rng.standard_normal((256, 20)).astype(np.float32), rng.integers(0, 5, 256).astype(np.int32)
+def run(precision):
+    t = (rnb.DeepLearningTask("m").model(rnb.seq(rnb.fc(32), rnb.relu(), rnb.fc(5))).data(train=(x, y), batch_size=32)
+         .optimizer(rnb.AdamW()).precision(precision).total_epochs(2).seed(1).compile())
+    t.run(progress=False)
+    return hashlib.sha256(b"".join(t.read(f"fc{i}.{k}").tobytes() for i in (1, 2) for k in ("weight", "bias"))).hexdigest()
+out = {"fp32": run("fp32"), "ml_dtypes_after_fp32": "ml_dtypes" in sys.modules,
+       "libs_after_fp32": sorted(os.listdir(os.environ["RNB_CACHE_DIR"]))}
+out.update(bf16=run("bf16"), ml_dtypes_after_bf16="ml_dtypes" in sys.modules,
+           libs_after_bf16=sorted(os.listdir(os.environ["RNB_CACHE_DIR"])))
+print(json.dumps(out))
+"""
+
+
+def _jobs(cache: Path) -> dict:
+    env = {**os.environ, "RNB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", _JOBS], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@needs_lib
+def test_a_float32_job_builds_the_core_alone_and_a_bf16_one_the_rest(tmp_path: Path) -> None:
+    """From an empty cache, in a fresh process: the float32 MLP builds one library and imports no ml_dtypes
+    (0.6 s of every start); the bf16 MLP after it builds the gpt_lowp part. A second process loads both from
+    the cache and trains to the same bytes."""
+    cold = _jobs(tmp_path)
+    assert not cold["ml_dtypes_after_fp32"] and cold["ml_dtypes_after_bf16"]
+    assert len(cold["libs_after_fp32"]) == 1 and cold["libs_after_fp32"][0].startswith("rnb_native-")
+    assert len(cold["libs_after_bf16"]) == 2
+    assert any(n.startswith("rnb_native_gpt_lowp-") for n in cold["libs_after_bf16"])
+    warm = _jobs(tmp_path)
+    assert warm["libs_after_bf16"] == cold["libs_after_bf16"]
+    assert (warm["fp32"], warm["bf16"]) == (cold["fp32"], cold["bf16"]) and cold["fp32"] != cold["bf16"]
+
+
+@needs_lib
+def test_a_part_runs_on_the_core_pool_and_follows_its_fork_flag() -> None:
+    """The part's GELU gives the same bytes on the core's pool (2 threads) as on one thread, and in a forked
+    child (the core's fork flag, read through part.c's pointer) runs on one thread and returns them too."""
+    x = np.linspace(-6, 6, 300_001, dtype=np.float32)
+    y, ref = np.empty_like(x), np.empty_like(x)
+    kernel = gelu_native.bind_gelu(x, None, y, "tanh", 2)
+    assert kernel is not None
+    kernel()
+    gelu_native.bind_gelu(x, None, ref, "tanh", 1)()
+    assert y.tobytes() == ref.tobytes()
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the threaded call returns the parent's bytes
+        signal.alarm(20)
+        z = np.zeros_like(x)
+        gelu_native.bind_gelu(x, None, z, "tanh", 2)()
+        os._exit(0 if z.tobytes() == y.tobytes() else 3)
+    for _ in range(300):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung in a part's threaded kernel")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+@needs_lib
+def test_a_part_that_cannot_be_built_says_so(tmp_path: Path) -> None:
+    """A compiler that builds the core but fails on a part: looking up one of the part's entries raises an
+    OSError naming the part, the compiler's words and RNB_NATIVE=0; the core's entries still work."""
+    lib = native.lib()
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho 'cc: fatal error: lowp.c: no space left' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    core_copy = tmp_path / lib.core_path.name  # beside it the part would be built
+    core_copy.write_bytes(lib.core_path.read_bytes())
+    broken = native_build.Library(lib.core, core_copy, str(fake), native_build.FLAGS)
+    for _ in range(2):  # the failure is kept: no second compile
+        with pytest.raises(OSError, match=r"gpt_lowp part could not be built .*no space left.*RNB_NATIVE=0"):
+            broken.rnb_gelu
+    assert broken.rnb_abi() == native_build.ABI
+    assert not list(tmp_path.glob("rnb_native_gpt_lowp-*")) and not list(tmp_path.glob(native.TEMP_PREFIX + "*"))
