@@ -7,8 +7,9 @@ benchmarks/convnet_mnist.py (three cbr stages, max pooling, gap, fc; its 32 -> 6
 convolutions by Winograd F(2x2, 3x3)) compiled and trained one epoch on 896 random 28x28 images at batch
 128, with a validation pass over 128 more,
 
-* ours with its C kernels, both caches empty: its own RNB_CACHE_DIR (the C library is compiled, about
-  2.5 s of CPU for kernels/native.c, conv_native.c and winograd_native.c) and its own NUMBA_CACHE_DIR;
+* ours with its C kernels, both caches empty: its own RNB_CACHE_DIR (the library's core part is compiled,
+  about 2.1 s of CPU for kernels/native.c, conv_native.c, winograd_native.c, winograd43_native.c and the
+  pool; the GPT's and mixed precision's part is not needed) and its own NUMBA_CACHE_DIR;
 * ours with ``RNB_NATIVE=0`` and an empty numba cache: every kernel numba's, compiled on the first run
   (the conv net's path before its C twins, kernels/conv_native.py), the warm-up helper on as a user gets it;
 * the same job in PyTorch eager (the same layers, AdamW), from its process's start (import torch included);
