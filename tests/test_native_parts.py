@@ -46,7 +46,8 @@ def run(precision):
     return hashlib.sha256(b"".join(t.read(f"fc{i}.{k}").tobytes() for i in (1, 2) for k in ("weight", "bias"))).hexdigest()
 out = {"fp32": run("fp32"), "ml_dtypes_after_fp32": "ml_dtypes" in sys.modules,
        "libs_after_fp32": sorted(os.listdir(os.environ["RNB_CACHE_DIR"]))}
-out.update(bf16=run("bf16"), ml_dtypes_after_bf16="ml_dtypes" in sys.modules,
+from renaissance_nb.kernels import native
+out.update(bf16=run("bf16"), ml_dtypes_after_bf16="ml_dtypes" in sys.modules, note=native.status().describe(),
            libs_after_bf16=sorted(os.listdir(os.environ["RNB_CACHE_DIR"])))
 print(json.dumps(out))
 """
@@ -69,7 +70,9 @@ def test_a_float32_job_builds_the_core_alone_and_a_bf16_one_the_rest(tmp_path: P
     assert len(cold["libs_after_fp32"]) == 1 and cold["libs_after_fp32"][0].startswith("rnb_native-")
     assert len(cold["libs_after_bf16"]) == 2
     assert any(n.startswith("rnb_native_gpt_lowp-") for n in cold["libs_after_bf16"])
+    assert "its gpt_lowp part compiled by" in cold["note"], cold["note"]
     warm = _jobs(tmp_path)
+    assert "its gpt_lowp part loaded from the cache" in warm["note"], warm["note"]
     assert warm["libs_after_bf16"] == cold["libs_after_bf16"]
     assert (warm["fp32"], warm["bf16"]) == (cold["fp32"], cold["bf16"]) and cold["fp32"] != cold["bf16"]
 

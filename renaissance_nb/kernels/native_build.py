@@ -81,12 +81,15 @@ class Build:
     compiled: bool = False
     why_not: str = ""
 
+    def how(self) -> str:
+        return f"compiled by {compiler_name()} in {self.seconds:.1f} s" if self.compiled else "loaded from the cache"
+
     def describe(self) -> str:
-        """One line for the compile notes and the CLI."""
+        """One line for the compile notes and the CLI; with the parts loaded after the core so far."""
         if self.lib is None:
             return f"fused passes in numba ({self.why_not})"
-        how = f"compiled by {compiler_name()} in {self.seconds:.1f} s" if self.compiled else "loaded from the cache"
-        return f"fused passes in C ({how}: {self.path})"
+        parts = "".join(f"; its {name} part {b.how()}" for name, b in self.lib.parts.items() if b.lib is not None)
+        return f"fused passes in C ({self.how()}: {self.path}{parts})"
 
 
 def cache_dir() -> Path:
