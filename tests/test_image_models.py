@@ -254,15 +254,20 @@ def test_the_ema_model_is_evaluated_predicted_and_exported(tmp_path, prefetch: b
         checkpoint.read_state_dict(plain.save(str(tmp_path / "plain.npz")), ema=True)
 
 
+def _forward_sums(task: DeepLearningTask) -> list:
+    ids, deep = task.compiled.ids, task.compiled.graphs.train.nodes(GraphId.DEEP_FWD_BWD)
+    return [n for n in deep if n.op == "add" and list(n.outputs) == [ids[f"{n.layer}.out"]]]
+
+
 def test_a_residual_add_copies_its_gradient_to_one_branch_only() -> None:
     """add hands dy to both branches; the branch read only by the add gets dy's own buffer (its gradient slot
     is the add's output gradient), so the backward copies dy once per add, into the other branch. The same
-    gradients as PyTorch's are checked above; here the graph: one copy node per add, into the other slot."""
+    gradients as PyTorch's are checked above; here the graph: one copy node per add, into the other slot.
+    (Without fusion: resnet_small's adds are each followed by a ReLU, which fuses into them, below.)"""
     x, y = blobs(16, c=3, hw=12)
-    task = DeepLearningTask().model(resnet_small()).data(train=(x, y), batch_size=16).compile()
-    ids, graph = task.compiled.ids, task.compiled.graphs.train
-    deep = graph.nodes(GraphId.DEEP_FWD_BWD)
-    adds = [n for n in deep if n.op == "add" and n.layer.startswith("add")]  # the forward sums
+    task = DeepLearningTask().model(resnet_small()).data(train=(x, y), batch_size=16).options(fuse=False).compile()
+    ids, deep = task.compiled.ids, task.compiled.graphs.train.nodes(GraphId.DEEP_FWD_BWD)
+    adds = _forward_sums(task)
     assert len(adds) == 2
     for add in adds:
         dy = ids[f"{add.layer}.out@grad"]
@@ -270,3 +275,35 @@ def test_a_residual_add_copies_its_gradient_to_one_branch_only() -> None:
         copies = [n for n in deep if n.op == "copy" and n.layer == add.layer]
         assert len(copies) == 1 and list(copies[0].inputs) == [dy], copies  # one copy, of dy
         assert dy in slots and copies[0].outputs[0] in slots - {dy}  # dy is one branch's slot; the copy the other's
+
+
+def test_a_relu_after_a_residual_add_fuses_into_it() -> None:
+    """add2(...) -> relu(): one node writes relu(a + b) (the sum is never stored), and the backward masks dy by
+    that output into one branch's slot (act_bwd) and copies it to the other; the same bytes as unfused, in
+    training and in the saved weights, on fewer tensors."""
+    x, y = blobs(48, c=3, hw=12)
+
+    def train(fuse: bool) -> DeepLearningTask:
+        task = (DeepLearningTask().model(resnet_small()).data(train=(x[:32], y[:32]), val=(x[32:], y[32:]),
+                                                              batch_size=16)
+                .optimizer(AdamW()).options(fuse=fuse).total_epochs(2).seed(4).compile())
+        task.run(progress=False)
+        return task
+    fused, plain = train(True), train(False)
+    assert [s for s in fused.arch.fused if s.startswith("add")] == ["add1+relu", "add2+relu"]
+    ids, deep = fused.compiled.ids, fused.compiled.graphs.train.nodes(GraphId.DEEP_FWD_BWD)
+    adds = _forward_sums(fused)
+    assert [dict(n.params) for n in adds] == [{"act": "relu", "slope": 0.0}] * 2
+    assert not [n for n in deep if n.op == "act_fwd"]  # every ReLU went into a producer
+    for add in adds:
+        y_out, dy = ids[f"{add.layer}.out"], ids[f"{add.layer}.out@grad"]
+        masks = [n for n in deep if n.op == "act_bwd" and n.layer == add.layer]
+        assert len(masks) == 1 and list(masks[0].inputs) == [dy, y_out]
+        copies = [n for n in deep if n.op == "copy" and n.layer == add.layer]
+        assert len(copies) == 1 and list(copies[0].inputs) == list(masks[0].outputs)
+    assert len(fused.compiled.plan) < len(plain.compiled.plan)
+    for k, v in plain.state_dict().items():
+        assert fused.state_dict()[k].tobytes() == v.tobytes(), k
+    assert [r.train_loss for r in fused.result.history] == [r.train_loss for r in plain.result.history]
+
+

@@ -6,7 +6,7 @@ topological order, each naming the tensors it reads (``"input"`` or another
 layer's output), named like PyTorch modules would be (conv1, bn1, fc1, ...).
 Residual ``add2`` makes the graph a DAG: a tensor read by two layers gets its
 gradient from both, summed before its producer's backward runs. An activation
-that directly follows an fc, conv or bn whose output nothing else reads is fused
+that directly follows an fc, conv or bn (or a ReLU after an add) whose output nothing else reads is fused
 into it (one pass fewer, one feature map fewer).
 
 ``tensor_table`` lists every tensor of a task for one variant; it runs the same
@@ -204,7 +204,7 @@ def _fuse_activations(layers: list[ArchLayer]) -> tuple[list[ArchLayer], list[st
         if j is None or consumers.get(src) != 1:
             continue
         prod = out[j]
-        if prod is None or prod.p.get("act") != "none" or act not in op_of(prod.kind).fuses:
+        if prod is None or prod.p.get("act", "none") != "none" or act not in op_of(prod.kind).fuses:
             continue
         params = dict(prod.params)
         params.update(act=l.p["act"], slope=l.p["slope"])
@@ -281,7 +281,7 @@ def _sum_gradient_slot(layer: ArchLayer, consumers: dict[str, int], t: TensorTab
     branch's copy would be the same bytes; only the other branch gets one (ops/add.py). Safe because the slot
     has no other writer, and the sum's backward, which copies dy to the other branch, runs before that
     input's producer, the only reader, which may then write into it."""
-    if not op_of(layer.kind).hands_dy_through:
+    if not op_of(layer.kind).hands_dy_through or layer.fused_act != "none":  # a fused ReLU: dy is masked first
         return None
     for x in layer.inputs:
         slot = t.ids.get(f"{x}@grad")

@@ -128,8 +128,12 @@ def matmul_k(outs, ins, p, env):
 
 @gpu_kernel("add")
 def add_k(outs, ins, p, env):
+    """c = a + b; with a fused ReLU (ops/add.py) the ReLU kernel then runs on c in place: act_fwd's bytes."""
     a, b = ins
-    return env.ops.add(a, b, outs[0])
+    total = env.ops.add(a, b, outs[0])
+    if p.get("act", "none") == "none":
+        return total
+    return sequence(total, act_fwd([outs[0]], [outs[0]], {"act": p["act"], "slope": p.get("slope", 0.0)}, env))
 
 
 @gpu_kernel("relu")

@@ -645,13 +645,19 @@ void rnb_relu(const float *x, float *y, const float *dy, i64 n, int threads) {
     rnb_parallel(threads, RNB_CHUNKS, relu_block, &f);
 }
 
-static void binary_block(void *v, i64 c) { /* y = x * b (op '*'), x + b (op '+'), or x where b is NULL */
+static void binary_block(void *v, i64 c) { /* y = x * b (op '*'), x + b (op '+'), relu(x + b) (op 'r'), or x
+                                             * where b is NULL */
     const flat_pass *a = v;
     i64 lo, hi;
     chunk(a->n, c, &lo, &hi);
     if (a->b == NULL) memmove(a->y + lo, a->x + lo, (size_t)(hi - lo) * sizeof(float));
     else if (a->op == '*') for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] * a->b[k];
-    else for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] + a->b[k];
+    else if (a->op == 'r') {
+        for (i64 k = lo; k < hi; k++) {
+            float s = a->x[k] + a->b[k];
+            a->y[k] = s > 0 ? s : 0.0f; /* relu_block's forward on the sum: the bytes of the add and the ReLU apart */
+        }
+    } else for (i64 k = lo; k < hi; k++) a->y[k] = a->x[k] + a->b[k];
 }
 
 /* out = a * b over n flat values (dropout's backward) */
@@ -660,10 +666,11 @@ void rnb_mul(float *out, const float *a, const float *b, i64 n, int threads) {
     rnb_parallel(threads, RNB_CHUNKS, binary_block, &f);
 }
 
-/* out = a + b over n flat values (a residual sum, a gradient accumulated in place: out may be a or b), or
- * out = a where b is NULL (the gradient add hands to a branch); by blocks on the pool */
-void rnb_add(float *out, const float *a, const float *b, i64 n, int threads) {
-    flat_pass f = {.x = a, .b = b, .y = out, .n = n, .op = '+'};
+/* out = a + b over n flat values (a residual sum, a gradient accumulated in place: out may be a or b), with relu
+ * relu(a + b) (a residual sum with its ReLU fused, ops/add.py), or out = a where b is NULL (the gradient add hands
+ * to a branch); by blocks on the pool */
+void rnb_add(float *out, const float *a, const float *b, i64 n, int relu, int threads) {
+    flat_pass f = {.x = a, .b = b, .y = out, .n = n, .op = relu ? 'r' : '+'};
     rnb_parallel(threads, RNB_CHUNKS, binary_block, &f);
 }
 

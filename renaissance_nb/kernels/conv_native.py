@@ -200,13 +200,15 @@ def bind_mul(out, a, b, threads: int) -> Kernel | None:
 
 
 @binder
-def bind_add(out, a, b, threads: int) -> Kernel | None:
-    """out = a + b (np.add; out may be a or b) or, with b None, out = a, over flat float32 values of one size."""
+def bind_add(out, a, b, threads: int, relu: bool = False) -> Kernel | None:
+    """out = a + b (np.add; out may be a or b), relu(a + b) with ``relu`` (the add and the ReLU kernel's bytes), or,
+    with b None, out = a, over flat float32 values of one size."""
     L = active()
     arrays = (out, a) + (() if b is None else (b,))
-    if L is None or not (_c32(*arrays) and all(x.size == out.size for x in arrays)):
+    if L is None or not (_c32(*arrays) and all(x.size == out.size for x in arrays)) or (relu and b is None):
         return None
-    return call(L.rnb_add, (address(out), address(a), None if b is None else address(b), out.size, threads), arrays)
+    args = (address(out), address(a), None if b is None else address(b), out.size, int(relu), threads)
+    return call(L.rnb_add, args, arrays)
 
 
 @binder

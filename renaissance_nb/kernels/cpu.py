@@ -30,7 +30,7 @@ from .base import EMPTY_F32, EMPTY_F32_2D, Factory, Kernel, join_tables, registr
 from .base import BindEnv  # noqa: F401 - the runtime imports it from here
 from .comm import COMM_KERNELS, shard_table
 from .conv import CONV_KERNELS
-from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, rows, split_scratch
+from .operands import ACT_CODES, ema_ranges, fc_bwd_operands, flat2d, relu_code, rows, split_scratch
 from .passes import PASS_PAR_MIN, act_grad_colsum_pass, bias_act_pass, bias_partials
 from .status import status_error
 from .transfer import TRANSFER_KERNELS
@@ -88,29 +88,34 @@ def _threaded_elementwise(out: np.ndarray, *ins: np.ndarray) -> bool:
         x.dtype == np.float32 and x.flags.c_contiguous and x.size == out.size for x in (out, *ins)))
 
 
-def _c_elementwise(out: np.ndarray, a: np.ndarray, b: np.ndarray | None) -> Kernel | None:
-    """out = a + b (a copy of a where b is None) as one C pass (conv_native.bind_add), on the pool's threads
-    when large; None where the arrays are not contiguous float32 of one shape or the plan binds no C."""
+def _c_elementwise(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, relu: bool = False) -> Kernel | None:
+    """out = a + b (with ``relu``, relu(a + b); a copy of a where b is None) as one C pass (conv_native.bind_add),
+    on the pool's threads when large; None where the arrays are not contiguous float32 of one shape or the plan
+    binds no C."""
     arrays = (out, a) + (() if b is None else (b,))
     if not all(x.shape == out.shape and x.dtype == np.float32 and x.flags.c_contiguous for x in arrays):
         return None  # not asked of the C binder: its decline would count against the plan (native.covers)
-    return conv_native.bind_add(out, a, b, blas.pass_threads(blas.THREADED and out.size >= PASS_PAR_MIN))
+    return conv_native.bind_add(out, a, b, blas.pass_threads(blas.THREADED and out.size >= PASS_PAR_MIN), relu)
 
 
 @kernel("add")
 def add_k(outs, ins, p, env):
     """c = a + b with NumPy broadcasting (a bias row over a batch, say); by chunks on numba's threads
-    when large and of one shape (a residual add)."""
+    when large and of one shape (a residual add). With a fused ReLU (act="relu", ops/add.py) c = relu(a + b):
+    one C pass, else the sum and then the ReLU kernel on c in place (act_fwd), the same bytes either way."""
     a, b = ins
     (c,) = outs
-    if _threaded_elementwise(c, a, b):
-        f = fused.add_chunks_par_
-        return lambda: f(a, b, c)
-    bound = _c_elementwise(c, a, b)
+    relu = bool(relu_code("add", p))  # ops/add.py fuses ReLU alone
+    bound = None if _threaded_elementwise(c, a, b) else _c_elementwise(c, a, b, relu)
     if bound is not None:
         return bound
-    add = np.add
-    return lambda: add(a, b, out=c)
+    if _threaded_elementwise(c, a, b):
+        f = fused.add_chunks_par_
+        total: Kernel = lambda: f(a, b, c)  # noqa: E731
+    else:
+        add = np.add
+        total = lambda: add(a, b, out=c)  # noqa: E731
+    return program.chain(total, act_fwd([c], [c], {"act": "relu", "slope": 0.0}, env)) if relu else total
 
 
 @kernel("relu")

@@ -211,7 +211,7 @@ def check_shape(op: str, name: str, got: Sequence[int], want: Sequence[int]) -> 
 
 
 def relu_code(op: str, p: dict) -> int:
-    """The fused activation of conv, batch norm and bn_inf: 'none' (0) or 'relu' (1)."""
+    """The fused activation of conv, batch norm, bn_inf and add: 'none' (0) or 'relu' (1)."""
     act = p.get("act", "none")
     code = ACT_CODES.get(act, -1) if isinstance(act, str) else -1
     if code not in (ACT_CODES["none"], ACT_CODES["relu"]):

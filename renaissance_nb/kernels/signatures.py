@@ -55,7 +55,7 @@ CORE.update({  # conv_native.c and winograd_native.c: the conv nets' kernels (ke
     "rnb_claim_batch": (None, (P, P, I64, P)),
     "rnb_dropout_fwd": (None, (P, P, P, I64, P, U64, U64, U64, F32, F32, INT)),
     "rnb_mul": (None, (P, P, P, I64, INT)),
-    "rnb_add": (None, (P, P, P, I64, INT)),
+    "rnb_add": (None, (P, P, P, I64, INT, INT)),
     "rnb_conv_fwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, I64, P, P, I64, I64, I64, I64, I64, I64, I64, P,
                                   I64, I64)),
     "rnb_conv_bwd_tiles": (None, (P, INT, P, I64, I64, I64, I64, P, P, I64, P, P, P, P, P, I64, I64, I64, I64, I64,

@@ -1,12 +1,18 @@
 """add: the residual sum of add2 (shortcut(x) + main(x)). Its backward hands dy to both branches: a copy
 for a branch whose gradient slot is not dy itself (the compiler gives dy the slot of an input only the add
 reads, compiler/layers.py). The compiler sums the gradients of a tensor read twice before its producer's
-backward."""
+backward.
+
+A ReLU that alone reads the sum (a ResNet block's ``add2(...) -> relu()``) is fused into it, as into a conv
+or a batch norm: one pass writes relu(a + b), and the sum itself is never stored. The backward masks dy by
+the output (y > 0 exactly where a + b > 0) into the first branch's slot and copies that to the other: the
+bytes of the add and the ReLU apart (tests/test_add_relu.py)."""
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import ShapeError
+from .activation import act_onnx
 from .registry import Op, register
 
 
@@ -14,6 +20,7 @@ from .registry import Op, register
 class Add(Op):
     autocast = "promote"
     hands_dy_through = True
+    fuses = ("relu",)
     kind = "add"
     layout = "elementwise"
 
@@ -25,17 +32,31 @@ class Add(Op):
 
     def forward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, training: bool,
                 ema: bool) -> None:
-        e.emit(g, gid, "add", xs, [y], layer.name)
+        e.emit(g, gid, "add", xs, [y], layer.name, **_fused(layer))
 
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
+        if layer.fused_act != "none":  # dy masked by y into the first branch's slot, copied to the others
+            first = next((d for d in dxs if d is not None), None)
+            if first is None:
+                return
+            e.emit(g, gid, "act_bwd", [dy, y], [first], layer.name, act=layer.fused_act, slope=layer.p["slope"])
+            dy = first
         for d in dxs:
             if d is not None and d != dy:  # an input's slot may be dy itself (compiler/layers.py): nothing to copy
                 e.emit(g, gid, "copy", [dy], [d], layer.name)
 
     def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
         d.add(y, d.shapes[xs[0]])
-        d.emit("add", xs, [y], layer.name)
+        d.emit("add", xs, [y], layer.name, **_fused(layer))
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
-        return g.node("Add", xs, out)
+        if layer.fused_act == "none":
+            return g.node("Add", xs, out)
+        return act_onnx(g, layer.fused_act, layer.p["slope"], g.node("Add", xs, f"{out}.sum"), out)
+
+
+def _fused(layer: Any) -> dict[str, Any]:
+    """The add node's parameters: the fused activation, where the compiler folded one in."""
+    act = layer.fused_act
+    return {} if act == "none" else {"act": act, "slope": layer.p["slope"]}
