@@ -47,14 +47,16 @@ def run(precision):
 out = {"fp32": run("fp32"), "ml_dtypes_after_fp32": "ml_dtypes" in sys.modules,
        "libs_after_fp32": sorted(os.listdir(os.environ["RNB_CACHE_DIR"]))}
 from renaissance_nb.kernels import native
-out.update(bf16=run("bf16"), ml_dtypes_after_bf16="ml_dtypes" in sys.modules, note=native.status().describe(),
+bf16 = run("bf16")
+out.update(bf16=bf16, ml_dtypes_after_bf16="ml_dtypes" in sys.modules, note=native.status().describe(),
+           bf16_note=native.plan_note({"cast", "fc_fwd_lowp"}),
            libs_after_bf16=sorted(os.listdir(os.environ["RNB_CACHE_DIR"])))
 print(json.dumps(out))
 """
 
 
-def _jobs(cache: Path) -> dict:
-    env = {**os.environ, "RNB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+def _jobs(cache: Path, extra: dict | None = None) -> dict:
+    env = {**os.environ, "RNB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT), **(extra or {})}
     out = subprocess.run([sys.executable, "-c", _JOBS], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -109,16 +111,105 @@ def test_a_part_runs_on_the_core_pool_and_follows_its_fork_flag() -> None:
 @needs_lib
 def test_a_part_that_cannot_be_built_says_so(tmp_path: Path) -> None:
     """A compiler that builds the core but fails on a part: looking up one of the part's entries raises an
-    OSError naming the part, the compiler's words and RNB_NATIVE=0; the core's entries still work."""
+    OSError naming the part and the compiler's words, with_part gives None (the binders decline), the build's
+    line says why, and the core's entries still work; the failure is kept (no second compile)."""
     lib = native.lib()
     fake = tmp_path / "cc"
     fake.write_text("#!/bin/sh\necho 'cc: fatal error: lowp.c: no space left' >&2\nexit 1\n")
     fake.chmod(0o755)
-    core_copy = tmp_path / lib.core_path.name  # beside it the part would be built
+    core_copy = tmp_path / "cache" / lib.core_path.name  # beside it the part would be built
+    core_copy.parent.mkdir()
     core_copy.write_bytes(lib.core_path.read_bytes())
     broken = native_build.Library(lib.core, core_copy, str(fake), native_build.FLAGS)
-    for _ in range(2):  # the failure is kept: no second compile
-        with pytest.raises(OSError, match=r"gpt_lowp part could not be built .*no space left.*RNB_NATIVE=0"):
+    for _ in range(2):
+        with pytest.raises(OSError, match=r"gpt_lowp part could not be built .*no space left"):
             broken.rnb_gelu
+    assert native.with_part(broken) is None and native.with_part(lib) is lib
+    line = native_build.Build(lib=broken, path=core_copy).describe()
+    assert "its gpt_lowp part could not be built: OSError" in line and "no space left" in line
     assert broken.rnb_abi() == native_build.ABI
-    assert not list(tmp_path.glob("rnb_native_gpt_lowp-*")) and not list(tmp_path.glob(native.TEMP_PREFIX + "*"))
+    assert not list(core_copy.parent.glob("rnb_native_gpt_lowp-*"))
+    assert not list(core_copy.parent.glob(native.TEMP_PREFIX + "*"))
+
+
+@needs_lib
+def test_a_part_goes_to_this_users_folder_where_the_shared_cache_is_read_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared cache that holds only the core and that this user cannot write: the part is built (once) in
+    the user's own folder, and found there next time."""
+    lib = native.lib()
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    shared.mkdir()
+    core_copy = shared / lib.core_path.name
+    core_copy.write_bytes(lib.core_path.read_bytes())
+    monkeypatch.setattr(native_build, "_user_folder", lambda: own)
+    writable = os.access
+    monkeypatch.setattr(native_build.os, "access", lambda p, mode: Path(p) != shared and writable(p, mode))
+    first = native_build.Library(lib.core, core_copy, lib.cc, lib.flags)
+    assert first.rnb_gelu is not None and first.parts["gpt_lowp"].compiled
+    assert first.parts["gpt_lowp"].path.parent == own and not list(shared.glob("rnb_native_gpt_lowp-*"))
+    again = native_build.Library(lib.core, core_copy, lib.cc, lib.flags)
+    assert again.has("gpt_lowp") and not again.parts["gpt_lowp"].compiled
+    assert again.parts["gpt_lowp"].path == first.parts["gpt_lowp"].path
+
+
+_CORE_ONLY_CC = """#!/bin/sh
+for a in "$@"; do case "$a" in *lowp.c) echo "cc: lowp.c: internal compiler error" >&2; exit 1;; esac; done
+exec {cc} "$@"
+"""
+
+
+@needs_lib
+def test_a_plan_runs_on_numba_where_the_part_cannot_be_built(tmp_path: Path) -> None:
+    """With a compiler that fails on lowp.c only: an fp32 MLP binds C (the core), a bf16 one binds numba for the
+    whole plan (one thread pool) and says why, and trains to the same bytes as with the part (test above)."""
+    fake = tmp_path / "cc"
+    fake.write_text(_CORE_ONLY_CC.format(cc=native.compiler()))
+    fake.chmod(0o755)
+    env = {"CC": str(fake), "RNB_CACHE_DIR": str(tmp_path / "cache")}
+    broken, whole = _jobs(tmp_path / "cache", env), _jobs(tmp_path / "whole")
+    assert "its gpt_lowp part could not be built" in broken["note"] and "internal compiler error" in broken["note"]
+    assert broken["bf16_note"].startswith("fused passes in numba: OSError"), broken["bf16_note"]
+    assert whole["bf16_note"].startswith("fused passes in C"), whole["bf16_note"]
+    assert (broken["fp32"], broken["bf16"]) == (whole["fp32"], whole["bf16"])
+
+
+@needs_lib
+def test_a_child_forked_while_a_part_builds_does_not_wait_for_it() -> None:
+    """The parent's lock is held (a thread mid-build) when it forks: the child gets a lock of its own."""
+    lib = native.lib()
+    with lib._lock:
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)
+            os._exit(0 if lib.has("gpt_lowp") else 3)
+    for _ in range(300):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child waited for its parent's lock")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+_RACE = """
+import sys, threading
+import numpy as np
+from renaissance_nb.memory.dtensor import register_dtype
+assert "ml_dtypes" not in sys.modules
+first = threading.Thread(target=register_dtype, args=("bfloat16",))
+first.start()
+while "ml_dtypes" not in sys.modules:  # the first thread's import has begun (it takes about 0.5 s)
+    pass
+register_dtype("bfloat16")
+print(np.dtype("bfloat16").itemsize)
+"""
+
+
+def test_a_second_thread_registering_bfloat16_waits_for_the_first() -> None:
+    out = subprocess.run([sys.executable, "-c", _RACE], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0 and out.stdout.split() == ["2"], out.stderr[-1500:]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import blas
-from .native import Kernel, active, address, binder, call
+from .native import Kernel, active, address, binder, call, with_part
 from .passes import PASS_PAR_MIN
 
 F32 = np.dtype(np.float32)
@@ -49,7 +49,7 @@ def numpy_blas() -> np.ndarray | None:
 
 def _ready(*arrays: Any) -> tuple[Any, np.ndarray] | None:
     """(the library, NumPy's BLAS table) when the plan binds C and every array is C-contiguous float32."""
-    L = active()
+    L = with_part(active())
     fns = numpy_blas() if L is not None else None
     ok = fns is not None and all(isinstance(a, np.ndarray) and a.dtype == F32 and a.flags.c_contiguous
                                  for a in arrays)

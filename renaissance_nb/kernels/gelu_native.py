@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .native import Kernel, active, address, binder, call
+from .native import Kernel, active, address, binder, call, with_part
 
 FORMS = {"erf": 0, "tanh": 1}
 """The form codes rnb_gelu takes."""
@@ -21,7 +21,7 @@ GELU_PAR_MIN = 1 << 14
 def bind_gelu(x: np.ndarray, dy: np.ndarray | None, out: np.ndarray, form: str, threads: int) -> Kernel | None:
     """out = gelu(x) (dy None) or dy * gelu'(x), over flat float32 values of one size; None where the library is
     not in use for this plan or the arrays are not contiguous float32 (the numba loop serves)."""
-    L = active()
+    L = with_part(active())
     arrays = (x, out) + ((dy,) if dy is not None else ())
     if L is None or not all(a.dtype == np.float32 and a.flags.c_contiguous and a.size == x.size for a in arrays):
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .blas import THREADED, pass_threads
-from .native import Kernel, active, address, binder, call
+from .native import Kernel, active, address, binder, call, with_part
 from .operands import PAR_CHUNKS
 from .passes import PASS_PAR_MIN
 
@@ -37,7 +37,7 @@ def _contig(dtype: np.dtype, *arrays: np.ndarray) -> bool:
 def bind_ln_fwd(x2: np.ndarray, w: np.ndarray, b: np.ndarray, y2: np.ndarray, mean: np.ndarray, rstd: np.ndarray,
                 eps: float, threads: int) -> Kernel | None:
     """layernorm.ln_fwd_ (or ln_fwd_rows_ over every row): x2, y2 (rows, d), mean and rstd (rows,)."""
-    L = active()
+    L = with_part(active())
     ok = (L is not None and _contig(F32, x2, w, b, y2, mean, rstd) and x2.ndim == 2 and y2.shape == x2.shape
           and w.shape == b.shape == (x2.shape[1],) and mean.shape == rstd.shape == (x2.shape[0],))
     if not ok:
@@ -53,7 +53,7 @@ def bind_ln_bwd(dy2: np.ndarray, x2: np.ndarray, w: np.ndarray, mean: np.ndarray
                 part: np.ndarray, dw: np.ndarray, db: np.ndarray, threads: int) -> Kernel | None:
     """layernorm.ln_bwd_ (or ln_bwd_serial_: the same blocks) then ln_param_grads_, as one call; dx2 with no
     rows: no input gradient. part (2, PAR_CHUNKS, d) float64."""
-    L = active()
+    L = with_part(active())
     need_dx = dx2.shape[0] > 0
     ok = (L is not None and _contig(F32, dy2, x2, w, mean, rstd, dw, db) and (not need_dx or _contig(F32, dx2))
           and x2.ndim == 2 and dy2.shape == x2.shape and (not need_dx or dx2.shape == x2.shape)
@@ -70,7 +70,7 @@ def bind_ln_bwd(dy2: np.ndarray, x2: np.ndarray, w: np.ndarray, mean: np.ndarray
 @binder
 def bind_embed_fwd(ids: np.ndarray, w: np.ndarray, y: np.ndarray, threads: int) -> Kernel | None:
     """embedding.gather_par_ (or gather_rows_): y (N, T, d) = rows ids (N, T) of w (vocab, d)."""
-    L = active()
+    L = with_part(active())
     ok = (L is not None and _contig(I32, ids) and _contig(F32, w, y) and ids.ndim == 2 and w.ndim == 2
           and y.shape == (*ids.shape, w.shape[1]))
     if not ok:
@@ -81,7 +81,7 @@ def bind_embed_fwd(ids: np.ndarray, w: np.ndarray, y: np.ndarray, threads: int) 
 @binder
 def bind_embed_bwd(ids: np.ndarray, dy: np.ndarray, dw: np.ndarray, acc: np.ndarray, threads: int) -> Kernel | None:
     """embedding.scatter_add_: dw (vocab, d) = the float64 sums (acc) of dy (N, T, d)'s rows into rows ids."""
-    L = active()
+    L = with_part(active())
     ok = (L is not None and _contig(I32, ids) and _contig(F32, dy, dw) and _contig(F64, acc) and ids.ndim == 2
           and dw.ndim == 2 and dy.shape == (*ids.shape, dw.shape[1]) and acc.shape == dw.shape)
     if not ok:
@@ -93,7 +93,7 @@ def bind_embed_bwd(ids: np.ndarray, dy: np.ndarray, dw: np.ndarray, acc: np.ndar
 @binder
 def bind_pos_fwd(x: np.ndarray, table: np.ndarray, y: np.ndarray, threads: int) -> Kernel | None:
     """embedding.add_rows_: y (N, T, d) = x + the table's first T rows."""
-    L = active()
+    L = with_part(active())
     ok = (L is not None and _contig(F32, x, table, y) and x.ndim == 3 and y.shape == x.shape and table.ndim == 2
           and table.shape[0] >= x.shape[1] and table.shape[1] == x.shape[2])
     if not ok:
@@ -106,7 +106,7 @@ def bind_pos_fwd(x: np.ndarray, table: np.ndarray, y: np.ndarray, threads: int) 
 def bind_pos_bwd(dy: np.ndarray, dtable: np.ndarray, dx: np.ndarray, threads: int) -> Kernel | None:
     """embedding.batch_sum_ and the zero rows past T: dtable (context, d) = the sum over samples of dy
     (N, T, d); dx = dy (dx empty: no input gradient)."""
-    L = active()
+    L = with_part(active())
     ok = (L is not None and _contig(F32, dy, dtable) and dy.ndim == 3 and dtable.ndim == 2
           and dtable.shape[0] >= dy.shape[1] and dtable.shape[1] == dy.shape[2]
           and (dx.size == 0 or (_contig(F32, dx) and dx.shape == dy.shape)))
@@ -123,7 +123,7 @@ def bind_gather_windows(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor
     """cpu._token_transfer: rows perm[cursor:cursor+B] of token windows and their targets (N, T), the first T' <= T
     of each (a shorter training context), after fused.batch_status's check, whose code it returns (0: copied and
     the cursor moved on): gpt_native.c's rnb_gather_windows, the twin of fused.gather_token_windows."""
-    L = active()
+    L = with_part(active())
     ok = (L is not None and all(isinstance(a, np.ndarray) and a.flags.c_contiguous for a in (xs, ys, x_out, y_out))
           and xs.ndim == ys.ndim == x_out.ndim == 2 and xs.shape == ys.shape and x_out.shape == y_out.shape
           and x_out.shape[1] <= xs.shape[1] and xs.dtype == x_out.dtype and ys.dtype == y_out.dtype
@@ -138,7 +138,7 @@ def bind_gather_windows(xs: np.ndarray, ys: np.ndarray, perm: np.ndarray, cursor
 @binder
 def bind_divide(a: np.ndarray, d: np.float32) -> Kernel | None:
     """a /= d in place over a contiguous float32 array (cpu._per_position's counts over the positions)."""
-    L = active()
+    L = with_part(active())
     if L is None or not _contig(F32, a):
         return None
     return call(L.rnb_div_f32, (address(a), a.size, float(d)), (a,))
@@ -153,7 +153,7 @@ def _decode_ok(position: np.ndarray, *arrays: np.ndarray) -> bool:
 @binder
 def bind_add_row_at(x: np.ndarray, table: np.ndarray, position: np.ndarray, y: np.ndarray) -> Kernel | None:
     """embedding.add_row_at_: one token's features (1, 1, d) plus row ``position`` of the table (context, d)."""
-    L = active()
+    L = with_part(active())
     d = table.shape[-1]
     if L is None or not (_decode_ok(position, x, table, y) and _contig(F32, x, table, y) and x.size == y.size == d):
         return None
@@ -165,7 +165,7 @@ def bind_add_row_at(x: np.ndarray, table: np.ndarray, position: np.ndarray, y: n
 def bind_attn_decode(qkv: np.ndarray, position: np.ndarray, kc: np.ndarray, vc: np.ndarray, scores: np.ndarray,
                      y: np.ndarray, scale: float) -> Kernel | None:
     """attention_kernels.attn_decode_: qkv (1, 1, 3d), caches (1, H, ctx, hd), float64 scores (1, H, ctx)."""
-    L = active()
+    L = with_part(active())
     ok = (L is not None and _decode_ok(position, qkv, kc, vc, scores, y) and _contig(F32, qkv, kc, vc, y)
           and _contig(F64, scores) and kc.ndim == 4 and kc.shape == vc.shape and kc.shape[0] == 1
           and scores.shape == kc.shape[:3] and qkv.size == 3 * kc.shape[1] * kc.shape[3] and y.size * 3 == qkv.size)

@@ -114,7 +114,7 @@ def widen(h: np.ndarray, fmt: str | None = None, out: np.ndarray | None = None) 
 def features() -> set[str]:
     """The vector instruction sets lowp.c was compiled for ('avx512bf16', 'avx512f', 'f16c'); empty
     without the library."""
-    L = native.lib()
+    L = native.with_part(native.lib())
     if L is None:
         return set()
     bits = L.rnb_lowp_built()
@@ -128,7 +128,7 @@ def gemm_path(fmt: str, want: str = "auto") -> str:
         raise bad_argument(ConfigError, "lowp.gemm_path", "fmt", fmt, "'bf16' or 'fp16'", "name the operands' format")
     if want not in PATHS:
         raise bad_argument(ConfigError, "lowp.gemm_path", "path", want, f"one of {tuple(PATHS)}", "pass 'auto'")
-    L = native.lib()
+    L = native.with_part(native.lib())
     if L is None:
         return "numpy"
     got = L.rnb_lowp_gemm_path(CODE[fmt], PATHS[want], int(bool(blas.SGEMM.address)))
@@ -152,7 +152,7 @@ def path() -> str:
         return _PATH_TEXT[p]
     f = features()
     conv = ("AVX-512 BF16 / AVX-512F" if "avx512bf16" in f else "AVX-512F" if "avx512f" in f
-            else "F16C" if "f16c" in f else "scalar C" if native.lib() is not None else "NumPy")
+            else "F16C" if "f16c" in f else "scalar C" if native.with_part(native.lib()) is not None else "NumPy")
     return f"bf16 GEMM: {gemm_text('bf16')}; fp16 GEMM: {gemm_text('fp16')}; conversions: {conv}"
 
 
@@ -178,7 +178,7 @@ def _pair(src: np.ndarray, dst: np.ndarray, where: str) -> tuple[str, str]:
 def bind_convert(src: np.ndarray, dst: np.ndarray, threads: int, portable: bool = False) -> Kernel | None:
     """dst = src converted (float32 -> bf16/fp16 rounded, or back exactly), 1-D or 2-D with contiguous
     rows; ``portable``: the scalar C forms only (the vector forms give the same bytes)."""
-    L = native.active()
+    L = native.with_part(native.active())
     a, b = _pair(src, dst, "lowp.bind_convert")
     ls, ld = _rows(src), _rows(dst)
     if L is None or ls is None or ld is None:
@@ -217,7 +217,7 @@ def bind_unscale(g: np.ndarray, out: np.ndarray, inv_scale: np.ndarray, found: n
     """out = float(g) * inv_scale[0] in float32, as torch._amp_foreach_non_finite_check_and_unscale_;
     the kernel returns 1 (and sets found[0] = 1) when any g is inf or NaN, else 0. ``out`` may be ``g``
     when g is float32. inv_scale and found are read and written at every call (the scaler's state)."""
-    L = native.active()
+    L = native.with_part(native.active())
     _unscale_ok(g, out, inv_scale, found)
     flat = (g, out, inv_scale) + (() if found is None else (found,))
     if L is None or not all(x.ndim == 1 and x.flags.c_contiguous for x in flat):
@@ -260,7 +260,7 @@ def scratch_elems(m: int, n: int, k: int, fmt: str, out: str = "fp32", path: str
     if out not in ("fp32", fmt):
         raise bad_argument(ConfigError, "lowp.scratch_elems", "out", out, f"'fp32' or {fmt!r}",
                            "pick the result format")
-    L = native.lib()
+    L = native.with_part(native.lib())
     if L is None or p == "numpy":
         return m * k + k * n + m * n
     return int(L.rnb_lowp_gemm_scratch(CODE[out], m, n, k, PATHS[p]))
@@ -304,7 +304,7 @@ def bind_gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, scratch: np.ndarray, 
     from the float32 sums). The kernel returns lowp.c's path number (PATHS). On the sgemm path it calls
     BLAS from the pool's threads: run it inside blas.own_cores() (a replay holds it; ``gemm`` wraps it)."""
     fmt, out, need = _gemm_checked(a, b, c, scratch, path)
-    L = native.active()
+    L = native.with_part(native.active())
     oa, ob, oc = _orient(a), _orient(b), _orient(c)
     if L is None or oa is None or ob is None or oc is None or oc[0]:
         return None

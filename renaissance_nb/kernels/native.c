@@ -1,5 +1,5 @@
 /* The CPU replay's fused passes in C: the same loops as the numba kernels of fused.py, blas.py and
- * philox.py, compiled once per machine by the system C compiler (kernels/native.py), so a first run
+ * philox.py, compiled once per machine by the system C compiler (kernels/native_build.py), so a first run
  * does not wait for numba to compile them.
  *
  * Every function gives the bytes of its numba twin (tests/test_native.py compares them): the same
@@ -13,7 +13,7 @@
 #include "native.h"
 
 int rnb_abi(void) { return 7; }
-int rnb_chunks(void) { return RNB_CHUNKS; } /* native.py checks it is operands.PAR_CHUNKS: every pass cuts its range so */
+int rnb_chunks(void) { return RNB_CHUNKS; } /* native_build.py checks it is operands.PAR_CHUNKS: every pass cuts its range so */
 
 /* A thread pool does not survive fork(): a forked child that waited on the parent's workers would
  * hang. After a fork every pass here runs on the calling thread (the same bytes: a block's

@@ -60,7 +60,7 @@ extern volatile int rnb_forked; /* set in a forked child (native.c) */
 #endif
 
 /* one thread after a fork (native.c says why) */
-static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native.py checks it: a stale library is rebuilt, never called */
+static inline int team(int threads) { return rnb_forked ? 1 : threads; } /* native_build.py checks the ABI: a stale library is rebuilt, never called */
 
 /* both Winograd filter transforms' walk: fn(g, nb, u, plane) for nb filters side by side (lanes), tap
  * j = 3a + b of lane l at g[j][l], lane l's transform at u[xi * plane + l] in each (Cin, Cout) plane of u

@@ -72,8 +72,11 @@ def chosen_for(ops: set[str]) -> Iterator[bool]:
     the choice. Why not always: the C kernels run on their own pool (pool_native.c), numba's parallel kernels on
     numba's, and two pools on the same cores spin against each other (the conv net's step, when its conv,
     batch norm and pooling kernels were numba's only, took 1.40x as long with its fc, loss and optimizer
-    in C, benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all."""
-    _choice.stack.append(lib() is not None and ops <= NUMBA_FREE_OPS)
+    in C, benchmarks/native_vs_numba.py). So a plan runs on one pool: C for all of it, or numba for all. A plan
+    with GPT_LOWP_OPS loads the library's gpt_lowp part here, before its binders (built first where needed), and
+    runs on numba where that part cannot be built."""
+    _choice.stack.append(lib() is not None and ops <= NUMBA_FREE_OPS
+                         and (not ops & GPT_LOWP_OPS or with_part(lib()) is not None))
     try:
         yield _choice.stack[-1]
     finally:
@@ -83,6 +86,8 @@ def chosen_for(ops: set[str]) -> Iterator[bool]:
 def plan_note(ops: set[str]) -> str:
     """What a plan of these ops binds its fused passes to, for the compile notes."""
     built = status()
+    if built.lib is not None and ops & GPT_LOWP_OPS and with_part(built.lib) is None:
+        return f"fused passes in numba: {built.lib.parts['gpt_lowp'].why_not} (the C kernels' gpt_lowp part)"
     if built.lib is None or ops <= NUMBA_FREE_OPS:
         return built.describe()
     others = ", ".join(sorted(ops - NUMBA_FREE_OPS))
@@ -93,6 +98,13 @@ def active() -> Any:
     """The library the binders use here: lib(), unless chosen_for decided against it."""
     stack = _choice.stack
     return lib() if (not stack or stack[-1]) else None
+
+
+def with_part(L: Any, part: str = "gpt_lowp") -> Any:
+    """L where its part ``part`` loads (built first where needed), else None: the binders of that part's entries
+    (the GPT's, GELU's and mixed precision's) then decline and the numba kernels or NumPy serve, as without a
+    compiler (a part this user cannot build or write anywhere, say: Build.describe says why)."""
+    return L if L is not None and L.has(part) else None
 
 
 def binder(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -134,6 +146,13 @@ only when the library is loaded and no binder declines (tests/test_native.py run
 an empty numba cache and counts compiles, tests/test_conv_native.py the conv net); act_fwd and act_bwd bind
 C for ReLU and GELU only, and
 record a decline for the other activations (their numba loops serve)."""
+GPT_LOWP_OPS = frozenset({"cast", "amp_unscale", "fc_fwd_lowp", "fc_bwd_lowp", "gelu_tanh_fwd", "gelu_tanh_bwd",
+                          "layernorm_fwd", "layernorm_bwd", "embedding_fwd", "embedding_bwd", "pos_embedding_fwd",
+                          "pos_embedding_bwd", "attn_scores", "attn_scores_bwd", "attn_mix", "attn_mix_bwd",
+                          "flash_attn_fwd", "flash_attn_bwd"})
+"""Ops whose C kernels are the gpt_lowp part's (native_build.PARTS: lowp.c, gelu_native.c, gpt_native.c,
+attention_native.c); GELU's erf form (act_fwd, act_bwd) too, whose binder declines where the part is missing."""
+
 
 
 def address(a: np.ndarray) -> int:

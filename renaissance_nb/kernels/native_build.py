@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -85,10 +86,11 @@ class Build:
         return f"compiled by {compiler_name()} in {self.seconds:.1f} s" if self.compiled else "loaded from the cache"
 
     def describe(self) -> str:
-        """One line for the compile notes and the CLI; with the parts loaded after the core so far."""
+        """One line for the compile notes and the CLI; with the parts loaded (or not) after the core so far."""
         if self.lib is None:
             return f"fused passes in numba ({self.why_not})"
-        parts = "".join(f"; its {name} part {b.how()}" for name, b in self.lib.parts.items() if b.lib is not None)
+        parts = "".join(f"; its {name} part " + (b.how() if b.lib is not None else f"could not be built: {b.why_not}")
+                        for name, b in list(getattr(self.lib, "parts", {}).items()))
         return f"fused passes in C ({self.how()}: {self.path}{parts})"
 
 
@@ -250,17 +252,56 @@ def _built(cc: str, part: Part, flags: tuple[str, ...], core: Path | None) -> tu
     return path, compiled
 
 
+def _user_folder() -> Path:
+    """A folder of this user's for parts a shared cache holds no copy of and this user cannot write into it."""
+    who = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"renaissance_nb-{who}"
+
+
+def _load_or_build_part(cc: str, part: Part, flags: tuple[str, ...], core_path: Path, core: Any) -> tuple[Any, Path, bool]:
+    """(library, path, compiled) of a part past the core: a copy beside the core (or in this user's folder) that
+    loads, else one compiled into the first of those folders this user can write. An OSError says why not."""
+    name = library_path(cc, part, flags, core_path).name
+    folders = [core_path.parent, _user_folder()]
+    why = []
+    for folder in folders:
+        if (folder / name).exists():
+            try:
+                return _load_part(folder / name, part, core), folder / name, False
+            except OSError as e:  # unreadable (another user's umask), or a stale file: build one of our own
+                why.append(f"{folder / name}: {e}")
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            why.append(f"{folder}: {e}")
+            continue
+        if not os.access(folder, os.W_OK | os.X_OK):  # a read-only shared cache: this user's own folder next
+            why.append(f"{folder} is not writable")
+            continue
+        _compile(cc, folder / name, part, flags)
+        return _load_part(folder / name, part, core), folder / name, True
+    raise OSError("; ".join(why))
+
+
+_LIBRARIES: "weakref.WeakSet[Library]" = weakref.WeakSet()
+"""Every Library of this process: a forked child gets fresh locks (a parent's thread may hold one mid-build)."""
+
+
 class Library:
     """The loaded C kernels as one object: an entry's attribute is its ctypes function, from the core, or from
     the part that defines it, which is loaded (built first where needed) the first time one of its entries is
-    looked up. ``parts`` records how each later part came (a Build each)."""
+    looked up. ``parts`` records how each later part came (a Build each, with why_not where it could not)."""
 
     def __init__(self, core: Any, core_path: Path, cc: str, flags: tuple[str, ...]) -> None:
         self.core, self.core_path, self.cc, self.flags = core, core_path, cc, flags
         self.parts: dict[str, Build] = {}
         self._lock = threading.Lock()
+        _LIBRARIES.add(self)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # copy, pickle and the like probe these before __init__ ran
+            raise AttributeError(name)
         part = PART_OF.get(name.removeprefix(PREFIX))
         f = getattr(self.core if part is None else self.part(part), name)
         self.__dict__[name] = f  # later lookups find it without __getattr__
@@ -273,17 +314,30 @@ class Library:
             if built is None:
                 t0 = time.perf_counter()
                 try:
-                    path, compiled = _built(self.cc, part, self.flags, self.core_path)
-                    lib = _load_part(path, part, self.core)
-                except Exception as e:  # noqa: BLE001 - said below, with what to do
+                    lib, path, compiled = _load_or_build_part(self.cc, part, self.flags, self.core_path, self.core)
+                except Exception as e:  # noqa: BLE001 - kept, said below and in the compile notes
                     built = Build(why_not=f"{type(e).__name__}: {e}")
                 else:
                     built = Build(lib=lib, path=path, seconds=time.perf_counter() - t0, compiled=compiled)
                 self.parts[part.name] = built
         if built.lib is None:
-            raise OSError(f"the C kernels' {part.name} part could not be built ({built.why_not}); the core part "
-                          "was: report it, and set RNB_NATIVE=0 to run on the numba kernels meanwhile")
+            raise OSError(f"the C kernels' {part.name} part could not be built ({built.why_not})")
         return built.lib
+
+    def has(self, name: str) -> bool:
+        """Whether the part ``name`` loads (building it first where needed)."""
+        try:
+            self.part(next(p for p in PARTS if p.name == name))
+        except OSError:
+            return False
+        return True
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: [lib._after_fork() for lib in list(_LIBRARIES)])
 
 
 def build(flags: tuple[str, ...] = FLAGS) -> Build:

@@ -1,6 +1,6 @@
 /* The CPU step as one native program (kernels/program.py builds it): the CPU counterpart of a CUDA graph.
  *
- * A program is an array of ops, each a thunk (generated from native.py's SIGNATURES: it unpacks an
+ * A program is an array of ops, each a thunk (generated from signatures.py's SIGNATURES: it unpacks an
  * argument block and calls one C kernel) and its argument block, whose addresses point into the arena.
  * rnb_run_steps runs the programs of steps [first, last) in order, so a replay of N steps is one call
  * from Python instead of one call per kernel. The host is re-entered only where it must act:

@@ -1,11 +1,11 @@
-"""C thunks for the native program (program.c), generated from native.py's SIGNATURES.
+"""C thunks for the native program (program.c), generated from signatures.py's SIGNATURES.
 
 Why generated: every C kernel a binder hands to ``native.call`` can then run inside a program
 without work per kernel. For ``rnb_x`` with ctypes signature (res, args) the thunk is
 ``void rnb_thunk_rnb_x(const rnb_arg *a, rnb_arg *r)``: it reads argument k from slot k of the
 argument block (an 8-byte union: integers and addresses as int64, floats as double, so a float
 argument rounds from double as ctypes rounds a Python float) and stores the result in ``*r``.
-The text is part of the library's cache key (native.library_path), so a new entry rebuilds it.
+The text is part of each library part's cache key (native_build.library_path), so a new entry rebuilds it.
 """
 from __future__ import annotations
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import sys
-
 import numpy as np
 
 from ..errors import PlanError
@@ -14,11 +12,12 @@ from .region import Region
 if TYPE_CHECKING:  # pragma: no cover
     from .plan import MemoryPlan
 
+
 def register_dtype(dtype: object) -> None:
     """Make NumPy know ``dtype`` by name before it is used: "bfloat16" (mixed precision's storage) comes from
     ml_dtypes, imported here on first use rather than with the package, since its import alone takes about
     0.6 s (2-core AMD EPYC) that a float32 job would pay at every start."""
-    if dtype == "bfloat16" and "ml_dtypes" not in sys.modules:
+    if dtype == "bfloat16":  # every time: a second thread waits here for the first one's import to finish
         import ml_dtypes  # noqa: F401 - registers numpy's "bfloat16" dtype
 
 
