@@ -1,10 +1,13 @@
-"""Helpers shared by several test modules: finite differences and a local file server."""
+"""Helpers shared by several test modules: finite differences, a local file server, a forked child's exit."""
 from __future__ import annotations
 
 import contextlib
 import functools
 import http.server
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -151,3 +154,23 @@ def thirty_steps_against_torch(blueprint, net, pairs, *, floor: float = 1e-12,  
             assert rel < 1e-4, (name, role, rel)
             worst = max(worst, rel)
     return worst
+
+
+def forked_child_exits_0(child: Callable[[], bool], hang: str) -> None:
+    """Fork; the child exits 0 where ``child()`` is true (3 where not, killed by an alarm after 20 s); the parent
+    fails the test with ``hang`` where the child has not ended within 30 s, or with the child's status."""
+    import pytest
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        os._exit(0 if child() else 3)
+    for _ in range(300):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(hang)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import forked_child_exits_0
 
 from renaissance_nb.kernels import blas, fused, native, native_build, philox
 from renaissance_nb.kernels.operands import PAR_CHUNKS
@@ -384,26 +385,10 @@ def test_a_plan_runs_on_one_thread_pool() -> None:
 def test_a_forked_child_runs_the_threaded_kernels_on_its_own_thread() -> None:
     """OpenMP's pool does not survive fork(): after one threaded call in the parent, a forked child's
     threaded call must still return (on one thread, the same value) instead of hanging."""
-    import os
-    import signal
     x = np.arange(1, 300_001, dtype=np.float32)
     total, _ = native.bind_clip(x, 2)
     want = total()
-    pid = os.fork()
-    if pid == 0:  # the child: exit 0 only if the threaded call returns the parent's value
-        signal.alarm(20)
-        os._exit(0 if total() == want else 3)
-    for _ in range(300):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        import time
-        time.sleep(0.1)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child hung in a threaded C kernel")
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    forked_child_exits_0(lambda: total() == want, "the forked child hung in a threaded C kernel")
 
 
 def test_numba_threaded_adds_only_in_plans_on_numbas_threads() -> None:

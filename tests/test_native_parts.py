@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import forked_child_exits_0
 
 from renaissance_nb.kernels import gelu_native, native, native_build
 
@@ -90,22 +89,11 @@ def test_a_part_runs_on_the_core_pool_and_follows_its_fork_flag() -> None:
     kernel()
     gelu_native.bind_gelu(x, None, ref, "tanh", 1)()
     assert y.tobytes() == ref.tobytes()
-    pid = os.fork()
-    if pid == 0:  # the child: exit 0 only if the threaded call returns the parent's bytes
-        signal.alarm(20)
+    def child() -> bool:  # the threaded call returns the parent's bytes
         z = np.zeros_like(x)
         gelu_native.bind_gelu(x, None, z, "tanh", 2)()
-        os._exit(0 if z.tobytes() == y.tobytes() else 3)
-    for _ in range(300):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child hung in a part's threaded kernel")
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        return z.tobytes() == y.tobytes()
+    forked_child_exits_0(child, "the forked child hung in a part's threaded kernel")
 
 
 @needs_lib
@@ -179,20 +167,7 @@ def test_a_child_forked_while_a_part_builds_does_not_wait_for_it() -> None:
     """The parent's lock is held (a thread mid-build) when it forks: the child gets a lock of its own."""
     lib = native.lib()
     with lib._lock:
-        pid = os.fork()
-        if pid == 0:
-            signal.alarm(20)
-            os._exit(0 if lib.has("gpt_lowp") else 3)
-    for _ in range(300):
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child waited for its parent's lock")
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        forked_child_exits_0(lambda: lib.has("gpt_lowp"), "the forked child waited for its parent's lock")
 
 
 _RACE = """
