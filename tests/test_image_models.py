@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 from helpers import one_step_gradients
 
-from renaissance_nb import (AdamW, CosineAnnealingLR, DeepLearningTask, GraphId, ShapeError, fc, flatten, relu, seq)
-from renaissance_nb.blueprint import RESNET_3_3, RESNET_3_3_DS, add2, avgpool, block, bn, cbr, conv, gap, maxpool
+from renaissance_nb import (AdamW, CosineAnnealingLR, DeepLearningTask, GraphId, PlanError, ShapeError, fc, flatten,
+                            relu, seq)
+from renaissance_nb.blueprint import (RESNET_3_3, RESNET_3_3_DS, add2, avgpool, block, bn, cbr, conv, gap, identity,
+                                      layernorm, maxpool)
 
 
 def blobs(n: int, c: int = 3, hw: int = 16, classes: int = 4, seed: int = 0):
@@ -279,8 +281,8 @@ def test_a_residual_add_copies_its_gradient_to_one_branch_only() -> None:
 
 def test_a_relu_after_a_residual_add_fuses_into_it() -> None:
     """add2(...) -> relu(): one node writes relu(a + b) (the sum is never stored), and the backward masks dy by
-    that output into one branch's slot (act_bwd) and copies it to the other; the same bytes as unfused, in
-    training and in the saved weights, on fewer tensors."""
+    that output in place (act_bwd) and hands it on as an add does (dy is one branch's slot, copied to the
+    other); the same bytes as unfused, in training and in the saved weights, on fewer tensors."""
     x, y = blobs(48, c=3, hw=12)
 
     def train(fuse: bool) -> DeepLearningTask:
@@ -298,12 +300,36 @@ def test_a_relu_after_a_residual_add_fuses_into_it() -> None:
     for add in adds:
         y_out, dy = ids[f"{add.layer}.out"], ids[f"{add.layer}.out@grad"]
         masks = [n for n in deep if n.op == "act_bwd" and n.layer == add.layer]
-        assert len(masks) == 1 and list(masks[0].inputs) == [dy, y_out]
+        assert len(masks) == 1 and list(masks[0].inputs) == [dy, y_out] and list(masks[0].outputs) == [dy]
         copies = [n for n in deep if n.op == "copy" and n.layer == add.layer]
-        assert len(copies) == 1 and list(copies[0].inputs) == list(masks[0].outputs)
+        assert len(copies) == 1 and list(copies[0].inputs) == [dy]
     assert len(fused.compiled.plan) < len(plain.compiled.plan)
+    for gone, holds in (("relu5.out", "add2.out"), ("relu1.out", "bn1.out")):
+        with pytest.raises(PlanError, match=rf"{gone.split('.')[0]} was fused into .*read '{holds}'"):
+            fused.read(gone)
+        assert fused.read(holds).shape == plain.read(gone).shape
     for k, v in plain.state_dict().items():
         assert fused.state_dict()[k].tobytes() == v.tobytes(), k
     assert [r.train_loss for r in fused.result.history] == [r.train_loss for r in plain.result.history]
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("lowp_first", [True, False])
+def test_a_fused_add_relu_keeps_an_fp32_branch_gradient_fp32(precision: str, lowp_first: bool) -> None:
+    """Under mixed precision an add of a 16-bit branch (fc) and an fp32 one (layer norm's output) is fp32: its
+    masked gradient must reach the fp32 branch unrounded, whichever branch comes first (a layer norm after the
+    ReLU makes that gradient not a 16-bit value). Fused and unfused train to the same bytes."""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((64, 12)).astype(np.float32), rng.integers(0, 4, 64).astype(np.int32)
+    branches = (fc(16), identity()) if lowp_first else (identity(), fc(16))
+
+    def train(fuse: bool) -> DeepLearningTask:
+        task = (DeepLearningTask().model(seq(fc(16), layernorm(), add2(*branches), relu(), layernorm(), fc(4)))
+                .data(train=(x, y), batch_size=16).optimizer(AdamW()).precision(precision).options(fuse=fuse)
+                .total_epochs(3).seed(1).compile())
+        task.run(progress=False)
+        return task
+    fused, plain = train(True), train(False)
+    assert "add1+relu" in fused.arch.fused
+    for k, v in plain.state_dict().items():
+        assert fused.state_dict()[k].tobytes() == v.tobytes(), k

@@ -75,6 +75,9 @@ class ArchPlan:
     """(conv, bn) pairs that run as one convolution at inference (options(fold_bn=True), ops/conv_bn.py)."""
     expects: tuple[tuple[str, str, int], ...] = ()
     """(tensor, block label, channels): a block built for an input width (MBCONV's cin) reads that tensor."""
+    merged: tuple[tuple[str, str], ...] = ()
+    """(a fused activation's output, the producer's output that holds its value): relu5.out -> add2.out; the
+    memory plans name them where a name that fusion removed is asked for."""
 
     @property
     def param_layers(self) -> list[ArchLayer]:
@@ -179,14 +182,16 @@ def plan_architecture(bp: BluePrint, fuse: bool = True, fold_bn: bool = False) -
     if not layers:
         raise ShapeError("plan: the model has no executable layers (only identity). Fix: add at least fc(classes).")
     fused: list[str] = []
+    merged: dict[str, str] = {}
     if fuse:
-        layers, fused = _fuse_activations(layers)
-    plan = ArchPlan(bp, tuple(layers), tuple(fused), expects=tuple(expects))
+        layers, fused, merged = _fuse_activations(layers)
+    plan = ArchPlan(bp, tuple(layers), tuple(fused), expects=tuple(expects), merged=tuple(merged.items()))
     return replace(plan, folded=conv_bn.pairs(plan.layers, plan.consumers())) if fold_bn else plan
 
 
-def _fuse_activations(layers: list[ArchLayer]) -> tuple[list[ArchLayer], list[str]]:
-    """Fold an activation into the fc/conv/bn right before it when nothing else reads that output."""
+def _fuse_activations(layers: list[ArchLayer]) -> tuple[list[ArchLayer], list[str], dict[str, str]]:
+    """Fold an activation into the fc/conv/bn/add right before it when nothing else reads that output; also
+    returns which outputs went into which."""
     consumers: dict[str, int] = {}
     for l in layers:
         for t in l.inputs:
@@ -217,7 +222,7 @@ def _fuse_activations(layers: list[ArchLayer]) -> tuple[list[ArchLayer], list[st
         if l is None:
             continue
         result.append(replace(l, inputs=tuple(rename.get(t, t) for t in l.inputs)))
-    return result, fused
+    return result, fused, rename
 
 
 @dataclass(frozen=True)
@@ -281,7 +286,7 @@ def _sum_gradient_slot(layer: ArchLayer, consumers: dict[str, int], t: TensorTab
     branch's copy would be the same bytes; only the other branch gets one (ops/add.py). Safe because the slot
     has no other writer, and the sum's backward, which copies dy to the other branch, runs before that
     input's producer, the only reader, which may then write into it."""
-    if not op_of(layer.kind).hands_dy_through or layer.fused_act != "none":  # a fused ReLU: dy is masked first
+    if not op_of(layer.kind).hands_dy_through:
         return None
     for x in layer.inputs:
         slot = t.ids.get(f"{x}@grad")

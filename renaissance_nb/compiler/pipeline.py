@@ -312,7 +312,8 @@ def lock_stage(config: TaskConfig, planned: Planned) -> Locked:
         graphs = Graphs(train, inference)
     opts_decay = dict(step_options(config).optimizer).get("decay") == "matrices"
     lifetimes = graph_lifetimes(graphs) if config.liveness else None
-    plans = create_memory_plans(planned.shapes, list(planned.max_slot_bytes), lifetimes, config.pad_rows)
+    plans = create_memory_plans(planned.shapes, list(planned.max_slot_bytes), lifetimes, config.pad_rows,
+                                dict(planned.arch.merged))
     if opts_decay:
         _check_decay_prefix(plans["train_base"], planned.arch, first_decayed(planned.arch, table))
     return Locked(graphs, lifetimes, plans)

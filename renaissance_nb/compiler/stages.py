@@ -14,7 +14,7 @@ them into the task's plan(), lock_memory() and compile().
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -216,13 +216,15 @@ def padded_pitch(spec: Any, pad_rows: bool = True) -> int | None:
     return row_pitch(tuple(spec.shape), np.dtype(spec.dtype).itemsize)
 
 
-def create_memory_plans(shapes: AllShapes, max_slots: Sequence[int],
-                        lifetimes: Lifetimes | None, pad_rows: bool = True) -> dict[str, MemoryPlan]:
+def create_memory_plans(shapes: AllShapes, max_slots: Sequence[int], lifetimes: Lifetimes | None,
+                        pad_rows: bool = True, merged: Mapping[str, str] | None = None) -> dict[str, MemoryPlan]:
     """Stage 4: one placement with max slot sizes, then six plans sharing its offsets.
     With ``pad_rows``, a parameter matrix whose rows are a multiple of 4 KiB gets 64 bytes more
-    per row (``padded_pitch``); its slot grows by the padding."""
+    per row (``padded_pitch``); its slot grows by the padding. ``merged``: the outputs fusion removed
+    (ArchPlan.merged), which the plans name when one is asked for."""
     ref = shapes.tables["train_base"]
     base = MemoryPlan("base")
+    base.merged = dict(merged or {})
     for spec, slot in zip(ref.specs, max_slots):
         pitch = padded_pitch(spec, pad_rows)
         if pitch is not None:

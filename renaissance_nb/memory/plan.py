@@ -114,6 +114,8 @@ class MemoryPlan:
         self.finalized = False
         self.reuse = False
         self.lifetimes: Lifetimes = {}
+        self.merged: dict[str, str] = {}
+        """Tensor names a compiler fusion removed -> the tensor that holds their value (relu5.out -> add2.out)."""
 
     # ---- PLANNING -------------------------------------------------------------------
     def alloc(self, shape: Sequence[int], dtype: object, region: object, name: str | None = None,
@@ -192,6 +194,11 @@ class MemoryPlan:
 
     def __getitem__(self, key: int | str) -> DTensor:
         if isinstance(key, str):
+            if key in self.merged and key not in self._by_name:
+                layer, into = key.split(".", 1)[0], self.merged[key]
+                raise bad_argument(PlanError, "MemoryPlan", "name", key, "the name of an allocated tensor",
+                                   f"{layer} was fused into {into.split('.', 1)[0]}: read {into!r}, which holds its "
+                                   "value (options(fuse=False) keeps the layers apart)")
             if key not in self._by_name:
                 raise bad_argument(PlanError, "MemoryPlan", "name", key, "the name of an allocated tensor",
                                    "list the names with [t.name for t in plan] "

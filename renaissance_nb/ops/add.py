@@ -5,14 +5,14 @@ backward.
 
 A ReLU that alone reads the sum (a ResNet block's ``add2(...) -> relu()``) is fused into it, as into a conv
 or a batch norm: one pass writes relu(a + b), and the sum itself is never stored. The backward masks dy by
-the output (y > 0 exactly where a + b > 0) into the first branch's slot and copies that to the other: the
-bytes of the add and the ReLU apart (tests/test_add_relu.py)."""
+the output in place (y > 0 exactly where a + b > 0; dy has the output's dtype, fp32 under mixed precision where
+a branch is) and hands it on as above: the bytes of the add and the ReLU apart
+(tests/test_image_models.py test_a_relu_after_a_residual_add_fuses_into_it)."""
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import ShapeError
-from .activation import act_onnx
 from .registry import Op, register
 
 
@@ -36,12 +36,10 @@ class Add(Op):
 
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
-        if layer.fused_act != "none":  # dy masked by y into the first branch's slot, copied to the others
-            first = next((d for d in dxs if d is not None), None)
-            if first is None:
+        if layer.fused_act != "none":  # dy masked by y in place (its slot has the output's dtype)
+            if all(d is None for d in dxs):
                 return
-            e.emit(g, gid, "act_bwd", [dy, y], [first], layer.name, act=layer.fused_act, slope=layer.p["slope"])
-            dy = first
+            e.emit(g, gid, "act_bwd", [dy, y], [dy], layer.name, act=layer.fused_act, slope=layer.p["slope"])
         for d in dxs:
             if d is not None and d != dy:  # an input's slot may be dy itself (compiler/layers.py): nothing to copy
                 e.emit(g, gid, "copy", [dy], [d], layer.name)
@@ -51,9 +49,7 @@ class Add(Op):
         d.emit("add", xs, [y], layer.name, **_fused(layer))
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
-        if layer.fused_act == "none":
-            return g.node("Add", xs, out)
-        return act_onnx(g, layer.fused_act, layer.p["slope"], g.node("Add", xs, f"{out}.sum"), out)
+        return g.node("Add", xs, out)  # the exporter applies the fused activation (onnx_export.py _Graph.layer)
 
 
 def _fused(layer: Any) -> dict[str, Any]:
