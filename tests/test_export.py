@@ -100,6 +100,8 @@ def test_onnx_runs_in_onnxruntime_with_the_tasks_logits(trained, tmp_path, name:
     assert model.opset_import[0].version == 17
     assert [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == ["N", *x.shape[1:]]
     assert {n.op_type for n in model.graph.node}.isdisjoint({"Dropout"})
+    relus = sum(l.fused_act == "relu" or (l.kind == "act" and l.p["act"] == "relu") for l in task.arch.layers)
+    assert [n.op_type for n in model.graph.node].count("Relu") == relus  # once each, fused or not (not visible in values)
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     ours = task.predict_logits(x)
     theirs = session.run(["logits"], {"input": x})[0]

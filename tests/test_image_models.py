@@ -8,6 +8,7 @@ from helpers import one_step_gradients
 
 from renaissance_nb import (AdamW, CosineAnnealingLR, DeepLearningTask, GraphId, PlanError, ShapeError, fc, flatten,
                             relu, seq)
+from renaissance_nb.config import PRECISIONS
 from renaissance_nb.blueprint import (RESNET_3_3, RESNET_3_3_DS, add2, avgpool, block, bn, cbr, conv, gap, identity,
                                       layernorm, maxpool)
 
@@ -331,5 +332,7 @@ def test_a_fused_add_relu_keeps_an_fp32_branch_gradient_fp32(precision: str, low
         return task
     fused, plain = train(True), train(False)
     assert "add1+relu" in fused.arch.fused
+    plan = fused.compiled.plan  # the setup: a 16-bit branch and an fp32 one, so the sum is fp32
+    assert plan["fc2.out"].dtype == PRECISIONS[precision] and plan["add1.out"].dtype == "float32"
     for k, v in plain.state_dict().items():
         assert fused.state_dict()[k].tobytes() == v.tobytes(), k

@@ -29,7 +29,8 @@ def test_every_part_builds_wherever_a_compiler_is_found() -> None:
         assert lib.parts[part.name].lib is not None and lib.parts[part.name].path.name.startswith("rnb_native_")
     assert {p.name for part in native_build.PARTS for p in part.sources} == {
         p.name for p in native_build.HERE.glob("*.c")}, "every C source is in exactly one part"
-    assert len(native_build.SOURCES) == len(set(native_build.SOURCES))
+    sources = [p for part in native_build.PARTS for p in part.sources]
+    assert len(sources) == len(set(sources))
 
 
 _JOBS = """
@@ -102,16 +103,19 @@ def test_a_part_that_cannot_be_built_says_so(tmp_path: Path) -> None:
     OSError naming the part and the compiler's words, with_part gives None (the binders decline), the build's
     line says why, and the core's entries still work; the failure is kept (no second compile)."""
     lib = native.lib()
-    fake = tmp_path / "cc"
-    fake.write_text("#!/bin/sh\necho 'cc: fatal error: lowp.c: no space left' >&2\nexit 1\n")
+    fake, calls = tmp_path / "cc", tmp_path / "calls"
+    fake.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'cc: fatal error: lowp.c: no space left' >&2\nexit 1\n")
     fake.chmod(0o755)
     core_copy = tmp_path / "cache" / lib.core_path.name  # beside it the part would be built
     core_copy.parent.mkdir()
     core_copy.write_bytes(lib.core_path.read_bytes())
     broken = native_build.Library(lib.core, core_copy, str(fake), native_build.FLAGS)
+    counts = []
     for _ in range(2):
         with pytest.raises(OSError, match=r"gpt_lowp part could not be built .*no space left"):
             broken.rnb_gelu
+        counts.append(calls.read_text().count("x"))
+    assert counts[0] >= 2 and counts[1] == counts[0], counts  # --version and the sources once; no second compile
     assert native.with_part(broken) is None and native.with_part(lib) is lib
     line = native_build.Build(lib=broken, path=core_copy).describe()
     assert "its gpt_lowp part could not be built: OSError" in line and "no space left" in line

@@ -106,10 +106,11 @@ def add_k(outs, ins, p, env):
     a, b = ins
     (c,) = outs
     relu = bool(relu_code("add", p))  # ops/add.py fuses ReLU alone
-    bound = None if _threaded_elementwise(c, a, b) else _c_elementwise(c, a, b, relu)
+    threaded = _threaded_elementwise(c, a, b)
+    bound = None if threaded else _c_elementwise(c, a, b, relu)
     if bound is not None:
         return bound
-    if _threaded_elementwise(c, a, b):
+    if threaded:
         f = fused.add_chunks_par_
         total: Kernel = lambda: f(a, b, c)  # noqa: E731
     else:

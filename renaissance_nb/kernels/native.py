@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .native_build import FLAGS, TEMP_PREFIX, Build, build, compiler  # noqa: F401 - the tests and the CLI read them here
+from .native_build import FLAGS, PARTS, TEMP_PREFIX, Build, build, compiler  # noqa: F401 - the tests read them here
 from .signatures import SIGNATURES  # noqa: F401 - program.py and the tests read the entries here
 
 Kernel = Callable[[], Any]
@@ -87,7 +87,7 @@ def plan_note(ops: set[str]) -> str:
     """What a plan of these ops binds its fused passes to, for the compile notes."""
     built = status()
     if built.lib is not None and ops & GPT_LOWP_OPS and with_part(built.lib) is None:
-        return f"fused passes in numba: {built.lib.parts['gpt_lowp'].why_not} (the C kernels' gpt_lowp part)"
+        return f"fused passes in numba: {built.lib.parts[GPT_LOWP].why_not} (the C kernels' {GPT_LOWP} part)"
     if built.lib is None or ops <= NUMBA_FREE_OPS:
         return built.describe()
     others = ", ".join(sorted(ops - NUMBA_FREE_OPS))
@@ -100,11 +100,15 @@ def active() -> Any:
     return lib() if (not stack or stack[-1]) else None
 
 
-def with_part(L: Any, part: str = "gpt_lowp") -> Any:
-    """L where its part ``part`` loads (built first where needed), else None: the binders of that part's entries
-    (the GPT's, GELU's and mixed precision's) then decline and the numba kernels or NumPy serve, as without a
-    compiler (a part this user cannot build or write anywhere, say: Build.describe says why)."""
-    return L if L is not None and L.has(part) else None
+GPT_LOWP = PARTS[1].name
+"""The library's part with the GPT's, GELU's and mixed precision's kernels (native_build.PARTS)."""
+
+
+def with_part(L: Any) -> Any:
+    """L where its gpt_lowp part loads (built first where needed), else None: the binders of that part's entries
+    then decline and the numba kernels or NumPy serve, as without a compiler (a part this user cannot build or
+    write anywhere, say: Build.describe says why)."""
+    return L if L is not None and L.has(GPT_LOWP) else None
 
 
 def binder(f: Callable[..., Any]) -> Callable[..., Any]:

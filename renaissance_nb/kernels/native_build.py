@@ -68,7 +68,6 @@ PARTS = (Part("core", tuple(HERE / f for f in ("native.c", "conv_native.c", "win
          Part("gpt_lowp", tuple(HERE / f for f in ("lowp.c", "gelu_native.c", "gpt_native.c", "attention_native.c",
                                                    "part.c")), GPT_LOWP, ("-DRNB_PART",)))
 """The core first (native.h's RNB_PART marks the others' sources); each C file is in exactly one."""
-SOURCES: tuple[Path, ...] = tuple(p for part in PARTS for p in part.sources)
 PART_OF = {name: part for part in PARTS[1:] for name in part.signatures}
 """The part that defines each entry outside the core."""
 
@@ -125,18 +124,18 @@ def _cpu_id() -> str:
     return "\n".join(sorted(set(keep)))
 
 
-def library_path(cc: str, part: Part = PARTS[0], flags: tuple[str, ...] = FLAGS, core: Path | None = None) -> Path:
-    """The cached library of ``part`` for its sources, flags, compiler and CPU; past the core, beside the core
-    library it binds to, and named by it too."""
+def library_name(cc: str, part: Part = PARTS[0], flags: tuple[str, ...] = FLAGS, core_name: str = "") -> str:
+    """The file name of ``part``'s library for its sources, flags, compiler and CPU; past the core, for the core
+    library (``core_name``) it binds to, too."""
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         version = cc
     sources = [p.read_text() for p in (*part.sources, HEADER)] + [thunk_source(part.signatures)]
     key = "\0".join([*sources, " ".join((*flags, *part.defines)), " ".join(LINK_FLAGS), version, _cpu_id(),
-                     platform.machine(), core.name if core else ""])
+                     platform.machine(), core_name])
     stem = "rnb_native" if part.is_core else f"rnb_native_{part.name}"
-    return (core.parent if core else cache_dir()) / f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
+    return f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.so"
 
 
 TEMP_PREFIX = "rnb_building-"
@@ -243,15 +242,6 @@ def _load_part(path: Path, part: Part, core: Any) -> Any:
     return lib
 
 
-def _built(cc: str, part: Part, flags: tuple[str, ...], core: Path | None) -> tuple[Path, bool]:
-    """The part's cached library, compiled first if it is not there: (path, whether it was compiled)."""
-    path = library_path(cc, part, flags, core)
-    compiled = not path.exists()
-    if compiled:
-        _compile(cc, path, part, flags)
-    return path, compiled
-
-
 def _user_folder() -> Path:
     """A folder of this user's for parts a shared cache holds no copy of and this user cannot write into it."""
     who = str(os.getuid()) if hasattr(os, "getuid") else "user"
@@ -261,7 +251,7 @@ def _user_folder() -> Path:
 def _load_or_build_part(cc: str, part: Part, flags: tuple[str, ...], core_path: Path, core: Any) -> tuple[Any, Path, bool]:
     """(library, path, compiled) of a part past the core: a copy beside the core (or in this user's folder) that
     loads, else one compiled into the first of those folders this user can write. An OSError says why not."""
-    name = library_path(cc, part, flags, core_path).name
+    name = library_name(cc, part, flags, core_path.name)
     folders = [core_path.parent, _user_folder()]
     why = []
     for folder in folders:
@@ -350,7 +340,10 @@ def build(flags: tuple[str, ...] = FLAGS) -> Build:
         return Build(why_not="no C compiler on the PATH: install gcc for a fast first run")
     t0 = time.perf_counter()
     try:
-        path, compiled = _built(cc, PARTS[0], flags, None)
+        path = cache_dir() / library_name(cc, PARTS[0], flags)
+        compiled = not path.exists()
+        if compiled:
+            _compile(cc, path, PARTS[0], flags)
         lib = Library(_load_core(path), path, cc, flags)
     except Exception as e:  # noqa: BLE001 - a failed, hung or odd build or load: the numba kernels serve
         return Build(why_not=f"the C kernels could not be built: {type(e).__name__}: {e}")

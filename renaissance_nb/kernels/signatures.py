@@ -1,4 +1,4 @@
-"""The C library's entries and their ctypes signatures: native.py declares them on the loaded library,
+"""The C library's entries and their ctypes signatures: native_build.py declares them on each loaded part,
 kernels/thunks.py generates the native program's thunk of each (program.c), program.py reads an op's
 argument kinds here. One table per C source, the order of the arguments as the C function takes them; CORE
 holds the core part's entries (the library's first part, kernels/native_build.py PARTS), GPT_LOWP the other's."""

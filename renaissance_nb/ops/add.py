@@ -32,7 +32,7 @@ class Add(Op):
 
     def forward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, training: bool,
                 ema: bool) -> None:
-        e.emit(g, gid, "add", xs, [y], layer.name, **_fused(layer))
+        e.emit(g, gid, "add", xs, [y], layer.name, **_act_params(layer))
 
     def backward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, dy: int,
                  dxs: list[int | None]) -> None:
@@ -46,13 +46,13 @@ class Add(Op):
 
     def decode(self, d: Any, layer: Any, xs: list[str], y: str) -> None:
         d.add(y, d.shapes[xs[0]])
-        d.emit("add", xs, [y], layer.name, **_fused(layer))
+        d.emit("add", xs, [y], layer.name, **_act_params(layer))
 
     def onnx(self, g: Any, layer: Any, xs: list[str], out: str) -> str:
         return g.node("Add", xs, out)  # the exporter applies the fused activation (onnx_export.py _Graph.layer)
 
 
-def _fused(layer: Any) -> dict[str, Any]:
+def _act_params(layer: Any) -> dict[str, Any]:
     """The add node's parameters: the fused activation, where the compiler folded one in."""
     act = layer.fused_act
     return {} if act == "none" else {"act": act, "slope": layer.p["slope"]}
