@@ -9,8 +9,9 @@ does the same for its CPU kernels.
 Why parts: the sources take about 3.5 s of CPU to compile (2-core AMD EPYC), and a float32 MLP or conv net
 needs 2.1 s of it. The core part (the MLP's and conv nets' passes, the optimizers, the thread pool and the
 native program) is built when the package is imported (native.prepare); the GPT's and mixed precision's
-kernels (PARTS[1]) the first time a binder looks one of their entries up (``Library.__getattr__``). That
-part runs on the core's thread pool: part.c binds it by address at load.
+kernels (PARTS[1]) when a plan with their ops is about to bind (native.chosen_for), or the first time one of
+their entries is looked up (``Library.__getattr__``). That part runs on the core's thread pool: part.c binds it
+by address at load.
 """
 from __future__ import annotations
 
@@ -248,7 +249,8 @@ def _user_folder() -> Path:
     return Path(tempfile.gettempdir()) / f"renaissance_nb-{who}"
 
 
-def _load_or_build_part(cc: str, part: Part, flags: tuple[str, ...], core_path: Path, core: Any) -> tuple[Any, Path, bool]:
+def _load_or_build_part(cc: str, part: Part, flags: tuple[str, ...], core_path: Path,
+                        core: Any) -> tuple[Any, Path, bool]:
     """(library, path, compiled) of a part past the core: a copy beside the core (or in this user's folder) that
     loads, else one compiled into the first of those folders this user can write. An OSError says why not."""
     name = library_name(cc, part, flags, core_path.name)
