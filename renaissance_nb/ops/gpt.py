@@ -1,6 +1,6 @@
 """The GPT building blocks: ``transformer_block`` (GPT-2's pre-norm block) and ``gpt`` (a whole
 decoder-only language model), BluePrints of the ops in embedding.py, layernorm.py, attention.py,
-gelu.py, fc.py and dropout.py, so the compiler, the memory plan and the inspector see every part.
+activation.py (exact GELU) or gelu_tanh.py, fc.py and dropout.py, so the compiler, the memory plan and the inspector see every part.
 
     transformer_block(d, heads) = x + attn(ln1(x)), then x + mlp(ln2(x)),
         mlp = fc(mlp_ratio d), gelu, fc(d), as minGPT's and nanoGPT's Block
