@@ -130,6 +130,11 @@ class TaskConfig:
     def has_val(self) -> bool:
         return self.data is not None and self.data.val is not None
 
+    @property
+    def save_best_field(self) -> str | None:
+        """The EpochRecord field save_best() watches, when it watches one (None: off, or top-1 by default)."""
+        return self.save_best_by[0] if self.save_best and self.save_best_by is not None else None
+
     def record_fields(self) -> tuple[str, ...]:
         """The EpochRecord fields this task's epochs will fill: train_ always, val_ with validation
         data, ema_ with validation data and ema() (the EMA is scored on the validation set)."""

@@ -39,7 +39,7 @@ from .runtime.tensors import TensorIO
 from .runtime.trainer import RunState, Trainer, plateau_start
 from .task_settings import NumericSettings
 from .text import human_bytes, plural
-from .train.callbacks import checked_callbacks
+from .train.callbacks import check_watchers, checked_callbacks
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import Optimizer
 from .train.plateau import ReduceLROnPlateau
@@ -289,6 +289,7 @@ class DeepLearningTask(NumericSettings, Phased, SuggestsNames):
         cbs = checked_callbacks(callbacks)
         self.run_state.check_not_running("run", self.phase)
         more = None if epochs is None else check.int_setting("run", "epochs", epochs)  # before anything changes
+        check_watchers(self._config.record_fields(), self._config.save_best_field, cbs)  # before compile()
         self.run_state.running = True
         try:
             if self.phase is not Phase.COMPILED:

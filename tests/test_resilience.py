@@ -219,7 +219,10 @@ def test_early_stopping_ends_the_run_after_an_epoch_and_run_continues(capsys) ->
     untouched = make()
     with pytest.raises(ConfigError, match="EarlyStopping: watches ema_loss, which the epoch records will not have"):
         untouched.run(progress=False, callbacks=[EarlyStopping(monitor="ema_loss")])
-    assert not untouched.result.history  # refused at "start", before an epoch is spent
+    assert not untouched.result.history  # refused before an epoch is spent
+    assert untouched.phase is Phase.PLANNING  # and before compile(): the fix (val data, ema()) still applies
+    untouched.ema(0.9).run(1, progress=False, callbacks=[EarlyStopping(monitor="ema_loss")])
+    assert untouched.result.history[0].ema_loss is not None
     with pytest.raises(ConfigError, match=r"patience=0 is invalid"):
         EarlyStopping(patience=0)
 
@@ -286,7 +289,9 @@ def test_save_best_by_a_monitored_field(tmp_path) -> None:  # type: ignore[no-un
     plain = DeepLearningTask("n").model(seq(fc(8), relu(), fc(4))).data(train=(x, y), batch_size=100)
     with pytest.raises(ConfigError, match="save_best: watches val_loss, which the epoch records will not have"):
         plain.save_best(str(tmp_path / "n.npz"), monitor="val_loss").run(1, progress=False)
-    assert not plain.result.history  # refused before an epoch is spent
+    assert not plain.result.history and plain.phase is Phase.PLANNING  # refused before compile(): the fix applies
+    plain.data(train=(x, y), val=(x[:50], y[:50]), batch_size=100).run(1, progress=False)
+    assert (tmp_path / "n.npz").exists()
 
 
 def test_a_refused_run_changes_nothing_and_stoppers_count_per_run(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ from ..errors import NumericalError, PhaseError
 from ..kernels import blas
 from ..progress import make_progress
 from ..result import EpochRecord, TrainingResult
-from ..train.callbacks import call_each, lacking_field
+from ..train.callbacks import call_each, check_watchers
 from ..train.plateau import ReduceLROnPlateau, plateau_step
 from .interrupt import StopFlag
 from .replay import EpochSchedule, run_schedules
@@ -86,9 +86,8 @@ class Trainer:
             callbacks: Sequence[Callback], owner: Any) -> TrainingResult:
         """Train to ``config.total_epochs`` (or ``more`` epochs); ``owner`` is what "start" callbacks see.
         On more than one rank an exception leaving it aborts every rank (DataParallel.failed)."""
-        by, dp = config.save_best_by, self.runner.dp
-        if config.save_best and by is not None and by[0] not in config.record_fields():
-            raise lacking_field("save_best", by[0])  # the same on every rank, before any collective
+        dp = self.runner.dp
+        check_watchers(config.record_fields(), config.save_best_field, callbacks)  # every rank, before collectives
         try:
             end = self._start(config, more, resume, callbacks, owner)
             if dp is not None and dp.rank:

@@ -66,13 +66,17 @@ class EarlyStopping:
         self.best, self.best_epoch, self.wait = self._worst(), 0, 0
         self._task: Any = None  # the task whose run it counts (run() says at "start")
 
+    def check_fields(self, fields: Sequence[str]) -> None:
+        """Refuses a run whose epoch records will not have the field this watches (run() asks before compiling)."""
+        if self.monitor not in fields:
+            raise lacking_field("EarlyStopping", self.monitor)
+
     def _worst(self) -> float:
         return math.inf if self.mode == "min" else -math.inf
 
     def __call__(self, kind: str, info: Any) -> None:
         if kind == "start":
-            if self.monitor not in info.get("fields", PLATEAU_METRICS):  # before any epoch is spent
-                raise lacking_field("EarlyStopping", self.monitor)
+            self.check_fields(info.get("fields", PLATEAU_METRICS))  # before any epoch is spent
             task, epoch = info.get("task"), info.get("epoch", 0)
             # count afresh for another task, a run from the start, or one rolled back before the best epoch
             if task is not self._task or epoch == 0 or epoch < self.best_epoch:
@@ -105,6 +109,16 @@ def lacking_field(who: str, field: str) -> ConfigError:
            else "the EMA is scored on validation data: the task needs val= (or val_fraction=) and ema()")
     return ConfigError(f"{who}: watches {field}, which the epoch records will not have ({why}). Fix: "
                        "monitor='train_loss', or give the task what it watches.")
+
+
+def check_watchers(fields: Sequence[str], save_best_field: str | None, callbacks: Sequence[Any]) -> None:
+    """save_best's field and each EarlyStopping's against the fields the epoch records will have: run() asks
+    before it compiles, so a refused run leaves the task in the phase it was in (its fix still applies)."""
+    if save_best_field is not None and save_best_field not in fields:
+        raise lacking_field("save_best", save_best_field)
+    for cb in callbacks:
+        if isinstance(cb, EarlyStopping):
+            cb.check_fields(fields)
 
 
 def checked_callbacks(callbacks: Any) -> tuple[Callable[[str, Any], None], ...]:
