@@ -100,3 +100,17 @@ def test_recompute_is_a_what_if_and_refuses_batch_norm(inspector) -> None:  # ty
             .data(train=(x, y), batch_size=8).options(recompute=True))
     with pytest.raises(ConfigError, match="batch norm"):
         task.plan()
+
+
+def test_recompute_twins_the_16_bit_feature_maps_too(inspector) -> None:  # type: ignore[no-untyped-def]
+    """Under bf16 the blocks' matrix products write F_FEATURE_FP16 maps: they get twins as the fp32 ones do
+    (without, block 1's 16-bit maps stayed live from the first forward to its backward, at the peak too)."""
+    from renaissance_nb.memory.region import Region
+    plain, again = inspector.what_if(precision="bf16"), inspector.what_if(recompute=True, precision="bf16")
+    names = {t.name: t for t in again.plan()}
+    lowp = [n for n, t in names.items() if t.region is Region.F_FEATURE_FP16 and "@" not in n
+            and n.startswith(("fc1.", "gelu1.", "fc2.", "attention1."))]
+    assert "fc1.out" in lowp and all(f"{n}@recompute" in names for n in lowp)
+    held = [t.name for t in again.peak().tensors if t.region == "F_FEATURE_FP16" and "@" not in t.name]
+    assert not held, held  # the peak is in the last block's backward: no first forward's 16-bit map is live
+    assert again.arena_bytes < plain.arena_bytes

@@ -22,6 +22,7 @@ from ..memory.region import Region
 from ..ops.registry import op_of
 
 SUFFIX = "@recompute"
+FEATURE_MAPS = (Region.F_FEATURE_FP32, Region.F_FEATURE_FP16)
 
 
 def recomputed_layers(arch: Any) -> dict[str, list[Any]]:
@@ -34,13 +35,15 @@ def recomputed_layers(arch: Any) -> dict[str, list[Any]]:
 
 
 def twins(arch: Any, specs: list[Any]) -> list[Any]:
-    """The feature maps the recomputed layers write (F_FEATURE_FP32 tensors named after them), in table order,
+    """The feature maps the recomputed layers write (F_FEATURE_FP32 tensors named after them, and under a 16-bit
+    precision their F_FEATURE_FP16 outputs: a twin missing there kept every block's 16-bit maps alive from the
+    first forward to the backward), in table order,
     but for the outputs a layer outside the block reads (the block's output, the next block's input): those
     are the checkpoints the recompute starts from, and stay as they are."""
     block_of = {layer.name: b for b, layers in recomputed_layers(arch).items() for layer in layers}
     leaves = {t for layer in arch.layers for t in layer.inputs
               if t.endswith(".out") and block_of.get(t[:-4]) not in (None, block_of.get(layer.name))}
-    return [s for s in specs if s.region is Region.F_FEATURE_FP32 and s.name.split(".", 1)[0] in block_of
+    return [s for s in specs if s.region in FEATURE_MAPS and s.name.split(".", 1)[0] in block_of
             and "@" not in s.name and s.name not in leaves]
 
 
