@@ -37,14 +37,21 @@ def recomputed_layers(arch: Any) -> dict[str, list[Any]]:
 def twins(arch: Any, specs: list[Any]) -> list[Any]:
     """The feature maps the recomputed layers write (F_FEATURE_FP32 tensors named after them, and under a 16-bit
     precision their F_FEATURE_FP16 outputs: a twin missing there kept every block's 16-bit maps alive from the
-    first forward to the backward), in table order,
+    first forward to the backward) and the scratch only their forwards work in (``Op.forward_scratch``), in
+    table order,
     but for the outputs a layer outside the block reads (the block's output, the next block's input): those
     are the checkpoints the recompute starts from, and stay as they are."""
     block_of = {layer.name: b for b, layers in recomputed_layers(arch).items() for layer in layers}
+    scratch = {layer.name: op_of(layer.kind).forward_scratch for layer in arch.layers if layer.name in block_of}
     leaves = {t for layer in arch.layers for t in layer.inputs
               if t.endswith(".out") and block_of.get(t[:-4]) not in (None, block_of.get(layer.name))}
-    return [s for s in specs if s.region in FEATURE_MAPS and s.name.split(".", 1)[0] in block_of
-            and "@" not in s.name and s.name not in leaves]
+
+    def twinned(s: Any) -> bool:
+        layer, _, role = s.name.partition(".")
+        if layer not in block_of or "@" in s.name or s.name in leaves:
+            return False
+        return s.region in FEATURE_MAPS or (s.region is Region.T_TEMP_FP32 and role in scratch[layer])
+    return [s for s in specs if twinned(s)]
 
 
 def twin_ids(ids: dict[str, int]) -> dict[str, int]:

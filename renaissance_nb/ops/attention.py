@@ -118,6 +118,10 @@ class Attention(Op):
     tensor_kinds = {**{r: "attention scores" for r in ("probs", "probs_dropped", "mask", "dprobs", "dprobs_dropped",
                                                        "sblk", "dpblk", "scores")},
                     "k_cache": "KV cache", "v_cache": "KV cache"}
+    forward_scratch = ("sblk", "mrow", "lrow", "acc", "pq", "o")
+    BWD_SCRATCH = ("sblk", "pq", "o")
+    """The flash backward's scratch roles the forward works in too: the backward has its own (``<role>@bwd``), so
+    no block-sized scratch lives from a layer's forward to its backward (liveness runs first touch to last)."""
     cpu_kernels = {"attn_scores": _scores, "attn_mix": _mix, "attn_mix_bwd": _mix_bwd,
                    "attn_scores_bwd": _scores_bwd, "flash_attn_fwd": _flash_fwd,
                    "flash_attn_bwd": _flash_bwd, "attn_decode": ak.bind_decode}
@@ -168,6 +172,9 @@ class Attention(Op):
                                        ("acc", (bh, blk, hd), "float64"), ("pq", (bh, blk, hd), f32),
                                        ("pk", (bh, blk, hd), f32)):
                 t.add(f"{n}.{role}", shape, dtype, Region.T_TEMP_FP32)
+            for role in self.BWD_SCRATCH:
+                spec = t.specs[t.ids[f"{n}.{role}"]]
+                t.add(f"{n}.{role}@bwd", spec.shape, spec.dtype, Region.T_TEMP_FP32)
         return x
 
     def forward(self, e: Any, g: Any, gid: Any, layer: Any, xs: list[int], y: int, training: bool,
@@ -207,7 +214,8 @@ class Attention(Op):
         if p["form"] == "flash":
             scratch = ("sblk", "dpblk", "pq", "pk", "do", "o", "dsum")
             e.emit(g, gid, "flash_attn_bwd", [r["dheads_out"], r["heads_out"], r["q"], r["k"], r["v"], ids[f"{n}.lse"]],
-                   [r["dqkv"], r["dq"], r["dk"], r["dv"]] + [ids[f"{n}.{s}"] for s in scratch], n,
+                   [r["dqkv"], r["dq"], r["dk"], r["dv"]]
+                   + [ids[f"{n}.{s}" + ("@bwd" if s in self.BWD_SCRATCH else "")] for s in scratch], n,
                    block=p["block"], scratch=scratch)
         else:
             dropped = p["dropout"] > 0

@@ -55,6 +55,9 @@ class Op:
     tensor_kinds: dict[str, str] = {}
     """Its own tensors' roles -> what the memory inspector calls them (attention: "attention scores");
     the rest are counted by their region's category."""
+    forward_scratch: tuple[str, ...] = ()
+    """Roles of its T_TEMP tensors that only its forward works in: under recompute they get twins, so the first
+    forward's and the recomputed one's each live inside their own node (compiler/recompute.py)."""
     decay_exempt: bool = False
     """Its weights are no matrices weight decay should reach under ``decay="matrices"`` (embeddings)."""
     first_layer_dx: bool = False
