@@ -330,7 +330,8 @@ class DeepLearningTask(NumericSettings, Phased, SuggestsNames):
                  seed: int = 0) -> str | np.ndarray:
         """``prompt`` (text or token ids) and ``tokens`` sampled tokens from the decode step (runtime/generate.py)."""
         from .runtime.generate import generate
-        return generate(self.decoder, self._config.data, prompt, tokens, temperature, top_k, seed)
+        self._require("generate", Phase.COMPILED, hint="Call task.compile() first (or train it with task.run()).")
+        return generate(lambda: self.decoder, self._config.data, prompt, tokens, temperature, top_k, seed)
 
     decoder = property(lambda self: self._inference("generate").runner.decoder, doc="The one-token decode step.")
 

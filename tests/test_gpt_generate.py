@@ -113,6 +113,11 @@ def test_generate_refuses_bad_requests(trained) -> None:  # type: ignore[no-unty
         task.generate("hello", 2)  # toy data: no tokenizer
     with pytest.raises(ConfigError, match="top_k"):
         task.generate([1], 2, top_k=0)
+    before = task.generate([1, 2], 4, seed=3)
+    for bad in (None, [1.5, 2.7], [[1, 2], [3, 4]], [True, False], b"ab", ["a"], [10 ** 30], [1, [2]]):
+        with pytest.raises(ConfigError, match=r"prompt=.* is invalid; expected text, or token ids as a 1-D"):
+            task.generate(bad, 2)  # a float id was cut, a batch flattened, the rest raw NumPy/Python errors
+    assert task.generate(np.array([1, 2], np.uint8), 4, seed=3).tolist() == before.tolist()  # any int dtype
 
 
 def test_a_conv_net_has_no_decode_step() -> None:
@@ -125,6 +130,8 @@ def test_a_conv_net_has_no_decode_step() -> None:
     task.compile()
     with pytest.raises(ShapeError, match="conv1 .conv. has no one-token decode step"):
         task.decoder
+    with pytest.raises(ConfigError, match="generate: writes text with a language model trained on token windows"):
+        task.generate([1], 2)  # said before any decode step is planned (an fc-only model failed on shapes)
 
 
 def test_onnx_export_runs_in_onnxruntime_with_the_tasks_logits(trained, tmp_path) -> None:  # type: ignore[no-untyped-def]

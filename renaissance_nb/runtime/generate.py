@@ -10,7 +10,7 @@ lower id). The same seed gives byte-identical text on any machine whose logits a
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -48,17 +48,43 @@ def check_sampling(tokens: Any, temperature: Any, top_k: Any, seed: Any) -> tupl
     return n, t, k, s
 
 
-def generate(step: DecodeStep, data: Any, prompt: Any, tokens: Any, temperature: Any, top_k: Any,
+def generate(decoder: Callable[[], DecodeStep], data: Any, prompt: Any, tokens: Any, temperature: Any, top_k: Any,
              seed: Any) -> Any:
-    """task.generate: a text prompt through the data's tokenizer (text back), or ids (ids back)."""
+    """task.generate: a text prompt through the data's tokenizer (text back), or ids (ids back). Every argument
+    is checked before ``decoder()`` plans the decode step (a wrong call plans nothing)."""
     n, t, k, s = check_sampling(tokens, temperature, top_k, seed)
+    if not data.train.is_tokens:
+        raise ConfigError("generate: writes text with a language model trained on token windows, and this task's "
+                          f"data are samples of shape {data.train.sample_shape} with class labels. Fix: train a "
+                          "gpt(...) on datasets.default_text() or datasets.tokens(text, context); use predict() here.")
     if not isinstance(prompt, str):
-        return generate_ids(step, np.asarray(prompt, np.int64).reshape(-1), n, t, k, s, data.num_classes)
+        ids = prompt_ids(prompt)
+        check_prompt_ids(ids, data.num_classes)
+        return generate_ids(decoder(), ids, n, t, k, s, data.num_classes)
     if data.tokenizer is None:
         raise ConfigError("generate: a text prompt needs the data's tokenizer, and this task's data has none. "
                           "Fix: pass token ids, or build the data with datasets.tokens(text, context).")
     ids = np.asarray(data.tokenizer.encode(prompt), np.int64)
-    return data.tokenizer.decode(generate_ids(step, ids, n, t, k, s, data.num_classes))
+    check_prompt_ids(ids, data.num_classes)
+    return data.tokenizer.decode(generate_ids(decoder(), ids, n, t, k, s, data.num_classes))
+
+
+def prompt_ids(prompt: Any) -> np.ndarray:
+    """Token ids given as the prompt: a 1-D sequence or array of integers (no floats, bools or nesting: a float
+    id would be cut silently, a batch of prompts flattened into one)."""
+    fix = "pass text, or the ids as a 1-D list of ints, e.g. generate([20, 43, 1], 100)"
+    try:
+        a = np.asarray(prompt)
+    except (TypeError, ValueError):  # ragged nesting
+        a = np.asarray(None)
+    if a.ndim == 1 and a.size == 0:
+        return np.zeros(0, np.int64)  # check_prompt_ids says it is empty
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise bad_argument(ConfigError, "generate", "prompt", prompt, "text, or token ids as a 1-D sequence of ints",
+                           fix)
+    if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
+        raise bad_argument(ConfigError, "generate", "prompt", prompt, "token ids below the vocabulary size", fix)
+    return a.astype(np.int64)
 
 
 def generate_ids(step: DecodeStep, prompt: np.ndarray, tokens: int, temperature: float, top_k: int | None,
@@ -66,8 +92,8 @@ def generate_ids(step: DecodeStep, prompt: np.ndarray, tokens: int, temperature:
     """The prompt's ids followed by ``tokens`` sampled ones. The model sees at most its context: a longer
     prompt is cut to its last ``context`` tokens (as minGPT's generate crops it), and when the cache is full
     the last half of the text is read again from position 0 (a sliding window, shifted by half a context
-    at a time, so re-reading costs one extra step per generated token on average)."""
-    check_prompt_ids(prompt, vocab)
+    at a time, so re-reading costs one extra step per generated token on average). ``prompt`` is checked
+    (check_prompt_ids)."""
     rng, ctx = Philox(seed), step.context
     out = [int(t) for t in prompt]
     logits, pos = _read(step, out[-ctx:]), min(len(out), ctx)
