@@ -101,11 +101,31 @@ def test_write_refuses_values_the_dtype_cannot_hold(value) -> None:  # type: ign
     t.add_graph("g", [node("fill", [], [small.id], value=5)])
     t.compile()
     t.write(small, [1, 2, 255])
-    with pytest.raises(PlanError, match=r"write: value=.*holds exactly"):
+    with pytest.raises(PlanError, match=r"write: value=.*that uint8 holds \(whole numbers"):
         t.write(small, value)
     assert t.read(small).tolist() == [1, 2, 255]
     t.write(small, np.array([3.0, 4.0, 5.0]))  # whole floats fit
     assert t.read(small).tolist() == [3, 4, 5]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_write_refuses_finite_values_beyond_a_float_range(dtype: str) -> None:
+    """1e300 into float32 was stored as inf with only NumPy's overflow warning (the next run then failed on a
+    non-finite loss, blaming the learning rate); NaN and inf written on purpose stay allowed."""
+    t = TaskBase("floats")
+    w = t.alloc((3,), dtype, Region.T_TEMP_FP32)
+    t.finalize_memory()
+    t.add_graph("g", [node("fill", [], [w.id], value=0)])
+    t.compile()
+    t.write(w, [1.0, -2.0, 0.5])
+    big = {"float32": 1e300, "float16": 7e4, "bfloat16": 4e38}[dtype]
+    for value in (big, [1.0, -big, 2.0]):
+        with pytest.raises(PlanError, match=rf"write: value=.*that {dtype} holds .*finite values within its range"):
+            t.write(w, value)
+    assert t.read(w).astype(np.float32).tolist() == [1.0, -2.0, 0.5]
+    t.write(w, [np.inf, np.nan, 3.0])
+    got = t.read(w).astype(np.float32)
+    assert np.isinf(got[0]) and np.isnan(got[1]) and got[2] == 3.0
 
 
 def test_add_graph_and_run_name_their_bad_arguments() -> None:

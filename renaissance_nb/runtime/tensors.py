@@ -12,7 +12,8 @@ from ..memory.plan import MemoryPlan
 
 def exact_values(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray | None:
     """``value`` as ``dtype`` when it broadcasts to ``shape`` and converts without changing: no None or
-    strings, and for integer tensors no fractions, no NaN and nothing out of range (300 is not 44)."""
+    strings, for integer tensors no fractions, no NaN and nothing out of range (300 is not 44), and for float
+    tensors no finite value beyond the type's range (1e300 would be stored as inf; NaN and inf pass as they are)."""
     try:
         raw = np.asarray(value)
         np.broadcast_to(raw, shape)
@@ -26,7 +27,20 @@ def exact_values(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
         if not (np.isfinite(as_float).all() and (as_float == np.round(as_float)).all()
                 and info.min <= raw.min() and raw.max() <= info.max):
             return None
+    if dtype.kind in "fV" and raw.dtype.kind == "f" and raw.size:  # V: ml_dtypes' bfloat16
+        finite = np.abs(raw[np.isfinite(raw)].astype(np.float64))
+        if finite.size and finite.max() > float(_finfo(dtype).max):
+            return None
     return raw.astype(dtype)
+
+
+def _finfo(dtype: np.dtype) -> Any:
+    """NumPy's finfo, or ml_dtypes' for bfloat16 (NumPy's does not know it)."""
+    try:
+        return np.finfo(dtype)
+    except ValueError:
+        import ml_dtypes
+        return ml_dtypes.finfo(dtype)
 
 
 class TensorIO:
@@ -57,6 +71,6 @@ class TensorIO:
         arr = exact_values(value, np.dtype(t.dtype), t.shape)
         if arr is None:
             raise bad_argument(PlanError, "write", "value", value,
-                               f"numbers broadcastable to {t.shape} that {t.dtype} holds exactly (whole numbers in its "
-                               "range for an integer tensor)", f"pass values shaped like {t.name}")
+                               f"numbers broadcastable to {t.shape} that {t.dtype} holds (whole numbers in its range for an "
+                               "integer tensor, finite values within its range for a float one)", f"pass values shaped like {t.name}")
         self.views[t.id][...] = arr
