@@ -3,12 +3,12 @@ from __future__ import annotations
 
 
 def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
+    """1536 -> '1.5 KiB' (up to EiB: a what-if plan can be absurdly large, and should read so)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(n) < 1024 or unit == "EiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
+    return f"{n:.1f} EiB"  # pragma: no cover
 
 
 def bytes_versus(n: int, other: int, than: str) -> str:

@@ -239,6 +239,24 @@ CASES = [
       ["load_state", "/nonexistent/dir/ck.npz"], id="load_state-missing-file"),
     P(fresh, lambda t: checkpoint.save(t, "/tmp/x.npz"), PhaseError, ["save()"], id="save-before-compile"),
     P(compiled, lambda t: t.run(epochs=0, progress=False), ConfigError, ["run", "epochs=0"], id="run-epochs-0"),
+    P(compiled, lambda t: t.write("fc1.weight", 1e300), PlanError, ["write", "value=1e+300", "finite values within"],
+      id="write-past-float32"),
+    P(with_model(seq(fc(2 ** 30), relu(), fc(2 ** 31 - 1), relu(), fc(3))), lambda t: t.compile(), PlanError,
+      ["arena", "32.0 EiB", "cannot allocate"], id="compile-arena-past-numpy"),  # was NumPy's ValueError
+    P(compiled, lambda t: t.generate([1], 2), ConfigError, ["generate", "token windows"], id="generate-not-a-language-model"),
+    # ---- the memory inspector --------------------------------------------------------------------------------
+    P(fresh, lambda t: t.memory_inspector.fit(float("nan")), ConfigError, ["memory.fit", "budget_bytes=nan"],
+      id="fit-nan"),
+    P(fresh, lambda t: t.memory_inspector.fit(float("inf")), ConfigError, ["memory.fit", "budget_bytes=inf"],
+      id="fit-inf"),
+    P(fresh, lambda t: t.memory_inspector.live_at("3"), ConfigError, ["memory.live_at", "time='3'", "a tick in [0, "],
+      id="live_at-str"),
+    P(fresh, lambda t: t.memory_inspector.live_at(10 ** 9), ConfigError, ["memory.live_at", "time=1000000000"],
+      id="live_at-past-the-step"),
+    P(fresh, lambda t: t.memory_inspector.plan([]), PlanError, ["memory.plan", "variant=[]"], id="plan-variant-list"),
+    P(fresh, lambda t: t.memory_inspector.diff(None), ConfigError, ["memory.diff", "other=None"], id="diff-none"),
+    P(fresh, lambda t: t.memory_inspector.what_if(heads=2), ConfigError, ["heads=2", "attention layers"],
+      id="what_if-heads-without-attention"),
 ]
 
 # ---- engine gaps: the call is refused and the task is unchanged, but the message gives no fix ----------------

@@ -95,6 +95,7 @@ def test_bytes_versus_spells_out_the_difference() -> None:
     assert bytes_versus(13 * mib + 2560, 13 * mib, "contiguous") == "13.0 MiB, 2.5 KiB more than contiguous"
     assert bytes_versus(1024, 1024, "before") == "1.0 KiB, the same as before"
     assert human_bytes(1536) == "1.5 KiB"
+    assert human_bytes(16 << 40) == "16.0 TiB" and human_bytes(2 ** 65) == "32.0 EiB"  # not '34359738368.0 GiB'
 
 
 def test_plan_and_views_compare_sizes_by_their_difference() -> None:

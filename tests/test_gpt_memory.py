@@ -127,3 +127,17 @@ def test_attention_scratch_lives_inside_its_node(inspector, kw) -> None:  # type
     assert peak.layer != "attention1"
     held = [t.name for t in peak.tensors if t.name.startswith("attention1.") and t.region == "T_TEMP_FP32"]
     assert not held, held
+
+
+def test_context_what_ifs_scale_a_progressive_context() -> None:
+    """what_if(context=...) on a task with train_resolution (progressive context) scales its begin and end with
+    the windows (the unscaled begin was refused against short windows, so fit(over="context") always failed,
+    and a longer context kept training on the old lengths)."""
+    task = (DeepLearningTask().model(gpt(VOCAB, D, 1, HEADS, T)).data(token_splits(64, T, VOCAB), batch_size=BATCH)
+            .optimizer(AdamW(lr=1e-3)).train_resolution(T // 2, T, boundary_epoch=1))
+    ins = task.lock_memory().memory_inspector
+    assert ins.what_if(context=2 * T).config.train_resolution == ((T, T), (2 * T, 2 * T), 1)
+    assert ins.what_if(context=1).config.train_resolution is None  # one position cannot grow
+    budget = 4 << 20
+    t = ins.fit(budget, over="context")
+    assert ins.what_if(context=t).arena_bytes <= budget < ins.what_if(context=t + 1).arena_bytes

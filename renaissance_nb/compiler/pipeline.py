@@ -152,9 +152,10 @@ def _check_train_context(res: Any, t: int) -> None:
     (t0, w0), (t1, w1), _ = res
     for name, (a, b) in (("begin", (t0, w0)), ("end", (t1, w1))):
         if a != b or a > t:
+            fix = (f"e.g. train_resolution({t // 2}, {t}, boundary_epoch=2): a short context first, the full one "
+                   "after" if t > 1 else "drop train_resolution(): windows of one position cannot grow")
             raise ConfigError(f"plan: train_resolution's {name} for token windows is a context length of at most {t} "
-                              f"(the windows'); got {(a, b) if a != b else a}. Fix: e.g. train_resolution({t // 2}, {t}, "
-                              "boundary_epoch=2): a short context first, the full one after.")
+                              f"(the windows'); got {(a, b) if a != b else a}. Fix: {fix}.")
 
 
 def plan_stage(config: TaskConfig) -> Planned:

@@ -14,6 +14,7 @@ optimizer state, inputs, results, scalars) holds state and is live throughout.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -216,7 +217,7 @@ class MemoryInspector:
         return list(self.locked.plans)
 
     def plan(self, variant: str = "train_base") -> MemoryPlan:
-        if variant not in self.locked.plans:
+        if not isinstance(variant, str) or variant not in self.locked.plans:
             raise bad_argument(PlanError, "memory.plan", "variant", variant, f"one of {self.variants}",
                                "pass a variant name such as 'train_base'")
         return self.locked.plans[variant]
@@ -263,6 +264,11 @@ class MemoryInspector:
 
     def live_at(self, time: int, variant: str = "train_base") -> list[LiveTensor]:
         """Every tensor live at a tick: the stateful ones, and the reusable ones whose intervals hold it."""
+        ticks = self.ticks()
+        last = ticks[-1].time if ticks else 0
+        if isinstance(time, (bool, np.bool_)) or not isinstance(time, (int, np.integer)) or not 0 <= time <= last:
+            raise bad_argument(ConfigError, "memory.live_at", "time", time, f"a tick in [0, {last}] (the step's "
+                               "timeline: memory.ticks())", "pass e.g. memory.peak().time")
         prod = self.producers()
         return [self._live(t, prod) for t in self.plan(variant) if _is_live(t, time, self.locked)]
 
@@ -313,6 +319,10 @@ class MemoryInspector:
 
     def diff(self, other: "MemoryInspector | DeepLearningTask", variant: str = "train_base") -> PlanDiff:
         """This plan against another (an inspector, e.g. from what_if, or a task)."""
+        from ..task import DeepLearningTask  # the task imports this module
+        if not isinstance(other, (MemoryInspector, DeepLearningTask)):
+            raise bad_argument(ConfigError, "memory.diff", "other", other, "a MemoryInspector or a DeepLearningTask",
+                               "pass e.g. memory.what_if(batch_size=256), or another task")
         if not isinstance(other, MemoryInspector):
             other = MemoryInspector.of(other)
         a, b = self.plan(variant), other.plan(variant)
@@ -404,7 +414,7 @@ def _is_live(t: DTensor, time: int, locked: Locked) -> bool:
 
 
 def _positive_bytes(value: Any) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float)) or value < 1:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float)) or not 1 <= value < math.inf:
         raise bad_argument(ConfigError, "memory.fit", "budget_bytes", value, "a number of bytes >= 1",
                            "pass e.g. 64 << 20 for 64 MiB")
     return int(value)

@@ -68,6 +68,23 @@ def with_layer_params(model: BluePrint, kind: str, change: dict[str, Any]) -> Bl
     return BluePrint.from_dict(walk(model.to_dict()))
 
 
+def _has_layer(node: Any, kind: str) -> bool:
+    """Whether a BluePrint's dict holds a layer of ``kind``."""
+    if isinstance(node, dict):
+        return node.get("layer") == kind or any(_has_layer(v, kind) for v in node.values())
+    return isinstance(node, list) and any(_has_layer(v, kind) for v in node)
+
+
+def _scaled_context(res: Any, old: int, new: int) -> Any:
+    """A progressive context (train_resolution on token windows) for windows of ``new`` positions instead of
+    ``old``: begin and end scaled alike (at least 1), none left when nothing would grow any more."""
+    if res is None:
+        return None
+    (b, _), (e, _), epoch = res
+    nb, ne = max(1, b * new // old), max(1, e * new // old)
+    return ((nb, nb), (ne, ne), epoch) if nb < ne else None
+
+
 def _windows(data: Any, t: int) -> Any:
     """Token data with windows of ``t`` positions, for planning only (zero-stride arrays: no memory)."""
     def resized(ds: Any) -> Any:
@@ -89,7 +106,11 @@ def sequence_changes(config: Any, key: str, value: Any) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise bad_argument(ConfigError, "memory.what_if", "context", value, "an int >= 1", "pass context=256")
         table = with_layer_params(model, "pos_embedding", {"context": int(value)})  # the position table grows too
-        return {"data": _windows(data, int(value)), "model": table}
+        return {"data": _windows(data, int(value)), "model": table,
+                "train_resolution": _scaled_context(config.train_resolution, data.train.sample_shape[0], int(value))}
+    if key in ("heads", "attention") and not _has_layer(model.to_dict(), "attention"):
+        raise bad_argument(ConfigError, "memory.what_if", key, value, "a what-if of a model with attention layers",
+                           "ask for heads= or attention= only for a transformer (gpt(...), transformer_block(...))")
     if key == "heads":
         return {"model": with_layer_params(model, "attention", {"heads": value})}
     if key == "attention":

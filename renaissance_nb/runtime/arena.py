@@ -16,7 +16,7 @@ class Arena:
     def __init__(self, plan: MemoryPlan) -> None:
         try:
             raw = np.zeros(plan.total_bytes + ALIGNMENT, np.uint8)
-        except MemoryError:
+        except (MemoryError, ValueError):  # ValueError: past NumPy's largest array (2**63 bytes)
             raise PlanError(f"arena: the plan {plan.name!r} needs {human_bytes(plan.total_bytes)} in one buffer and "
                             "this machine cannot allocate it. Fix: a smaller model, batch_size or val_batch_size "
                             "(task.summary() shows the arena by region).") from None
