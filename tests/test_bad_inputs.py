@@ -16,6 +16,7 @@ from renaissance_nb import (SGD, Adam, AdamW, BluePrintError, CheckpointError, C
                            CrossEntropyLoss, DataError, DeepLearningTask, PhaseError, PlanError, Region,
                            RenaissanceError, ShapeError, StepLR, TaskBase, dropout, fc, leaky_relu, node, relu, repeat, seq)
 from renaissance_nb import checkpoint
+from renaissance_nb.datasets import DataSplits, Dataset
 
 RNG = np.random.default_rng(1)
 X = RNG.standard_normal((24, 6)).astype(np.float32)
@@ -244,6 +245,12 @@ CASES = [
     P(with_model(seq(fc(2 ** 30), relu(), fc(2 ** 31 - 1), relu(), fc(3))), lambda t: t.compile(), PlanError,
       ["arena", "32.0 EiB", "cannot allocate"], id="compile-arena-past-numpy"),  # was NumPy's ValueError
     P(compiled, lambda t: t.generate([1], 2), ConfigError, ["generate", "token windows"], id="generate-not-a-language-model"),
+    P(blank, lambda t: t.data(DataSplits(None, None, "s")), DataError, ["data: train=None", "Dataset("],
+      id="data-splits-without-train"),
+    P(blank, lambda t: t.data(DataSplits(Dataset(X, Y, 3, "d"), (XV, YV), "s")), DataError, ["data: val=", "or None"],
+      id="data-splits-val-a-tuple"),
+    P(blank, lambda t: t.data(Dataset([[1.0, 2.0], [3.0]], [0, 1], 3, "d")), DataError, ["train.x=", "equal-shaped"],
+      id="data-dataset-ragged"),
     # ---- the memory inspector --------------------------------------------------------------------------------
     P(fresh, lambda t: t.memory_inspector.fit(float("nan")), ConfigError, ["memory.fit", "budget_bytes=nan"],
       id="fit-nan"),
@@ -287,6 +294,15 @@ def test_compiled_task_still_trains_after_bad_calls() -> None:
                  lambda: b.run(epochs=0), lambda: checkpoint.load_state(b, "/nonexistent.npz")):
         with pytest.raises(RenaissanceError):
             call()
+    a.run(progress=False)
+    b.run(progress=False)
+    assert {k: v.tobytes() for k, v in a.state_dict().items()} == {k: v.tobytes() for k, v in b.state_dict().items()}
+
+
+def test_a_dataset_of_lists_trains_as_arrays_do() -> None:
+    """A Dataset built by hand from Python lists is taken as train=(x, y) takes them (it raised AttributeError)."""
+    a = DeepLearningTask("l").model(MODEL).data(Dataset(X.tolist(), Y.tolist(), 3, "d"), batch_size=8).total_epochs(1)
+    b = DeepLearningTask("l").model(MODEL).data(Dataset(X, Y, 3, "d"), batch_size=8).total_epochs(1)
     a.run(progress=False)
     b.run(progress=False)
     assert {k: v.tobytes() for k, v in a.state_dict().items()} == {k: v.tobytes() for k, v in b.state_dict().items()}

@@ -7,6 +7,7 @@ training step.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -362,10 +363,25 @@ def _checked_token_splits(s: DataSplits, where: str) -> DataSplits:
     return DataSplits(Dataset(tr.x, tr.y, tr.num_classes, s.train.name, s.train.tokenizer), va, s.name)
 
 
+def _as_dataset(d: Any, where: str, arg: str) -> Dataset:
+    """A split built by hand as a Dataset, its x and y as arrays (lists become arrays, as train=(x, y) takes them)."""
+    if not isinstance(d, Dataset):
+        raise bad_argument(DataError, where, arg, d, "a Dataset(x, y, num_classes, name)" + (" or None" if arg == "val"
+                           else ""), "build the split with datasets.Dataset(...), or pass train=(x, y), val=(x, y)")
+    try:
+        x, y = np.asarray(d.x), np.asarray(d.y)
+    except (TypeError, ValueError):  # ragged nesting
+        raise bad_argument(DataError, where, f"{arg}.x", d.x, "an array of samples and one of labels",
+                           "pass NumPy arrays of equal-shaped samples") from None
+    return dataclasses.replace(d, x=x, y=y)
+
+
 def checked_splits(s: DataSplits, where: str = "data") -> DataSplits:
     """``s`` with the checks ``make_splits`` makes, for a DataSplits or Dataset built by hand: the batch
     kernels index rows and labels without bounds checks, so a label past num_classes or a val set of
     another sample shape must be refused here, not read out of bounds."""
+    s = DataSplits(_as_dataset(s.train, where, "train"), None if s.val is None else _as_dataset(s.val, where, "val"),
+                   s.name)
     if s.train.is_tokens:
         return _checked_token_splits(s, where)
     tr = validate_arrays(s.train.x, s.train.y, what="train", num_classes=s.train.num_classes, where=where)
