@@ -8,19 +8,20 @@ transition, a plan summary and per-epoch metrics.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 from . import __version__, datasets
 from .blueprint import fc, relu, seq
 from .task import DeepLearningTask
 from .checks import closest
-from .errors import RenaissanceError
+from .errors import CheckpointError, RenaissanceError
 from .memory.region import FAMILIES
 from .mpi import launch_command, under_mpiexec
 from .text import bytes_versus, human_bytes, plural
@@ -259,16 +260,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     tr = sub.add_parser("train", help="train the MNIST MLP, printing phases and metrics")
     d = TRAIN_DEFAULTS
-    tr.add_argument("--epochs", type=int, help=f"training epochs (default {d['epochs']})")
-    tr.add_argument("--batch-size", type=int, help=f"samples per step (default {d['batch_size']})")
-    tr.add_argument("--lr", type=float,
+    tr.add_argument("--epochs", type=_whole(1), help=f"training epochs (default {d['epochs']})")
+    tr.add_argument("--batch-size", type=_whole(1), help=f"samples per step (default {d['batch_size']})")
+    tr.add_argument("--lr", type=_positive_number,
                     help=f"AdamW's learning rate, on a cosine schedule after one warmup epoch (default {d['lr']})")
-    tr.add_argument("--seed", type=int, help=f"seed of every random stream: same seed, same weights (default {d['seed']})")
+    tr.add_argument("--seed", type=_whole(0), help=f"seed of every random stream: same seed, same weights (default {d['seed']})")
     tr.add_argument("--mnist", metavar="DIR", help="folder with the four MNIST IDX files (default: embedded 5k)")
     tr.add_argument("--download", action="store_true", help="download MNIST into --mnist DIR if missing")
     tr.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                     help="where the step replays: cpu (default), cuda (CUDA graphs via CuPy), auto")
-    tr.add_argument("--nproc", type=int, default=1, metavar="N",
+    tr.add_argument("--nproc", type=_whole(1), default=1, metavar="N",
                     help="data-parallel MPI ranks, started with mpiexec; --batch-size stays the global batch "
                          "(default %(default)s)")
     tr.add_argument("--checkpoint", metavar="PATH", help="save the run to PATH (.npz) at every epoch's end and at "
@@ -314,16 +315,55 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED
 
 
+def _whole(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``least``, refused in the command line's words (argparse names the flag)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
+        return value
+    return parse
+
+
+def _positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0 (the learning rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a number > 0 such as 1e-3, got {text!r}")
+    return value
+
+
 def _training_flags(args: argparse.Namespace) -> None:
     """Fill the training flags left out: the defaults, or with ``--resume`` the checkpoint's settings (a flag
     given that differs is load_state's error, naming it). ``--resume`` keeps saving where it read."""
     saved: dict[str, object] = {}
     if args.resume:
-        from .runtime.checkpoint import read_header
-        config = read_header(args.resume)["config"]
-        lr = ((config.get("optimizer") or {}).get("settings") or {}).get("lr")
+        from .runtime.rebuild import config_record
+        config = config_record(args.resume)
+        opt = config.get("optimizer")
+        settings = opt.get("settings") if isinstance(opt, dict) else None
         saved = {"epochs": config.get("total_epochs"), "batch_size": config.get("batch_size"),
-                 "seed": config.get("seed"), "lr": lr}
+                 "seed": config.get("seed"), "lr": settings.get("lr") if isinstance(settings, dict) else None}
+        for flag, parse in (("epochs", _whole(1)), ("batch_size", _whole(1)), ("seed", _whole(0)),
+                            ("lr", _positive_number)):
+            try:
+                saved[flag] = None if saved[flag] is None else parse(str(saved[flag]))
+            except argparse.ArgumentTypeError as exc:  # a header edited by hand: the checksum covers the arrays
+                raise CheckpointError(f"--resume: {args.resume!r} records {flag} = {saved[flag]!r}: {exc}. Fix: "
+                                      "resume from a checkpoint train --checkpoint wrote, or start afresh.") from None
+        for flag, was in saved.items():
+            given = getattr(args, flag)
+            if given is not None and was is not None and given != was:
+                name = "--" + flag.replace("_", "-")
+                raise CheckpointError(f"{name} {given} differs from the {was} the run in {args.resume!r} was saved "
+                                      f"with: --resume continues that run with its own settings. Fix: drop {name}, "
+                                      "or start a new run with --checkpoint.")
         args.checkpoint = args.checkpoint or args.resume
     for flag, default in TRAIN_DEFAULTS.items():
         if getattr(args, flag) is None:

@@ -306,3 +306,19 @@ def test_a_dataset_of_lists_trains_as_arrays_do() -> None:
     a.run(progress=False)
     b.run(progress=False)
     assert {k: v.tobytes() for k, v in a.state_dict().items()} == {k: v.tobytes() for k, v in b.state_dict().items()}
+
+
+def test_load_state_names_a_setting_that_sizes_the_plan(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A checkpoint of another total_epochs or batch size: the setting is named (the loss log's or the batch
+    buffer's shape was), strict or not, and the task is left as it was."""
+    saved = compiled()
+    saved.save(str(tmp_path / "a.npz"))
+    for other, words in ((fresh().total_epochs(3), "setting total_epochs differs: 2 in"),
+                         (DeepLearningTask("bad").model(MODEL).data(train=(X, Y), val=(XV, YV), batch_size=4)
+                          .total_epochs(2), "setting batch_size differs: 8 in")):
+        other.compile()
+        before = snapshot(other)
+        for strict in (True, False):
+            with pytest.raises(CheckpointError, match=words + r".*even with strict=False"):
+                other.load_state(str(tmp_path / "a.npz"), strict=strict)
+        assert snapshot(other) == before

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, RenaissanceError
 
 
 def _recorded(path: str) -> tuple[dict[str, Any], tuple[int, ...], int]:
@@ -48,7 +48,11 @@ def task_from_checkpoint(path: str | os.PathLike, *, ema: bool = False) -> Any:
     n = max(classes, 2)
     x = np.zeros((n, *sample), np.float32)
     y = np.arange(n) % classes
-    config = TaskConfig.from_dict({**record, "train_resolution": None})  # the recorded input size is the model's
+    try:
+        config = TaskConfig.from_dict({**record, "train_resolution": None})  # the recorded input size is the model's
+    except (RenaissanceError, TypeError, ValueError, KeyError, AttributeError) as exc:  # a header edited by hand
+        raise CheckpointError(f"export: {p!r} records a task config this library cannot rebuild ({exc}). Fix: rebuild "
+                              "the task yourself, task.load_weights(path), then task.export_onnx(...).") from None
     task = DeepLearningTask(config=config).data(train=(x, y), batch_size=n, num_classes=classes,
                                                 channels_last=False if len(sample) == 3 else None)
     return task.compile().load_weights(p, ema=ema)

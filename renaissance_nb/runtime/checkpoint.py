@@ -384,6 +384,23 @@ class _Loaded:
     plateau: dict[str, float] | None
 
 
+SIZING_FIELDS = ("total_epochs", "batch_size", "val_batch_size")
+"""Settings that size the plan's state (the loss log and lr table by steps, the batch buffers): a checkpoint of
+other values cannot load, strict or not."""
+
+
+def _check_sizing(op: str, p: str, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """Names a differing sizing setting before the tensors it resizes do (the loss log's shape said nothing of
+    total_epochs)."""
+    for k in SIZING_FIELDS:
+        if k in saved and saved[k] != now.get(k):
+            raise CheckpointError(f"{op}: setting {k} differs: {describe_value(saved[k])} in {p!r} vs "
+                                  f"{describe_value(now.get(k))} in this task; it sizes the plan's state (the loss "
+                                  f"log, the batch buffers), so the checkpoint cannot load here even with "
+                                  f"strict=False. Fix: build the task with {k}={describe_value(saved[k])}, or load "
+                                  "its weights alone with task.load_weights(path).")
+
+
 def _check_settings(op: str, p: str, saved: dict[str, Any], now: dict[str, Any]) -> None:
     """strict: every setting a resumed run must share (STRICT_FIELDS) equal as data."""
     for k in STRICT_FIELDS:
@@ -471,6 +488,7 @@ def _validated(op: str, p: str, header: dict[str, Any], arrays: dict[str, np.nda
                               f"{config.ranks}. A checkpoint resumes on the rank count that wrote it (each rank's "
                               f"plan holds its shard of the batch). Fix: start with mpiexec -n {ranks}"
                               + (", or load its weights alone with task.load_weights(path)." if ranks > 1 else "."))
+    _check_sizing(op, p, saved, now)
     saved_fp = header.get("fingerprint", {})
     same_layout = _compare_fingerprint(op, p, saved_fp, fingerprint(config, runner), saved.get("options"),
                                        {k: getattr(config, k) for k in PLAN_OPTIONS})

@@ -56,17 +56,22 @@ CONFIG_NEEDS = ("blueprint", "loss", "optimizer", "scheduler", "total_epochs", "
                 "val_batch_size", "shuffle", "options")
 
 
+def config_record(path: str | os.PathLike) -> dict[str, Any]:
+    """The task config a checkpoint's header records, with every key a rebuild reads (``train --resume`` reads its
+    flags there too); a header edited by hand (the checksum covers the arrays only) is refused by name."""
+    record = read_header(path).get("config")
+    lacking = [k for k in CONFIG_NEEDS if k not in record] if isinstance(record, dict) else list(CONFIG_NEEDS)
+    if lacking:
+        raise CheckpointError(f"load: the task config in {os.fspath(path)!r} lacks {', '.join(lacking)}. Fix: build "
+                              "the task yourself and call task.load_state(path).")
+    assert isinstance(record, dict)  # lacking lists every key of anything else
+    return record
+
+
 def config_for(path: str | os.PathLike, data: Any) -> TaskConfig:
     """The config a checkpoint records, around ``data``: what ``DeepLearningTask.load`` builds and compiles."""
     from ..errors import ConfigError, RenaissanceError
-    header = read_header(path)
-    p = os.fspath(path)
-    record = header.get("config")
-    lacking = [k for k in CONFIG_NEEDS if k not in record] if isinstance(record, dict) else list(CONFIG_NEEDS)
-    if lacking:  # a header edited by hand: the checksum covers the arrays only
-        raise CheckpointError(f"load: the task config in {p!r} lacks {', '.join(lacking)}. Fix: build the task "
-                              "yourself and call task.load_state(path).")
-    assert isinstance(record, dict)  # lacking lists every key of anything else
+    p, record = os.fspath(path), config_record(path)
     try:  # a config edited by hand: any shape it has is this error
         return _with_data(TaskConfig.from_dict(record), record, data, p)
     except ConfigError as exc:
