@@ -59,6 +59,15 @@ def path_template(where: str, path: Any, example: str) -> None:
                            f"{example} (double braces for a literal brace)")
 
 
+def task_name(name: Any) -> str:
+    """A task's name: it names its checkpoints ('checkpoints/{name}-best.npz'), so a non-empty str with no path
+    separator (one failed at the first autosave, after an epoch of training)."""
+    if not isinstance(name, str) or not name or any(c in name for c in ("/", "\\", "\0")):
+        raise bad_argument(ConfigError, "DeepLearningTask", "name", name, "a non-empty str without '/' or '\\'",
+                           "name it e.g. DeepLearningTask('mnist-mlp')")
+    return name
+
+
 def model(blueprint: Any) -> Fields:
     if not isinstance(blueprint, BluePrint):
         raise bad_argument(ConfigError, "model", "blueprint", blueprint, "a BluePrint such as seq(fc(10))",

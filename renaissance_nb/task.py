@@ -61,7 +61,7 @@ class DeepLearningTask(NumericSettings, Phased, SuggestsNames):
     _elsewhere = _ELSEWHERE  # task.epochs(3): did you mean total_epochs; task.lr: the optimizer's
 
     def __init__(self, name: str = "task", *, config: TaskConfig | None = None) -> None:
-        self._config = config if config is not None else TaskConfig(name=name)
+        self._config = config if config is not None else TaskConfig(name=check.task_name(name))
         self.phases = PhaseMachine()
         self.planned: Planned | None = None
         self.locked: Locked | None = None
@@ -387,7 +387,7 @@ class DeepLearningTask(NumericSettings, Phased, SuggestsNames):
 
     @name.setter
     def name(self, name: str) -> None:
-        self._config = self._config.with_(name=name)
+        self._config = self._config.with_(name=check.task_name(name))
 
     @property
     def result(self) -> TrainingResult:

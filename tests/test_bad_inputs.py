@@ -251,6 +251,9 @@ CASES = [
       id="data-splits-val-a-tuple"),
     P(blank, lambda t: t.data(Dataset([[1.0, 2.0], [3.0]], [0, 1], 3, "d")), DataError, ["train.x=", "equal-shaped"],
       id="data-dataset-ragged"),
+    P(compiled, lambda t: setattr(t, "name", None), ConfigError, ["name=None", "non-empty str"], id="name-none"),
+    P(compiled, lambda t: setattr(t, "name", "runs/a"), ConfigError, ["name='runs/a'", "without '/'"],
+      id="name-with-a-separator"),  # failed at the first autosave, after an epoch
     # ---- the memory inspector --------------------------------------------------------------------------------
     P(fresh, lambda t: t.memory_inspector.fit(float("nan")), ConfigError, ["memory.fit", "budget_bytes=nan"],
       id="fit-nan"),
