@@ -344,8 +344,8 @@ def _training_flags(args: argparse.Namespace) -> None:
     given that differs is load_state's error, naming it). ``--resume`` keeps saving where it read."""
     saved: dict[str, object] = {}
     if args.resume:
-        from .runtime.rebuild import config_record
-        config = config_record(args.resume)
+        from .runtime.checkpoint import saved_config
+        config = saved_config(args.resume)
         opt = config.get("optimizer")
         settings = opt.get("settings") if isinstance(opt, dict) else None
         saved = {"epochs": config.get("total_epochs"), "batch_size": config.get("batch_size"),

@@ -116,3 +116,35 @@ def test_tied_weights_are_read_as_two_copies_with_a_warning() -> None:
 def test_a_bias_free_gpt_is_refused_with_the_reason() -> None:
     with pytest.raises(BluePrintError, match="has no biases"):
         BluePrint.from_torch(GPT(bias=False))
+
+
+@pytest.mark.parametrize("mingpt", [False, True], ids=["nanoGPT", "minGPT"])
+def test_layer_norm_eps_and_dropout_are_read_or_refused(mingpt: bool) -> None:
+    """eps is read from the module's layer norms (it was the default whatever the module had: logits off by
+    0.05 at eps=0.1), one dropout probability shared by every site is read, and sites that differ are refused
+    (transformer.drop's was taken for all of them)."""
+    torch.manual_seed(0)
+    net = GPT(mingpt).eval()
+    for m in net.modules():
+        if isinstance(m, nn.LayerNorm):
+            m.eps = 0.1
+    bp, state = BluePrint.from_torch(net, weights=True)
+    splits = token_splits(32, CTX, VOCAB)
+    task = DeepLearningTask().model(bp).data(splits, batch_size=8).total_epochs(1)
+    task.compile()
+    task.load_state_dict(state)
+    x = splits.train.x[:6]
+    with torch.no_grad():
+        want = net(torch.from_numpy(x.astype(np.int64))).numpy()
+    assert np.abs(task.predict_logits(x) - want).max() <= 1e-5 * np.abs(want).max()
+    for m in net.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.2
+    assert "'p': 0.2" in str(BluePrint.from_torch(net).to_dict())
+    net.transformer.drop.p = 0.0
+    with pytest.raises(BluePrintError, match=r"dropout probability that differs between its modules \(transformer.drop 0"):
+        BluePrint.from_torch(net)
+    net.transformer.drop.p = 0.2
+    net.transformer.ln_f.eps = 1e-5
+    with pytest.raises(BluePrintError, match="LayerNorm eps that differs"):
+        BluePrint.from_torch(net)

@@ -55,6 +55,33 @@ def _gelu_form(mlp: Any) -> str:
     raise _refuse(f"has an MLP activation {name} (only GELU, exact or tanh)")
 
 
+def _dropouts(tr: Any, blocks: list[Any]) -> dict[str, float]:
+    """Every dropout site's probability by its module name (nanoGPT's and minGPT's: the embeddings', and each
+    block's attention probabilities, attention output and MLP output)."""
+    sites = {"transformer.drop": getattr(tr, "drop", None)}
+    for i, b in enumerate(blocks):  # minGPT's mlp is a ModuleDict: its modules are attributes too
+        sites.update({f"h.{i}.attn.{n}": getattr(b.attn, n, None) for n in ("attn_dropout", "resid_dropout")})
+        sites[f"h.{i}.mlp.dropout"] = getattr(b.mlp, "dropout", None)
+    return {k: float(getattr(m, "p", 0.0)) for k, m in sites.items() if m is not None}
+
+
+def _epsilons(tr: Any, blocks: list[Any]) -> dict[str, float]:
+    """Every layer norm's eps by its module name."""
+    norms = {"transformer.ln_f": tr.ln_f, **{f"h.{i}.{n}": getattr(b, n) for i, b in enumerate(blocks)
+                                           for n in ("ln_1", "ln_2")}}
+    return {k: float(getattr(m, "eps", 1e-5)) for k, m in norms.items()}
+
+
+def _one_setting(what: str, by_site: dict[str, float], default: float) -> float:
+    """The one value gpt() takes for a setting every site of the module shares; a module whose sites differ
+    is refused by name (it was read as one value silently: transformer.drop's, or the default eps)."""
+    values = set(by_site.values())
+    if len(values) > 1:
+        shown = ", ".join(f"{k} {v:g}" for k, v in list(by_site.items())[:4])
+        raise _refuse(f"has a {what} that differs between its modules ({shown}, ...): gpt() takes one")
+    return values.pop() if values else default
+
+
 def describe_gpt(module: Any, weights: bool) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(description, state dict under the engine's names) of a nanoGPT/minGPT GPT."""
     from ..ops.gpt import gpt
@@ -68,10 +95,10 @@ def describe_gpt(module: Any, weights: bool) -> tuple[dict[str, Any], dict[str, 
         raise _refuse("has no biases (nanoGPT's bias=False): attention() and layernorm() keep theirs")
     if module.lm_head.bias is not None:
         raise _refuse("has a bias on lm_head")
-    drop = float(getattr(tr.drop, "p", 0.0)) if hasattr(tr, "drop") else 0.0
     ratio = first.mlp.c_fc.out_features // d
-    model = gpt(vocab, d, len(blocks), int(first.attn.n_head), tr.wpe.num_embeddings, mlp_ratio=ratio, dropout=drop,
-                approximate=_gelu_form(first.mlp))
+    model = gpt(vocab, d, len(blocks), int(first.attn.n_head), tr.wpe.num_embeddings, mlp_ratio=ratio,
+                dropout=_one_setting("dropout probability", _dropouts(tr, blocks), 0.0),
+                approximate=_gelu_form(first.mlp), eps=_one_setting("LayerNorm eps", _epsilons(tr, blocks), 1e-5))
     state: dict[str, np.ndarray] = {}
     if weights:
         theirs = module.state_dict()

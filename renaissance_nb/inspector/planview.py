@@ -319,8 +319,8 @@ class MemoryInspector:
 
     def diff(self, other: "MemoryInspector | DeepLearningTask", variant: str = "train_base") -> PlanDiff:
         """This plan against another (an inspector, e.g. from what_if, or a task)."""
-        from ..task import DeepLearningTask  # the task imports this module
-        if not isinstance(other, (MemoryInspector, DeepLearningTask)):
+        task_like = all(hasattr(other, a) for a in ("config", "planned", "locked", "runner"))  # a DeepLearningTask
+        if not isinstance(other, MemoryInspector) and not task_like:
             raise bad_argument(ConfigError, "memory.diff", "other", other, "a MemoryInspector or a DeepLearningTask",
                                "pass e.g. memory.what_if(batch_size=256), or another task")
         if not isinstance(other, MemoryInspector):

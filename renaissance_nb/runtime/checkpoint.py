@@ -251,6 +251,23 @@ def read_header(path: str | os.PathLike) -> dict[str, Any]:
     return _read(path, "read_header")[0]
 
 
+CONFIG_NEEDS = ("blueprint", "loss", "optimizer", "scheduler", "total_epochs", "seed", "batch_size",
+                "val_batch_size", "shuffle", "options")
+"""The keys of a header's config record that rebuilding its task reads."""
+
+
+def saved_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The task config a checkpoint's header records, with every key a rebuild reads (``train --resume`` reads its
+    flags there too); a header edited by hand (the checksum covers the arrays only) is refused by name."""
+    record = read_header(path).get("config")
+    lacking = [k for k in CONFIG_NEEDS if k not in record] if isinstance(record, dict) else list(CONFIG_NEEDS)
+    if lacking:
+        raise CheckpointError(f"load: the task config in {os.fspath(path)!r} lacks {', '.join(lacking)}. Fix: build "
+                              "the task yourself and call task.load_state(path).")
+    assert isinstance(record, dict)  # lacking lists every key of anything else
+    return record
+
+
 def read_state_dict(path: str | os.PathLike, *, ema: bool = False,
                     op: str = "read_state_dict") -> dict[str, np.ndarray]:
     """The parameters and batch-norm statistics a checkpoint holds, as ``task.state_dict()`` gives

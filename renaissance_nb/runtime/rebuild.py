@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import TaskConfig
 from ..errors import CheckpointError
-from .checkpoint import read_header
+from .checkpoint import saved_config
 
 
 def _sample_shape_of(data: Any) -> tuple[int, ...] | None:
@@ -52,26 +52,10 @@ def _with_data(cfg: TaskConfig, record: dict[str, Any], data: Any, p: str) -> Ta
     return cfg
 
 
-CONFIG_NEEDS = ("blueprint", "loss", "optimizer", "scheduler", "total_epochs", "seed", "batch_size",
-                "val_batch_size", "shuffle", "options")
-
-
-def config_record(path: str | os.PathLike) -> dict[str, Any]:
-    """The task config a checkpoint's header records, with every key a rebuild reads (``train --resume`` reads its
-    flags there too); a header edited by hand (the checksum covers the arrays only) is refused by name."""
-    record = read_header(path).get("config")
-    lacking = [k for k in CONFIG_NEEDS if k not in record] if isinstance(record, dict) else list(CONFIG_NEEDS)
-    if lacking:
-        raise CheckpointError(f"load: the task config in {os.fspath(path)!r} lacks {', '.join(lacking)}. Fix: build "
-                              "the task yourself and call task.load_state(path).")
-    assert isinstance(record, dict)  # lacking lists every key of anything else
-    return record
-
-
 def config_for(path: str | os.PathLike, data: Any) -> TaskConfig:
     """The config a checkpoint records, around ``data``: what ``DeepLearningTask.load`` builds and compiles."""
     from ..errors import ConfigError, RenaissanceError
-    p, record = os.fspath(path), config_record(path)
+    p, record = os.fspath(path), saved_config(path)
     try:  # a config edited by hand: any shape it has is this error
         return _with_data(TaskConfig.from_dict(record), record, data, p)
     except ConfigError as exc:
