@@ -50,8 +50,9 @@ def check_nodes(nodes: Sequence[GraphNode], n_tensors: int, where: str,
         problem = None if shapes is None else operand_problem(
             n.op, [shapes[t] for t in n.inputs], [shapes[t] for t in n.outputs], n.p)
         if problem:
-            raise PlanError(f"{where}: node #{i} {n.op}{tuple(n.inputs)} -> {tuple(n.outputs)}: {problem}. "
-                            "Fix: build the node from tensors of the shapes it needs.")
+            fix = ("set the parameter as shown" if problem.startswith("parameter ")
+                   else "build the node from tensors of the shapes it needs")
+            raise PlanError(f"{where}: node #{i} {n.op}{tuple(n.inputs)} -> {tuple(n.outputs)}: {problem}. Fix: {fix}.")
 
 
 def bind(name: str, nodes: Sequence[GraphNode], views: Sequence[np.ndarray], env: BindEnv) -> BoundGraph:
