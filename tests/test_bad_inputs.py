@@ -254,6 +254,8 @@ CASES = [
     P(compiled, lambda t: setattr(t, "name", None), ConfigError, ["name=None", "non-empty str"], id="name-none"),
     P(compiled, lambda t: setattr(t, "name", "runs/a"), ConfigError, ["name='runs/a'", "without '/'"],
       id="name-with-a-separator"),  # failed at the first autosave, after an epoch
+    P(tb_locked, lambda t: t.add_graph("g", [node("act_fwd", [3], [3], act="bogus")]), PlanError,
+      ["act='bogus'", "Fix: set the parameter"], id="add_graph-unknown-activation"),
     # ---- the memory inspector --------------------------------------------------------------------------------
     P(fresh, lambda t: t.memory_inspector.fit(float("nan")), ConfigError, ["memory.fit", "budget_bytes=nan"],
       id="fit-nan"),
