@@ -209,8 +209,8 @@ def final_bundle(bar: Any) -> dict[str, str]:
     return {"text/plain": line, "text/html": page}
 
 
-def progress_kind(progress: Any) -> str:
-    """run()'s progress argument as one of "auto", "bar", "lines", "none"."""
+def progress_kind(progress: Any, where: str = "run") -> str:
+    """run()'s (or ``where``'s) progress argument as one of "auto", "bar", "lines", "none"."""
     import numpy as np
 
     from .errors import ConfigError, bad_argument
@@ -218,8 +218,8 @@ def progress_kind(progress: Any) -> str:
         return "auto" if progress else "none"
     if isinstance(progress, str) and progress in ("auto", "bar", "lines", "none"):
         return progress
-    raise bad_argument(ConfigError, "run", "progress", progress, "'auto' (or True), 'bar', 'lines', or False/None",
-                       "e.g. run(progress=False) for no output, run(progress='lines') for plain lines")
+    raise bad_argument(ConfigError, where, "progress", progress, "'auto' (or True), 'bar', 'lines', or False/None",
+                       f"e.g. {where}(progress=False) for no output, {where}(progress='lines') for plain lines")
 
 
 def make_progress(kind: str | bool, total: int, desc: str, steps_per_epoch: int = 0, epoch: int = 1,
