@@ -80,3 +80,11 @@ def test_bad_arguments_are_refused_before_anything_compiles(kw, words: str) -> N
 def test_a_short_test_has_no_suggestion() -> None:
     r = task().lr_find(1e-4, 1e-3, 5, progress=False)
     assert isinstance(r, LRRangeTest) and r.suggestion is None and "too few steps" in repr(r)
+
+
+def test_a_test_ending_on_a_non_finite_loss_reports_the_finite_best() -> None:
+    lrs = np.geomspace(1e-4, 1.0, 20)
+    losses = np.r_[np.linspace(2.0, 1.0, 19), np.nan]
+    r = LRRangeTest(lrs, losses, losses.copy(), "the loss was not finite at step 20")
+    assert r.best == (pytest.approx(lrs[18]), pytest.approx(1.0))  # argmin took the NaN's index
+    assert r.suggestion is not None and np.isfinite(r.suggestion)

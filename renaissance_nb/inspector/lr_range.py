@@ -58,8 +58,10 @@ class LRRangeTest:
 
     @property
     def best(self) -> tuple[float, float]:
-        """(lr, smoothed loss) at the lowest smoothed loss."""
-        i = int(np.argmin(self.smoothed))
+        """(lr, smoothed loss) at the lowest finite smoothed loss (a test that ends on a non-finite loss
+        records it last)."""
+        finite = np.where(np.isfinite(self.smoothed), self.smoothed, np.inf)
+        i = int(np.argmin(finite))
         return float(self.lrs[i]), float(self.smoothed[i])
 
     def rows(self) -> list[dict[str, float]]:
