@@ -1,14 +1,26 @@
 """Small text helpers shared by messages, reprs and views: sizes, counts."""
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP, Decimal
+
+
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+"""Byte units up to EiB (a what-if plan can be absurdly large, and should read so); widgets/dom.js has the same."""
+
+
+def one_decimal(x: float) -> str:
+    """``x`` to one decimal as JavaScript's ``toFixed(1)`` rounds it: an exact tie away from zero (Python's
+    format rounds it to even: 12.25 KiB read 12.2 here and 12.3 in the live widgets)."""
+    return str(Decimal(x).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
 
 def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (up to EiB: a what-if plan can be absurdly large, and should read so)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if abs(n) < 1024 or unit == "EiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    """1536 -> '1.5 KiB'; the live widgets' human() (widgets/dom.js) gives the same text for the same bytes."""
+    for unit in UNITS:
+        if abs(n) < 1024 or unit == UNITS[-1]:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{one_decimal(n)} {unit}"
         n /= 1024
-    return f"{n:.1f} EiB"  # pragma: no cover
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def bytes_versus(n: int, other: int, than: str) -> str:

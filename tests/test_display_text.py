@@ -342,3 +342,26 @@ def test_region_rows_are_drawn_to_one_scale(compiled) -> None:  # type: ignore[n
     assert widths[big] > 20 * widths[small] or widths[small] == 6.0
     assert abs(widths["W_FC_BIAS"] / widths["W_FC_WEIGHT"] - max(sizes["W_FC_BIAS"] / sizes["W_FC_WEIGHT"],
                                                                   6 / widths["W_FC_WEIGHT"])) < 1e-3
+
+
+def test_the_widgets_print_bytes_as_the_text_does() -> None:
+    """widgets/dom.js human() and text.human_bytes give the same text for the same bytes: exact ties such as
+    12544 B (12.25 KiB) read 12.2 KiB in the text (round half to even) and 12.3 KiB in the live widgets, and
+    the widgets stopped at GiB ('1960.0 GiB' beside a '1.9 TiB' arena)."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    from renaissance_nb.display._assets import asset
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the widgets' JavaScript")
+    src = asset("dom.js")
+    helper = re.search(r"const BYTE_UNITS.*?\n}\n", src, re.S)
+    assert helper is not None, "dom.js: BYTE_UNITS and human() side by side"
+    values = [k * 256 for k in range(1, 4097)] + [1023, 1536, 12544, 1280, 2 ** 65, 1.9 * 2 ** 40, 0]
+    out = subprocess.run([node, "-e", helper.group(0) + f"console.log(JSON.stringify({json.dumps(values)}.map(human)))"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == [human_bytes(v) for v in values]
+    assert human_bytes(12544) == "12.3 KiB" and human_bytes(2 ** 65) == "32.0 EiB"

@@ -15,9 +15,12 @@ function h(tag, attrs = {}, ...children) {
   return e;
 }
 
-// Bytes as the widgets print them: "512 B", "1.5 KiB", "3.0 MiB" (text.human_bytes's units, one decimal).
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];  // text.UNITS
+
+// Bytes as the widgets print them: "512 B", "1.5 KiB", "3.0 MiB" (text.human_bytes's units and rounding, one
+// decimal, an exact tie away from zero, as toFixed rounds it).
 function human(n) {
-  const units = ["B", "KiB", "MiB", "GiB"];
+  const units = BYTE_UNITS;
   let i = 0;
   while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
   return i === 0 ? `${Math.round(n)} B` : `${n.toFixed(1)} ${units[i]}`;
@@ -26,7 +29,7 @@ function human(n) {
 // Bytes on an axis: the unit of the largest value, and the decimals that tell ticks ``step`` apart
 // ("4.36 MiB", "4.38 MiB"), so an axis reads in human units, not as an offset from some byte.
 function humanAxis(n, top, step) {
-  const units = ["B", "KiB", "MiB", "GiB"];
+  const units = BYTE_UNITS;
   let i = 0, scale = 1;
   while (Math.abs(top) >= 1024 * scale && i < units.length - 1) { scale *= 1024; i++; }
   const digits = i === 0 ? 0 : Math.min(3, Math.max(0, Math.ceil(-Math.log10(Math.max(step, 1e-9) / scale))));
