@@ -130,3 +130,22 @@ def test_plan_checks_the_width_the_block_was_built_for() -> None:
         with pytest.raises(ShapeError, match=r"was built for \d+ input channels, but conv1.out has 8\. Fix: pass cin=8"):
             DeepLearningTask().model(seq(conv(8, 3, p=1), wrong, gap(), fc(4))).data(train=(x, y), batch_size=8).plan()
     assert block(16, MBCONV, cin=8).channels == 8 and block(16, MBCONV).channels == 16
+
+
+def test_a_relu_fused_into_the_stem_before_the_block() -> None:
+    """A conv-bn-ReLU stem (cbr) before an inverted residual: the ReLU is fused into the batch norm, and the
+    block's width check reads the batch norm's output (it looked up the fused-away relu1.out: KeyError). The
+    same bytes as without fusion, and a wrong width still refused with the block's own message."""
+    from renaissance_nb import ShapeError, cbr
+
+    x, y = _blobs(32)
+
+    def trained(fuse: bool) -> dict[str, bytes]:
+        t = (DeepLearningTask().model(seq(cbr(8, 3, 1, 1), block(8, MBCONV), gap(), fc(4))).data(train=(x, y), batch_size=16)
+             .options(fuse=fuse).total_epochs(1).seed(0))
+        t.run(progress=False)
+        return {k: v.tobytes() for k, v in t.state_dict().items()}
+    assert trained(True) == trained(False)
+    with pytest.raises(ShapeError, match=r"was built for 4 input channels, but bn1.out has 8\. Fix: pass cin=8"):
+        (DeepLearningTask().model(seq(cbr(8, 3, 1, 1), block(16, MBCONV, expand=1, cin=4), gap(), fc(4)))
+         .data(train=(x, y), batch_size=8).plan())

@@ -185,6 +185,7 @@ def plan_architecture(bp: BluePrint, fuse: bool = True, fold_bn: bool = False) -
     merged: dict[str, str] = {}
     if fuse:
         layers, fused, merged = _fuse_activations(layers)
+    expects = [(merged.get(t, t), label, channels) for t, label, channels in expects]  # fused away: the producer's
     plan = ArchPlan(bp, tuple(layers), tuple(fused), expects=tuple(expects), merged=tuple(merged.items()))
     return replace(plan, folded=conv_bn.pairs(plan.layers, plan.consumers())) if fold_bn else plan
 
