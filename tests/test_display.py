@@ -404,6 +404,8 @@ def test_phase_view_buttons_call_the_api_and_show_errors() -> None:
     empty = PhaseView(TaskBase("empty"))
     empty.act("finalize_memory")
     assert empty.error["type"] == "PlanError" and empty.view["current"] == "PLANNING"
+    saved = empty.copy_bundle()["text/html"]  # the saved notebook's copy shows it too (phase.js draws it live)
+    assert "PlanError from finalize_memory()" in saved and "finalize_memory() failed: PlanError" in repr(empty)
 
 
 def test_region_map_and_lifetimes(compiled: DeepLearningTask) -> None:
@@ -443,6 +445,32 @@ def test_training_monitor_is_a_run_callback() -> None:
     assert mon.step_losses == pytest.approx([float(x) for x in t.result.step_losses])
     assert "train loss" in mon._repr_html_()
     mon("something-else", None)  # unknown events are ignored
+
+
+def test_the_saved_monitor_says_what_the_live_one_says() -> None:
+    """An interrupted run: the live pill's status, the static copy and the text line agree (the copy and the
+    line left it out; interrupted in epoch 1 the line said 'not trained yet'); the step-time bars leave out a
+    run's first step as monitor.js does, and say so."""
+    from renaissance_nb import StopTraining
+    from renaissance_nb.display import static, views
+
+    def stop_in(epoch: int):  # type: ignore[no-untyped-def]
+        def cb(kind: str, info) -> None:  # type: ignore[no-untyped-def]
+            if kind == "step" and info["epoch"] == epoch:
+                raise StopTraining("pause")
+        return cb
+    for epoch, line in ((2, "epoch 1/3 (interrupted), train loss"), (1, "interrupted before its first epoch ended")):
+        t = small_task(epochs=3, batch=64)
+        t.run(progress=False, callbacks=[stop_in(epoch)])
+        mon = TrainingMonitor(t)
+        assert mon.status == "interrupted" and repr(mon).startswith(f"<TrainingMonitor: {line}")
+        assert "data-status='interrupted'" in mon.copy_bundle()["text/html"]
+    recs = [{"epoch": 1, "steps": 10, "seconds": 2.9, "first_step_seconds": 2.0},
+            {"epoch": 2, "steps": 20, "seconds": 1.0, "first_step_seconds": 0.0}]
+    assert static.step_times(recs) == pytest.approx([100.0, 100.0])  # (2.9 - 2.0) s over 9 steps; 1.0 s over 10
+    assert static.first_steps_note(recs) == ("first step of a run (kernels compiled or loaded), not in the bars: "
+                                             "epoch 1 2.00 s")
+    assert views.run_status({"records": recs, "interrupted": False, "total_epochs": 2}) == "done"
 
 
 def test_monitor_run_shows_errors() -> None:

@@ -1,7 +1,7 @@
 // TrainingMonitor: four small charts (loss, top-1, learning rate, step time) drawn once and
 // updated in place as epochs arrive, so the curves grow without flicker.
 
-const STATUS = { running: "#3b6fb6", paused: "#7a6fb0", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" };
+const STATUS = { running: "#3b6fb6", paused: "#7a6fb0", done: "#4f9d4a", interrupted: "#e07b39", error: "#c2334d" };  // theme.RUN_STATUS_COLORS
 const W = 360, H = 170, L = 50, R = 10, T = 10, B = 36;
 
 // A round step (1, 2 or 5 times a power of ten) giving about n intervals over span.

@@ -27,17 +27,6 @@ from ._assets import esm
 from ._base import ViewWidget
 
 
-def run_status(view: dict[str, Any]) -> str:
-    """What the task's training stands at: idle (no epoch yet), paused (epochs trained, more to
-    run), done, or interrupted."""
-    records = view["records"]
-    if view["interrupted"]:
-        return "interrupted"
-    if not records:
-        return "idle"
-    return "done" if records[-1]["epoch"] >= view["total_epochs"] else "paused"
-
-
 class TrainingMonitor(ViewWidget):
     """Curves of a task's training. Call it as ``monitor(event, payload)``, or use ``monitor.run()``."""
 
@@ -66,7 +55,7 @@ class TrainingMonitor(ViewWidget):
             self.records, self.lr, self.lr_every, self.lr_steps = v["records"], v["lr"], v["lr_every"], v["lr_steps"]
         self._set_losses(v["step_losses"], v["loss_every"], v["loss_steps"])
         self.total_epochs, self.steps_per_epoch = v["total_epochs"], v["steps_per_epoch"]
-        self._run_status = run_status(v)
+        self._run_status = views.run_status(v)
         if not getattr(self, "_in_run", False):  # read from the task: after reset(), a resume in code...
             if self.error and getattr(self, "_error_mark", None) != self.task_mark():
                 self.error = {}
@@ -76,15 +65,18 @@ class TrainingMonitor(ViewWidget):
 
     def static_html(self) -> str:
         """The task's history as it is now (not when this widget was made)."""
-        return static.training_html(views.training_view(self.source))
+        return static.training_html(views.training_view(self.source), self.status)
 
     def one_line(self) -> str:
         v = views.training_view(self.source)
+        stopped = " (interrupted)" if v["interrupted"] else ""
         if not v["records"]:
-            return f"not trained yet, {plural(v['total_epochs'], 'epoch')} planned"
+            done = "interrupted before its first epoch ended" if v["interrupted"] else "not trained yet"
+            return f"{done}, {plural(v['total_epochs'], 'epoch')} planned"
         last = v["records"][-1]
         val = "" if last["val_top1"] is None else f", val top-1 {100 * last['val_top1']:.2f}%"
-        return f"epoch {last['epoch']}/{v['total_epochs']}, train loss {static.metric_text(last['train_loss'], '.4f')}{val}"
+        return (f"epoch {last['epoch']}/{v['total_epochs']}{stopped}, train loss "
+                f"{static.metric_text(last['train_loss'], '.4f')}{val}")
 
     # ---- the callback the engine calls ------------------------------------------------------------
     _last_push = 0.0

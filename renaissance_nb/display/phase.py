@@ -32,11 +32,12 @@ class PhaseView(ViewWidget):
         return v
 
     def static_html(self) -> str:
-        return static.phase_html(self.view)
+        return static.phase_html(self.view, self.error)
 
     def one_line(self) -> str:
         v = self.view
-        return f"{v['kind']} {v['task']!r} in phase {v['current']}, {plural(len(v['history']), 'call')} so far"
+        failed = f"; {self.error['action']}() failed: {self.error['type']}" if self.error.get("action") else ""
+        return f"{v['kind']} {v['task']!r} in phase {v['current']}, {plural(len(v['history']), 'call')} so far{failed}"
 
     def act(self, action: str) -> None:
         """Run one phase operation on the task (what a button does); errors land in ``error``."""

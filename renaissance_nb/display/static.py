@@ -14,7 +14,7 @@ from ..text import human_bytes, plural
 from . import views
 from ._assets import css
 from .sections import INSPECTOR_WAITS, sections_of
-from .theme import PHASE_COLORS, W, esc
+from .theme import IDLE_COLOR, PHASE_COLORS, RUN_STATUS_COLORS, W, esc, ink_on
 
 
 def wrap(body: str, cls: str = "") -> str:
@@ -89,8 +89,14 @@ def history_table(view: dict[str, Any]) -> str:
             f"<th class='rnb-num'>took</th></tr>{rows}</table>")
 
 
-def phase_html(view: dict[str, Any]) -> str:
-    return (f"<div class='rnb-phase'>{phase_svg(view)}<div class='rnb-h'>History</div>{history_table(view)}</div>")
+def phase_html(view: dict[str, Any], error: dict[str, Any] | None = None) -> str:
+    """The phase machine's saved copy, with the error its buttons last met (phase.js draws it live)."""
+    err = ""
+    if error and error.get("message"):
+        who = f"{error['type']} from {error['action']}()" if error.get("action") else error.get("type", "")
+        err = (f"<div class='rnb-error' data-error='{esc(error.get('type', ''))}'><b>{esc(who)}</b> "
+               f"{esc(error['message'])}</div>")
+    return (f"<div class='rnb-phase'>{phase_svg(view)}{err}<div class='rnb-h'>History</div>{history_table(view)}</div>")
 
 
 # ---- memory ----------------------------------------------------------------------------------------
@@ -388,12 +394,7 @@ def training_svg(view: dict[str, Any]) -> str:
         ax.set_ylim(0, max((v for v in view["lr"] if v is not None), default=0) * 1.15 or 1)
     ax.set_title("learning rate")
     ax = axes[1][1]
-    prev = 0
-    times = []
-    for r in recs:
-        times.append(1e3 * r["seconds"] / max(r["steps"] - prev, 1))
-        prev = r["steps"]
-    ax.bar([r["epoch"] for r in recs], times, color="#a58fd6", width=0.6)
+    ax.bar([r["epoch"] for r in recs], step_times(recs), color="#a58fd6", width=0.6)
     ax.set_title("step time (ms, incl. validation)")
     for row in axes:
         for a in row:
@@ -410,17 +411,46 @@ def training_svg(view: dict[str, Any]) -> str:
     return svg[svg.find("<svg"):]
 
 
-def training_html(view: dict[str, Any]) -> str:
+def step_times(recs: list[dict[str, Any]]) -> list[float]:
+    """Each epoch's ms per step as monitor.js draws its bars: a run's first step (kernels compiled or loaded,
+    ``first_step_seconds``) is left out of its epoch's time and steps."""
+    prev, out = 0, []
+    for r in recs:
+        first = r.get("first_step_seconds") or 0
+        out.append(1e3 * (r["seconds"] - first) / max(r["steps"] - prev - (1 if first > 0 else 0), 1))
+        prev = r["steps"]
+    return out
+
+
+def first_steps_note(recs: list[dict[str, Any]]) -> str:
+    """monitor.js's note under the bars: the first steps they leave out ("" where none)."""
+    firsts = [r for r in recs if (r.get("first_step_seconds") or 0) > 0]
+    if not firsts:
+        return ""
+    says = ", ".join(f"epoch {r['epoch']} " + (f"{r['first_step_seconds']:.2f} s" if r["first_step_seconds"] >= 1
+                                               else f"{1e3 * r['first_step_seconds']:.0f} ms") for r in firsts)
+    return f"first step of a run (kernels compiled or loaded), not in the bars: {says}"
+
+
+def training_html(view: dict[str, Any], status: str | None = None) -> str:
+    """The monitor's saved copy: its status pill (``status``, else views.run_status: an interrupted run says so),
+    the last epoch's figures, the curves and the bars' note."""
     recs = view["records"]
     last = recs[-1] if recs else None
-    stats = ""
+    status = status or views.run_status(view)
+    fill = RUN_STATUS_COLORS.get(status, IDLE_COLOR)
+    pill = (f"<span class='rnb-pill' data-status='{esc(status)}' style='background:{fill};color:{ink_on(fill)}'>"
+            f"{esc(status)}</span>")
+    stats = f"<div class='rnb-row'>{pill}</div>"
     if last is not None:
         val = "" if last["val_top1"] is None else (f"<span class='rnb-stat'><b>{100 * last['val_top1']:.2f}%</b>"
                                                    "<span>val top-1</span></span>")
-        stats = (f"<div class='rnb-row'><span class='rnb-stat'><b>{last['epoch']}/{view['total_epochs']}</b>"
-                 f"<span>epochs</span></span><span class='rnb-stat'><b>{metric_text(last['train_loss'], '.4f')}</b><span>train loss"
-                 f"</span></span>{val}</div>")
-    return f"<div class='rnb-training-static'>{stats}{training_svg(view)}</div>"
+        stats = (f"<div class='rnb-row'>{pill}<span class='rnb-stat'><b>{last['epoch']}/{view['total_epochs']}</b>"
+                 f"<span>epochs</span></span><span class='rnb-stat'><b>{metric_text(last['train_loss'], '.4f')}</b>"
+                 f"<span>train loss</span></span>{val}</div>")
+    note = first_steps_note(recs)
+    note = f"<div class='rnb-note'>{esc(note)}</div>" if note else ""
+    return f"<div class='rnb-training-static'>{stats}{training_svg(view)}{note}</div>"
 
 
 # ---- graph -------------------------------------------------------------------------------------------------

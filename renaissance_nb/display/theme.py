@@ -48,6 +48,12 @@ PAPER = "#ffffff"
 PANEL = "#f6f8fa"
 
 
+RUN_STATUS_COLORS = {"running": "#3b6fb6", "paused": "#7a6fb0", "done": "#4f9d4a", "interrupted": "#e07b39",
+                     "error": "#c2334d"}
+"""The training monitor's status pill (widgets/monitor.js, STATUS, is the same); any other status: IDLE_COLOR."""
+IDLE_COLOR = "#98a2b3"
+
+
 def ink_on(fill: str) -> str:
     """Near-black or white, whichever reads better on ``fill`` ("#rrggbb"; WCAG relative luminance): the
     text of a box coloured by stream or family stays at 4.5:1 or more (widgets/dom.js, inkOn, is the same)."""

@@ -576,6 +576,17 @@ def learning_rates(task: Any) -> np.ndarray:
         return np.zeros(0)
 
 
+def run_status(view: dict[str, Any]) -> str:
+    """What a training view's run stands at: idle (no epoch yet), paused (epochs trained, more to run), done,
+    or interrupted (the live monitor and its saved copy say the same)."""
+    records = view["records"]
+    if view["interrupted"]:
+        return "interrupted"
+    if not records:
+        return "idle"
+    return "done" if records[-1]["epoch"] >= view["total_epochs"] else "paused"
+
+
 def training_view(task: Any) -> dict[str, Any]:
     """History so far, per-step losses and the learning-rate schedule (curves of at most
     CURVE_POINTS points: ``loss_every``/``lr_every`` steps a point, see step_curve)."""

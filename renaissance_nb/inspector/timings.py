@@ -71,10 +71,17 @@ class StepTimings:
         return [{"graph": k.gid, "index": k.index, "op": k.op, "layer": k.layer, "us": k.seconds * 1e6,
                  "calls": k.calls} for k in self.kernels]
 
+    def label(self, k: KernelTiming) -> str:
+        """'fc_bwd (fc1)', with the graph where the same op of the same layer runs in more than one (the first
+        layer's A and B buffers' graphs alternate step by step)."""
+        twins = sum(1 for j in self.kernels if (j.op, j.layer) == (k.op, k.layer))
+        return f"{k.op} ({k.layer or k.gid}" + (f", {k.gid}" if twins > 1 and k.layer else "") + ")"
+
     def summary(self) -> str:
-        top = ", ".join(f"{k.op} ({k.layer or k.gid}) {k.seconds * 1e3:.3f} ms" for k in self.slowest(3))
+        top = ", ".join(f"{self.label(k)} {k.seconds * 1e3:.3f} ms" for k in self.slowest(3))
         return (f"{plural(self.steps, 'training step')} timed: {self.step_seconds * 1e3:.3f} ms per step (median), "
-                f"{plural(len(self.kernels), 'kernel')}; slowest: {top}" + (f"; {self.replay}" if self.replay else ""))
+                f"{plural(len(self.kernels), 'kernel')} over the steps' programs (the A and B buffers' alternate); "
+                f"slowest: {top}" + (f"; {self.replay}" if self.replay else ""))
 
     def __repr__(self) -> str:
         return f"<StepTimings {self.summary()}>"
