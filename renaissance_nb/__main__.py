@@ -341,7 +341,7 @@ def _positive_number(text: str) -> float:
 
 def _training_flags(args: argparse.Namespace) -> None:
     """Fill the training flags left out: the defaults, or with ``--resume`` the checkpoint's settings (a flag
-    given that differs is load_state's error, naming it). ``--resume`` keeps saving where it read."""
+    given that differs is refused here, in the command line's words). ``--resume`` keeps saving where it read."""
     saved: dict[str, object] = {}
     if args.resume:
         from .runtime.checkpoint import saved_config
