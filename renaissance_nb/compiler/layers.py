@@ -326,6 +326,16 @@ class _LayerTensors:
         return op_of(layer.kind).tensors(self, idx, layer, ins)
 
 
+def _check_block_width(arch: ArchPlan, tensors: tuple[str, ...], shapes: dict[str, tuple[int, ...]]) -> None:
+    """A block built for ``cin`` input channels (arch.expects) against the width its input has: said when a
+    layer first reads that input, before the block's residual add meets shapes it cannot sum."""
+    for tensor, label, channels in arch.expects:
+        if tensor in tensors and shapes[tensor][-1] != channels:
+            raise ShapeError(f"plan: {label} was built for {channels} input channels, but {tensor} has "
+                             f"{shapes[tensor][-1]}. Fix: pass cin={shapes[tensor][-1]} to the block (its expansion and "
+                             "residual are sized by it).")
+
+
 def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_classes: int,
                  opt_state: tuple[str, ...], total_steps: int, ema: bool = False, clip: bool = False,
                  class_weights: bool = False, tokens: bool = False, recompute: bool = False,
@@ -360,6 +370,7 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
                          "FIRST_LAYER graphs). Fix: start the model with one layer, e.g. a conv or fc, before add2.")
     alloc = _LayerTensors(t, batch, opt_state, ema)
     for idx, layer in enumerate(arch.layers):
+        _check_block_width(arch, layer.inputs, shapes)  # before the layers it sizes meet a shape they cannot take
         ins = [shapes[x] for x in layer.inputs]
         x = ins[0]
         y = alloc.layer(idx, layer, ins)
@@ -378,11 +389,6 @@ def tensor_table(arch: ArchPlan, batch: int, sample_shape: tuple[int, ...], num_
     if recompute:
         for spec in recompute_twins(arch, list(t.specs)):
             t.add(f"{spec.name}{RECOMPUTE}", spec.shape, spec.dtype, spec.region)
-    for tensor, label, channels in arch.expects:
-        if shapes[tensor][-1] != channels:
-            raise ShapeError(f"plan: {label} was built for {channels} input channels, but {tensor} has "
-                             f"{shapes[tensor][-1]}. Fix: pass cin={shapes[tensor][-1]} to the block (its expansion and "
-                             "residual are sized by it).")
     for conv, _ in arch.folded:  # the folded weights the inference graph's convolutions read
         conv_bn.tensors(alloc, conv, t.specs[t.ids[f"{conv}.weight"]].shape, shapes[f"{conv}.out"][-1])
     want = (*xshape, num_classes) if tokens else (num_classes,)
