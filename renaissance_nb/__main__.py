@@ -23,7 +23,7 @@ from .task import DeepLearningTask
 from .checks import closest
 from .errors import CheckpointError, RenaissanceError
 from .memory.region import FAMILIES
-from .mpi import launch_command, under_mpiexec
+from .mpi import launch_command, mpiexec_path, under_mpiexec
 from .text import bytes_versus, human_bytes, plural
 from .train.losses import CrossEntropyLoss
 from .train.optimizers import AdamW
@@ -172,9 +172,14 @@ def _next_steps(args: argparse.Namespace, best_epoch: int) -> None:
         return
     best = best_path(args.checkpoint)
     print(f"saved: the last epoch in {args.checkpoint}, the best (epoch {best_epoch}) in {best}")
+    n = args.nproc
+    if under_mpiexec():  # a rank of --nproc N (launched without the flag)
+        from .mpi import world
+        n = world().size
+    ranks = f"{mpiexec_path() or 'mpiexec'} -n {n} " if n > 1 else ""  # a data-parallel run loads on its ranks
     print("next:\n"
           f"  {_prog()} export {best} --onnx model.onnx --safetensors model.safetensors\n"
-          f"  python3 -c \"from renaissance_nb import DeepLearningTask, datasets; d = {_data_call(args)}; "
+          f"  {ranks}python3 -c \"from renaissance_nb import DeepLearningTask, datasets; d = {_data_call(args)}; "
           f"print(DeepLearningTask.load('{best}', d).evaluate(d.val.x, d.val.y))\"\n"
           "  jupyter lab notebooks/01_tour.ipynb   (the same task, every stage a widget)")
 
@@ -233,7 +238,7 @@ def _prog() -> str:
     return name if name.startswith("renaissance-nb") else "python -m renaissance_nb"
 
 
-TRAIN_DEFAULTS = {"epochs": 5, "batch_size": 128, "lr": 1e-3, "seed": 123}
+TRAIN_DEFAULTS = {"epochs": 5, "batch_size": 128, "lr": 1e-3, "seed": 123, "nproc": 1}
 """The training flags a new run starts with; ``--resume`` takes the checkpoint's instead."""
 
 
@@ -269,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--download", action="store_true", help="download MNIST into --mnist DIR if missing")
     tr.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                     help="where the step replays: cpu (default), cuda (CUDA graphs via CuPy), auto")
-    tr.add_argument("--nproc", type=_whole(1), default=1, metavar="N",
+    tr.add_argument("--nproc", type=_whole(1), metavar="N",
                     help="data-parallel MPI ranks, started with mpiexec; --batch-size stays the global batch "
-                         "(default %(default)s)")
+                         f"(default {d['nproc']}; --resume: the run's own)")
     tr.add_argument("--checkpoint", metavar="PATH", help="save the run to PATH (.npz) at every epoch's end and at "
                                                          "Ctrl-C, the best epoch beside it (PATH-best.npz)")
     tr.add_argument("--resume", metavar="PATH", help="continue the run saved in PATH where it stopped, with its "
@@ -348,10 +353,12 @@ def _training_flags(args: argparse.Namespace) -> None:
         config = saved_config(args.resume)
         opt = config.get("optimizer")
         settings = opt.get("settings") if isinstance(opt, dict) else None
+        dist = config.get("distributed")
         saved = {"epochs": config.get("total_epochs"), "batch_size": config.get("batch_size"),
-                 "seed": config.get("seed"), "lr": settings.get("lr") if isinstance(settings, dict) else None}
+                 "seed": config.get("seed"), "lr": settings.get("lr") if isinstance(settings, dict) else None,
+                 "nproc": dist.get("ranks", 1) if isinstance(dist, dict) else 1}  # a run resumes on its ranks
         for flag, parse in (("epochs", _whole(1)), ("batch_size", _whole(1)), ("seed", _whole(0)),
-                            ("lr", _positive_number)):
+                            ("lr", _positive_number), ("nproc", _whole(1))):
             try:
                 saved[flag] = None if saved[flag] is None else parse(str(saved[flag]))
             except argparse.ArgumentTypeError as exc:  # a header edited by hand: the checksum covers the arrays

@@ -108,6 +108,13 @@ def test_a_checkpoint_of_two_ranks_resumes_on_two_byte_identically(runs) -> None
         if k.startswith("w_"):
             assert whole[k].tobytes() == cut[k].tobytes(), k
     np.testing.assert_array_equal(cut["losses"], whole["losses"])
+    # DeepLearningTask.load under the same rank count rebuilds a task on those ranks (it built a one-process
+    # task, which the checkpoint's rank check then refused on every rank count)
+    _run(["load", str(d / "cut")], 2)
+    loaded = np.load(d / "cut.npz")
+    for k in whole.files:
+        if k.startswith("w_"):
+            assert whole[k].tobytes() == loaded[k].tobytes(), k
     # another rank count is refused with the library's error, naming both counts
     one = subprocess.run([sys.executable, WORKER, "resume", str(d / "cut")], capture_output=True, text=True,
                          timeout=LIMIT, env=_env())
@@ -472,3 +479,21 @@ def test_a_stop_by_another_ranks_epoch_or_start_callback_is_taken_on_this_rank_t
     assert result.stopped == "rank 1 stops after epoch 1" and len(result.history) == 1 and not result.interrupted
     result = _mirrored(_MirrorWorld(others={1: (True, "rank 1 refuses")})).run(progress="none")
     assert result.stopped == "rank 1 refuses" and len(result.step_losses) == 0
+
+
+def test_train_resume_of_a_two_rank_run_runs_on_two_ranks(tmp_path) -> None:
+    """``train --resume`` takes the rank count from the checkpoint, as it takes epochs and batch size (the
+    printed command, without --nproc 2, failed with "written by a run on 2 rank(s)"); a --nproc that differs is
+    refused in the command line's words; the printed evaluate command runs on the ranks the checkpoint needs."""
+    _mpiexec()
+    run = tmp_path / "run.npz"
+    cmd = [sys.executable, "-m", "renaissance_nb", "train", "--epochs", "1", "--checkpoint", str(run)]
+    first = subprocess.run([*cmd, "--nproc", "2"], capture_output=True, text=True, timeout=LIMIT, env=_env())
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert re.search(r"mpiexec -n 2 python3 -c .*DeepLearningTask\.load", first.stdout), first.stdout[-1500:]
+    again = subprocess.run([*cmd[:4], "--resume", str(run)], capture_output=True, text=True, timeout=LIMIT,
+                           env=_env())
+    assert again.returncode == 0 and "ranks: 2 MPI processes" in again.stdout, again.stdout[-2000:] + again.stderr
+    one = subprocess.run([*cmd[:4], "--resume", str(run), "--nproc", "1"], capture_output=True, text=True,
+                         timeout=LIMIT, env=_env())
+    assert one.returncode == 1 and "--nproc 1 differs from the 2 the run in" in one.stderr, one.stderr[-1000:]

@@ -93,10 +93,15 @@ def _broadcast(*shapes: Shape) -> Shape | None:
     return tuple(out[::-1])
 
 
-def _act(p: dict[str, Any], default: str | None = None) -> str | None:
+FC_ACTS = ("none", "relu", "tanh", "sigmoid", "leaky_relu")
+"""The activations the dense layers' fused bias passes compute (native.c bias_act_rows, fused.bias_act_: codes 0-4;
+ops/fc.py fuses these): an fc node given silu or gelu would skip it silently."""
+
+
+def _act(p: dict[str, Any], default: str | None = None, allowed: Sequence[str] = tuple(ACT_CODES)) -> str | None:
     act = p.get("act", default)
-    if act not in ACT_CODES:
-        return f"parameter act={act!r} is not one of {sorted(ACT_CODES)} (node(..., act='relu'))"
+    if act not in allowed:
+        return f"parameter act={act!r} is not one of {sorted(allowed)} (node(..., act='relu'))"
     return None
 
 
@@ -109,7 +114,42 @@ def _fc_fwd(ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]) -> s
         return f"y = x W^T needs x (m, k), W (n, k), y (m, n); got x {ins[0]}, W {w}, y {y}"
     if len(ins) == 3 and math.prod(ins[2]) != w[0]:
         return f"the bias has {math.prod(ins[2])} values for {w[0]} outputs (shape {ins[2]})"
-    return _act(p, "none")
+    return _act(p, "none", FC_ACTS)
+
+
+@rule("fc_bwd", (5, 5), (1, 64))
+def _fc_bwd(ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]) -> str | None:
+    """(dy, x, W, y, ones) -> (dW, [db], [dx], scratch...), rows flattened as fc_bwd_operands flattens them."""
+    dy, x, w, y = ins[:4]
+    if len(w) != 2 or math.prod(dy) % max(w[0], 1):
+        return f"dW = dy^T x needs W (n, k) and dy of rows of n; got W {w}, dy {dy}"
+    m, (n, k) = math.prod(dy) // max(w[0], 1), w
+    main = list(outs[:len(outs) - len(p.get("scratch", ()))])
+    wants = [("dW", main.pop(0) if main else None, w)]
+    if p.get("bias"):
+        wants.append(("db", main.pop(0) if main else None, (n,)))
+    if p.get("need_dx"):
+        wants.append(("dx", main.pop(0) if main else None, (m, k)))
+    for name, got, size in (("x", x, (m, k)), ("y", y, (m, n)), *wants):
+        if got is None or math.prod(got) != math.prod(size) or (name == "dW" and tuple(got) != tuple(size)):
+            return f"{name} must hold {size} values as dy {dy} and W {w} give them; got {got}"
+    return _act(p, "none", FC_ACTS)
+
+
+@rule("softmax_xent", (2, 3), (1, 64))
+def _softmax_xent(ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]) -> str | None:
+    """(logits, labels, [class weights]) -> (result, [dlogits]): a label per row of logits (a sequence's (B, T)
+    per position), dlogits shaped as the logits."""
+    logits, labels = ins[0], ins[1]
+    rows = logits[:-1] if len(labels) == 2 else logits[:1]
+    if len(logits) < 2 or tuple(labels) != tuple(rows):
+        return f"the labels must give one class per row of the logits {logits}; got labels {labels}"
+    classes = logits[-1] if len(labels) == 2 else math.prod(logits[1:])
+    if len(ins) == 3 and math.prod(ins[2]) != classes:
+        return f"the class weights have {math.prod(ins[2])} values for {classes} classes"
+    if p.get("grad") and (len(outs) < 2 or math.prod(outs[1]) != math.prod(logits)):
+        return f"the logits' gradient must be shaped as the logits {logits}; got {outs[1] if len(outs) > 1 else None}"
+    return None
 
 
 @rule("matmul", (2, 2), (1, 1))

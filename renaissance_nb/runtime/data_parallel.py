@@ -79,6 +79,14 @@ class DataParallel:
     def epoch_began(self) -> None:
         self.metrics_global = False
 
+    def mean_loss(self, loss: float) -> float:
+        """This rank's batch loss averaged over the ranks, as sync_log averages the log (equal shards: the
+        global batch's mean loss), the same on every rank: what the step callbacks and the progress show."""
+        part = np.array([loss], np.float32)
+        self.world.sum_(part)
+        np.multiply(part, np.float32(1.0 / self.world.size), out=part)
+        return float(part[0])
+
     def sync_log(self, runner: "Runner") -> None:
         """The loss log's entries since the last sync: the ranks' mean losses averaged (equal shards:
         the global batch's mean loss), the same bytes on every rank."""

@@ -52,12 +52,25 @@ def _with_data(cfg: TaskConfig, record: dict[str, Any], data: Any, p: str) -> Ta
     return cfg
 
 
+def _on_its_ranks(cfg: TaskConfig, record: dict[str, Any]) -> TaskConfig:
+    """A checkpoint of a data-parallel run, rebuilt under mpiexec with the rank count that wrote it, trains on
+    those ranks again (from_dict keeps no device or launch setting; without this, load() under mpiexec -n 2
+    built a one-process task that the checkpoint's rank check then refused). Elsewhere the config stays one
+    process's, and load_state says which rank count the checkpoint needs."""
+    from .. import config_checks as check
+    from ..mpi import under_mpiexec
+    dist = record.get("distributed")
+    if not isinstance(dist, dict) or int(dist.get("ranks", 1)) < 2 or not under_mpiexec():
+        return cfg
+    return cfg.with_(**check.distributed(dist.get("backend", "mpi"), None, dist.get("allreduce", "buckets")))
+
+
 def config_for(path: str | os.PathLike, data: Any) -> TaskConfig:
     """The config a checkpoint records, around ``data``: what ``DeepLearningTask.load`` builds and compiles."""
     from ..errors import ConfigError, RenaissanceError
     p, record = os.fspath(path), saved_config(path)
     try:  # a config edited by hand: any shape it has is this error
-        return _with_data(TaskConfig.from_dict(record), record, data, p)
+        return _with_data(_on_its_ranks(TaskConfig.from_dict(record), record), record, data, p)
     except ConfigError as exc:
         if "cannot rebuild" not in str(exc):
             raise

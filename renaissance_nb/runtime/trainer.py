@@ -337,6 +337,8 @@ class _EpochLoop:
         if self.nan_flag[0] == 2:
             self.t.raise_halted()
         loss = float(self.result_view[0])
+        if self.runner.dp is not None:  # every rank checks at the same steps: the global batch's loss
+            loss = self.runner.dp.mean_loss(loss)
         self.prog.update(advanced, loss)
         st.live_at = (epoch, self.pos)  # a save() from a callback records where to resume
         why = call_each(self.callbacks, "step", {"epoch": epoch + 1, "step": int(self.step_counter[0]), "loss": loss})

@@ -87,6 +87,13 @@ def rank() -> int:
     return world().rank
 
 
+def world_size() -> int:
+    if not under_mpiexec():
+        return 1
+    from renaissance_nb.mpi import world
+    return world().size
+
+
 def gathered(value: object) -> list:
     """``value`` of every rank, in rank order ([value] on one process)."""
     if not under_mpiexec():
@@ -155,17 +162,25 @@ def main() -> None:
                      train_loss=[h.train_loss for h in result.history], val_loss=[h.val_loss for h in result.history],
                      **extra, **{f"w_{k}": v for k, v in task.state_dict().items()})
     elif MODE == "stop":
-        at = int(ARGS[3])
+        at, seen = int(ARGS[3]), []
 
         def stop(event: str, info: object) -> None:
+            if event == "step":
+                seen.append((info["step"], info["loss"]))
             if event == "step" and info["step"] >= at:
                 raise StopTraining(f"stopped at step {info['step']}")
         result = task.run(progress="none", callbacks=[stop])
         assert result.interrupted or result.stopped, result
         task.save(OUT + ".ckpt")
-        print(f"rank {r} stopped at {task.run_state.resume_at}", flush=True)
-    elif MODE == "resume":
-        task.load_state(OUT + ".ckpt")
+        log = {s: float(result.step_losses[s - 1]) for s, _ in seen}  # the global loss log
+        print(f"rank {r} stopped at {task.run_state.resume_at}; step losses {seen} log {log}", flush=True)
+        assert all(loss == log[s] for s, loss in seen), (seen, log)  # what callbacks see is the global loss
+    elif MODE in ("resume", "load"):
+        if MODE == "resume":
+            task.load_state(OUT + ".ckpt")
+        else:  # DeepLearningTask.load rebuilds the task on the ranks that wrote the checkpoint
+            task = DeepLearningTask.load(OUT + ".ckpt", task.splits)
+            assert task.config.ranks == world_size(), task.config.ranks
         result = task.run(progress="none")
         extra = per_rank(task, result)
         if r == 0:
