@@ -60,10 +60,10 @@ def path_template(where: str, path: Any, example: str) -> None:
 
 
 def task_name(name: Any) -> str:
-    """A task's name: it names its checkpoints ('checkpoints/{name}-best.npz'), so a non-empty str with no path
-    separator (one failed at the first autosave, after an epoch of training)."""
-    if not isinstance(name, str) or not name or any(c in name for c in ("/", "\\", "\0")):
-        raise bad_argument(ConfigError, "DeepLearningTask", "name", name, "a non-empty str without '/' or '\\'",
+    """A task's name: a non-empty str (it names its checkpoints, 'checkpoints/{name}-best.npz'; a '/' in it makes
+    folders there, as autosave makes them), without NUL, which no file name holds."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise bad_argument(ConfigError, "DeepLearningTask", "name", name, "a non-empty str",
                            "name it e.g. DeepLearningTask('mnist-mlp')")
     return name
 

@@ -28,7 +28,7 @@ from .data.arrays import DataSplits, Dataset
 from .errors import CheckpointError, ConfigError, PhaseError, PlanError
 from .export import export_onnx, save_safetensors
 from .inspector import MemoryInspector
-from .inspector.lr_range import LRRangeTest, lr_ramp, lr_range_test
+from .inspector.lr_range import LRRangeTest, lr_ramp, lr_range_test, replayable_here
 from .memory.dtensor import DTensor
 from .memory.plan import MemoryPlan
 from .phases import Phase, Phased, PhaseMachine
@@ -306,10 +306,12 @@ class DeepLearningTask(NumericSettings, Phased, SuggestsNames):
         """The learning-rate range test (fastai's lr_find): ``steps`` training steps with the lr rising
         exponentially from ``start_lr`` to ``end_lr`` (a fresh optimizer on the current weights), each step's
         loss recorded, stopping when the loss diverges; the task is restored afterwards, byte for byte, and
-        compiled first if needed. ``.suggestion``, ``.plot()``, ``.rows()`` (inspector/lr_range.py)."""
+        compiled first if needed. It replays the CPU step at the full resolution (train_resolution's end).
+        ``.suggestion``, ``.plot()``, ``.rows()`` (inspector/lr_range.py)."""
         self.run_state.check_not_running("lr_find", self.phase)
         lr_ramp(start_lr, end_lr, steps)  # refused before anything compiles
         progress_kind(progress, "lr_find")
+        replayable_here(self._config, "lr_find")
         if self.phase is not Phase.COMPILED:
             self._require("lr_find", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
             self.compile()

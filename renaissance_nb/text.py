@@ -1,6 +1,7 @@
 """Small text helpers shared by messages, reprs and views: sizes, counts."""
 from __future__ import annotations
 
+import math
 from decimal import ROUND_HALF_UP, Decimal
 
 
@@ -11,6 +12,9 @@ UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 def one_decimal(x: float) -> str:
     """``x`` to one decimal as JavaScript's ``toFixed(1)`` rounds it: an exact tie away from zero (Python's
     format rounds it to even: 12.25 KiB read 12.2 here and 12.3 in the live widgets)."""
+    x = float(x)  # NumPy's float32 and float16 are not Decimal's
+    if not math.isfinite(x):
+        return str(x)
     return str(Decimal(x).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
 
 

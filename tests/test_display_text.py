@@ -365,3 +365,5 @@ def test_the_widgets_print_bytes_as_the_text_does() -> None:
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == [human_bytes(v) for v in values]
     assert human_bytes(12544) == "12.3 KiB" and human_bytes(2 ** 65) == "32.0 EiB"
+    assert human_bytes(np.float32(2048)) == human_bytes(np.float16(2048)) == "2.0 KiB"  # not Decimal's TypeError
+    assert human_bytes(float("inf")) == "inf EiB"

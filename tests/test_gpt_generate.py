@@ -118,6 +118,9 @@ def test_generate_refuses_bad_requests(trained) -> None:  # type: ignore[no-unty
         with pytest.raises(ConfigError, match=r"prompt=.* is invalid; expected text, or token ids as a 1-D"):
             task.generate(bad, 2)  # a float id was cut, a batch flattened, the rest raw NumPy/Python errors
     assert task.generate(np.array([1, 2], np.uint8), 4, seed=3).tolist() == before.tolist()  # any int dtype
+    one = task.generate([5], 3, seed=1).tolist()
+    assert task.generate(5, 3, seed=1).tolist() == task.generate(np.int64(5), 3, seed=1).tolist() == one  # one id
+    assert task.generate(np.array([[1, 2]]), 4, seed=3).tolist() == before.tolist()  # one window, as data.x[:1]
 
 
 def test_a_conv_net_has_no_decode_step() -> None:

@@ -140,3 +140,24 @@ def test_add_graph_and_run_name_their_bad_arguments() -> None:
     with pytest.raises(PlanError, match=r"fill: parameter value=\[1, 2\]|value=\[1, 2\] is not one number"):
         t2, (z,) = planned((2,))
         t2.add_graph("f", [node("fill", [], [z.id], value=[1, 2])])
+
+
+def test_a_bfloat16_read_writes_back_and_ints_past_a_float_range_are_refused() -> None:
+    """read() of a bfloat16 tensor gives an ml_dtypes array, which write() refused (its kind is not a number's);
+    an int beyond float16's range was stored as inf, as a float one was."""
+    import ml_dtypes
+    t = TaskBase("bf")
+    a = t.alloc((2, 2), "bfloat16", Region.T_TEMP_FP32)
+    h = t.alloc((2,), "float16", Region.T_TEMP_FP32)
+    t.finalize_memory()
+    t.add_graph("g", [node("fill", [], [a.id], value=0), node("fill", [], [h.id], value=0)])
+    t.compile()
+    t.write(a, [[1.5, -2.0], [0.25, 3.0]])
+    v = t.read(a)
+    assert v.dtype == ml_dtypes.bfloat16
+    t.write(a, v)
+    assert t.read(a).tobytes() == v.tobytes()
+    for big in (100000, np.int64(100000), [1, 100000]):
+        with pytest.raises(PlanError, match="finite values within its range"):
+            t.write(h, big)
+    assert t.read(h).tolist() == [0.0, 0.0]

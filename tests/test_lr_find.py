@@ -6,6 +6,7 @@ import pytest
 
 from renaissance_nb import AdamW, ConfigError, DeepLearningTask, Phase, fc, relu, seq
 from renaissance_nb.inspector.lr_range import DIVERGE, LRRangeTest
+from renaissance_nb.train.rng import Philox, StreamId
 
 
 def blobs(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -88,3 +89,31 @@ def test_a_test_ending_on_a_non_finite_loss_reports_the_finite_best() -> None:
     r = LRRangeTest(lrs, losses, losses.copy(), "the loss was not finite at step 20")
     assert r.best == (pytest.approx(lrs[18]), pytest.approx(1.0))  # argmin took the NaN's index
     assert r.suggestion is not None and np.isfinite(r.suggestion)
+
+
+def test_nan_stops_the_test_and_the_order_is_the_first_epochs() -> None:
+    """With nan_policy="raise" (the default) a non-finite step ends the test instead of raising NumericalError;
+    the batches come in the first epoch's shuffled order (a fresh task's order is 0..n-1: class-sorted data gave
+    single-class batches), and the order is put back; a distributed or cuda task is refused before compiling."""
+    from renaissance_nb import SGD
+    t = task().optimizer(SGD(lr=1e-3))
+    t.compile()
+    before = t.runner.env.perms["train"].copy()
+    r = t.lr_find(1e30, 1e38, 5, progress=False)
+    assert "not finite at step" in r.stopped and len(r.losses) < 5, r
+    assert np.array_equal(t.runner.env.perms["train"], before)
+    x, y = blobs(512)
+    order = np.argsort(y, kind="stable")
+    xs, ys = x[order], y[order]
+    sorted_task = (DeepLearningTask("s").model(seq(fc(32), relu(), fc(4))).data(train=(xs, ys), batch_size=32)
+                   .optimizer(AdamW()).total_epochs(1).seed(5)).compile()
+    first = sorted_task.lr_find(1e-7, 1e-6, 12, progress=False).losses[0]  # the untrained model's first batch
+    perm = Philox(5).permutation(512, int(StreamId.SHUFFLE), 0)  # run()'s first epoch order (runner.shuffle_into)
+    assert first == pytest.approx(sorted_task.evaluate(xs[perm[:32]], ys[perm[:32]])["loss"], rel=1e-5)
+    assert first != pytest.approx(sorted_task.evaluate(xs[:32], ys[:32])["loss"], rel=1e-3)  # not class 0 alone
+    planned_on_two = task().distributed("mpi", ranks=2)  # planned for 2 ranks without MPI
+    with pytest.raises(ConfigError, match="distributed task"):
+        planned_on_two.lr_find(progress=False)
+    assert planned_on_two.phase is Phase.PLANNING
+    with pytest.raises(ConfigError, match="float32 holds"):
+        task().lr_find(1e-50, 1e-3)

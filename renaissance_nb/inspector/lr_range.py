@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ConfigError, bad_argument
+from ..errors import ConfigError, NumericalError, bad_argument
 from ..progress import make_progress, progress_kind
 from .allocations import arena_restored, check_steps, measurable_runner, step_sequence
 
@@ -115,14 +115,27 @@ def lr_ramp(start_lr: Any, end_lr: Any, steps: Any) -> np.ndarray:
     compiles anything)."""
     steps = check_steps("lr_find", steps)
     for name, v in (("start_lr", start_lr), ("end_lr", end_lr)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not 0 < v < math.inf:
-            raise bad_argument(ConfigError, "lr_find", name, v, "a finite number > 0", "e.g. lr_find(1e-7, 10)")
+        ok = not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating))
+        with np.errstate(over="ignore"):
+            if not ok or not 0 < float(np.float32(v)) < math.inf:  # the lr table holds float32
+                raise bad_argument(ConfigError, "lr_find", name, v, "a number > 0 that float32 holds (the lr "
+                                   "table's type)", "e.g. lr_find(1e-7, 10)")
     if not start_lr < end_lr:
         raise bad_argument(ConfigError, "lr_find", "end_lr", end_lr, f"a number above start_lr={start_lr!r}",
                            "e.g. lr_find(start_lr=1e-7, end_lr=10)")
     if steps < 2:
         raise bad_argument(ConfigError, "lr_find", "steps", steps, "an int >= 2", "pass steps=100")
     return (float(start_lr) * (float(end_lr) / float(start_lr)) ** (np.arange(steps) / (steps - 1))).astype(np.float32)
+
+
+def replayable_here(config: Any, op: str) -> None:
+    """What measurable_runner refuses once compiled, refused from the settings before anything compiles."""
+    if config.distributed is not None:
+        raise ConfigError(f"{op}: a distributed task's step all-reduces with the other ranks, which would not be "
+                          "replaying. Fix: run it on the same model in one process (without distributed()).")
+    if config.device == "cuda":
+        raise ConfigError(f"{op}: the task runs on cuda; this replays the CPU step. Fix: run it on a task built "
+                          "with device('cpu'), then train on the GPU with the rate it suggests.")
 
 
 def _fresh_optimizer(runner: "Runner") -> None:
@@ -147,8 +160,11 @@ def lr_range_test(runner: "Runner | None", start_lr: Any = 1e-7, end_lr: Any = 1
     smoothed: list[float] = []
     stopped = "end_lr reached"
     bar = make_progress(progress_kind(progress, "lr_find"), n, "lr_find")
+    order = runner.env.perms["train"]
+    saved_order = order.copy()  # host state (checkpoints save it): put back as the arena is
     with arena_restored(runner):
         _fresh_optimizer(runner)
+        runner.shuffle_into("train", 0)  # the first epoch's order, as run() draws it (a fresh task holds 0..n-1)
         step, result = runner.view("step"), runner.view("result")
         _, sequence = step_sequence(runner, n, packed=True)
         avg = 0.0
@@ -156,8 +172,11 @@ def lr_range_test(runner: "Runner | None", start_lr: Any = 1e-7, end_lr: Any = 1
             for i, program in sequence:
                 if i >= 0:  # the optimizer reads lr_table[step], the last entry past the table's end
                     table[min(int(step[0]), table.size - 1)] = ramp[len(losses)]
-                for kernel in program:
-                    kernel()
+                try:
+                    for kernel in program:
+                        kernel()
+                except NumericalError:  # nan_policy="raise": the step's NaN check stopped it, which ends the test
+                    result[0] = np.nan
                 if i < 0:  # the rewind and prologue of a pass
                     continue
                 loss = float(result[0])  # the step's batch loss (its loss log ends with the task's steps)
@@ -165,7 +184,7 @@ def lr_range_test(runner: "Runner | None", start_lr: Any = 1e-7, end_lr: Any = 1
                 bar.update(1, loss)
                 if not math.isfinite(loss):
                     smoothed.append(loss)
-                    stopped = f"the loss was not finite at step {len(losses)}"
+                    stopped = f"a loss or gradient was not finite at step {len(losses)}"
                     break
                 avg = SMOOTHING * avg + (1 - SMOOTHING) * loss
                 smoothed.append(avg / (1 - SMOOTHING ** len(losses)))
@@ -174,5 +193,6 @@ def lr_range_test(runner: "Runner | None", start_lr: Any = 1e-7, end_lr: Any = 1
                     break
         finally:
             bar.close()
+            order[:] = saved_order
     k = len(losses)
     return LRRangeTest(ramp[:k].astype(np.float64), np.asarray(losses), np.asarray(smoothed), stopped)

@@ -401,9 +401,9 @@ class _Loaded:
     plateau: dict[str, float] | None
 
 
-SIZING_FIELDS = ("total_epochs", "batch_size", "val_batch_size")
+SIZING_FIELDS = ("total_epochs", "batch_size")
 """Settings that size the plan's state (the loss log and lr table by steps, the batch buffers): a checkpoint of
-other values cannot load, strict or not."""
+other values cannot load, strict or not (val_batch_size sizes nothing saved: strict=True compares it)."""
 
 
 def _check_sizing(op: str, p: str, saved: dict[str, Any], now: dict[str, Any]) -> None:

@@ -70,13 +70,15 @@ def generate(decoder: Callable[[], DecodeStep], data: Any, prompt: Any, tokens: 
 
 
 def prompt_ids(prompt: Any) -> np.ndarray:
-    """Token ids given as the prompt: a 1-D sequence or array of integers (no floats, bools or nesting: a float
-    id would be cut silently, a batch of prompts flattened into one)."""
+    """Token ids given as the prompt: one int, a 1-D sequence or array of ints, or one window of the data (1, T);
+    no floats, bools or batches (a float id would be cut silently, a batch of prompts flattened into one)."""
     fix = "pass text, or the ids as a 1-D list of ints, e.g. generate([20, 43, 1], 100)"
     try:
         a = np.asarray(prompt)
     except (TypeError, ValueError):  # ragged nesting
         a = np.asarray(None)
+    if a.ndim == 0 or (a.ndim == 2 and a.shape[0] == 1):  # one id, or one window (data.train.x[:1])
+        a = a.reshape(-1)
     if a.ndim == 1 and a.size == 0:
         return np.zeros(0, np.int64)  # check_prompt_ids says it is empty
     if a.ndim != 1 or a.dtype.kind not in "iu":

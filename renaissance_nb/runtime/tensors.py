@@ -19,6 +19,8 @@ def exact_values(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
         np.broadcast_to(raw, shape)
     except (ValueError, TypeError):
         return None
+    if raw.dtype.name == "bfloat16":  # ml_dtypes' (kind V): read() of a bfloat16 tensor gives one; float32 holds it
+        raw = raw.astype(np.float32)
     if raw.dtype.kind not in "biuf":
         return None
     if dtype.kind in "iu" and raw.size:
@@ -27,7 +29,7 @@ def exact_values(value: Any, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndar
         if not (np.isfinite(as_float).all() and (as_float == np.round(as_float)).all()
                 and info.min <= raw.min() and raw.max() <= info.max):
             return None
-    if dtype.kind in "fV" and raw.dtype.kind == "f" and raw.size:  # V: ml_dtypes' bfloat16
+    if dtype.kind in "fV" and raw.dtype.kind in "fiu" and raw.size:  # V: ml_dtypes' bfloat16
         finite = np.abs(raw[np.isfinite(raw)].astype(np.float64))
         if finite.size and finite.max() > float(_finfo(dtype).max):
             return None
