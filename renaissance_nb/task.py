@@ -28,7 +28,7 @@ from .data.arrays import DataSplits, Dataset
 from .errors import CheckpointError, ConfigError, PhaseError, PlanError
 from .export import export_onnx, save_safetensors
 from .inspector import MemoryInspector
-from .inspector.lr_range import LRRangeTest, lr_ramp, lr_range_test, replayable_here
+from .inspector.lr_range import LRRangeTest, check_lr_find, lr_range_test
 from .memory.dtensor import DTensor
 from .memory.plan import MemoryPlan
 from .phases import Phase, Phased, PhaseMachine
@@ -303,15 +303,11 @@ class DeepLearningTask(NumericSettings, Phased, SuggestsNames):
 
     def lr_find(self, start_lr: float = 1e-7, end_lr: float = 10.0, steps: int = 100, *,
                 progress: str | bool = "auto") -> "LRRangeTest":
-        """The learning-rate range test (fastai's lr_find): ``steps`` training steps with the lr rising
-        exponentially from ``start_lr`` to ``end_lr`` (a fresh optimizer on the current weights), each step's
-        loss recorded, stopping when the loss diverges; the task is restored afterwards, byte for byte, and
-        compiled first if needed. It replays the CPU step at the full resolution (train_resolution's end).
-        ``.suggestion``, ``.plot()``, ``.rows()`` (inspector/lr_range.py)."""
+        """The learning-rate range test (fastai's lr_find): the CPU step replayed with the lr rising exponentially
+        (a fresh optimizer, the current weights, the full resolution), stopping when the loss diverges; the task is
+        restored byte for byte, compiled first if needed. ``.suggestion``, ``.plot()`` (inspector/lr_range.py)."""
         self.run_state.check_not_running("lr_find", self.phase)
-        lr_ramp(start_lr, end_lr, steps)  # refused before anything compiles
-        progress_kind(progress, "lr_find")
-        replayable_here(self._config, "lr_find")
+        check_lr_find(self._config, start_lr, end_lr, steps, progress)  # before anything compiles
         if self.phase is not Phase.COMPILED:
             self._require("lr_find", Phase.PLANNING, Phase.MEMORY_LOCKED, Phase.COMPILED)
             self.compile()

@@ -128,6 +128,14 @@ def lr_ramp(start_lr: Any, end_lr: Any, steps: Any) -> np.ndarray:
     return (float(start_lr) * (float(end_lr) / float(start_lr)) ** (np.arange(steps) / (steps - 1))).astype(np.float32)
 
 
+def check_lr_find(config: Any, start_lr: Any, end_lr: Any, steps: Any, progress: Any) -> None:
+    """task.lr_find's arguments, and what measurable_runner refuses once compiled, checked before anything
+    compiles (a refused call leaves the task in its phase)."""
+    lr_ramp(start_lr, end_lr, steps)
+    progress_kind(progress, "lr_find")
+    replayable_here(config, "lr_find")
+
+
 def replayable_here(config: Any, op: str) -> None:
     """What measurable_runner refuses once compiled, refused from the settings before anything compiles."""
     if config.distributed is not None:
