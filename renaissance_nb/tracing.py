@@ -78,6 +78,33 @@ class Traced:
 
     __int__ = __index__ = __float__  # type: ignore[assignment]
 
+    def _compare(self, other: Any) -> bool:
+        """==, !=, <, ... on a traced value: a branch on a computed value (`if h == x:` never reached __bool__:
+        Python compared identities and the graph silently kept one side)."""
+        raise TraceError(f"trace: comparing {self.name}, a value the graph computes, decides nothing while tracing "
+                         "(no value exists yet). Fix: decide outside the function, or compute both sides and "
+                         "combine them arithmetically (relu(x) keeps where x > 0).")
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _compare  # type: ignore[assignment]
+    __hash__ = object.__hash__  # placeholders are still told apart by identity (the tape's dictionaries)
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> "Traced":
+        raise TraceError(f"trace: {self.name} takes part in an operation a trace does not record; the traced ops "
+                         "are a @ b, a + b, a * b (Traced on both sides), relu and tanh. Fix: write the function "
+                         "with those (a - b as a + b * minus_ones, a constant as an input of its own).")
+
+    __sub__ = __rsub__ = __radd__ = __rmul__ = __rmatmul__ = __neg__ = __pos__ = __abs__ = _unsupported
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __getitem__ = __iter__ = __len__ = _unsupported  # type: ignore
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> "Traced":
+        return self._unsupported()
+
+    def __getattr__(self, attr: str) -> Any:  # .T, .sum(), .reshape(...): what NumPy arrays have and these do not
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise TraceError(f"trace: {self.name}.{attr}: a traced placeholder has a shape and a name, no {attr!r}. "
+                         "Fix: write the function with @, +, *, relu and tanh on traced values.")
+
     def __repr__(self) -> str:
         return f"Traced({self.name}, shape={self.shape})"
 
@@ -263,6 +290,9 @@ def trace(fn: Callable[..., Traced], **shapes: Any) -> Compiled:
     if not isinstance(out, Traced) or out.tape is not tape:
         raise TraceError(f"trace: {getattr(fn, '__name__', fn)} returned {type(out).__name__}, not a traced array "
                          "computed from its inputs. Fix: return the result of the traced operations.")
+    if not tape.nodes:
+        raise TraceError(f"trace: {getattr(fn, '__name__', fn)} returned its input {out.name} unchanged: there is "
+                         "no operation to trace. Fix: compute something from the inputs.")
     forward = list(tape.nodes)
     rev = _Reverse(tape)
     rev.run(out.id)
@@ -314,6 +344,7 @@ class Jit:
         if key not in self.variants:  # the guard failed: a new variant
             self.variants[key] = trace(self.fn, **{k: s for k, s in key})
         out, grads = self.variants[key].run(**values)
+        grads = {k: (g[:rows[k]] if k in rows else g) for k, g in grads.items()}  # a padded input's zero rows cut
         return (out[: min(rows.values())] if rows else out), grads
 
     @property

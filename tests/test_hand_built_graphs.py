@@ -161,3 +161,27 @@ def test_a_bfloat16_read_writes_back_and_ints_past_a_float_range_are_refused() -
         with pytest.raises(PlanError, match="finite values within its range"):
             t.write(h, big)
     assert t.read(h).tolist() == [0.0, 0.0]
+
+
+def test_nodes_the_kernels_would_run_out_of_bounds_or_wrongly_are_refused() -> None:
+    """softmax_xent with a gradient not shaped as the logits wrote past it into another tensor; fc_bwd with y
+    of other rows summed the wrong bias gradient; fc with act='silu' or 'gelu' skipped the activation (the fused
+    pass computes codes 0-4 only); NumPy scalars are values for fill."""
+    t = TaskBase("nodes")
+    f = Region.F_FEATURE_FP32
+    z, d = t.alloc((200, 10), "float32", f), t.alloc((10, 10), "float32", f)
+    y, r = t.alloc((200,), "int64", Region.I_A_DATA), t.alloc((3,), "float32", Region.S_SCALAR_FP32)
+    x, w, out = t.alloc((8, 3), "float32", f), t.alloc((4, 3), "float32", Region.W_FC_WEIGHT), t.alloc((8, 4), "float32", f)
+    small, ones = t.alloc((2, 4), "float32", f), t.alloc((8,), "float32", f)
+    dw, db = t.alloc((4, 3), "float32", Region.G_FC_WEIGHT), t.alloc((4,), "float32", Region.G_FC_BIAS)
+    t.finalize_memory()
+    bad = {"xent": node("softmax_xent", [z.id, y.id], [r.id, d.id], grad=True, smoothing=0.0),
+           "fc_bwd": node("fc_bwd", [out.id, x.id, w.id, small.id, ones.id], [dw.id, db.id], bias=True,
+                          need_dx=False, act="relu"),
+           "silu": node("fc_fwd", [x.id, w.id], [out.id], act="silu"),
+           "gelu": node("fc_fwd", [x.id, w.id], [out.id], act="gelu")}
+    for name, n in bad.items():
+        with pytest.raises(PlanError, match=r"logits' gradient must be shaped|y must hold|act='(silu|gelu)' is not"):
+            t.add_graph(name, [n])
+    assert t.registered_graphs == {}
+    t.add_graph("ok", [node("fill", [], [x.id], value=np.float32(0.5)), node("fc_fwd", [x.id, w.id], [out.id], act="tanh")])

@@ -89,3 +89,24 @@ def test_bad_inputs_name_the_argument() -> None:
         trace(lambda x, w: x @ w if float(x @ w) else x, x=(2, 2), w=(2, 2))
     with pytest.raises(TraceError, match="buckets=\\(32, 8\\) is invalid"):
         Jit(lambda x: x, buckets=(32, 8))
+
+
+def test_what_a_trace_cannot_record_is_a_trace_error() -> None:
+    """A comparison of traced values is a branch on a computed value (h == x compared identities and kept one
+    side silently); reflected, unary and NumPy operations, attributes and indexing raised raw TypeErrors and
+    AttributeErrors; a function returning its input traced an empty graph; Jit cut a padded input's gradient."""
+    import numpy as np
+
+    from renaissance_nb.errors import TraceError
+    from renaissance_nb.tracing import Jit, relu, tanh, trace
+    cases = {"comparison": lambda x, w: relu(x @ w) if x @ w == x else tanh(x @ w),
+             "order": lambda x, w: relu(x @ w) if (x @ w) > 0 else x @ w,
+             "reflected": lambda x, w: 2 * (x @ w), "minus": lambda x, w: x - w, "negation": lambda x, w: -(x @ w),
+             "numpy": lambda x, w: np.exp(x @ w), "attribute": lambda x, w: x.T @ w, "index": lambda x, w: x[0],
+             "nothing": lambda x, w: x}
+    for name, fn in cases.items():
+        with pytest.raises(TraceError, match="trace: "):
+            trace(fn, x=(2, 2), w=(2, 2))
+    jit = Jit(lambda x, w: relu(x @ w), buckets=(8,), pad=("x",))
+    out, grads = jit(x=np.ones((5, 3), np.float32), w=np.ones((3, 2), np.float32))
+    assert out.shape == (5, 2) and grads["x"].shape == (5, 3) and grads["w"].shape == (3, 2)

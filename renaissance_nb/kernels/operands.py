@@ -14,6 +14,7 @@ optimizer...) are checked by their kernels when bound.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable, NamedTuple, Sequence
 
 from ..errors import PlanError
@@ -200,7 +201,7 @@ def _reshape_copy(ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]
 @rule("fill", (0, 0), (1, 64))
 def _fill(ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]) -> str | None:
     v = p.get("value", 0.0)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if isinstance(v, bool) or type(v).__name__ == "bool_" or not isinstance(v, numbers.Real):  # NumPy's scalars too
         return f"parameter value={v!r} is not one number (node('fill', [], outputs, value=0.0))"
     return None
 

@@ -6,6 +6,7 @@ from typing import Any
 from ..blueprint_nodes import Layer, boolean, fc_args, positive_int
 from ..checks import as_int
 from ..errors import BluePrintError, ShapeError, bad_argument
+from ..kernels.operands import FC_ACTS
 from .common import bias_partials, with_act_slot
 from .registry import Op, register
 
@@ -35,7 +36,7 @@ class FullyConnected(Op):
     builders = (fc,)
     torch_modules = ("Linear",)
     parametrized = True
-    fuses = ("relu", "tanh", "sigmoid", "leaky_relu")
+    fuses = FC_ACTS[1:]  # what the fused bias passes compute (kernels/operands.py)
     layout = "flat"
 
     def signature(self, p: dict[str, Any]) -> str:
