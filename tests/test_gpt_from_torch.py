@@ -89,10 +89,8 @@ class GPT(nn.Module):
         return self.lm_head(tr.ln_f(x))
 
 
-@pytest.mark.parametrize("mingpt", [False, True], ids=["nanoGPT", "minGPT"])
-def test_a_gpt_module_gives_its_logits(mingpt: bool) -> None:
-    torch.manual_seed(0)
-    net = GPT(mingpt).eval()
+def logits_match(net) -> BluePrint:  # type: ignore[no-untyped-def]
+    """The module read by from_torch (weights too), compiled: its logits are the module's within 1e-5."""
     bp, state = BluePrint.from_torch(net, weights=True)
     splits = token_splits(32, CTX, VOCAB)
     task = DeepLearningTask().model(bp).data(splits, batch_size=8).total_epochs(1)
@@ -101,8 +99,14 @@ def test_a_gpt_module_gives_its_logits(mingpt: bool) -> None:
     x = splits.train.x[:6]
     with torch.no_grad():
         want = net(torch.from_numpy(x.astype(np.int64))).numpy()
-    got = task.predict_logits(x)
-    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    assert np.abs(task.predict_logits(x) - want).max() <= 1e-5 * np.abs(want).max()
+    return bp
+
+
+@pytest.mark.parametrize("mingpt", [False, True], ids=["nanoGPT", "minGPT"])
+def test_a_gpt_module_gives_its_logits(mingpt: bool) -> None:
+    torch.manual_seed(0)
+    bp = logits_match(GPT(mingpt).eval())
     assert ("gelu_tanh" in str(bp.to_dict())) == mingpt
 
 
@@ -128,15 +132,7 @@ def test_layer_norm_eps_and_dropout_are_read_or_refused(mingpt: bool) -> None:
     for m in net.modules():
         if isinstance(m, nn.LayerNorm):
             m.eps = 0.1
-    bp, state = BluePrint.from_torch(net, weights=True)
-    splits = token_splits(32, CTX, VOCAB)
-    task = DeepLearningTask().model(bp).data(splits, batch_size=8).total_epochs(1)
-    task.compile()
-    task.load_state_dict(state)
-    x = splits.train.x[:6]
-    with torch.no_grad():
-        want = net(torch.from_numpy(x.astype(np.int64))).numpy()
-    assert np.abs(task.predict_logits(x) - want).max() <= 1e-5 * np.abs(want).max()
+    logits_match(net)
     for m in net.modules():
         if isinstance(m, nn.Dropout):
             m.p = 0.2
