@@ -88,7 +88,8 @@ class TaskBase(Phased):
         if not nodes or not all(isinstance(n, GraphNode) for n in nodes):
             raise bad_argument(PlanError, "add_graph", "graph", graph, "a ComputationGraph or a list of nodes",
                                "build nodes with renaissance_nb.node(op, inputs, outputs)")
-        check_nodes(nodes, len(self.memory), f"add_graph({name!r})", [t.shape for t in self.memory])
+        check_nodes(nodes, len(self.memory), f"add_graph({name!r})", [t.shape for t in self.memory],
+                    [t.dtype for t in self.memory])
         self._graphs[name] = (nodes, stream)
 
     def remove_graph(self, name: str) -> None:

@@ -185,3 +185,22 @@ def test_nodes_the_kernels_would_run_out_of_bounds_or_wrongly_are_refused() -> N
             t.add_graph(name, [n])
     assert t.registered_graphs == {}
     t.add_graph("ok", [node("fill", [], [x.id], value=np.float32(0.5)), node("fc_fwd", [x.id, w.id], [out.id], act="tanh")])
+
+
+def test_dtypes_the_kernels_cannot_take_are_refused_at_add_graph() -> None:
+    """A float copied into an int tensor, float labels, a fill value an int tensor cannot hold: each raised a
+    raw NumPy or numba error the first time the graph ran; add_graph refuses them, naming the dtypes."""
+    t = TaskBase("dtypes")
+    f32, i32 = t.alloc((4,), "float32", Region.T_TEMP_FP32), t.alloc((4,), "int32", Region.T_TEMP_INT32)
+    u8 = t.alloc((4,), "uint8", Region.T_TEMP_INT32)
+    z, flabels = t.alloc((4, 3), "float32", Region.F_FEATURE_FP32), t.alloc((4,), "float32", Region.T_TEMP_FP32)
+    r = t.alloc((3,), "float32", Region.S_SCALAR_FP32)
+    t.finalize_memory()
+    for n, words in ((node("copy", [f32.id], [i32.id]), "copy of float32 into an int32 tensor"),
+                     (node("add", [f32.id, i32.id], [i32.id]), "into an int32 tensor"),
+                     (node("softmax_xent", [z.id, flabels.id], [r.id], grad=False, smoothing=0.0), "labels must be integers"),
+                     (node("fill", [], [u8.id], value=-1), r"value=-1 is not a whole number in \[0, 255\]"),
+                     (node("fill", [], [i32.id], value=0.5), "value=0.5 is not a whole number")):
+        with pytest.raises(PlanError, match=words):
+            t.add_graph("g", [n])
+    t.add_graph("ok", [node("copy", [i32.id], [f32.id]), node("fill", [], [u8.id], value=255)])

@@ -206,6 +206,25 @@ def _fill(ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]) -> str
     return None
 
 
+def dtype_problem(op: str, ins: Sequence[Any], outs: Sequence[Any], p: dict[str, Any]) -> str | None:
+    """What a node's dtypes (NumPy dtypes) make impossible to run, or None: the few cases every kernel refuses
+    alike (each was a raw NumPy or numba error when the graph first ran): labels that are not integers, a float
+    written into an integer tensor, a fill value its tensor cannot hold."""
+    if op == "softmax_xent" and len(ins) > 1 and ins[1].kind not in "iu":
+        return f"the labels must be integers; got {ins[1]}"
+    if op in ("copy", "add", "mul") and outs and outs[0].kind in "iu" and any(d.kind not in "iub" for d in ins):
+        return f"{op} of {', '.join(map(str, ins))} into an {outs[0]} tensor would cut the values"
+    v = p.get("value", 0.0)
+    for d in outs if op == "fill" and isinstance(v, numbers.Real) else ():
+        if d.kind not in "iu":
+            continue
+        bits = 8 * d.itemsize
+        lo, hi = (0, 2 ** bits - 1) if d.kind == "u" else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        if not (math.isfinite(v) and float(v) == int(v) and lo <= int(v) <= hi):
+            return f"parameter value={v!r} is not a whole number in [{lo}, {hi}], which the {d} tensor holds"
+    return None
+
+
 def operand_problem(op: str, ins: Sequence[Shape], outs: Sequence[Shape], p: dict[str, Any]) -> str | None:
     """Why a node of ``op`` with operands of these shapes cannot run, or None (also for ops without a rule)."""
     if op not in RULES:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -10,7 +10,7 @@ from ..errors import PlanError
 from ..compiler.graph import GraphNode
 from ..kernels.cpu import BindEnv
 from ..kernels.cpu import KERNELS as SHARED_KERNELS
-from ..kernels.operands import operand_problem
+from ..kernels.operands import dtype_problem, operand_problem
 from ..ops import registry
 from ..text import plural
 
@@ -36,7 +36,7 @@ class BoundGraph:
 
 
 def check_nodes(nodes: Sequence[GraphNode], n_tensors: int, where: str,
-                shapes: Sequence[tuple[int, ...]] | None = None) -> None:
+                shapes: Sequence[tuple[int, ...]] | None = None, dtypes: Sequence[Any] | None = None) -> None:
     """Every op must be known, every tensor id must exist in the plan and, given the tensors'
     shapes, every node's operands must fit its op (kernels/operands.py)."""
     for i, n in enumerate(nodes):
@@ -49,15 +49,18 @@ def check_nodes(nodes: Sequence[GraphNode], n_tensors: int, where: str,
                                 f"ids 0..{n_tensors - 1}. Fix: use ids of DTensors returned by alloc().")
         problem = None if shapes is None else operand_problem(
             n.op, [shapes[t] for t in n.inputs], [shapes[t] for t in n.outputs], n.p)
+        if problem is None and dtypes is not None:
+            kinds = [[np.dtype(dtypes[t]) for t in ids] for ids in (n.inputs, n.outputs)]
+            problem = dtype_problem(n.op, kinds[0], kinds[1], n.p)
         if problem:
             fix = ("set the parameter as shown" if problem.startswith("parameter ")
-                   else "build the node from tensors of the shapes it needs")
+                   else "build the node from tensors of the shapes and dtypes it needs")
             raise PlanError(f"{where}: node #{i} {n.op}{tuple(n.inputs)} -> {tuple(n.outputs)}: {problem}. Fix: {fix}.")
 
 
 def bind(name: str, nodes: Sequence[GraphNode], views: Sequence[np.ndarray], env: BindEnv) -> BoundGraph:
     """Resolve each node's tensor ids to views and build its kernel."""
-    check_nodes(nodes, len(views), name, [v.shape for v in views])
+    check_nodes(nodes, len(views), name, [v.shape for v in views], [v.dtype for v in views])
     kernels = []
     for n in nodes:
         ins = [views[i] for i in n.inputs]
