@@ -148,3 +148,19 @@ def test_onnx_export_runs_in_onnxruntime_with_the_tasks_logits(trained, tmp_path
     want = task.predict_logits(x)
     assert got.shape == want.shape == (5, T, VOCAB)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_the_export_command_reads_a_language_models_checkpoint(trained, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``python -m renaissance_nb export`` rebuilds the task on stand-in token windows (it built float samples
+    with one label each, and planning refused every GPT checkpoint); its ONNX gives the task's logits."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from renaissance_nb.__main__ import main
+    task, splits = trained
+    ckpt = task.save(str(tmp_path / "gpt.npz"))
+    onnx_path = str(tmp_path / "gpt.onnx")
+    assert main(["export", ckpt, "--onnx", onnx_path]) == 0
+    x = splits.val.x[:3]
+    got = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"]).run(None, {"input": x.astype(np.int64)})[0]
+    want = task.predict_logits(x)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()

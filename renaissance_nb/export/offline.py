@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from ..data.arrays import DataSplits, Dataset
 from ..errors import CheckpointError, RenaissanceError
 
 
-def _recorded(path: str) -> tuple[dict[str, Any], tuple[int, ...], int]:
-    """The checkpoint's config record, its sample shape and its class count (the output's width in the
-    saved plan), or a CheckpointError saying what the header lacks."""
+def _recorded(path: str) -> tuple[dict[str, Any], tuple[int, ...], int, bool]:
+    """The checkpoint's config record, its sample shape, its class count (the output's width in the saved plan)
+    and whether it read token windows (int32 input ids), or a CheckpointError saying what the header lacks."""
     from ..blueprint import BluePrint
     from ..compiler.layers import plan_architecture
     from ..runtime.checkpoint import read_header
@@ -31,11 +32,12 @@ def _recorded(path: str) -> tuple[dict[str, Any], tuple[int, ...], int]:
         output = plan_architecture(BluePrint.from_dict(record["blueprint"]), fuse=fuse).output
         shapes = {t["name"]: t["shape"] for t in header["fingerprint"]["tensors"]}
         classes = int(shapes[output][-1])
+        tokens = any(t["name"] == "I_A.data" and t.get("dtype") == "int32" for t in header["fingerprint"]["tensors"])
     except (AssertionError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise CheckpointError(f"export: the header of {path!r} does not record the model's input and output "
                               f"shapes ({type(exc).__name__}: {exc}). Fix: rebuild the task yourself, "
                               "task.load_weights(path), then task.export_onnx(...).") from None
-    return record, sample, classes
+    return record, sample, classes, tokens
 
 
 def task_from_checkpoint(path: str | os.PathLike, *, ema: bool = False) -> Any:
@@ -44,15 +46,18 @@ def task_from_checkpoint(path: str | os.PathLike, *, ema: bool = False) -> Any:
     from ..config import TaskConfig
     from ..task import DeepLearningTask
     p = os.fspath(path)
-    record, sample, classes = _recorded(p)
+    record, sample, classes, tokens = _recorded(p)
     n = max(classes, 2)
-    x = np.zeros((n, *sample), np.float32)
-    y = np.arange(n) % classes
     try:
         config = TaskConfig.from_dict({**record, "train_resolution": None})  # the recorded input size is the model's
     except (RenaissanceError, TypeError, ValueError, KeyError, AttributeError) as exc:  # a header edited by hand
         raise CheckpointError(f"export: {p!r} records a task config this library cannot rebuild ({exc}). Fix: rebuild "
                               "the task yourself, task.load_weights(path), then task.export_onnx(...).") from None
-    task = DeepLearningTask(config=config).data(train=(x, y), batch_size=n, num_classes=classes,
-                                                channels_last=False if len(sample) == 3 else None)
+    task = DeepLearningTask(config=config)
+    if tokens:  # a language model: windows of ids, a target per position
+        ids = np.zeros((2, *sample), np.int32)
+        task.data(DataSplits(Dataset(ids, ids, classes, "export"), None, "export"), batch_size=2)
+    else:
+        task.data(train=(np.zeros((n, *sample), np.float32), np.arange(n) % classes), batch_size=n,
+                  num_classes=classes, channels_last=False if len(sample) == 3 else None)
     return task.compile().load_weights(p, ema=ema)
