@@ -140,15 +140,12 @@ def write_atomically(path: Any, write: Callable[[BinaryIO], object], *, op: str,
     if not os.path.isdir(folder):
         raise error(f"{op}: the folder {folder!r} of path {path!r} does not exist. Fix: create it first "
                     f"(os.makedirs) or {verb} elsewhere.")
-    remove_stale_temporaries(folder)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=TEMP_SUFFIX, dir=folder)
+        fd, tmp = new_temporary(folder)
     except OSError as exc:
         raise error(f"{op}: cannot write in the folder {folder!r} of path {path!r} ({exc.strerror}). Fix: {verb} "
                     "to a folder you can write to.") from None
     try:
-        _hold(fd)  # while this writer lives, no other one takes its file for litter
-        with_default_mode(tmp)  # mkstemp's file is owner-only; this one is a file like any other
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -166,6 +163,18 @@ def write_atomically(path: Any, write: Callable[[BinaryIO], object], *, op: str,
         raise
     _sync_folder(folder)
     return path
+
+
+def new_temporary(folder: str) -> tuple[int, str]:
+    """A writer's temporary file in ``folder`` (``.rnb-<pid>-<random>.tmp``), open (the fd) and locked while this
+    process holds it, with a plain file's mode (mkstemp's is owner-only); what writers killed earlier left there
+    is removed first. The writer renames it into place, or unlinks it on failure; a writer killed meanwhile
+    leaves it to the next one (remove_stale_temporaries)."""
+    remove_stale_temporaries(folder)
+    fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=TEMP_SUFFIX, dir=folder)
+    _hold(fd)  # while this writer lives, no other one takes its file for litter
+    with_default_mode(tmp)
+    return fd, tmp
 
 
 def _sync_folder(folder: str) -> None:

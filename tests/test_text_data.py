@@ -305,6 +305,23 @@ def test_download_verifies_and_gives_the_embedded_windows(served, tmp_path: Path
     assert again.sample_shape == (128,) and "downloading" not in capsys.readouterr().err
 
 
+def test_a_download_killed_mid_transfer_is_cleared_by_the_next(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A download's temporary file is named and locked as every writer's (files.new_temporary): one that a
+    download killed by SIGTERM or SIGKILL left (no process holds it, its pid runs no more) is removed by the
+    next download into the folder (a .download-*.part file stayed for good, 163 MiB for CIFAR's archive)."""
+    import subprocess
+    import sys
+    url, _ = served
+    root = tmp_path / "tiny"
+    root.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process runs now
+    left = root / f".rnb-{gone.pid}-killed.tmp"
+    left.write_bytes(b"half a download")
+    datasets.download_tiny_shakespeare(root, base_url=url, progress=False)
+    assert sorted(p.name for p in root.iterdir()) == ["input.txt"]
+
+
 def test_a_corrupted_download_is_refused_and_leaves_nothing(served, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     url, srv = served
     bad = datasets.corpus_text().replace("Citizen", "Citizan", 1).encode("utf-8")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import DataError, DownloadError, bad_argument
-from ..files import with_default_mode
+from ..files import new_temporary
 
 
 def unwritable(where: str, root: Path, exc: OSError) -> DownloadError:
@@ -77,10 +77,10 @@ def check_writable(where: str, root: Path) -> None:
 
 
 def fetch(url: str, dest_dir: Path, timeout: float) -> Path:
-    """Download ``url`` into a temp file in ``dest_dir`` (same filesystem, so a later rename is atomic),
-    with the mode a plain ``open()`` would give it (mkstemp's is owner-only)."""
-    fd, tmp = tempfile.mkstemp(prefix=".download-", suffix=".part", dir=dest_dir)
-    with_default_mode(tmp)
+    """Download ``url`` into a temp file in ``dest_dir`` (same filesystem, so a later rename is atomic), named
+    and locked as every writer's (files.new_temporary): one a killed download left (SIGTERM, SIGKILL) is removed
+    by the next download or save into that folder."""
+    fd, tmp = new_temporary(str(dest_dir))
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
             for chunk in iter(lambda: resp.read(1 << 20), b""):
