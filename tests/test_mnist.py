@@ -141,6 +141,16 @@ def test_mnist_bad_layout(tmp_path: Path) -> None:
         mnist(tmp_path, layout="nchw")
 
 
+def test_a_label_byte_past_nine_names_the_label_file(tmp_path: Path) -> None:
+    """The generic array check said 'raise num_classes', which mnist() has no argument for, and named no file."""
+    files = fake_mnist()
+    files["train-labels-idx1-ubyte"][4] = 255
+    for name, arr in files.items():
+        write_idx(tmp_path / name, arr)
+    with pytest.raises(DataError, match=r"label 4 of .*train-labels-idx1-ubyte is 255; MNIST's labels are 0-9\. Fix: "):
+        mnist(tmp_path)
+
+
 # ---------------------------------------------------------------- download (local server only)
 
 

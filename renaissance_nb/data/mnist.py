@@ -228,13 +228,19 @@ def verify_mnist_files(files: Mapping[str, Path], checksums: Mapping[str, str] =
             )
 
 
-def _to_dataset(images: np.ndarray, labels: np.ndarray, what: str, layout: str, normalize: bool, path: Path) -> Dataset:
+def _to_dataset(images: np.ndarray, labels: np.ndarray, what: str, layout: str, normalize: bool, path: Path,
+                labels_path: Path) -> Dataset:
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
         raise bad_argument(
             DataError, "mnist", "root", str(path.parent),
             f"image files of shape (N, rows, cols) with N labels; got images {images.shape}, labels {labels.shape}",
             "the MNIST files are mismatched: use the four files of one distribution",
         )
+    if labels.size and int(labels.max()) >= 10:  # a label byte past 9: the file is damaged or not MNIST's
+        i = int(np.argmax(labels >= 10))
+        raise DataError(f"mnist: label {i} of {labels_path} is {int(labels[i])}; MNIST's labels are 0-9. Fix: the file "
+                        "is damaged or not MNIST's: delete it and call mnist(..., download=True), or copy an intact "
+                        "file there.")
     n, rows, cols = images.shape
     x = images.astype(np.float32)
     x *= np.float32(1.0 / 255.0)
@@ -290,6 +296,6 @@ def mnist(
     if verify:
         verify_mnist_files(files, checksums)
     tr_i, tr_l, te_i, te_l = (files[n] for n in MNIST_FILES)
-    train = _to_dataset(read_idx(tr_i), read_idx(tr_l), "train", layout, normalize, tr_i)
-    val = _to_dataset(read_idx(te_i), read_idx(te_l), "val", layout, normalize, te_i)
+    train = _to_dataset(read_idx(tr_i), read_idx(tr_l), "train", layout, normalize, tr_i, tr_l)
+    val = _to_dataset(read_idx(te_i), read_idx(te_l), "val", layout, normalize, te_i, te_l)
     return DataSplits(train=train, val=val, name="MNIST")
