@@ -74,7 +74,9 @@ def _same_enum(got: Any, want: enum.Enum) -> bool:
 
 
 def _same_items(got: Any, want: Any, ordered: bool, rel: float, abs_: float) -> bool:
-    if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+    if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__") or getattr(got, "ndim", 1) == 0:
+        return False
+    if ordered and isinstance(got, (set, frozenset, dict)):  # no order of its own: {4, 1} is not the pair (1, 4)
         return False
     items = list(got)
     if len(items) != len(want):

@@ -54,3 +54,15 @@ def test_wrong_answers_get_the_hint_and_after_three_tries_the_answer(capsys) -> 
 def test_accept_decides_for_exercises_with_several_right_answers(capsys) -> None:  # type: ignore[no-untyped-def]
     assert check("any even", 4, 2, accept=lambda g: g % 2 == 0) and not check("any even", 3, 2, accept=lambda g: g % 2 == 0)
     assert capsys.readouterr().out.splitlines()[0].startswith("✓ any even: right")
+
+
+def test_a_set_is_no_ordered_pair_and_a_0d_array_no_sequence() -> None:
+    """{4, 1} passed for the pair (1, 4) (a set compared in its own iteration order; a mixed set's order even
+    changes with string hashing); np.array(5) against a pair raised a raw TypeError."""
+    import numpy as np
+
+    from renaissance_nb.exercises import same
+    assert not same({4, 1}, (1, 4)) and not same({10, 1}, (1, 10)) and not same({2, "up"}, (2, "up"))
+    assert same((1, 4), (1, 4)) and same([1, 4], (1, 4)) and same(np.array([1, 4]), (1, 4))
+    assert same([4, 1], {1, 4}) and same({4, 1}, {1, 4})  # a set answers a set, in any order
+    assert not same(np.array(5), (1, 4))
