@@ -153,10 +153,15 @@ def measurable_runner(runner: "Runner | None", op: str) -> "Runner":
     if runner.gpu is not None or runner.device_kind != "cpu":
         raise DeviceError(f"{op}: the task runs on {runner.device_kind}; this replays the CPU kernels. Fix: measure a "
                           "task compiled with device('cpu') (on a GPU, see memory_inspector.device_memory()).")
-    if runner.dp is not None:
+    not_distributed(runner.config, op)
+    return runner
+
+
+def not_distributed(config: Any, op: str) -> None:
+    """A distributed task's step cannot be replayed alone (checked from the settings, so before compiling too)."""
+    if config.distributed is not None:
         raise ConfigError(f"{op}: a distributed task's step all-reduces with the other ranks, which would not be "
                           "replaying. Fix: measure the same model in one process (without distributed()).")
-    return runner
 
 
 def check_steps(op: str, steps: Any) -> int:

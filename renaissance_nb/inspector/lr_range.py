@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ConfigError, NumericalError, bad_argument
 from ..progress import make_progress, progress_kind
-from .allocations import arena_restored, check_steps, measurable_runner, step_sequence
+from .allocations import arena_restored, check_steps, measurable_runner, not_distributed, step_sequence
 
 if TYPE_CHECKING:
     from ..runtime.runner import Runner
@@ -138,9 +138,7 @@ def check_lr_find(config: Any, start_lr: Any, end_lr: Any, steps: Any, progress:
 
 def replayable_here(config: Any, op: str) -> None:
     """What measurable_runner refuses once compiled, refused from the settings before anything compiles."""
-    if config.distributed is not None:
-        raise ConfigError(f"{op}: a distributed task's step all-reduces with the other ranks, which would not be "
-                          "replaying. Fix: run it on the same model in one process (without distributed()).")
+    not_distributed(config, op)
     if config.device == "cuda":
         raise ConfigError(f"{op}: the task runs on cuda; this replays the CPU step. Fix: run it on a task built "
                           "with device('cpu'), then train on the GPU with the rate it suggests.")

@@ -83,18 +83,20 @@ class DataParallel:
         """This rank's batch loss averaged over the ranks, as sync_log averages the log (equal shards: the
         global batch's mean loss), the same on every rank: what the step callbacks and the progress show."""
         part = np.array([loss], np.float32)
+        self._mean_(part)
+        return float(part[0])
+
+    def _mean_(self, part: np.ndarray) -> None:
+        """float32 values averaged over the ranks in place: summed, then times 1/size (one rounding each)."""
         self.world.sum_(part)
         np.multiply(part, np.float32(1.0 / self.world.size), out=part)
-        return float(part[0])
 
     def sync_log(self, runner: "Runner") -> None:
         """The loss log's entries since the last sync: the ranks' mean losses averaged (equal shards:
         the global batch's mean loss), the same bytes on every rank."""
         log, step = runner.view("loss_log"), int(runner.view("step")[0])
         if step > self.logged:
-            part = log[self.logged:step]
-            self.world.sum_(part)
-            np.multiply(part, np.float32(1.0 / self.world.size), out=part)
+            self._mean_(log[self.logged:step])
         self.logged = step
 
     def before_save(self, runner: "Runner") -> bool:

@@ -84,9 +84,7 @@ def prompt_ids(prompt: Any) -> np.ndarray:
     if a.ndim != 1 or a.dtype.kind not in "iu":
         raise bad_argument(ConfigError, "generate", "prompt", prompt, "text, or token ids as a 1-D sequence of ints",
                            fix)
-    if a.dtype.kind == "u" and a.size and int(a.max()) > np.iinfo(np.int64).max:
-        raise bad_argument(ConfigError, "generate", "prompt", prompt, "token ids below the vocabulary size", fix)
-    return a.astype(np.int64)
+    return a.astype(np.int64)  # a uint64 past int64 wraps negative: check_prompt_ids refuses it
 
 
 def generate_ids(step: DecodeStep, prompt: np.ndarray, tokens: int, temperature: float, top_k: int | None,
